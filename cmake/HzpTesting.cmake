@@ -1,0 +1,67 @@
+# Test and benchmark registration helpers (style.md §12, §14). CTest labels are fixed project-wide:
+#   mpi, tsan, gpu, slurm, bench, long. The README test command runs everything but `long`.
+# Exit code 77 means "skipped" everywhere (no GPU, all MPI tests skipped).
+
+set(HZP_MPI_TEST_TIMEOUT 300 CACHE STRING "Default CTest timeout (s) of one MPI test")
+
+# hzp_add_unit_test(NAME <target> SOURCES ... [LIBS ...] [LABELS ...])
+# A serial GoogleTest binary; each TEST becomes a CTest test through gtest_discover_tests.
+function(hzp_add_unit_test)
+  cmake_parse_arguments(A "" "NAME" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${A_NAME} ${A_SOURCES})
+  target_link_libraries(${A_NAME} PRIVATE ${A_LIBS} GTest::gtest GTest::gtest_main hzp_options)
+  set_target_properties(${A_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  include(GoogleTest)
+  gtest_discover_tests(${A_NAME} DISCOVERY_TIMEOUT 60
+                       PROPERTIES TIMEOUT 120 LABELS "unit;${A_LABELS}")
+endfunction()
+
+# hzp_add_mpi_test(NAME <name> TARGET <target> RANKS 2 4 8 [TIMEOUT s] [LABELS ...] [ARGS ...] [ENV ...])
+# One CTest test per rank count, named <name>_np<N>, run through mpiexec (never gtest_discover_tests:
+# an MPI binary must be started by mpiexec as a whole).
+function(hzp_add_mpi_test)
+  cmake_parse_arguments(A "" "NAME;TARGET;TIMEOUT" "RANKS;LABELS;ARGS;ENV" ${ARGN})
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT ${HZP_MPI_TEST_TIMEOUT})
+  endif()
+  foreach(n IN LISTS A_RANKS)
+    add_test(NAME ${A_NAME}_np${n}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} ${MPIEXEC_PREFLAGS}
+                     $<TARGET_FILE:${A_TARGET}> ${MPIEXEC_POSTFLAGS} ${A_ARGS})
+    # OPENBLAS_NUM_THREADS=1: ranks already oversubscribe the cores (env-notes.md).
+    set_tests_properties(${A_NAME}_np${n} PROPERTIES PROCESSORS ${n} TIMEOUT ${A_TIMEOUT}
+                         LABELS "mpi;${A_LABELS}" SKIP_RETURN_CODE 77
+                         ENVIRONMENT "OPENBLAS_NUM_THREADS=1;${A_ENV}")
+  endforeach()
+endfunction()
+
+# hzp_add_gpu_test(NAME <target> SOURCES ... [LIBS ...])
+# A GPU test binary exits 77 when no device is usable, so the skip is visible in CTest.
+function(hzp_add_gpu_test)
+  cmake_parse_arguments(A "" "NAME" "SOURCES;LIBS" ${ARGN})
+  add_executable(${A_NAME} ${A_SOURCES})
+  target_link_libraries(${A_NAME} PRIVATE ${A_LIBS} GTest::gtest hzp_options)
+  set_target_properties(${A_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  add_test(NAME ${A_NAME} COMMAND ${A_NAME})
+  set_tests_properties(${A_NAME} PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77 TIMEOUT 600
+                       RESOURCE_GROUPS "gpus:1")
+endfunction()
+
+# hzp_add_bench(NAME <target> SOURCES ... [LIBS ...] [ARGS ...] [MPI_RANKS n])
+# Each benchmark binary runs once in CTest with a tiny min time (label bench), so it at least runs in CI.
+function(hzp_add_bench)
+  cmake_parse_arguments(A "" "NAME;MPI_RANKS" "SOURCES;LIBS;ARGS" ${ARGN})
+  add_executable(${A_NAME} ${A_SOURCES})
+  target_link_libraries(${A_NAME} PRIVATE ${A_LIBS} benchmark::benchmark hzp_options)
+  set(_args --benchmark_min_time=0.01 ${A_ARGS})
+  if(A_MPI_RANKS)
+    add_test(NAME ${A_NAME}_np${A_MPI_RANKS}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${A_MPI_RANKS} ${MPIEXEC_PREFLAGS}
+                     $<TARGET_FILE:${A_NAME}> ${MPIEXEC_POSTFLAGS} ${_args})
+    set_tests_properties(${A_NAME}_np${A_MPI_RANKS} PROPERTIES LABELS "bench;mpi" TIMEOUT 300
+                         PROCESSORS ${A_MPI_RANKS} ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
+  else()
+    add_test(NAME ${A_NAME} COMMAND ${A_NAME} ${_args})
+    set_tests_properties(${A_NAME} PROPERTIES LABELS "bench" TIMEOUT 300)
+  endif()
+endfunction()
