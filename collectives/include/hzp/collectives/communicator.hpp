@@ -1,0 +1,120 @@
+// The Communicator interface every scheduler's communication goes through (design.md §3, style.md §4).
+//
+// Typed: buffers are tensor views, so counts are elements and the dtype travels with them; the
+// bytes-vs-elements mistake cannot be written. Every collective exists blocking and non-blocking:
+// start_X returns a Request whose wait()/test() completes it. Blocking X = start_X(...).wait().
+//
+// Stream semantics: the MPI backend works on host buffers; it synchronises the given stream before
+// touching buffers and its requests complete on the host. The NCCL backend (CUDA issue) enqueues on
+// the stream; its requests complete when the stream work has finished.
+//
+// Thread safety: a communicator is used by one thread at a time, and its requests are completed by
+// the thread that started them. A background thread gets its own duplicate(). Every rank of a group
+// must start the group's collectives in the same order.
+//
+// Deadlines: every wait on communication has a deadline (collectives.timeout_s). A deadline that fires
+// throws hzp::TimeoutError naming the op, the group, the sequence number and the rank, and leaves the
+// communicator unusable (any later call throws): peers may be mid-protocol, so nothing after it can be
+// trusted.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "hzp/collectives/types.hpp"
+#include "hzp/core/stream.hpp"
+#include "hzp/core/tensor.hpp"
+
+namespace hzp::coll {
+
+class CommCounters;
+
+/// An in-flight operation. Move-only; destroying an unfinished request waits for it (a destructor
+/// cannot throw, so errors there are logged), because the buffers it names must outlive the transfer.
+class Request {
+ public:
+  class Impl {
+   public:
+    virtual ~Impl() = default;
+    /// Makes progress without blocking; true once complete (then buffers may be reused).
+    virtual bool test() = 0;
+    /// Blocks (under the communicator's wait policy and deadline) until complete.
+    virtual void wait() = 0;
+  };
+
+  Request() = default;
+  explicit Request(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  Request(Request&&) noexcept = default;
+  Request& operator=(Request&& other) noexcept;
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+  ~Request();
+
+  bool test();
+  void wait();
+  /// True when the request was never started or has completed.
+  bool done() const noexcept { return impl_ == nullptr; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const noexcept = 0;
+  virtual int size() const noexcept = 0;
+  /// Group name used by counters and errors ("world", "z3", "replica", "harness", ...).
+  virtual const std::string& name() const noexcept = 0;
+  /// Where buffers passed to this communicator must live.
+  virtual Device device() const noexcept = 0;
+  /// Per-call and per-level byte counters of this communicator (shared by communicators created
+  /// with share_counters = true from it).
+  virtual CommCounters& counters() noexcept = 0;
+
+  // --- non-blocking forms --------------------------------------------------------------------------
+  /// out[r*n : (r+1)*n] = in of rank r, n = in.numel(); out.numel() must be size()*n.
+  virtual Request start_all_gather(ConstTensorView in, TensorView out, StreamRef s) = 0;
+  /// out = op over ranks of in[rank*n : (rank+1)*n], n = out.numel(); in.numel() must be size()*n.
+  /// bf16 sums are computed in fp32 and rounded once.
+  virtual Request start_reduce_scatter(ConstTensorView in, TensorView out, ReduceOp op, StreamRef s) = 0;
+  /// In place: buf = op over ranks of buf.
+  virtual Request start_all_reduce(TensorView buf, ReduceOp op, StreamRef s) = 0;
+  /// Block r of `in` (in.numel()/size() elements) goes to rank r; block r of `out` comes from rank r.
+  virtual Request start_all_to_all(ConstTensorView in, TensorView out, StreamRef s) = 0;
+  /// Variable-size all-to-all: send_counts[r] elements to rank r, recv_counts[r] from rank r,
+  /// packed in rank order in `in` and `out`.
+  virtual Request start_all_to_allv(ConstTensorView in, std::span<const std::int64_t> send_counts,
+                                    TensorView out, std::span<const std::int64_t> recv_counts,
+                                    StreamRef s) = 0;
+  /// buf of rank `root` is copied into buf of every rank.
+  virtual Request start_broadcast(TensorView buf, int root, StreamRef s) = 0;
+  virtual Request start_send(ConstTensorView buf, int peer, int tag, StreamRef s) = 0;
+  virtual Request start_recv(TensorView buf, int peer, int tag, StreamRef s) = 0;
+  virtual Request start_barrier() = 0;
+
+  // --- blocking forms ------------------------------------------------------------------------------
+  void all_gather(ConstTensorView in, TensorView out, StreamRef s) { start_all_gather(in, out, s).wait(); }
+  void reduce_scatter(ConstTensorView in, TensorView out, ReduceOp op, StreamRef s) {
+    start_reduce_scatter(in, out, op, s).wait();
+  }
+  void all_reduce(TensorView buf, ReduceOp op, StreamRef s) { start_all_reduce(buf, op, s).wait(); }
+  void all_to_all(ConstTensorView in, TensorView out, StreamRef s) { start_all_to_all(in, out, s).wait(); }
+  void broadcast(TensorView buf, int root, StreamRef s) { start_broadcast(buf, root, s).wait(); }
+  void send(ConstTensorView buf, int peer, int tag, StreamRef s) { start_send(buf, peer, tag, s).wait(); }
+  void recv(TensorView buf, int peer, int tag, StreamRef s) { start_recv(buf, peer, tag, s).wait(); }
+  void barrier() { start_barrier().wait(); }
+
+  // --- groups --------------------------------------------------------------------------------------
+  /// Collective over this communicator: ranks with the same color form a new communicator, ordered
+  /// by key. Returns nullptr for color < 0.
+  virtual std::unique_ptr<Communicator> split(int color, int key, std::string name,
+                                              bool share_counters = true) = 0;
+  /// Collective: same group, independent message space (for a background thread).
+  virtual std::unique_ptr<Communicator> duplicate(std::string name, bool share_counters = true) = 0;
+};
+
+}  // namespace hzp::coll
