@@ -1,0 +1,145 @@
+// Host launchers for causal grouped-query attention: argument validation (shapes named with their
+// dimensions, dtypes, devices, workspace) and dtype dispatch to the CPU reference. A CUDA stream is
+// refused until the CUDA backend brings the twin.
+#include "hzp/kernels/attention.hpp"
+
+#include <cstdint>
+
+#include "attention/attention_ref.hpp"
+#include "hzp/core/error.hpp"
+#include "hzp/kernels/checks.hpp"
+
+namespace hzp::kernels {
+
+void AttentionDims::validate(std::string_view kernel) const {
+  check_positive(kernel, "batch", batch);
+  check_positive(kernel, "seq", seq);
+  check_positive(kernel, "heads", heads);
+  check_positive(kernel, "kv_heads", kv_heads);
+  check_positive(kernel, "head_dim", head_dim);
+  if (heads % kv_heads != 0)
+    HZP_THROW(PreconditionError, kernel, ": heads = ", heads, " is not a multiple of kv_heads = ", kv_heads,
+              " (grouped-query attention shares each kv head among heads / kv_heads query heads)");
+}
+
+namespace {
+
+constexpr std::string_view kFwd = "attention_fwd";
+constexpr std::string_view kBwd = "attention_bwd";
+
+/// Accepts [B, T, N, D] or its GEMM view [B*T, N*D]; the message names both and the dims they come from.
+void check_activation(std::string_view kernel, std::string_view arg, const Shape& actual, const AttentionDims& d,
+                      std::int64_t n_heads, std::string_view heads_name) {
+  const Shape four{d.batch, d.seq, n_heads, d.head_dim};
+  const Shape two{d.batch * d.seq, n_heads * d.head_dim};
+  if (actual == four || actual == two) return;
+  HZP_THROW(PreconditionError, kernel, ": ", arg, " has shape ", to_string(actual), ", expected ", to_string(four),
+            " or ", to_string(two), " (batch=", d.batch, ", seq=", d.seq, ", ", heads_name, "=", n_heads,
+            ", head_dim=", d.head_dim, ")");
+}
+
+void check_tensor(std::string_view kernel, std::string_view arg, const ConstTensorView& t, const AttentionDims& d,
+                  bool kv, DType dtype, StreamRef s) {
+  check_activation(kernel, arg, t.shape(), d, kv ? d.kv_heads : d.heads, kv ? "kv_heads" : "heads");
+  check_dtype(kernel, arg, t.dtype(), dtype);
+  check_device(kernel, arg, t.device(), s);
+}
+
+DType lse_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
+
+void check_lse(std::string_view kernel, const ConstTensorView& lse, const AttentionDims& d, DType dtype, StreamRef s) {
+  check_shape(kernel, "lse", lse.shape(), Shape{d.batch, d.heads, d.seq});
+  check_dtype(kernel, "lse", lse.dtype(), lse_dtype(dtype));
+  check_device(kernel, "lse", lse.device(), s);
+}
+
+void check_dtype_supported(std::string_view kernel, DType t) {
+  if (t != DType::f64 && t != DType::f32 && t != DType::bf16)
+    HZP_THROW(PreconditionError, kernel, ": q has dtype ", dtype_name(t), ", expected fp64, fp32 or bf16");
+}
+
+void check_stream(std::string_view kernel, StreamRef s) {
+  if (s.device().is_cuda()) HZP_THROW(UnsupportedError, kernel, ": CUDA twin arrives with the CUDA backend");
+}
+
+std::size_t acc_size(DType t) { return t == DType::f64 ? sizeof(double) : sizeof(float); }
+
+/// The workspace is reinterpreted as acc_t<T>; refuse a misaligned span instead of faulting later.
+template <typename A>
+A* workspace_as(std::string_view kernel, std::span<std::byte> ws, std::size_t needed) {
+  check_workspace(kernel, ws.size(), needed);
+  if (reinterpret_cast<std::uintptr_t>(ws.data()) % alignof(A) != 0)
+    HZP_THROW(PreconditionError, kernel, ": workspace is not ", alignof(A), "-byte aligned");
+  return reinterpret_cast<A*>(ws.data());
+}
+
+template <typename T>
+void run_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+             const AttentionDims& d, std::span<std::byte> ws) {
+  using A = acc_t<T>;
+  A* work = workspace_as<A>(kFwd, ws, attention_fwd_workspace_bytes(d, dtype_of_v<T>));
+  attention_fwd_ref<T>(out.as<T>(), lse.as<A>(), q.as<T>(), k.as<T>(), v.as<T>(), d, work);
+}
+
+template <typename T>
+void run_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q, ConstTensorView k,
+             ConstTensorView v, ConstTensorView out, ConstTensorView lse, const AttentionDims& d,
+             std::span<std::byte> ws) {
+  using A = acc_t<T>;
+  A* work = workspace_as<A>(kBwd, ws, attention_bwd_workspace_bytes(d, dtype_of_v<T>));
+  attention_bwd_ref<T>(dq.as<T>(), dk.as<T>(), dv.as<T>(), dout.as<T>(), q.as<T>(), k.as<T>(), v.as<T>(), out.as<T>(),
+                       lse.as<A>(), d, work);
+}
+
+}  // namespace
+
+std::size_t attention_fwd_workspace_bytes(const AttentionDims& dims, DType dtype) {
+  return static_cast<std::size_t>(attention_fwd_workspace_elems(dims)) * acc_size(dtype);
+}
+
+std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype) {
+  return static_cast<std::size_t>(attention_bwd_workspace_elems(dims)) * acc_size(dtype);
+}
+
+void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s) {
+  dims.validate(kFwd);
+  const DType t = q.dtype();
+  check_dtype_supported(kFwd, t);
+  check_tensor(kFwd, "q", q, dims, false, t, s);
+  check_tensor(kFwd, "k", k, dims, true, t, s);
+  check_tensor(kFwd, "v", v, dims, true, t, s);
+  check_tensor(kFwd, "out", out, dims, false, t, s);
+  check_lse(kFwd, lse, dims, t, s);
+  check_stream(kFwd, s);
+  switch (t) {
+    case DType::f64: return run_fwd<double>(out, lse, q, k, v, dims, workspace);
+    case DType::f32: return run_fwd<float>(out, lse, q, k, v, dims, workspace);
+    default: return run_fwd<bf16>(out, lse, q, k, v, dims, workspace);
+  }
+}
+
+void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
+                   ConstTensorView k, ConstTensorView v, ConstTensorView out, ConstTensorView lse,
+                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s) {
+  dims.validate(kBwd);
+  const DType t = q.dtype();
+  check_dtype_supported(kBwd, t);
+  check_tensor(kBwd, "q", q, dims, false, t, s);
+  check_tensor(kBwd, "k", k, dims, true, t, s);
+  check_tensor(kBwd, "v", v, dims, true, t, s);
+  check_tensor(kBwd, "out", out, dims, false, t, s);
+  check_tensor(kBwd, "dout", dout, dims, false, t, s);
+  check_tensor(kBwd, "dq", dq, dims, false, t, s);
+  check_tensor(kBwd, "dk", dk, dims, true, t, s);
+  check_tensor(kBwd, "dv", dv, dims, true, t, s);
+  check_lse(kBwd, lse, dims, t, s);
+  check_stream(kBwd, s);
+  switch (t) {
+    case DType::f64: return run_bwd<double>(dq, dk, dv, dout, q, k, v, out, lse, dims, workspace);
+    case DType::f32: return run_bwd<float>(dq, dk, dv, dout, q, k, v, out, lse, dims, workspace);
+    default: return run_bwd<bf16>(dq, dk, dv, dout, q, k, v, out, lse, dims, workspace);
+  }
+}
+
+}  // namespace hzp::kernels

@@ -1,0 +1,142 @@
+// Host launchers for softmax cross-entropy: validation of shapes, dtypes, devices, targets and the
+// gradient normaliser, then dtype dispatch (f64, f32, bf16) to the CPU reference. A CUDA stream is
+// refused until the CUDA backend brings the twin.
+#include "hzp/kernels/cross_entropy.hpp"
+
+#include <cmath>
+#include <string_view>
+#include <utility>
+
+#include "cross_entropy/cross_entropy_ref.hpp"
+#include "hzp/core/error.hpp"
+#include "hzp/kernels/checks.hpp"
+
+namespace hzp::kernels {
+namespace {
+
+DType loss_dtype(DType logits) { return logits == DType::f64 ? DType::f64 : DType::f32; }
+
+void check_stream(std::string_view kernel, StreamRef s) {
+  if (s.device().is_cuda()) HZP_THROW(UnsupportedError, kernel, ": CUDA twin arrives with the CUDA backend");
+}
+
+void check_targets_tensor(std::string_view kernel, const ConstTensorView& targets, std::int64_t N, StreamRef s) {
+  check_shape(kernel, "targets", targets.shape(), Shape{N});
+  check_dtype(kernel, "targets", targets.dtype(), DType::i32);
+  check_device(kernel, "targets", targets.device(), s);
+}
+
+/// logits must be [N, V]; returns {N, V} after checking dtype and device.
+std::pair<std::int64_t, std::int64_t> check_logits(std::string_view kernel, const ConstTensorView& logits,
+                                                   StreamRef s) {
+  if (logits.shape().ndim != 2)
+    HZP_THROW(PreconditionError, kernel, ": logits has shape ", to_string(logits.shape()),
+              ", expected [tokens, vocab]");
+  const std::int64_t N = logits.shape()[0], V = logits.shape()[1];
+  check_positive(kernel, "logits tokens", N);
+  check_positive(kernel, "logits vocab", V);
+  const DType t = logits.dtype();
+  if (t != DType::f64 && t != DType::f32 && t != DType::bf16)
+    HZP_THROW(PreconditionError, kernel, ": logits has dtype ", dtype_name(t), ", expected fp64, fp32 or bf16");
+  check_device(kernel, "logits", logits.device(), s);
+  return {N, V};
+}
+
+/// Every target is ignore_index or a vocabulary row; an out-of-range id would index past the row.
+void check_target_values(std::string_view kernel, const std::int32_t* targets, std::int64_t N, std::int64_t V,
+                         std::int32_t ignore_index) {
+  for (std::int64_t n = 0; n < N; ++n) {
+    const std::int32_t t = targets[n];
+    if (t != ignore_index && (t < 0 || t >= V))
+      HZP_THROW(PreconditionError, kernel, ": targets[", n, "] = ", t, " is outside [0, vocab = ", V,
+                ") and is not ignore_index = ", ignore_index);
+  }
+}
+
+void check_grad(std::string_view kernel, const CrossEntropyGrad& g) {
+  if (!(g.normaliser > 0.0) || !std::isfinite(g.normaliser))
+    HZP_THROW(PreconditionError, kernel, ": normaliser = ", g.normaliser,
+              " must be positive and finite (the number of non-ignored tokens of the global batch)");
+  if (!std::isfinite(g.dloss)) HZP_THROW(PreconditionError, kernel, ": dloss = ", g.dloss, " is not finite");
+}
+
+template <typename Fn>
+decltype(auto) dispatch(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::f64: return fn(double{});
+    case DType::f32: return fn(float{});
+    default: return fn(bf16{});
+  }
+}
+
+}  // namespace
+
+std::int64_t cross_entropy_count_valid(ConstTensorView targets, std::int32_t ignore_index, StreamRef s) {
+  constexpr std::string_view k = "cross_entropy_count_valid";
+  if (targets.shape().ndim != 1)
+    HZP_THROW(PreconditionError, k, ": targets has shape ", to_string(targets.shape()), ", expected [tokens]");
+  check_dtype(k, "targets", targets.dtype(), DType::i32);
+  check_device(k, "targets", targets.device(), s);
+  check_stream(k, s);
+  const std::int32_t* t = targets.as<std::int32_t>();
+  std::int64_t n_valid = 0;
+  for (std::int64_t n = 0; n < targets.numel(); ++n) n_valid += t[n] != ignore_index ? 1 : 0;
+  return n_valid;
+}
+
+CrossEntropyResult cross_entropy_fwd(TensorView losses, ConstTensorView logits, ConstTensorView targets,
+                                     std::int32_t ignore_index, StreamRef s) {
+  constexpr std::string_view k = "cross_entropy_fwd";
+  const auto [N, V] = check_logits(k, logits, s);
+  check_targets_tensor(k, targets, N, s);
+  check_shape(k, "losses", losses.shape(), Shape{N});
+  check_dtype(k, "losses", losses.dtype(), loss_dtype(logits.dtype()));
+  check_device(k, "losses", losses.device(), s);
+  check_stream(k, s);
+  check_target_values(k, targets.as<std::int32_t>(), N, V, ignore_index);
+  return dispatch(logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    return cross_entropy_fwd_ref<T>(losses.as<acc_t<T>>(), logits.as<T>(), targets.as<std::int32_t>(), N, V,
+                                    ignore_index);
+  });
+}
+
+void cross_entropy_bwd(TensorView dlogits, ConstTensorView logits, ConstTensorView targets,
+                       const CrossEntropyGrad& grad, StreamRef s) {
+  constexpr std::string_view k = "cross_entropy_bwd";
+  const auto [N, V] = check_logits(k, logits, s);
+  check_targets_tensor(k, targets, N, s);
+  check_shape(k, "dlogits", dlogits.shape(), logits.shape());
+  check_dtype(k, "dlogits", dlogits.dtype(), logits.dtype());
+  check_device(k, "dlogits", dlogits.device(), s);
+  check_grad(k, grad);
+  check_stream(k, s);
+  check_target_values(k, targets.as<std::int32_t>(), N, V, grad.ignore_index);
+  dispatch(logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    cross_entropy_bwd_ref<T>(dlogits.as<T>(), logits.as<T>(), targets.as<std::int32_t>(), N, V, grad);
+  });
+}
+
+CrossEntropyResult cross_entropy_fwd_bwd(TensorView losses, TensorView dlogits, ConstTensorView logits,
+                                         ConstTensorView targets, const CrossEntropyGrad& grad, StreamRef s) {
+  constexpr std::string_view k = "cross_entropy_fwd_bwd";
+  const auto [N, V] = check_logits(k, logits, s);
+  check_targets_tensor(k, targets, N, s);
+  check_shape(k, "losses", losses.shape(), Shape{N});
+  check_dtype(k, "losses", losses.dtype(), loss_dtype(logits.dtype()));
+  check_device(k, "losses", losses.device(), s);
+  check_shape(k, "dlogits", dlogits.shape(), logits.shape());
+  check_dtype(k, "dlogits", dlogits.dtype(), logits.dtype());
+  check_device(k, "dlogits", dlogits.device(), s);
+  check_grad(k, grad);
+  check_stream(k, s);
+  check_target_values(k, targets.as<std::int32_t>(), N, V, grad.ignore_index);
+  return dispatch(logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    return cross_entropy_fwd_bwd_ref<T>(losses.as<acc_t<T>>(), dlogits.as<T>(), logits.as<T>(),
+                                        targets.as<std::int32_t>(), N, V, grad);
+  });
+}
+
+}  // namespace hzp::kernels
