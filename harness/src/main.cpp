@@ -1,19 +1,29 @@
-// hzpbench: the program. Parses the command line and dispatches to subcommands; the only place
-// that turns an exception into an exit code (library code throws, style.md §7).
+// hzpbench: the program. Registers the subcommands (one cmd_<name>.cpp each, declared in commands.hpp),
+// parses the command line and runs the chosen one; the only place that turns an exception into an exit
+// code (library code throws, style.md §7).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <exception>
 #include <iostream>
+#include <vector>
 
+#include "commands.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/harness/version_report.hpp"
 
 int main(int argc, char** argv) {
+  namespace hh = hzp::harness;
   CLI::App app{"hzpbench: distributed LLM training benchmark suite (ZeRO family, AsyncHZP, ND parallelism)",
                "hzpbench"};
   app.require_subcommand(0, 1);
   bool show_version = false;
   app.add_flag("--version", show_version, "Print version, git SHA, build options and library versions");
+
+  // Every subcommand, one line each; `--help` lists exactly these.
+  const std::vector<hh::Command> commands = {
+      hh::add_list_command(app),
+  };
 
   try {
     app.parse(argc, argv);
@@ -22,13 +32,24 @@ int main(int argc, char** argv) {
   }
   try {
     if (show_version) {
-      std::cout << hzp::harness::version_report();
+      std::cout << hh::version_report();
       return 0;
+    }
+    for (const hh::Command& c : commands) {
+      if (c.app->parsed()) return c.run();
     }
     std::cout << app.help();
     return 0;
+  } catch (const hzp::ConfigError& e) {
+    // A user's mistake: the message names the key, value, origin and fix; where in our code it was
+    // detected would only be noise.
+    std::fprintf(stderr, "hzpbench: config error: %s\n", e.message().c_str());
+    return 2;
   } catch (const hzp::Error& e) {
     std::fprintf(stderr, "hzpbench: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hzpbench: unexpected error: %s\n", e.what());
     return 2;
   }
 }

@@ -1,0 +1,95 @@
+// Every configuration key hzpbench accepts, in one table. To add keys, append a section to
+// register_keys() below (keep sections in layer order), register only keys whose consumer exists, and
+// regenerate docs/options.md (`build/bin/hzpbench list --markdown > docs/options.md`; the CTest test
+// options_doc_up_to_date fails until you do). Presets: table.add_preset(...) after their keys.
+#include "hzp/harness/option_keys.hpp"
+
+namespace hzp::harness {
+namespace {
+
+using S = OptionSpec;
+
+void register_keys(OptionTable& t) {
+  // ---- topology: who the ranks are and how they group into nodes (collectives/topology) ----------
+  t.add(S::integer("topology.world_size", 0,
+                   "Number of ranks; 0 = take it from MPI. When set, a run checks it against the MPI "
+                   "world size, and tools that plan without MPI use it")
+            .non_negative()
+            .with_unit("ranks"));
+  t.add(S::integer("topology.ranks_per_node", 0,
+                   "Ranks per node (consecutive ranks share a node and its intra-node link); 0 = from "
+                   "the machine (MPI shared-memory split, or Slurm). Set it to make virtual nodes on "
+                   "one machine")
+            .non_negative()
+            .with_unit("ranks"));
+
+  // ---- collectives: backend, algorithms and how ranks wait (collectives/) ------------------------
+  // nccl joins the allowed values with the CUDA backend, unconditionally (refused at run time when not
+  // built), so that docs/options.md is the same for every build.
+  t.add(S::enumeration("collectives.backend", {"mpi"}, "mpi",
+                       "Communication backend: mpi = MPICH on host buffers"));
+  t.add(S::boolean("collectives.mpi_native", false,
+                   "false = hzpbench's ring and latency-optimal algorithms over nonblocking "
+                   "point-to-point (bytes per link observed); true = MPICH's own collectives (bytes "
+                   "per link then modelled)"));
+  t.add(S::enumeration("collectives.wait_policy", {"yield", "backoff", "mixed"}, "mixed",
+                       "How a rank waits on nonblocking MPI: yield = test + sched_yield (best inline "
+                       "at few ranks); backoff = test + exponential sleep up to "
+                       "collectives.backoff_max_us (best on oversubscribed cores); mixed = yield "
+                       "first, then back off while the wait lasts"));
+  t.add(S::real("collectives.backoff_max_us", 50,
+                "Longest sleep of the backoff wait (sleeps double from 1 us up to this)")
+            .positive()
+            .with_unit("us"));
+  t.add(S::real("collectives.timeout_s", 300,
+                "Deadline of every wait on communication; passing it raises a timeout error naming "
+                "the operation, so a hang becomes an error")
+            .positive()
+            .with_unit("s"));
+  t.add(S::integer("collectives.small_message_bytes", 65536,
+                   "Messages smaller than this use the latency-optimal algorithm (fewer rounds), "
+                   "larger ones the bandwidth-optimal ring; 0 = always the ring")
+            .non_negative()
+            .with_unit("bytes"));
+
+  // ---- links: emulated latency and bandwidth per level (collectives/ link emulation) -------------
+  // Bandwidth defaults keep an H100 cluster's communication-to-compute ratio on one CPU core at
+  // ~75 GFLOP/s (env-notes.md): ~2.2k FLOP per byte inside a node (NVLink), ~20k across nodes
+  // (InfiniBand). Latencies are not scaled the same way (that would be tens of ms per message); they
+  // are set above this machine's own oversubscribed MPI latency (~33 us) so that the emulated value,
+  // not the machine, is what a run sees.
+  t.add(S::boolean("links.emulate", false,
+                   "Emulate the links below: a collective then takes at least its modelled time per "
+                   "level (the remainder after the real transfer is slept)"));
+  t.add(S::real("links.intra.latency_us", 50, "Emulated latency of one message inside a node")
+            .non_negative()
+            .with_unit("us"));
+  t.add(S::real("links.intra.bandwidth_gbps", 0.036,
+                "Emulated bandwidth inside a node, in GB/s (gigabytes, not gigabits); 0.036 = 36 MB/s "
+                "keeps an H100 node's ~2.2k FLOP per NVLink byte on a ~75 GFLOP/s CPU core")
+            .positive()
+            .with_unit("GB/s"));
+  t.add(S::real("links.inter.latency_us", 200, "Emulated latency of one message between nodes")
+            .non_negative()
+            .with_unit("us"));
+  t.add(S::real("links.inter.bandwidth_gbps", 0.004,
+                "Emulated bandwidth between nodes, in GB/s (gigabytes, not gigabits); 0.004 = 4 MB/s "
+                "keeps an H100 cluster's ~20k FLOP per InfiniBand byte on a ~75 GFLOP/s CPU core")
+            .positive()
+            .with_unit("GB/s"));
+}
+
+OptionTable build_table() {
+  OptionTable t("run 'hzpbench list' to see every key");
+  register_keys(t);
+  return t;
+}
+
+}  // namespace
+
+const OptionTable& hzpbench_options() {
+  static const OptionTable table = build_table();
+  return table;
+}
+
+}  // namespace hzp::harness

@@ -1,0 +1,50 @@
+// The project's option table: every key's default satisfies its own range, every key is documented,
+// and the defaults resolve and dump to TOML that reads back to the same values.
+#include <gtest/gtest.h>
+
+#include "hzp/core/options.hpp"
+#include "hzp/harness/option_keys.hpp"
+
+namespace hzp::harness {
+namespace {
+
+TEST(OptionKeys, EveryDefaultSatisfiesItsOwnRange) {
+  const OptionTable& t = hzpbench_options();
+  ASSERT_GT(t.size(), 0u);
+  for (const auto& [key, spec] : t) {
+    const auto why = spec.violation(spec.default_value);
+    EXPECT_FALSE(why.has_value()) << key << ": default " << format_option_value(spec.default_value) << " is "
+                                  << why.value_or("");
+    EXPECT_FALSE(spec.meaning.empty()) << key;
+  }
+}
+
+TEST(OptionKeys, FoundationKeysAreRegistered) {
+  const OptionTable& t = hzpbench_options();
+  for (const char* key : {"topology.world_size", "topology.ranks_per_node", "collectives.backend",
+                          "collectives.mpi_native", "collectives.wait_policy", "collectives.backoff_max_us",
+                          "collectives.timeout_s", "collectives.small_message_bytes", "links.emulate",
+                          "links.intra.latency_us", "links.intra.bandwidth_gbps", "links.inter.latency_us",
+                          "links.inter.bandwidth_gbps"}) {
+    EXPECT_TRUE(t.contains(key)) << key;
+  }
+  const ResolvedConfig c = resolve_defaults(t);
+  EXPECT_EQ(c.get_string("collectives.wait_policy"), "mixed");
+  EXPECT_EQ(c.get_int("collectives.small_message_bytes"), 65536);
+  EXPECT_FALSE(c.get_bool("links.emulate"));
+  // The CPU defaults keep an H100 cluster's ratio: 25-45 MB/s inside a node, 2.5-5 MB/s across.
+  EXPECT_GE(c.get_double("links.intra.bandwidth_gbps"), 0.025);
+  EXPECT_LE(c.get_double("links.intra.bandwidth_gbps"), 0.045);
+  EXPECT_GE(c.get_double("links.inter.bandwidth_gbps"), 0.0025);
+  EXPECT_LE(c.get_double("links.inter.bandwidth_gbps"), 0.005);
+}
+
+TEST(OptionKeys, DefaultsDumpAndReadBack) {
+  const OptionTable& t = hzpbench_options();
+  const ResolvedConfig c = resolve_defaults(t);
+  const ResolvedConfig back = ConfigResolver(t).add_toml_text(c.to_toml(), "dump").resolve();
+  for (const auto& [key, e] : c.entries()) EXPECT_EQ(back.value(key), e.value) << key;
+}
+
+}  // namespace
+}  // namespace hzp::harness
