@@ -1,0 +1,143 @@
+// GEMM launcher on the CPU: validates the operands, then calls OpenBLAS (dgemm for fp64, sgemm for
+// fp32, and sgemm on fp32 widenings held in the caller's workspace for bf16). The triple-loop
+// reference in gemm_ref.hpp is the oracle; this file is the production CPU path.
+#include "hzp/kernels/gemm.hpp"
+
+#include <cblas.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "hzp/core/error.hpp"
+#include "hzp/kernels/checks.hpp"
+
+namespace hzp::kernels {
+namespace {
+
+constexpr std::string_view kGemm = "gemm";
+// Each workspace part starts on a cache line, so widened operands never share a line with the
+// previous part and vector loads in OpenBLAS see aligned data.
+constexpr std::size_t kAlign = 64;
+
+std::size_t round_up(std::size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+struct Dims {
+  std::int64_t m, n, k;
+};
+
+void require_2d(std::string_view arg, const Shape& s) {
+  if (s.ndim != 2) HZP_THROW(PreconditionError, kGemm, ": ", arg, " must be 2-D, got shape ", to_string(s));
+}
+
+// Shapes of op(A) = [M, K] and op(B) = [K, N] must agree on K and C must be [M, N]; every message names
+// the views' actual shapes and the transpose flags, since a wrong flag is the usual cause.
+Dims gemm_dims(const Shape& c, const Shape& a, const Shape& b, bool trans_a, bool trans_b) {
+  require_2d("a", a);
+  require_2d("b", b);
+  require_2d("c", c);
+  const Dims d{trans_a ? a[1] : a[0], trans_b ? b[0] : b[1], trans_a ? a[0] : a[1]};
+  const std::int64_t kb = trans_b ? b[1] : b[0];
+  if (d.k != kb)
+    HZP_THROW(PreconditionError, kGemm, ": inner dimensions differ: op(a) is [", d.m, ", ", d.k, "] (a ",
+              to_string(a), ", trans_a=", trans_a, ") but op(b) is [", kb, ", ", d.n, "] (b ", to_string(b),
+              ", trans_b=", trans_b, ")");
+  check_shape(kGemm, "c", c, Shape{d.m, d.n});
+  check_positive(kGemm, "M (rows of op(a) and c)", d.m);
+  check_positive(kGemm, "N (columns of op(b) and c)", d.n);
+  check_positive(kGemm, "K (inner dimension)", d.k);
+  // OpenBLAS here is built with 32-bit indices (blasint = int).
+  constexpr std::int64_t kMax = std::numeric_limits<blasint>::max();
+  if (d.m * d.k > kMax || d.k * d.n > kMax || d.m * d.n > kMax)
+    HZP_THROW(PreconditionError, kGemm, ": operands a ", to_string(a), ", b ", to_string(b),
+              " exceed OpenBLAS's 32-bit index range");
+  return d;
+}
+
+void check_dtypes(DType c, DType a, DType b) {
+  if (a != b)
+    HZP_THROW(PreconditionError, kGemm, ": a has dtype ", dtype_name(a), " but b has dtype ", dtype_name(b),
+              "; operands must share a dtype");
+  const bool ok = (a == DType::f64 && c == DType::f64) || (a == DType::f32 && c == DType::f32) ||
+                  (a == DType::bf16 && (c == DType::bf16 || c == DType::f32));
+  if (!ok)
+    HZP_THROW(PreconditionError, kGemm, ": unsupported dtypes a,b=", dtype_name(a), " c=", dtype_name(c),
+              "; allowed: fp64->fp64, fp32->fp32, bf16->bf16, bf16->fp32");
+}
+
+struct WorkspaceLayout {
+  std::size_t a = 0, b = 0, c = 0;  // bytes of each fp32 staging buffer (0 = not needed)
+  std::size_t total() const { return a + b + c == 0 ? 0 : a + b + c + kAlign; }  // + base alignment slack
+};
+
+WorkspaceLayout layout(DType c, DType ab, const Dims& d) {
+  WorkspaceLayout l;
+  if (ab == DType::bf16) {
+    l.a = round_up(static_cast<std::size_t>(d.m * d.k) * sizeof(float));
+    l.b = round_up(static_cast<std::size_t>(d.k * d.n) * sizeof(float));
+  }
+  if (c == DType::bf16) l.c = round_up(static_cast<std::size_t>(d.m * d.n) * sizeof(float));
+  return l;
+}
+
+CBLAS_TRANSPOSE op(bool t) { return t ? CblasTrans : CblasNoTrans; }
+
+}  // namespace
+
+std::size_t gemm_workspace_bytes(ConstTensorView c, ConstTensorView a, ConstTensorView b, bool trans_a,
+                                 bool trans_b) {
+  const Dims d = gemm_dims(c.shape(), a.shape(), b.shape(), trans_a, trans_b);
+  check_dtypes(c.dtype(), a.dtype(), b.dtype());
+  return layout(c.dtype(), a.dtype(), d).total();
+}
+
+void gemm(TensorView c, ConstTensorView a, ConstTensorView b, bool trans_a, bool trans_b, float alpha,
+          float beta, std::span<std::byte> workspace, StreamRef s) {
+  if (s.device().is_cuda())
+    HZP_THROW(UnsupportedError, kGemm, ": stream on ", to_string(s.device()),
+              "; the CUDA twin arrives with the CUDA backend");
+  const Dims d = gemm_dims(c.shape(), a.shape(), b.shape(), trans_a, trans_b);
+  check_dtypes(c.dtype(), a.dtype(), b.dtype());
+  check_device(kGemm, "a", a.device(), s);
+  check_device(kGemm, "b", b.device(), s);
+  check_device(kGemm, "c", c.device(), s);
+  const WorkspaceLayout wl = layout(c.dtype(), a.dtype(), d);
+
+  // Row-major leading dimensions are the stored views' column counts.
+  const auto m = static_cast<blasint>(d.m), n = static_cast<blasint>(d.n), k = static_cast<blasint>(d.k);
+  const auto lda = static_cast<blasint>(a.shape()[1]), ldb = static_cast<blasint>(b.shape()[1]);
+
+  if (a.dtype() == DType::f64) {
+    cblas_dgemm(CblasRowMajor, op(trans_a), op(trans_b), m, n, k, alpha, a.as<double>(), lda, b.as<double>(), ldb,
+                beta, c.as<double>(), n);
+    return;
+  }
+  if (a.dtype() == DType::f32) {
+    cblas_sgemm(CblasRowMajor, op(trans_a), op(trans_b), m, n, k, alpha, a.as<float>(), lda, b.as<float>(), ldb,
+                beta, c.as<float>(), n);
+    return;
+  }
+
+  // bf16 operands: widen into the workspace (exact: bf16 is a truncated fp32), one sgemm, and for a
+  // bf16 C a single rounding of the fp32 result, which is what "fp32 accumulation inside" promises.
+  check_workspace(kGemm, workspace.data() ? workspace.size() : 0, wl.total());
+  auto base = reinterpret_cast<std::uintptr_t>(workspace.data());
+  base = (base + kAlign - 1) / kAlign * kAlign;
+  auto* wa = reinterpret_cast<float*>(base);
+  auto* wb = reinterpret_cast<float*>(base + wl.a);
+  auto* wc = reinterpret_cast<float*>(base + wl.a + wl.b);
+
+  float_from_bf16(wa, a.as<bf16>(), static_cast<std::size_t>(a.numel()));
+  float_from_bf16(wb, b.as<bf16>(), static_cast<std::size_t>(b.numel()));
+  if (c.dtype() == DType::f32) {
+    cblas_sgemm(CblasRowMajor, op(trans_a), op(trans_b), m, n, k, alpha, wa, lda, wb, ldb, beta, c.as<float>(), n);
+    return;
+  }
+  bf16* cb = c.as<bf16>();
+  const auto mn = static_cast<std::size_t>(c.numel());
+  // beta == 0 must not read C (it may be uninitialised): only stage C when it contributes.
+  if (beta != 0.0f) float_from_bf16(wc, cb, mn);
+  cblas_sgemm(CblasRowMajor, op(trans_a), op(trans_b), m, n, k, alpha, wa, lda, wb, ldb, beta, wc, n);
+  bf16_from_float(cb, wc, mn);
+}
+
+}  // namespace hzp::kernels

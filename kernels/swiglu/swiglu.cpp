@@ -1,0 +1,66 @@
+// SwiGLU launchers on the CPU: validate that every operand is the same [tokens, F] shape and dtype,
+// then dispatch on dtype to swiglu_ref.hpp.
+#include "hzp/kernels/swiglu.hpp"
+
+#include <initializer_list>
+#include <utility>
+
+#include "hzp/core/error.hpp"
+#include "hzp/kernels/checks.hpp"
+#include "swiglu/swiglu_ref.hpp"
+
+namespace hzp::kernels {
+namespace {
+
+using Arg = std::pair<const char*, ConstTensorView>;
+
+// Checks that the gate is a non-empty 2-D float tensor and that every other argument matches it.
+std::int64_t check_like_gate(std::string_view k, ConstTensorView gate, std::initializer_list<Arg> others,
+                             StreamRef s) {
+  if (s.device().is_cuda())
+    HZP_THROW(UnsupportedError, k, ": stream on ", to_string(s.device()),
+              "; the CUDA twin arrives with the CUDA backend");
+  const Shape& sh = gate.shape();
+  if (sh.ndim != 2) HZP_THROW(PreconditionError, k, ": gate must be 2-D [tokens, F], got shape ", to_string(sh));
+  check_positive(k, "tokens (rows of gate)", sh[0]);
+  check_positive(k, "F (columns of gate)", sh[1]);
+  const DType t = gate.dtype();
+  if (t != DType::f64 && t != DType::f32 && t != DType::bf16)
+    HZP_THROW(PreconditionError, k, ": gate has dtype ", dtype_name(t), "; expected fp64, fp32 or bf16");
+  check_device(k, "gate", gate.device(), s);
+  for (const auto& [name, v] : others) {
+    check_shape(k, name, v.shape(), sh);
+    check_dtype(k, name, v.dtype(), t);
+    check_device(k, name, v.device(), s);
+  }
+  return gate.numel();
+}
+
+}  // namespace
+
+void swiglu_fwd(TensorView out, ConstTensorView gate, ConstTensorView up, StreamRef s) {
+  const std::int64_t n = check_like_gate("swiglu_fwd", gate, {Arg{"up", up}, Arg{"out", out}}, s);
+  switch (gate.dtype()) {
+    case DType::f64: return swiglu_fwd_ref(out.as<double>(), gate.as<double>(), up.as<double>(), n);
+    case DType::f32: return swiglu_fwd_ref(out.as<float>(), gate.as<float>(), up.as<float>(), n);
+    default: return swiglu_fwd_ref(out.as<bf16>(), gate.as<bf16>(), up.as<bf16>(), n);
+  }
+}
+
+void swiglu_bwd(TensorView dgate, TensorView dup, ConstTensorView dout, ConstTensorView gate, ConstTensorView up,
+                StreamRef s) {
+  const std::int64_t n = check_like_gate(
+      "swiglu_bwd", gate, {Arg{"up", up}, Arg{"dout", dout}, Arg{"dgate", dgate}, Arg{"dup", dup}}, s);
+  switch (gate.dtype()) {
+    case DType::f64:
+      return swiglu_bwd_ref(dgate.as<double>(), dup.as<double>(), dout.as<double>(), gate.as<double>(),
+                            up.as<double>(), n);
+    case DType::f32:
+      return swiglu_bwd_ref(dgate.as<float>(), dup.as<float>(), dout.as<float>(), gate.as<float>(), up.as<float>(),
+                            n);
+    default:
+      return swiglu_bwd_ref(dgate.as<bf16>(), dup.as<bf16>(), dout.as<bf16>(), gate.as<bf16>(), up.as<bf16>(), n);
+  }
+}
+
+}  // namespace hzp::kernels
