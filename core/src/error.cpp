@@ -35,6 +35,7 @@ const char* error_code_name(ErrorCode code) noexcept {
     case ErrorCode::io: return "I/O";
     case ErrorCode::data: return "data";
     case ErrorCode::unsupported: return "unsupported";
+    case ErrorCode::out_of_memory: return "out of memory";
   }
   return "unknown";
 }

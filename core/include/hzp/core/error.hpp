@@ -23,6 +23,7 @@ enum class ErrorCode {
   io,            // files: missing, unwritable, truncated
   data,          // corrupt or inconsistent input data
   unsupported,   // a valid request this build cannot serve (e.g. CUDA absent)
+  out_of_memory, // a backing refused, or a configured reserved-bytes limit would be exceeded
 };
 
 const char* error_code_name(ErrorCode code) noexcept;
@@ -60,6 +61,7 @@ HZP_DEFINE_ERROR(TimeoutError, timeout)
 HZP_DEFINE_ERROR(IoError, io)
 HZP_DEFINE_ERROR(DataError, data)
 HZP_DEFINE_ERROR(UnsupportedError, unsupported)
+HZP_DEFINE_ERROR(OutOfMemoryError, out_of_memory)
 #undef HZP_DEFINE_ERROR
 
 /// The rank this process reports in error contexts. Set once by whoever initialises MPI; -1 = unknown.

@@ -13,15 +13,6 @@
 
 namespace hzp {
 
-/// Raised when memory cannot be had: the backing refused, or a configured reserved-bytes limit
-/// would be exceeded. ErrorCode has no out-of-memory code yet, so it reports as `unsupported` (a
-/// valid request this machine or limit cannot serve); catch it by type.
-class OutOfMemoryError : public Error {
- public:
-  OutOfMemoryError(std::string message, std::string context = {})
-      : Error(ErrorCode::unsupported, std::move(message), std::move(context)) {}
-};
-
 /// Source of large segments. Implementations must be thread-safe, or be used by one owner only (the
 /// caching allocator calls its backing under its own mutex).
 class MemoryBacking {
