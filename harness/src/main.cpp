@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   // Every subcommand, one line each; `--help` lists exactly these.
   const std::vector<hh::Command> commands = {
       hh::add_list_command(app),
+      hh::add_topology_command(app),
   };
 
   try {
