@@ -1,0 +1,103 @@
+// Link emulation (design.md §3, docs/collectives.md "Link emulation"): per level (intra, inter) a
+// latency and a bandwidth; each link keeps a busy-until clock so that concurrent collectives on one
+// link share it. Links: each rank's own intra-node port (shared by the threads of the process), and
+// each (virtual) node's network interface (shared by the ranks of the node, through a small POSIX
+// shared-memory segment holding an atomic clock). The communicator turns a collective's rounds into a
+// modelled duration here and sleeps whatever the real transfer left of it.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hzp/collectives/types.hpp"
+
+namespace hzp::coll {
+
+/// One level's link. A message of b bytes occupies its sender's link for latency + b / bandwidth.
+struct LinkModel {
+  double latency_us = 0;     // >= 0
+  double bandwidth_gbps = 1; // GB/s (gigabytes per second), > 0
+
+  /// Seconds a message of `bytes` occupies the link.
+  double seconds(std::uint64_t bytes) const noexcept {
+    return latency_us * 1e-6 + static_cast<double>(bytes) / (bandwidth_gbps * 1e9);
+  }
+};
+
+/// links.emulate and links.{intra,inter}.{latency_us,bandwidth_gbps} of the option table.
+struct LinkEmulationConfig {
+  bool enabled = false;
+  LinkModel intra{50, 0.036};
+  LinkModel inter{200, 0.004};
+
+  const LinkModel& at(LinkLevel level) const noexcept { return level == LinkLevel::intra ? intra : inter; }
+  /// Throws ConfigError naming the key and value of the first impossible setting.
+  void validate() const;
+};
+
+/// The messages one rank posts in one round of an algorithm: bytes per (level, destination) are
+/// folded into the loads the model needs.
+struct RoundLoad {
+  std::uint64_t intra_bytes = 0;  // sent by this rank to ranks on its node
+  int intra_messages = 0;
+  std::uint64_t inter_bytes = 0;  // sent by this rank to other nodes (through its node's interface)
+  int inter_messages = 0;
+};
+
+/// Outcome of the model for one collective, from the calling rank's point of view.
+struct CollectiveModel {
+  double duration_s = 0;     // modelled duration from the (last) join to completion
+  double intra_busy_s = 0;   // how long this rank's intra port is occupied
+  double nic_busy_s = 0;     // how long this rank's node interface is occupied on this group's
+                             // behalf, charged by the group's lowest rank on the node (else 0)
+};
+
+/// Process-wide emulation state of one world: the link models, the node of every world rank, this
+/// rank's intra port clock and its node's interface clock (shared memory). Thread-safe.
+class LinkEmulator {
+ public:
+  /// Collective over `world` (every rank calls it): creates one shared-memory clock per node of
+  /// `node_of_world_rank`. Throws ConfigError when the config is invalid and IoError when a node's
+  /// ranks cannot share memory (its ranks are on different machines).
+  LinkEmulator(const LinkEmulationConfig& config, std::span<const int> node_of_world_rank,
+               int world_rank, MPI_Comm world);
+  ~LinkEmulator();
+  LinkEmulator(const LinkEmulator&) = delete;
+  LinkEmulator& operator=(const LinkEmulator&) = delete;
+
+  const LinkEmulationConfig& config() const noexcept { return config_; }
+
+  /// Model of a collective whose every rank's rounds are known: loads[q][k] is what group rank q
+  /// sends in round k (rounds aligned by index); node_of[q] the node of group rank q; me the
+  /// calling group rank. Round time = the slowest link in the round (an intra port carrying one
+  /// rank's messages, or a node interface carrying all of its ranks' inter-node messages); duration
+  /// = sum over rounds.
+  CollectiveModel model(std::span<const std::vector<RoundLoad>> loads, std::span<const int> node_of,
+                        int me) const;
+
+  /// Reserves this rank's links for a collective joining at `join_s`: each link starts at the
+  /// later of join_s and its busy-until clock and stays busy for the given time. Returns the
+  /// time at which all of them are free for it (>= join_s): this rank's "ready" time.
+  double reserve(double join_s, const CollectiveModel& m);
+  /// Once the collective's real start (the last ready time) is known: extends the clocks to cover
+  /// [start, start + busy], in case peers joined after this rank reserved.
+  void settle(double start_s, const CollectiveModel& m);
+
+  /// Sleeps (clock_nanosleep, never spinning) until wall_seconds() >= until_s.
+  static void sleep_until(double until_s);
+
+ private:
+  LinkEmulationConfig config_;
+  std::atomic<std::int64_t> intra_busy_ns_{0};
+  std::atomic<std::int64_t>* nic_busy_ns_ = nullptr;  // in the node's shared-memory segment
+  void* shm_ = nullptr;
+  std::size_t shm_bytes_ = 0;
+};
+
+}  // namespace hzp::coll

@@ -1,0 +1,122 @@
+// MpiCommunicator: the Communicator on host buffers over MPI (style.md §4, docs/collectives.md).
+// Ring and latency-optimal algorithms over nonblocking point-to-point on the communicator's own
+// duplicated MPI_Comm, so the bytes each rank sends on each link level are known by construction;
+// MPICH's native collectives as an option (bytes then modelled). Waits poll MPI_Test under a wait
+// policy and a deadline; counters and link emulation are applied to every call.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hzp/collectives/communicator.hpp"
+#include "hzp/collectives/counters.hpp"
+#include "hzp/collectives/link_emulator.hpp"
+#include "hzp/collectives/topology.hpp"
+
+namespace hzp::coll {
+
+/// How a thread waits on nonblocking MPI (env-notes.md "MPI on 2 cores": MPICH busy-polls when
+/// oversubscribed, so we poll MPI_Test ourselves and give the core away between polls).
+enum class WaitPolicy : std::uint8_t {
+  yield,    // MPI_Test + sched_yield: lowest latency when ranks <= cores
+  backoff,  // MPI_Test + nanosleep, 1 us doubling up to backoff_max_us: best oversubscribed
+  mixed,    // yield for the first ~100 us of a wait, then back off
+};
+std::string_view wait_policy_name(WaitPolicy p) noexcept;
+std::optional<WaitPolicy> parse_wait_policy(std::string_view name) noexcept;
+
+/// Settings of the MPI backend; the harness fills it from the option table (collectives.*,
+/// links.*). Validated by the communicator's constructor (validate() throws ConfigError naming
+/// the option key and value).
+struct MpiCommConfig {
+  /// Default chosen from measurements on this machine class (docs/collectives.md "Wait policy").
+  WaitPolicy wait_policy = WaitPolicy::mixed;
+  double backoff_max_us = 50;         // collectives.backoff_max_us, > 0
+  double timeout_s = 300;             // collectives.timeout_s, > 0
+  std::size_t small_message_bytes = 65536;  // collectives.small_message_bytes; 0 = always ring
+  bool mpi_native = false;            // collectives.mpi_native
+  LinkEmulationConfig links;          // links.*
+
+  void validate() const;
+};
+
+namespace detail {
+struct CommState;
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  /// Collective over `world` (every rank of it calls this): the communicator works on a duplicate
+  /// of `world`; `topology` gives the node of every rank of `world` (topology.world_size() must
+  /// equal its size, topology.rank() its rank), which decides whether each hop is intra- or
+  /// inter-node. Sub-communicators made by split()/duplicate() keep the world ranks of their
+  /// members, so they know the node of every peer too. Throws ConfigError on an invalid config,
+  /// PreconditionError when the topology does not describe `world`.
+  MpiCommunicator(MPI_Comm world, const Topology& topology, MpiCommConfig config,
+                  std::string name = "world");
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int rank() const noexcept override;
+  int size() const noexcept override;
+  const std::string& name() const noexcept override;
+  Device device() const noexcept override { return Device::cpu(); }
+  CommCounters& counters() noexcept override;
+
+  // Stream semantics: each start_X synchronises `s` before touching buffers (a no-op for the host
+  // stream); the request completes on the host. Buffers must stay valid until it completes.
+  Request start_all_gather(ConstTensorView in, TensorView out, StreamRef s) override;
+  Request start_reduce_scatter(ConstTensorView in, TensorView out, ReduceOp op, StreamRef s) override;
+  Request start_all_reduce(TensorView buf, ReduceOp op, StreamRef s) override;
+  Request start_all_to_all(ConstTensorView in, TensorView out, StreamRef s) override;
+  Request start_all_to_allv(ConstTensorView in, std::span<const std::int64_t> send_counts, TensorView out,
+                            std::span<const std::int64_t> recv_counts, StreamRef s) override;
+  Request start_broadcast(TensorView buf, int root, StreamRef s) override;
+  /// User tags are 0..kMaxUserTag (collectives use the tags above).
+  Request start_send(ConstTensorView buf, int peer, int tag, StreamRef s) override;
+  Request start_recv(TensorView buf, int peer, int tag, StreamRef s) override;
+  Request start_barrier() override;
+
+  /// Collective (MPI_Comm_split): see Communicator::split.
+  std::unique_ptr<Communicator> split(int color, int key, std::string name, bool share_counters = true) override;
+  /// Collective (MPI_Comm_idup): same group and nodes, its own message space.
+  std::unique_ptr<Communicator> duplicate(std::string name, bool share_counters = true) override;
+
+  static constexpr int kMaxUserTag = 4095;
+
+  // --- introspection (tests, the harness) ---------------------------------------------------------
+  const MpiCommConfig& config() const noexcept;
+  MPI_Comm mpi_comm() const noexcept;
+  /// World rank and node of group rank r.
+  int world_rank_of(int r) const;
+  int node_of(int r) const;
+  /// intra when group rank `peer` shares this rank's node.
+  LinkLevel level_to(int peer) const;
+  /// True once a deadline fired on this communicator; reason() says which call.
+  bool failed() const noexcept;
+  std::string failure_reason() const;
+
+ private:
+  explicit MpiCommunicator(std::shared_ptr<detail::CommState> state);
+  Request start_all_to_allv_impl(CollOp op, ConstTensorView in, std::span<const std::int64_t> send_counts,
+                                 TensorView out, std::span<const std::int64_t> recv_counts, StreamRef s);
+  Request start_p2p(CollOp op, const std::byte* send_data, std::byte* recv_data, ConstTensorView buf, int peer,
+                    int tag, StreamRef s);
+  std::shared_ptr<detail::CommState> state_;
+};
+
+/// The usual way to build the world: `topology` from discover_topology(world, ranks_per_node)
+/// (topology_mpi.hpp) or Topology::virtual_nodes. Collective over `world`.
+std::unique_ptr<MpiCommunicator> make_mpi_world(const Topology& topology, const MpiCommConfig& config,
+                                                MPI_Comm world = MPI_COMM_WORLD, std::string name = "world");
+
+}  // namespace hzp::coll

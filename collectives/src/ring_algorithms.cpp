@@ -1,0 +1,155 @@
+// Ring algorithms (bandwidth-optimal): all_gather, reduce_scatter, and all_reduce as a
+// reduce-scatter ring followed by an all-gather ring. Each round every rank sends one block to
+// rank + 1 and receives one from rank - 1, so over node-contiguous ranks only the hops that cross a
+// node boundary are inter-node (docs/collectives.md "Bytes per level").
+#include <cstring>
+
+#include "algorithm.hpp"
+
+namespace hzp::coll::detail {
+namespace {
+
+class RingAllGather final : public Algorithm {
+ public:
+  RingAllGather(int rank, int p, std::byte* out, const std::byte* own_in, Blocks blocks, std::size_t elem)
+      : rank_(rank), p_(p), out_(out), own_in_(own_in), blocks_(blocks), elem_(elem) {}
+  std::string_view name() const noexcept override { return "ring"; }
+
+  bool step(int round, Poster& post) override {
+    if (round == 0 && !post.dry() && own_in_ != nullptr) {
+      std::byte* own = at(out_, blocks_.offset(rank_) * static_cast<std::int64_t>(elem_));
+      const std::size_t bytes = static_cast<std::size_t>(blocks_.count(rank_)) * elem_;
+      if (own != own_in_ && bytes > 0) std::memcpy(own, own_in_, bytes);
+    }
+    if (round >= p_ - 1) return false;
+    // Round s forwards the block received in round s - 1 (round 0: our own).
+    const int send_block = mod(rank_ - round, p_);
+    const int recv_block = mod(rank_ - round - 1, p_);
+    post.send(block(send_block), bytes_of(send_block), mod(rank_ + 1, p_));
+    post.recv(block(recv_block), bytes_of(recv_block), mod(rank_ - 1, p_));
+    return true;
+  }
+
+ private:
+  std::byte* block(int j) const { return at(out_, blocks_.offset(j) * static_cast<std::int64_t>(elem_)); }
+  std::size_t bytes_of(int j) const { return static_cast<std::size_t>(blocks_.count(j)) * elem_; }
+
+  int rank_, p_;
+  std::byte* out_;
+  const std::byte* own_in_;
+  Blocks blocks_;
+  std::size_t elem_;
+};
+
+// Round s sends the partial sum of block (rank - s - 1) and receives that of block (rank - s - 2);
+// the received partial is combined with our own input of that block and sent on in round s + 1.
+// After p - 1 rounds the partial of our own block has visited every rank.
+class RingReduceScatter final : public Algorithm {
+ public:
+  RingReduceScatter(int rank, int p, const std::byte* in, std::byte* out_own, Blocks blocks, const Reducer& red,
+                    std::byte* scratch)
+      : rank_(rank), p_(p), in_(in), out_own_(out_own), blocks_(blocks), red_(red) {
+    const std::size_t half = static_cast<std::size_t>(blocks.max_count()) * red.acc_elem();
+    recv_ = scratch;
+    send_ = at(scratch, static_cast<std::int64_t>(half));
+  }
+  std::string_view name() const noexcept override { return "ring"; }
+
+  bool step(int round, Poster& post) override {
+    if (round > p_ - 1) return false;
+    // Wire type of what arrived in round - 1: a rank's own input on the first hop, partials after.
+    const DType got = round == 1 ? red_.dtype : red_.acc;
+    if (round == p_ - 1) {
+      finish(got, post.dry());
+      return false;
+    }
+    const int send_block = mod(rank_ - round - 1, p_);
+    const std::size_t n_send = static_cast<std::size_t>(blocks_.count(send_block));
+    if (round == 0) {
+      post.send(input(send_block), n_send * red_.elem(), mod(rank_ + 1, p_));
+    } else {
+      if (!post.dry()) red_.combine(send_, recv_, got, input(send_block), red_.dtype, n_send);
+      post.send(send_, n_send * red_.acc_elem(), mod(rank_ + 1, p_));
+    }
+    const int recv_block = mod(rank_ - round - 2, p_);
+    const std::size_t recv_elem = round == 0 ? red_.elem() : red_.acc_elem();
+    post.recv(recv_, static_cast<std::size_t>(blocks_.count(recv_block)) * recv_elem, mod(rank_ - 1, p_));
+    return true;
+  }
+
+ private:
+  const std::byte* input(int j) const {
+    return at(in_, blocks_.offset(j) * static_cast<std::int64_t>(red_.elem()));
+  }
+  void finish(DType got, bool dry) {
+    if (dry) return;
+    const std::size_t n = static_cast<std::size_t>(blocks_.count(rank_));
+    if (p_ == 1) {
+      if (out_own_ != input(rank_)) std::memmove(out_own_, input(rank_), n * red_.elem());
+      return;
+    }
+    if (red_.acc == red_.dtype) {
+      red_.combine(out_own_, recv_, got, input(rank_), red_.dtype, n);
+    } else {
+      // One rounding to the user's type, after the last addition.
+      red_.combine(send_, recv_, got, input(rank_), red_.dtype, n);
+      red_.finish(out_own_, send_, n);
+    }
+  }
+
+  int rank_, p_;
+  const std::byte* in_;
+  std::byte* out_own_;
+  Blocks blocks_;
+  Reducer red_;
+  std::byte* recv_ = nullptr;
+  std::byte* send_ = nullptr;
+};
+
+/// Runs `first` to completion, then `second`; second's round 0 is posted in the step that finishes
+/// first, so the phases do not cost an extra round.
+class Sequence final : public Algorithm {
+ public:
+  Sequence(std::unique_ptr<Algorithm> first, std::unique_ptr<Algorithm> second)
+      : first_(std::move(first)), second_(std::move(second)) {}
+  std::string_view name() const noexcept override { return first_->name(); }
+  bool step(int round, Poster& post) override {
+    if (second_base_ < 0) {
+      if (first_->step(round, post)) return true;
+      second_base_ = round;
+    }
+    return second_->step(round - second_base_, post);
+  }
+
+ private:
+  std::unique_ptr<Algorithm> first_, second_;
+  int second_base_ = -1;
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> make_ring_all_gather(int rank, int p, std::byte* out, const std::byte* own_in,
+                                                Blocks blocks, std::size_t elem) {
+  return std::make_unique<RingAllGather>(rank, p, out, own_in, blocks, elem);
+}
+
+std::size_t ring_reduce_scratch_bytes(Blocks blocks, const Reducer& red) {
+  return 2 * static_cast<std::size_t>(blocks.max_count()) * red.acc_elem();
+}
+
+std::unique_ptr<Algorithm> make_ring_reduce_scatter(int rank, int p, const std::byte* in, std::byte* out_own,
+                                                    Blocks blocks, const Reducer& red, std::byte* scratch) {
+  return std::make_unique<RingReduceScatter>(rank, p, in, out_own, blocks, red, scratch);
+}
+
+std::unique_ptr<Algorithm> make_ring_all_reduce(int rank, int p, std::byte* buf, std::int64_t n,
+                                                const Reducer& red, std::byte* scratch) {
+  const Blocks chunks{n, p};
+  std::byte* own = at(buf, chunks.offset(rank) * static_cast<std::int64_t>(red.elem()));
+  // The all-gather phase moves finished chunks, already rounded to the user's type: bf16 is
+  // rounded once, in the reduce-scatter's last step.
+  return std::make_unique<Sequence>(make_ring_reduce_scatter(rank, p, buf, own, chunks, red, scratch),
+                                    make_ring_all_gather(rank, p, buf, nullptr, chunks, red.elem()));
+}
+
+}  // namespace hzp::coll::detail

@@ -1,0 +1,89 @@
+// Wait policies and MpiCommConfig validation (the settings that decide how a wait behaves).
+#include "wait_policy.hpp"
+
+#include <sched.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "hzp/core/clock.hpp"
+#include "hzp/core/error.hpp"
+#include "mpi_check.hpp"
+
+namespace hzp::coll {
+
+std::string_view wait_policy_name(WaitPolicy p) noexcept {
+  switch (p) {
+    case WaitPolicy::yield: return "yield";
+    case WaitPolicy::backoff: return "backoff";
+    case WaitPolicy::mixed: return "mixed";
+  }
+  return "?";
+}
+
+std::optional<WaitPolicy> parse_wait_policy(std::string_view name) noexcept {
+  for (WaitPolicy p : {WaitPolicy::yield, WaitPolicy::backoff, WaitPolicy::mixed})
+    if (wait_policy_name(p) == name) return p;
+  return std::nullopt;
+}
+
+void MpiCommConfig::validate() const {
+  if (!(backoff_max_us > 0) || !std::isfinite(backoff_max_us))
+    HZP_THROW(ConfigError, "collectives.backoff_max_us = ", backoff_max_us, " must be a positive number of us");
+  if (!(timeout_s > 0) || !std::isfinite(timeout_s))
+    HZP_THROW(ConfigError, "collectives.timeout_s = ", timeout_s, " must be a positive number of seconds");
+  if (wait_policy != WaitPolicy::yield && wait_policy != WaitPolicy::backoff && wait_policy != WaitPolicy::mixed)
+    HZP_THROW(ConfigError, "collectives.wait_policy = ", static_cast<int>(wait_policy),
+              " is not one of yield, backoff, mixed");
+  links.validate();
+}
+
+namespace detail {
+
+WaitPacer::WaitPacer(WaitPolicy policy, double backoff_max_us) noexcept
+    : policy_(policy), max_sleep_s_(backoff_max_us * 1e-6), sleep_s_(1e-6) {}
+
+void WaitPacer::reset() noexcept {
+  sleep_s_ = 1e-6;
+  yield_until_s_ = -1;
+}
+
+void WaitPacer::pause() noexcept {
+  if (policy_ == WaitPolicy::yield) {
+    sched_yield();
+    return;
+  }
+  if (policy_ == WaitPolicy::mixed) {
+    const double now = wall_seconds();
+    if (yield_until_s_ < 0) yield_until_s_ = now + kMixedYieldSeconds;
+    if (now < yield_until_s_) {
+      sched_yield();
+      return;
+    }
+  }
+  // Sleep, doubling from 1 us: a short wait stays short, a long one costs few polls.
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(sleep_s_);
+  ts.tv_nsec = static_cast<long>((sleep_s_ - static_cast<double>(ts.tv_sec)) * 1e9);
+  nanosleep(&ts, nullptr);
+  sleep_s_ = std::min(sleep_s_ * 2, max_sleep_s_);
+}
+
+void wait_mpi_request(MPI_Request& req, const MpiCommConfig& config, std::string_view what,
+                      std::string_view group) {
+  const double t0 = wall_seconds();
+  WaitPacer pacer(config.wait_policy, config.backoff_max_us);
+  for (;;) {
+    int done = 0;
+    HZP_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (wall_seconds() - t0 > config.timeout_s)
+      HZP_THROW(TimeoutError, what, " on group '", group, "' did not complete within collectives.timeout_s = ",
+                config.timeout_s, " s (a peer did not join)");
+    pacer.pause();
+  }
+}
+
+}  // namespace detail
+}  // namespace hzp::coll
