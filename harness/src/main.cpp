@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   const std::vector<hh::Command> commands = {
       hh::add_list_command(app),
       hh::add_topology_command(app),
+      hh::add_collectives_command(app),
   };
 
   try {
