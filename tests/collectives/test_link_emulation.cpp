@@ -1,0 +1,170 @@
+// Link emulation: modelled times computed here from the link settings and the ring's shape, checked
+// as lower bounds only (this machine may be slower than any model, never faster): two concurrent
+// all-gathers on one link take at least the sum of their modelled times; a late joiner delays
+// everyone's completion by the model; a 100 ms modelled wait is slept (thread CPU under 5 ms);
+// results stay exact. No wall-clock upper bound is ever asserted.
+#include <algorithm>
+#include <thread>
+
+#include "mpi_comm_test_util.hpp"
+
+namespace hzp::coll::test {
+namespace {
+
+// Seconds one message of `bytes` takes on a link: latency + bytes / bandwidth.
+double link_time(const LinkModel& m, double bytes) { return m.latency_us * 1e-6 + bytes / (m.bandwidth_gbps * 1e9); }
+
+MpiCommConfig emulated(double intra_lat_us, double intra_gbps, double inter_lat_us, double inter_gbps) {
+  MpiCommConfig c = test_config();
+  c.small_message_bytes = 0;  // the ring, whose rounds the formulas below describe
+  c.links.enabled = true;
+  c.links.intra = {intra_lat_us, intra_gbps};
+  c.links.inter = {inter_lat_us, inter_gbps};
+  return c;
+}
+
+// Modelled time of a ring all_gather of `bytes` per rank over p node-contiguous ranks: p - 1
+// rounds, each as slow as its slowest hop. With virtual nodes of 2 (p >= 4) every round has both
+// an intra-node hop (even -> odd) and a node-interface hop carrying one block (odd -> next node).
+double ring_all_gather_model(const MpiCommConfig& c, int p, int rpn, double bytes) {
+  const bool crosses = rpn > 0 && p > rpn;
+  const double hop = crosses ? std::max(link_time(c.links.intra, bytes), link_time(c.links.inter, bytes))
+                             : link_time(c.links.intra, bytes);
+  return (p - 1) * hop;
+}
+
+double value(int r, std::int64_t i) { return static_cast<double>((r * 3 + i) % 17 - 8); }
+
+bool check_gather(const Buffer& out, int p, std::int64_t n) {
+  for (int q = 0; q < p; ++q)
+    for (std::int64_t i = 0; i < n; ++i)
+      if (out.get(q * n + i) != static_cast<float>(value(q, i))) return false;
+  return true;
+}
+
+class LinkEmulation : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    rpn_ = GetParam();
+    if (rpn_ > 0 && (hzp::test::world_size() % rpn_ != 0 || hzp::test::world_size() <= rpn_))
+      GTEST_SKIP() << "needs more than one virtual node of " << rpn_ << " ranks";
+  }
+  int rpn_ = 0;
+};
+
+TEST_P(LinkEmulation, TwoConcurrentAllGathersShareTheLink) {
+  const MpiCommConfig c = emulated(2000, 0.001, 3000, 0.0005);
+  auto world = make_world(c, rpn_);
+  const int p = world->size(), r = world->rank();
+  auto a = world->duplicate("a");
+  auto b = world->duplicate("b");
+  const std::int64_t n = 250;  // 1000 bytes: 1 ms intra, 2 ms inter at these bandwidths
+  const double model = ring_all_gather_model(c, p, rpn_, n * 4.0);
+
+  Buffer in(DType::f32, n), out_a(DType::f32, n * p), out_b(DType::f32, n * p);
+  in.fill([&](std::int64_t i) { return value(r, i); });
+  hzp::test::run_then_barrier([] {});
+  const double t0 = wall_seconds();
+  std::string err;
+  auto gather = [&](Communicator& comm, Buffer& out) {
+    try {
+      comm.all_gather(in.cview(), out.view(), StreamRef::host());
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  };
+  std::thread ta([&] { gather(*a, out_a); });
+  std::thread tb([&] { gather(*b, out_b); });
+  ta.join();
+  tb.join();
+  const double elapsed = wall_seconds() - t0;
+  ASSERT_TRUE(err.empty()) << err;
+  EXPECT_GE(elapsed, 2 * model * (1 - 1e-6)) << "one all_gather is modelled at " << model << " s";
+  EXPECT_TRUE(check_gather(out_a, p, n));
+  EXPECT_TRUE(check_gather(out_b, p, n));
+  // The library's modelled duration of each call matches the formula above.
+  for (Communicator* comm : {a.get(), b.get()}) {
+    const auto recs = comm->counters().records();
+    ASSERT_FALSE(recs.empty());
+    EXPECT_NEAR(recs.back().modelled_s, model, 1e-6);
+  }
+}
+
+TEST_P(LinkEmulation, LateJoinerDelaysEveryoneByTheModel) {
+  const MpiCommConfig c = emulated(1000, 0.002, 1500, 0.001);
+  auto world = make_world(c, rpn_);
+  const int p = world->size(), r = world->rank();
+  const std::int64_t n = 100;
+  const double model = ring_all_gather_model(c, p, rpn_, n * 4.0);
+  Buffer in(DType::f32, n), out(DType::f32, n * p);
+  in.fill([&](std::int64_t i) { return value(r, i); });
+  hzp::test::run_then_barrier([] {});
+  if (r == p - 1) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  double late_join = wall_seconds();  // the late rank's value is broadcast below
+  world->all_gather(in.cview(), out.view(), StreamRef::host());
+  const double done = wall_seconds();
+  MPI_Bcast(&late_join, 1, MPI_DOUBLE, p - 1, MPI_COMM_WORLD);
+  EXPECT_GE(done, late_join + model * (1 - 1e-6)) << "rank " << r << " finished " << (late_join + model - done)
+                                                   << " s before the model allows";
+  EXPECT_TRUE(check_gather(out, p, n));
+}
+
+TEST_P(LinkEmulation, ModelledWaitIsSleptNotSpun) {
+  // About 100 ms of latency over the ring's rounds, bandwidth irrelevant.
+  const int p = hzp::test::world_size();
+  const MpiCommConfig c = emulated(100e3 / (p - 1), 1000, 100e3 / (p - 1), 1000);
+  auto world = make_world(c, rpn_);
+  const double model = ring_all_gather_model(c, p, rpn_, 4.0);
+  Buffer in(DType::f32, 1), out(DType::f32, p);
+  in.fill([&](std::int64_t) { return value(world->rank(), 0); });
+  hzp::test::run_then_barrier([] {});
+  const double cpu0 = thread_cpu_seconds(), wall0 = wall_seconds();
+  world->all_gather(in.cview(), out.view(), StreamRef::host());
+  const double cpu = thread_cpu_seconds() - cpu0, wall = wall_seconds() - wall0;
+  EXPECT_GE(wall, model * (1 - 1e-6));
+  EXPECT_LT(cpu, 0.005) << "thread CPU time during a " << model << " s modelled wait";
+  EXPECT_TRUE(check_gather(out, p, 1));
+  const auto recs = world->counters().records();
+  ASSERT_FALSE(recs.empty());
+  EXPECT_GT(recs.back().emulated_s, 0.0);
+}
+
+TEST_P(LinkEmulation, ResultsStayExact) {
+  MpiCommConfig c = emulated(50, 1, 100, 0.5);
+  for (std::size_t small : {std::size_t{0}, std::size_t{1} << 40}) {
+    c.small_message_bytes = small;
+    auto world = make_world(c, rpn_);
+    const int p = world->size(), r = world->rank();
+    for (std::int64_t n : {0, 7, 40}) {
+      Buffer buf(DType::bf16, n);
+      buf.fill([&](std::int64_t i) { return value(r, i); });
+      world->all_reduce(buf.view(), ReduceOp::sum, StreamRef::host());
+      for (std::int64_t i = 0; i < n; ++i) {
+        double s = 0;
+        for (int q = 0; q < p; ++q) s += value(q, i);
+        ASSERT_EQ(buf.get(i), stored(DType::bf16, s));
+      }
+      Buffer in(DType::f32, n * p), part(DType::f32, n);
+      in.fill([&](std::int64_t i) { return value(r, i); });
+      world->reduce_scatter(in.cview(), part.view(), ReduceOp::max, StreamRef::host());
+      for (std::int64_t i = 0; i < n; ++i) {
+        double m = -1e9;
+        for (int q = 0; q < p; ++q) m = std::max(m, value(q, r * n + i));
+        ASSERT_EQ(part.get(i), m);
+      }
+      Buffer a2a_in(DType::f32, n * p), a2a_out(DType::f32, n * p);
+      a2a_in.fill([&](std::int64_t i) { return value(r, i); });
+      world->all_to_all(a2a_in.cview(), a2a_out.view(), StreamRef::host());
+      for (int q = 0; q < p; ++q)
+        for (std::int64_t j = 0; j < n; ++j) ASSERT_EQ(a2a_out.get(q * n + j), value(q, r * n + j));
+      world->barrier();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Nodes, LinkEmulation, ::testing::Values(0, 2), [](const ::testing::TestParamInfo<int>& i) {
+  return i.param == 0 ? std::string("one_machine_node") : std::string("virtual_nodes_of_2");
+});
+
+}  // namespace
+}  // namespace hzp::coll::test

@@ -1,0 +1,68 @@
+// Deadlines: a rank that joins a collective later than collectives.timeout_s makes the others throw a
+// TimeoutError naming the op, group, group size, sequence number and rank, instead of hanging; the
+// communicator is then unusable (later calls say why); every rank still reaches MPI_Finalize.
+#include <thread>
+
+#include "mpi_comm_test_util.hpp"
+
+namespace hzp::coll::test {
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+TEST(MpiTimeout, LateRankGivesTheOthersATimeoutNotAHang) {
+  HZP_REQUIRE_MIN_RANKS(2);
+  MpiCommConfig c = test_config();
+  c.timeout_s = 1.0;
+  c.small_message_bytes = 0;
+  auto world = make_world(c);
+  auto group = world->duplicate("z3");
+  const int p = group->size(), r = group->rank();
+  // One successful call first, so the late one has sequence number 1.
+  group->barrier();
+
+  const std::int64_t n = 4;  // eager-sized messages: nothing waits on a rendezvous at finalize
+  Buffer in(DType::f32, n), out(DType::f32, n * p);
+  std::string what;
+  bool timed_out = false;
+  hzp::test::run_then_barrier([&] {
+    if (r == p - 1) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    try {
+      group->all_gather(in.cview(), out.view(), StreamRef::host());
+    } catch (const TimeoutError& e) {
+      timed_out = true;
+      what = e.what();
+    }
+  });
+
+  if (r != p - 1) {
+    ASSERT_TRUE(timed_out) << "rank " << r << " did not time out";
+    EXPECT_TRUE(contains(what, "all_gather")) << what;
+    EXPECT_TRUE(contains(what, "group 'z3'")) << what;
+    EXPECT_TRUE(contains(what, "(size " + std::to_string(p) + ")")) << what;
+    EXPECT_TRUE(contains(what, "sequence number 1")) << what;
+    EXPECT_TRUE(contains(what, "rank " + std::to_string(r))) << what;
+    EXPECT_TRUE(contains(what, "collectives.timeout_s")) << what;
+    EXPECT_TRUE(contains(what, "unusable")) << what;
+  } else if (timed_out) {
+    // The late rank itself may time out too (its peers gave up mid-ring), or complete (at 2 ranks
+    // the one round's messages had already arrived).
+    EXPECT_TRUE(contains(what, "all_gather")) << what;
+  }
+  if (timed_out) {
+    EXPECT_TRUE(dynamic_cast<MpiCommunicator&>(*group).failed());
+    try {
+      group->barrier();
+      ADD_FAILURE() << "a failed communicator accepted another call";
+    } catch (const PreconditionError& e) {
+      EXPECT_TRUE(contains(e.what(), "unusable since an earlier call failed")) << e.what();
+      EXPECT_TRUE(contains(e.what(), "timed out")) << e.what();
+    }
+  }
+  // Other communicators of the same world are unaffected.
+  Buffer ok_in(DType::f32, 2), ok_out(DType::f32, 2 * p);
+  world->all_gather(ok_in.cview(), ok_out.view(), StreamRef::host());
+}
+
+}  // namespace
+}  // namespace hzp::coll::test
