@@ -1,0 +1,160 @@
+// ParamLayout and initialisation: unit offsets and sizes against the config's counts, the gradient-
+// writer rules for a tied head, element lookup, and the counter-based initialiser's independence
+// from how the flat range is split (what lets every shard initialise its own slice).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "data_test_util.hpp"
+#include "hzp/workloads/llama.hpp"
+#include "hzp/workloads/param_layout.hpp"
+
+namespace hzp::test {
+namespace {
+
+using workloads::LlamaConfig;
+using workloads::ParamLayout;
+
+LlamaConfig tiny_shape(bool tied) {
+  LlamaConfig c;  // the defaults are tiny's shape
+  c.tied_embeddings = tied;
+  return c;
+}
+
+TEST(ParamLayout, UnitsCoverTheFlatBufferInOrder) {
+  for (bool tied : {true, false}) {
+    const LlamaConfig c = tiny_shape(tied);
+    const ParamLayout layout = workloads::llama_layout(c);
+    ASSERT_EQ(layout.num_units(), c.layers + 2);
+    EXPECT_EQ(layout.total_numel(), c.num_params());
+    std::int64_t next = 0;
+    for (int u = 0; u < layout.num_units(); ++u) {
+      EXPECT_EQ(layout.unit_offset(u), next);
+      next += layout.unit_numel(u);
+    }
+    EXPECT_EQ(next, layout.total_numel());
+    EXPECT_EQ(layout.unit(0).name, "embedding");
+    EXPECT_EQ(layout.unit(1).name, "block.0");
+    EXPECT_EQ(layout.unit(c.layers + 1).name, "head");
+    EXPECT_EQ(layout.unit_numel(1), c.block_params());
+    const auto* wq = layout.find("blocks.2.attn.wq");
+    ASSERT_NE(wq, nullptr);
+    EXPECT_EQ(wq->shape, (Shape{c.heads * c.resolved_head_dim(), c.hidden}));
+  }
+}
+
+TEST(ParamLayout, TiedHeadDeclaresTheEmbeddingAndItsGradientFinalisesLast) {
+  const LlamaConfig c = tiny_shape(true);
+  const ParamLayout layout = workloads::llama_layout(c);
+  const int head = static_cast<int>(c.layers) + 1;
+  EXPECT_EQ(layout.unit(head).uses, std::vector<int>{0});
+  EXPECT_EQ(layout.param_blocks(head), (std::vector<int>{head, 0}));
+  // Backward order: the head writes the embedding's gradient first, the embedding unit last.
+  EXPECT_EQ(layout.grad_writers(0), (std::vector<int>{head, 0}));
+  EXPECT_EQ(layout.first_grad_writer(0), head);
+  EXPECT_EQ(layout.last_grad_writer(0), 0);
+  EXPECT_EQ(layout.grads_final_after(head), std::vector<int>{head});
+  EXPECT_EQ(layout.grads_final_after(0), std::vector<int>{0});
+  EXPECT_EQ(layout.grads_final_after(2), std::vector<int>{2});
+  // Forward order: the embedding's parameters are read last by the head.
+  EXPECT_TRUE(layout.params_last_used_in_forward(0).empty());
+  EXPECT_EQ(layout.params_last_used_in_forward(head), (std::vector<int>{head, 0}));
+
+  const ParamLayout untied = workloads::llama_layout(tiny_shape(false));
+  EXPECT_TRUE(untied.unit(head).uses.empty());
+  EXPECT_EQ(untied.grad_writers(0), std::vector<int>{0});
+  EXPECT_NE(untied.find("lm_head"), nullptr);
+  EXPECT_EQ(untied.total_numel() - layout.total_numel(), c.vocab * c.hidden);
+}
+
+TEST(ParamLayout, LocateFindsUnitTensorAndIndex) {
+  const ParamLayout layout = workloads::llama_layout(tiny_shape(true));
+  int unit = -1;
+  const auto* wk = layout.find("blocks.1.attn.wk", &unit);
+  ASSERT_NE(wk, nullptr);
+  const std::int64_t g = layout.unit_offset(unit) + wk->offset + 5;
+  const auto loc = layout.locate(g);
+  EXPECT_EQ(loc.unit, unit);
+  EXPECT_EQ(layout.unit(loc.unit).tensors[loc.tensor].name, "blocks.1.attn.wk");
+  EXPECT_EQ(loc.index, 5);
+  EXPECT_EQ(layout.locate(layout.total_numel() - 1).unit, layout.num_units() - 1);
+  EXPECT_THROW(layout.locate(layout.total_numel()), PreconditionError);
+}
+
+TEST(ParamLayout, RejectsInconsistentUnits) {
+  workloads::Unit u;
+  u.name = "x";
+  u.tensors.push_back({"a", Shape{4}, 0, {}});
+  u.tensors.push_back({"b", Shape{4}, 5, {}});  // gap
+  u.numel = 9;
+  EXPECT_TRUE(throws_with<PreconditionError>([&] { ParamLayout({u}); }, {"tensor b starts at 5", "expected 4"}));
+  workloads::Unit v;
+  v.name = "y";
+  v.tensors.push_back({"a", Shape{4}, 0, {}});
+  v.numel = 4;
+  v.uses = {0};
+  EXPECT_TRUE(throws_with<PreconditionError>([&] { ParamLayout({v}); }, {"uses unit 0"}));
+}
+
+TEST(Init, IndependentOfHowTheRangeIsSplit) {
+  const ParamLayout layout = workloads::llama_layout(tiny_shape(true));
+  const auto n = static_cast<std::size_t>(layout.total_numel());
+  std::vector<float> whole(n), pieces(n);
+  workloads::init_params(layout, 0, std::span<float>(whole), 42);
+  // Uneven shards that cut through tensors and units, as a sharded scheduler's would.
+  const std::size_t cuts[] = {0, 1, 777, 4096 + 3, n / 2, n - 5, n};
+  for (std::size_t i = 0; i + 1 < std::size(cuts); ++i)
+    workloads::init_params(layout, static_cast<std::int64_t>(cuts[i]),
+                           std::span<float>(pieces).subspan(cuts[i], cuts[i + 1] - cuts[i]), 42);
+  EXPECT_EQ(0, std::memcmp(whole.data(), pieces.data(), n * sizeof(float)));
+
+  std::vector<double> dbl(n);
+  workloads::init_params(layout, 0, std::span<double>(dbl), 42);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(whole[i], static_cast<float>(dbl[i])) << i;
+
+  std::vector<float> other(n);
+  workloads::init_params(layout, 0, std::span<float>(other), 43);
+  EXPECT_NE(0, std::memcmp(whole.data(), other.data(), n * sizeof(float)));
+}
+
+TEST(Init, StdPerTensorKindAndNormsAtOne) {
+  LlamaConfig c;
+  c.layers = 8;
+  c.hidden = 128;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.ffn_hidden = 256;
+  c.vocab = 512;
+  const ParamLayout layout = workloads::llama_layout(c);
+  std::vector<double> p(static_cast<std::size_t>(layout.total_numel()));
+  workloads::init_params(layout, 0, std::span<double>(p), 1);
+  auto stats = [&](const char* name) {
+    int u = -1;
+    const auto* t = layout.find(name, &u);
+    EXPECT_NE(t, nullptr) << name;
+    double s = 0, s2 = 0;
+    const std::int64_t base = layout.unit_offset(u) + t->offset;
+    for (std::int64_t i = 0; i < t->numel(); ++i) {
+      s += p[static_cast<std::size_t>(base + i)];
+      s2 += p[static_cast<std::size_t>(base + i)] * p[static_cast<std::size_t>(base + i)];
+    }
+    const double n = static_cast<double>(t->numel());
+    return std::pair{s / n, std::sqrt(s2 / n - (s / n) * (s / n))};
+  };
+  // 65k samples: the sample std is within ~1% of the true one.
+  const auto [m_emb, s_emb] = stats("tok_embeddings");
+  EXPECT_NEAR(s_emb, 0.02, 0.02 * 0.03);
+  EXPECT_NEAR(m_emb, 0.0, 0.001);
+  const double scaled = 0.02 / std::sqrt(2.0 * 8);
+  EXPECT_NEAR(stats("blocks.3.mlp.w_down").second, scaled, scaled * 0.03);
+  EXPECT_NEAR(stats("blocks.3.attn.wo").second, scaled, scaled * 0.05);
+  EXPECT_NEAR(stats("blocks.3.mlp.w_up").second, 0.02, 0.02 * 0.03);
+  const auto [m_norm, s_norm] = stats("blocks.5.attn_norm");
+  EXPECT_EQ(m_norm, 1.0);
+  EXPECT_EQ(s_norm, 0.0);
+}
+
+}  // namespace
+}  // namespace hzp::test

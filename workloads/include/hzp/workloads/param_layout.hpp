@@ -1,0 +1,118 @@
+// The flat parameter layout of a workload (design.md §3): an ordered list of units, each a contiguous
+// block of parameter tensors, laid end to end in one global flat buffer. A tied parameter is stored
+// once, in one unit; a unit that reads another unit's parameters names it in `uses`, which tells a
+// scheduler which full blocks a call needs and when a gradient is final (after its last writer in
+// backward order). Also the counter-based initialisation every shard can run on its own slice.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hzp/core/tensor.hpp"
+
+namespace hzp::workloads {
+
+/// How an element is initialised. Values depend only on (seed, global flat index): see init_params.
+struct ParamInit {
+  enum class Kind : std::uint8_t { normal, ones, zeros };
+  Kind kind = Kind::normal;
+  double std = 0.02;  ///< normal only: value = std · N(0, 1)
+};
+
+/// One parameter tensor inside its unit's block.
+struct ParamTensor {
+  std::string name;         ///< global name, e.g. "blocks.3.attn.wq"
+  Shape shape;              ///< row-major; matrices are [out, in] (y = x·Wᵀ)
+  std::int64_t offset = 0;  ///< first element, counted from the start of the unit's block
+  ParamInit init;
+  std::int64_t numel() const noexcept { return shape.numel(); }
+};
+
+/// One unit: what a scheduler gathers, runs and frees as a whole.
+struct Unit {
+  std::string name;                 ///< "embedding", "block.0", "head"
+  std::vector<ParamTensor> tensors;  ///< in block order, contiguous from offset 0, no padding
+  std::int64_t numel = 0;           ///< Σ tensors' numel (the block's length in elements)
+  /// Other units whose full parameter blocks forward and backward of this unit read, and whose
+  /// gradients backward writes (a tied LM head: uses = {0}, the embedding). Never the unit itself.
+  std::vector<int> uses;
+};
+
+/// The global layout: unit u occupies [unit_offset(u), unit_offset(u) + unit(u).numel) of the flat
+/// buffer. No padding between units or tensors (schedulers pad their shards themselves).
+/// Immutable after construction; every member is const and thread-safe.
+///
+/// Order conventions: forward runs units 0, 1, …, U−1; backward runs U−1, …, 0 (the "backward order").
+/// Gradient rules a scheduler relies on:
+///   - backward(u) writes the gradients of grad_blocks(u) = {u} ∪ uses(u);
+///   - the writers of block b, in backward order, are grad_writers(b); the first one overwrites (or
+///     accumulates across micro-batches, the scheduler's choice), the later ones must accumulate;
+///   - block b's gradient for a micro-batch is final after backward(last_grad_writer(b)).
+class ParamLayout {
+ public:
+  ParamLayout() = default;
+  /// Checks the units: names non-empty, tensors contiguous from 0 in order with numel summing to the
+  /// unit's, uses naming other existing units without duplicates. PreconditionError otherwise.
+  explicit ParamLayout(std::vector<Unit> units);
+
+  int num_units() const noexcept { return static_cast<int>(units_.size()); }
+  const Unit& unit(int u) const;
+  const std::vector<Unit>& units() const noexcept { return units_; }
+  std::int64_t unit_offset(int u) const;
+  std::int64_t unit_numel(int u) const { return unit(u).numel; }
+  /// N: every parameter once (a tied weight counts once).
+  std::int64_t total_numel() const noexcept { return total_; }
+
+  /// {u} followed by uses(u): the full blocks a call on u needs present.
+  std::vector<int> param_blocks(int u) const;
+  /// Same set: the gradient blocks backward(u) writes.
+  std::vector<int> grad_blocks(int u) const { return param_blocks(u); }
+  /// Units whose backward writes block b's gradient, in backward order (descending unit index).
+  std::vector<int> grad_writers(int b) const;
+  int first_grad_writer(int b) const { return grad_writers(b).front(); }
+  int last_grad_writer(int b) const { return grad_writers(b).back(); }
+  /// Blocks whose gradient becomes final (for this micro-batch) when backward(u) returns.
+  std::vector<int> grads_final_after(int u) const;
+  /// Blocks whose parameters are last read, in forward order, by forward(u) (for freeing after it).
+  std::vector<int> params_last_used_in_forward(int u) const;
+
+  /// Where global flat element i lives.
+  struct Location {
+    int unit = 0;
+    int tensor = 0;
+    std::int64_t index = 0;  ///< within the tensor
+  };
+  Location locate(std::int64_t global_index) const;
+  /// The tensor called `name` (and its unit), or nullptr.
+  const ParamTensor* find(std::string_view name, int* unit_out = nullptr) const;
+  /// Global flat offset of tensor t of unit u.
+  std::int64_t tensor_offset(int u, int t) const { return unit_offset(u) + unit(u).tensors.at(t).offset; }
+
+ private:
+  std::vector<Unit> units_;
+  std::vector<std::int64_t> offsets_;  // U + 1 prefix sums
+  std::int64_t total_ = 0;
+};
+
+/// Writes the initial value of global flat elements [global_begin, global_begin + out.size()) into out.
+/// Element i of a tensor initialised `normal` gets std · z(seed, i), with z a standard normal made by
+/// Box–Muller from two uniforms hashed from (seed, i) (SplitMix64 folding, no generator state): the
+/// value depends only on the seed and i, so any shard initialises its own slice and every world size
+/// starts from identical parameters. `ones`/`zeros` elements get 1/0. The range must lie inside
+/// [0, total_numel()). double is the exact value; float rounds it once.
+void init_params(const ParamLayout& layout, std::int64_t global_begin, std::span<float> out,
+                 std::uint64_t seed);
+void init_params(const ParamLayout& layout, std::int64_t global_begin, std::span<double> out,
+                 std::uint64_t seed);
+
+/// A view of unit u's block inside a full flat buffer (1-D [numel], the buffer's dtype and device).
+TensorView unit_block(const ParamLayout& layout, int u, TensorView flat);
+ConstTensorView unit_block(const ParamLayout& layout, int u, ConstTensorView flat);
+/// A view of tensor t (its own shape) inside unit u's block (1-D [unit numel]).
+ConstTensorView tensor_in_block(const ParamLayout& layout, int u, int t, ConstTensorView block);
+TensorView tensor_in_block(const ParamLayout& layout, int u, int t, TensorView block);
+
+}  // namespace hzp::workloads

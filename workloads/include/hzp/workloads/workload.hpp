@@ -1,0 +1,196 @@
+// The workload interface (design.md §3): a model is a ParamLayout of units plus forward(unit) and
+// backward(unit) calls that a scheduler drives one at a time, handing each call the full (gathered)
+// parameter blocks it needs and receiving the gradients it writes. Per-micro-batch state (tokens,
+// saved activations, the loss) lives in a MicroBatchContext, so the model object itself is immutable
+// and may be shared by threads. Schedulers see models only through this header.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hzp/core/caching_allocator.hpp"
+#include "hzp/core/tensor.hpp"
+#include "hzp/workloads/param_layout.hpp"
+#include "hzp/workloads/precision.hpp"
+
+namespace hzp::workloads {
+
+/// Model FLOPs per trained token (forward + backward), under the two conventions results report:
+/// 6·N_matmul + 12·L·heads·head_dim·T (attention not discounted for the causal mask: PaLM/Megatron's
+/// MFU convention) and the same with the attention term halved (only the unmasked half is useful
+/// work). N_matmul counts every weight used in a matmul, LM head included, embedding lookup excluded.
+struct FlopsPerToken {
+  double full_attention = 0;
+  double causal_attention = 0;
+};
+
+/// The full parameter blocks one call reads: its own unit's and those of the units it uses, each a
+/// 1-D view [unit numel] in param_dtype(precision). Only the views are held, never the memory.
+class UnitParams {
+ public:
+  UnitParams& set(int unit, ConstTensorView block);
+  /// The block of `unit`; PreconditionError naming the unit when the caller did not provide it.
+  ConstTensorView block(int unit) const;
+  bool has(int unit) const noexcept;
+
+ private:
+  struct Entry {
+    int unit;
+    ConstTensorView view;
+  };
+  std::vector<Entry> entries_;
+};
+
+/// The gradient blocks one backward call writes ({unit} ∪ uses(unit)), each a 1-D view [unit numel] in
+/// grad_dtype(precision). accumulate = false: the call overwrites the block (dW =); true: it adds
+/// (dW +=), for accumulation over micro-batches and for the later writers of a shared block.
+class UnitGrads {
+ public:
+  struct Block {
+    TensorView view;
+    bool accumulate = false;
+  };
+  UnitGrads& set(int unit, TensorView block, bool accumulate);
+  const Block& block(int unit) const;
+  bool has(int unit) const noexcept;
+
+ private:
+  struct Entry {
+    int unit;
+    Block block;
+  };
+  std::vector<Entry> entries_;
+};
+
+/// What a context is made for. micro_batch_size sequences of the workload's seq_len per micro-batch.
+struct ContextOptions {
+  std::int64_t micro_batch_size = 1;
+  /// Full activation recompute (train.recompute): forward keeps only each unit's input; backward
+  /// re-runs that unit's forward first. Results are bitwise identical either way.
+  bool recompute = false;
+};
+
+/// Per-micro-batch state: the tokens, every activation forward saves for backward (allocated from the
+/// given allocator, tag `activation`; kernel scratch tag `workspace`), and the loss. Reused for
+/// micro-batch after micro-batch. One thread at a time.
+///
+/// Life of one micro-batch: begin(...); forward(0..U−1); [loss_sum(), logits()]; backward(U−1..0).
+/// The order is checked: a call out of order throws PreconditionError naming what was expected.
+/// After the last backward every activation has been returned to the allocator. A micro-batch may
+/// also stop after its forwards (evaluation): begin() then starts the next one and frees what is held.
+class MicroBatchContext {
+ public:
+  virtual ~MicroBatchContext();
+  MicroBatchContext(const MicroBatchContext&) = delete;
+  MicroBatchContext& operator=(const MicroBatchContext&) = delete;
+
+  /// Starts a micro-batch. inputs and targets are row-major [micro_batch_size, seq_len] int32 (held by
+  /// reference until the next begin()). normaliser (> 0) is the number of target tokens of the whole
+  /// GLOBAL batch, so that the micro-batch losses loss_sum()/normaliser add up to the global mean at
+  /// any world size, and backward's gradients to the gradient of that mean.
+  void begin(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets, double normaliser);
+
+  /// Σ of this micro-batch's per-token losses in nats (fp64, token order), after the last forward.
+  double loss_sum() const;
+  /// loss_sum() / normaliser: this micro-batch's share of the global mean loss.
+  double loss() const { return loss_sum() / normaliser_; }
+  double normaliser() const noexcept { return normaliser_; }
+  /// The LM head's logits [micro_batch_size·seq_len, vocab] (activation dtype), from the last forward
+  /// until the last unit's backward.
+  virtual ConstTensorView logits() const = 0;
+
+  std::int64_t micro_batch_size() const noexcept { return options_.micro_batch_size; }
+  std::int64_t seq_len() const noexcept { return seq_len_; }
+  std::int64_t tokens() const noexcept { return options_.micro_batch_size * seq_len_; }
+  bool recompute() const noexcept { return options_.recompute; }
+  CachingAllocator& allocator() const noexcept { return *allocator_; }
+  std::span<const std::int32_t> inputs() const noexcept { return inputs_; }
+  std::span<const std::int32_t> targets() const noexcept { return targets_; }
+
+ protected:
+  MicroBatchContext(CachingAllocator& allocator, const ContextOptions& options, std::int64_t seq_len,
+                    int num_units);
+  /// Frees every activation held (called by begin() before a new micro-batch).
+  virtual void release_all() = 0;
+  void set_loss_sum(double v) noexcept { loss_sum_ = v; }
+
+ private:
+  friend class Workload;
+  CachingAllocator* allocator_;
+  ContextOptions options_;
+  std::int64_t seq_len_;
+  int num_units_;
+  std::span<const std::int32_t> inputs_, targets_;
+  double normaliser_ = 0;
+  double loss_sum_ = 0;
+  // The order check: forwards done so far this micro-batch, and the next backward expected.
+  int forwards_done_ = -1;  // -1: no micro-batch begun
+  int next_backward_ = -1;
+};
+
+/// A model. Immutable after construction: forward/backward are const and may run concurrently on
+/// different contexts. Kernels run on the host stream (CPU); determinism: the same parameters, tokens
+/// and options give bitwise-identical activations, losses and gradients.
+class Workload {
+ public:
+  virtual ~Workload() = default;
+
+  const ParamLayout& layout() const noexcept { return layout_; }
+  Precision precision() const noexcept { return precision_; }
+  std::int64_t seq_len() const noexcept { return seq_len_; }
+  std::int64_t vocab() const noexcept { return vocab_; }
+  /// One line for logs and results files: the model kind and its shape.
+  virtual std::string describe() const = 0;
+  virtual FlopsPerToken flops_per_token() const = 0;
+
+  /// See init_params in param_layout.hpp (std per tensor as the model declares it).
+  void init_params(std::int64_t global_begin, std::span<float> out, std::uint64_t seed) const {
+    workloads::init_params(layout_, global_begin, out, seed);
+  }
+  void init_params(std::int64_t global_begin, std::span<double> out, std::uint64_t seed) const {
+    workloads::init_params(layout_, global_begin, out, seed);
+  }
+
+  /// A context for micro-batches of options.micro_batch_size sequences; activations come from
+  /// `allocator`, which must outlive the context.
+  std::unique_ptr<MicroBatchContext> make_context(CachingAllocator& allocator, const ContextOptions& options) const;
+
+  /// Runs unit `unit`'s forward. params must hold the blocks of layout().param_blocks(unit). Reads the
+  /// previous unit's output from ctx and leaves its own there; the last unit computes the loss.
+  void forward(int unit, const UnitParams& params, MicroBatchContext& ctx) const;
+  /// Runs unit `unit`'s backward (re-running its forward first under recompute), reading the gradient
+  /// of its output from ctx and leaving the gradient of its input there. params as for forward (the
+  /// same values); grads must hold the blocks of layout().grad_blocks(unit), in grad_dtype(precision).
+  /// The activations the unit saved are freed before it returns.
+  void backward(int unit, const UnitParams& params, MicroBatchContext& ctx, const UnitGrads& grads) const;
+
+ protected:
+  Workload(ParamLayout layout, Precision precision, std::int64_t seq_len, std::int64_t vocab);
+  virtual std::unique_ptr<MicroBatchContext> new_context(CachingAllocator& allocator,
+                                                         const ContextOptions& options) const = 0;
+  virtual void forward_unit(int unit, const UnitParams& params, MicroBatchContext& ctx) const = 0;
+  virtual void backward_unit(int unit, const UnitParams& params, MicroBatchContext& ctx,
+                             const UnitGrads& grads) const = 0;
+  static void set_loss_sum(MicroBatchContext& ctx, double v) noexcept { ctx.set_loss_sum(v); }
+
+ private:
+  void check_blocks(int unit, const UnitParams& params, const UnitGrads* grads) const;
+
+  ParamLayout layout_;
+  Precision precision_;
+  std::int64_t seq_len_;
+  std::int64_t vocab_;
+};
+
+/// Convenience for schedulers that hold every parameter in one flat buffer (none, ddp): the views of
+/// param_blocks(unit) inside `flat` (1-D [total_numel]).
+UnitParams unit_params_from_flat(const ParamLayout& layout, int unit, ConstTensorView flat);
+/// The views of grad_blocks(unit) inside `flat`, each with its accumulate flag: a block accumulates
+/// unless `fresh` is true and `unit` is the block's first writer (fresh = the buffer holds nothing of
+/// this accumulation window yet, e.g. the first micro-batch of a step).
+UnitGrads unit_grads_from_flat(const ParamLayout& layout, int unit, TensorView flat, bool fresh);
+
+}  // namespace hzp::workloads

@@ -1,0 +1,130 @@
+// LlamaConfig: validation with messages naming every key and value involved, parameter and FLOP
+// counts from the shape alone, and the unit layout (llama.hpp).
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "hzp/core/error.hpp"
+#include "hzp/workloads/llama.hpp"
+
+namespace hzp::workloads {
+
+void LlamaConfig::validate() const {
+  std::vector<std::string> problems;
+  auto add = [&](auto&&... parts) { problems.push_back(detail::concat(parts...)); };
+  const auto positive = [&](const char* key, std::int64_t v) {
+    if (v <= 0) add(key, " = ", v, " must be positive");
+  };
+  positive("model.layers", layers);
+  positive("model.hidden", hidden);
+  positive("model.heads", heads);
+  positive("model.kv_heads", kv_heads);
+  positive("model.ffn_hidden", ffn_hidden);
+  positive("model.seq_len", seq_len);
+  if (head_dim < 0) add("model.head_dim = ", head_dim, " must be positive, or 0 for hidden / heads");
+  if (vocab < 2) add("model.vocab = ", vocab, " must be at least 2");
+  if (vocab > std::numeric_limits<std::int32_t>::max())
+    add("model.vocab = ", vocab, " exceeds the int32 token range (", std::numeric_limits<std::int32_t>::max(), ")");
+  if (heads > 0 && kv_heads > 0 && heads % kv_heads != 0)
+    add("model.heads = ", heads, " is not divisible by model.kv_heads = ", kv_heads,
+        " (each key/value head serves a whole group of query heads)");
+  if (head_dim == 0 && heads > 0 && hidden > 0 && hidden % heads != 0)
+    add("model.hidden = ", hidden, " is not divisible by model.heads = ", heads,
+        "; set model.head_dim explicitly");
+  const std::int64_t hd = resolved_head_dim();
+  if (hd > 0 && hd % 2 != 0) add("head_dim = ", hd, " must be even (RoPE rotates pairs of elements)");
+  if (heads > 0 && hidden > 0 && hd == 0) add("head_dim resolves to 0 (model.hidden = ", hidden, " < model.heads = ", heads, ")");
+  if (max_seq_len < 0) add("model.max_seq_len = ", max_seq_len, " must be >= 0 (0 = no limit)");
+  if (max_seq_len > 0 && seq_len > max_seq_len)
+    add("model.seq_len = ", seq_len, " exceeds ", preset.empty() ? "" : "preset " + preset + "'s ",
+        "limit model.max_seq_len = ", max_seq_len);
+  if (!(rope_base > 1.0) || !std::isfinite(rope_base)) add("model.rope_base = ", rope_base, " must be a finite number > 1");
+  if (!(norm_eps >= 0.0) || !std::isfinite(norm_eps)) add("model.norm_eps = ", norm_eps, " must be finite and >= 0");
+  if (problems.empty()) return;
+  std::ostringstream os;
+  os << "invalid model configuration" << (preset.empty() ? "" : " (preset " + preset + ")") << ":";
+  for (const auto& p : problems) os << "\n  - " << p;
+  HZP_THROW(ConfigError, os.str());
+}
+
+std::int64_t LlamaConfig::block_params() const noexcept {
+  const std::int64_t hd = resolved_head_dim();
+  const std::int64_t attn = hidden * heads * hd * 2 + hidden * kv_heads * hd * 2;  // wq, wo; wk, wv
+  const std::int64_t mlp = 3 * hidden * ffn_hidden;
+  return 2 * hidden + attn + mlp;
+}
+
+std::int64_t LlamaConfig::num_params() const noexcept {
+  const std::int64_t emb = vocab * hidden;
+  return emb + layers * block_params() + hidden + (tied_embeddings ? 0 : emb);
+}
+
+std::int64_t LlamaConfig::num_matmul_params() const noexcept {
+  return layers * (block_params() - 2 * hidden) + vocab * hidden;
+}
+
+FlopsPerToken LlamaConfig::flops_per_token() const noexcept {
+  // 6 = 2 (multiply-add) x 3 (forward, input gradient, weight gradient) per matmul weight per token.
+  // Attention: QK^T and PV are 2·T·hd multiply-adds per head and token each in forward, x3 for
+  // backward: 12·L·H·hd·T without the causal discount.
+  const double dense = 6.0 * static_cast<double>(num_matmul_params());
+  const double attn = 12.0 * static_cast<double>(layers) * static_cast<double>(heads) *
+                      static_cast<double>(resolved_head_dim()) * static_cast<double>(seq_len);
+  return {dense + attn, dense + 0.5 * attn};
+}
+
+std::string LlamaConfig::describe() const {
+  std::ostringstream os;
+  os << "llama L=" << layers << " d=" << hidden << " heads=" << heads << "/" << kv_heads
+     << " hd=" << resolved_head_dim() << " ffn=" << ffn_hidden << " V=" << vocab << " T=" << seq_len
+     << (tied_embeddings ? " tied" : " untied");
+  return os.str();
+}
+
+ParamLayout llama_layout(const LlamaConfig& c) {
+  c.validate();
+  const std::int64_t d = c.hidden, hd = c.resolved_head_dim(), q = c.heads * hd, kv = c.kv_heads * hd;
+  const ParamInit normal{ParamInit::Kind::normal, 0.02};
+  // Output projections write into the residual stream once per block each (2L times in all).
+  const ParamInit scaled{ParamInit::Kind::normal, 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers))};
+  const ParamInit ones{ParamInit::Kind::ones, 0.0};
+
+  auto make_unit = [](std::string name, std::vector<std::pair<std::string, std::pair<Shape, ParamInit>>> ts,
+                      std::vector<int> uses) {
+    Unit u;
+    u.name = std::move(name);
+    u.uses = std::move(uses);
+    for (auto& [tname, spec] : ts) {
+      ParamTensor t{tname, spec.first, u.numel, spec.second};
+      u.numel += t.numel();
+      u.tensors.push_back(std::move(t));
+    }
+    return u;
+  };
+
+  std::vector<Unit> units;
+  units.push_back(make_unit("embedding", {{"tok_embeddings", {Shape{c.vocab, d}, normal}}}, {}));
+  for (std::int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = "blocks." + std::to_string(l) + ".";
+    units.push_back(make_unit("block." + std::to_string(l),
+                              {{p + "attn_norm", {Shape{d}, ones}},
+                               {p + "attn.wq", {Shape{q, d}, normal}},
+                               {p + "attn.wk", {Shape{kv, d}, normal}},
+                               {p + "attn.wv", {Shape{kv, d}, normal}},
+                               {p + "attn.wo", {Shape{d, q}, scaled}},
+                               {p + "mlp_norm", {Shape{d}, ones}},
+                               {p + "mlp.w_gate", {Shape{c.ffn_hidden, d}, normal}},
+                               {p + "mlp.w_up", {Shape{c.ffn_hidden, d}, normal}},
+                               {p + "mlp.w_down", {Shape{d, c.ffn_hidden}, scaled}}},
+                              {}));
+  }
+  if (c.tied_embeddings)
+    units.push_back(make_unit("head", {{"final_norm", {Shape{d}, ones}}}, {0}));
+  else
+    units.push_back(make_unit("head", {{"final_norm", {Shape{d}, ones}}, {"lm_head", {Shape{c.vocab, d}, normal}}}, {}));
+  return ParamLayout(std::move(units));
+}
+
+}  // namespace hzp::workloads

@@ -1,0 +1,105 @@
+// The two end units of the Llama decoder: the token embedding (unit 0) and the head (unit L+1: final
+// RMSNorm, LM head, softmax cross-entropy against the targets). With tied embeddings the head reads
+// the embedding table from unit 0's block and writes its LM-head gradient into unit 0's gradient,
+// which the embedding's own backward then accumulates into (ParamLayout's writer rules).
+#include "hzp/core/error.hpp"
+#include "hzp/core/stream.hpp"
+#include "hzp/kernels/cross_entropy.hpp"
+#include "hzp/kernels/embedding.hpp"
+#include "hzp/kernels/rmsnorm.hpp"
+#include "llama/llama_model.hpp"
+
+namespace hzp::workloads::llama {
+namespace {
+
+ConstTensorView tokens_view(std::span<const std::int32_t> t) {
+  return ConstTensorView(t.data(), Shape{static_cast<std::int64_t>(t.size())}, DType::i32);
+}
+
+// Our data never ignores a target; -1 keeps the kernel's "ignore" branch unreachable.
+constexpr std::int32_t kNoIgnore = -1;
+
+}  // namespace
+
+void LlamaModel::embedding_forward(const UnitParams& params, LlamaContext& ctx) const {
+  const Dims d = dims(ctx);
+  const ConstTensorView table = tensor_in_block(layout(), 0, 0, params.block(0));
+  ctx.hidden = make_act(ctx.allocator(), Shape{d.tokens, d.hidden}, act_dtype());
+  kernels::embedding_fwd(ctx.hidden.view, tokens_view(ctx.inputs()), table, StreamRef::host());
+}
+
+void LlamaModel::embedding_backward(LlamaContext& ctx, const UnitGrads& grads) const {
+  HZP_CHECK(static_cast<bool>(ctx.dhidden), "embedding backward: no gradient of its output is held");
+  const UnitGrads::Block& g = grads.block(0);
+  kernels::embedding_bwd(tensor_in_block(layout(), 0, 0, g.view), tokens_view(ctx.inputs()), ctx.dhidden.view,
+                         g.accumulate, StreamRef::host());
+  ctx.dhidden.reset();
+}
+
+void LlamaModel::head_forward(const UnitParams& params, LlamaContext& ctx, bool recomputing) const {
+  const Dims d = dims(ctx);
+  // Under recompute the first run keeps only x; the run from backward keeps everything it builds.
+  const bool keep = recomputing || !ctx.recompute();
+  const int hu = head_unit();
+  CachingAllocator& alloc = ctx.allocator();
+  HeadActs& s = ctx.head;
+  if (!recomputing) s.x = std::move(ctx.hidden);
+  HZP_CHECK(static_cast<bool>(s.x), "head forward: no input (did the last block run?)");
+  const ConstTensorView norm_w = tensor_in_block(layout(), hu, 0, params.block(hu));
+  const ConstTensorView w = config_.tied_embeddings ? tensor_in_block(layout(), 0, 0, params.block(0))
+                                                    : tensor_in_block(layout(), hu, 1, params.block(hu));
+  s.h = make_act(alloc, Shape{d.tokens, d.hidden}, act_dtype());
+  s.rstd = make_act(alloc, Shape{d.tokens}, stat_dtype());
+  kernels::rmsnorm_fwd(s.h.view, s.rstd.view, s.x.view, norm_w, static_cast<float>(config_.norm_eps),
+                       StreamRef::host());
+  s.logits = make_act(alloc, Shape{d.tokens, d.vocab}, act_dtype());
+  linear_fwd(s.logits.view, s.h.view, w, alloc);
+  if (!recomputing) {
+    // The loss is computed on the first run only; a recompute in backward rebuilds identical logits.
+    Act losses = make_act(alloc, Shape{d.tokens}, stat_dtype());
+    const kernels::CrossEntropyResult r = kernels::cross_entropy_fwd(
+        losses.view, s.logits.view, tokens_view(ctx.targets()), kNoIgnore, StreamRef::host());
+    set_loss_sum(ctx, r.loss_sum);
+  }
+  if (!keep) {
+    s.h.reset();
+    s.rstd.reset();
+    s.logits.reset();
+  }
+}
+
+void LlamaModel::head_backward(const UnitParams& params, LlamaContext& ctx, const UnitGrads& grads) const {
+  const Dims d = dims(ctx);
+  const int hu = head_unit();
+  CachingAllocator& alloc = ctx.allocator();
+  HeadActs& s = ctx.head;
+  if (ctx.recompute()) head_forward(params, ctx, true);
+  HZP_CHECK(static_cast<bool>(s.logits), "head backward: its forward state is missing");
+
+  // dlogits overwrite the logits in place (the kernel reads each row before writing it).
+  kernels::CrossEntropyGrad cg;
+  cg.ignore_index = kNoIgnore;
+  cg.normaliser = ctx.normaliser();
+  cg.dloss = 1.0;
+  kernels::cross_entropy_bwd(s.logits.view, s.logits.view, tokens_view(ctx.targets()), cg, StreamRef::host());
+
+  const UnitGrads::Block& gh = grads.block(hu);
+  const ConstTensorView norm_w = tensor_in_block(layout(), hu, 0, params.block(hu));
+  const ConstTensorView w = config_.tied_embeddings ? tensor_in_block(layout(), 0, 0, params.block(0))
+                                                    : tensor_in_block(layout(), hu, 1, params.block(hu));
+  const UnitGrads::Block& gw = config_.tied_embeddings ? grads.block(0) : gh;
+  const TensorView dw = config_.tied_embeddings ? tensor_in_block(layout(), 0, 0, gw.view)
+                                                : tensor_in_block(layout(), hu, 1, gw.view);
+  linear_bwd_weight(dw, s.logits.view, s.h.view, gw.accumulate, alloc);
+  Act dh = make_act(alloc, Shape{d.tokens, d.hidden}, act_dtype());
+  linear_bwd_data(dh.view, s.logits.view, w, false, alloc);
+  s.logits.reset();
+  s.h.reset();
+
+  ctx.dhidden = make_act(alloc, Shape{d.tokens, d.hidden}, act_dtype());
+  kernels::rmsnorm_bwd(ctx.dhidden.view, tensor_in_block(layout(), hu, 0, gh.view), dh.view, s.x.view, norm_w,
+                       s.rstd.view, gh.accumulate, StreamRef::host());
+  s.reset_all();
+}
+
+}  // namespace hzp::workloads::llama

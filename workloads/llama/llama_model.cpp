@@ -1,0 +1,96 @@
+// LlamaModel: construction, the context, and the dispatch from a unit index to the embedding, a
+// transformer block or the head (llama_model.hpp). The factory make_llama (llama.hpp) lives here.
+#include "llama/llama_model.hpp"
+
+#include "hzp/core/error.hpp"
+
+namespace hzp::workloads::llama {
+
+void BlockActs::reset_internals() noexcept {
+  for (Act* a : {&h1, &rstd1, &q, &k, &v, &att, &lse, &x2, &h2, &rstd2, &g, &u, &this->a}) a->reset();
+}
+
+void BlockActs::reset_all() noexcept {
+  reset_internals();
+  x.reset();
+}
+
+void HeadActs::reset_all() noexcept {
+  for (Act* a : {&x, &h, &rstd, &logits}) a->reset();
+}
+
+LlamaContext::LlamaContext(CachingAllocator& alloc, const ContextOptions& options, const LlamaConfig& config,
+                           int num_units)
+    : MicroBatchContext(alloc, options, config.seq_len, num_units),
+      blocks(static_cast<std::size_t>(config.layers)) {}
+
+ConstTensorView LlamaContext::logits() const {
+  HZP_CHECK(static_cast<bool>(head.logits), "logits are held from the head's forward until its backward, and "
+            "not at all under recompute (train.recompute = true drops them after the loss)");
+  return head.logits.view;
+}
+
+void LlamaContext::release_all() {
+  for (BlockActs& b : blocks) b.reset_all();
+  head.reset_all();
+  hidden.reset();
+  dhidden.reset();
+}
+
+LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision)
+    : Workload(llama_layout(config), precision, config.seq_len, config.vocab), config_(config) {}
+
+std::unique_ptr<MicroBatchContext> LlamaModel::new_context(CachingAllocator& allocator,
+                                                           const ContextOptions& options) const {
+  return std::make_unique<LlamaContext>(allocator, options, config_, layout().num_units());
+}
+
+Dims LlamaModel::dims(const MicroBatchContext& ctx) const {
+  return Dims{ctx.micro_batch_size(),
+              config_.seq_len,
+              ctx.tokens(),
+              config_.hidden,
+              config_.heads,
+              config_.kv_heads,
+              config_.resolved_head_dim(),
+              config_.ffn_hidden,
+              config_.vocab};
+}
+
+void LlamaModel::forward_unit(int unit, const UnitParams& params, MicroBatchContext& base) const {
+  auto& ctx = static_cast<LlamaContext&>(base);
+  if (unit == 0) {
+    embedding_forward(params, ctx);
+  } else if (unit == head_unit()) {
+    head_forward(params, ctx, /*recomputing=*/false);
+  } else {
+    BlockActs& s = ctx.blocks[static_cast<std::size_t>(unit - 1)];
+    s.x = std::move(ctx.hidden);
+    Act out;
+    block_compute(unit, params, ctx, s, &out);
+    if (ctx.recompute()) s.reset_internals();
+    ctx.hidden = std::move(out);
+  }
+}
+
+void LlamaModel::backward_unit(int unit, const UnitParams& params, MicroBatchContext& base,
+                               const UnitGrads& grads) const {
+  auto& ctx = static_cast<LlamaContext&>(base);
+  if (unit == 0) {
+    embedding_backward(ctx, grads);
+  } else if (unit == head_unit()) {
+    head_backward(params, ctx, grads);
+  } else {
+    block_backward(unit, params, ctx, grads);
+  }
+}
+
+}  // namespace hzp::workloads::llama
+
+namespace hzp::workloads {
+
+std::unique_ptr<Workload> make_llama(const LlamaConfig& config, Precision precision) {
+  return std::make_unique<llama::LlamaModel>(config, precision);
+}
+
+}  // namespace hzp::workloads

@@ -1,0 +1,86 @@
+// The Llama decoder as a Workload (private to hzp_workloads; the public face is llama.hpp): the model
+// class, its per-micro-batch context (what each unit saves for backward), and the per-unit forward and
+// backward functions, which live in llama_block.cpp (transformer blocks) and llama_ends.cpp
+// (embedding and head).
+#pragma once
+
+#include <vector>
+
+#include "hzp/workloads/llama.hpp"
+#include "hzp/workloads/workload.hpp"
+#include "llama/llama_ops.hpp"
+
+namespace hzp::workloads::llama {
+
+/// What a transformer block keeps between its forward and its backward. Under recompute only x is
+/// kept by forward; backward rebuilds the rest from it before using them.
+struct BlockActs {
+  Act x;                 // the block's input (the residual stream), [N, d]
+  Act h1, rstd1;         // attention RMSNorm output and its 1/rms per row
+  Act q, k, v;           // projections after RoPE (q, k) — what attention_bwd needs
+  Act att, lse;          // attention output [N, H·hd] and its per-row log-sum-exp
+  Act x2;                // residual stream after attention
+  Act h2, rstd2;         // MLP RMSNorm output and its 1/rms per row
+  Act g, u, a;           // gate and up projections, SwiGLU output [N, F]
+  void reset_all() noexcept;
+  void reset_internals() noexcept;  // everything but x
+};
+
+/// What the head keeps: its input, the final RMSNorm, the logits (under recompute only x).
+struct HeadActs {
+  Act x, h, rstd, logits;
+  void reset_all() noexcept;
+};
+
+class LlamaContext final : public MicroBatchContext {
+ public:
+  LlamaContext(CachingAllocator& alloc, const ContextOptions& options, const LlamaConfig& config, int num_units);
+  ConstTensorView logits() const override;
+
+  std::vector<BlockActs> blocks;  // one per transformer block
+  HeadActs head;
+  Act hidden;   // output of the last forward unit: the next unit's input
+  Act dhidden;  // gradient of the next backward unit's output
+
+ protected:
+  void release_all() override;
+};
+
+/// Dimensions used everywhere in the units (N = tokens of a micro-batch).
+struct Dims {
+  std::int64_t batch, seq, tokens, hidden, heads, kv_heads, head_dim, ffn, vocab;
+};
+
+class LlamaModel final : public Workload {
+ public:
+  LlamaModel(const LlamaConfig& config, Precision precision);
+  std::string describe() const override { return config_.describe(); }
+  FlopsPerToken flops_per_token() const override { return config_.flops_per_token(); }
+  const LlamaConfig& config() const noexcept { return config_; }
+
+ protected:
+  std::unique_ptr<MicroBatchContext> new_context(CachingAllocator& allocator, const ContextOptions& options) const override;
+  void forward_unit(int unit, const UnitParams& params, MicroBatchContext& ctx) const override;
+  void backward_unit(int unit, const UnitParams& params, MicroBatchContext& ctx, const UnitGrads& grads) const override;
+
+ private:
+  Dims dims(const MicroBatchContext& ctx) const;
+  // llama_ends.cpp
+  void embedding_forward(const UnitParams& params, LlamaContext& ctx) const;
+  void embedding_backward(LlamaContext& ctx, const UnitGrads& grads) const;
+  void head_forward(const UnitParams& params, LlamaContext& ctx, bool recomputing) const;
+  void head_backward(const UnitParams& params, LlamaContext& ctx, const UnitGrads& grads) const;
+  // llama_block.cpp. block_compute fills every saved tensor of `s` from s.x; with `out` it also
+  // computes the block's output (skipped when backward recomputes, which does not need it).
+  void block_compute(int unit, const UnitParams& params, LlamaContext& ctx, BlockActs& s, Act* out) const;
+  void block_backward(int unit, const UnitParams& params, LlamaContext& ctx, const UnitGrads& grads) const;
+
+  int head_unit() const noexcept { return static_cast<int>(config_.layers) + 1; }
+  DType act_dtype() const noexcept { return activation_dtype(precision()); }
+  /// rstd and lse: fp32, fp64 in fp64 mode (what the kernels write).
+  DType stat_dtype() const noexcept { return precision() == Precision::fp64 ? DType::f64 : DType::f32; }
+
+  LlamaConfig config_;
+};
+
+}  // namespace hzp::workloads::llama

@@ -1,0 +1,200 @@
+// ParamLayout: validation of the unit list, offsets, the gradient-writer rules schedulers rely on,
+// element lookup, block/tensor views, and the counter-based initialisation (param_layout.hpp).
+#include "hzp/workloads/param_layout.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "data/counter_rng.hpp"
+#include "hzp/core/error.hpp"
+
+namespace hzp::workloads {
+namespace {
+
+// Stream tag of parameter initialisation, so its draws are unrelated to the data sources' (which
+// fold other tags into possibly the same seed).
+constexpr std::uint64_t kTagInit = 0x504152414D494E49ull;  // "PARAMINI"
+
+}  // namespace
+
+ParamLayout::ParamLayout(std::vector<Unit> units) : units_(std::move(units)) {
+  const int n = num_units();
+  HZP_CHECK(n > 0, "a layout needs at least one unit");
+  offsets_.assign(static_cast<std::size_t>(n) + 1, 0);
+  for (int u = 0; u < n; ++u) {
+    const Unit& unit = units_[u];
+    HZP_CHECK(!unit.name.empty(), "unit ", u, " has no name");
+    std::int64_t next = 0;
+    for (const ParamTensor& t : unit.tensors) {
+      HZP_CHECK(t.offset == next, "unit ", unit.name, ": tensor ", t.name, " starts at ", t.offset,
+                ", expected ", next, " (tensors are contiguous, in order, without padding)");
+      HZP_CHECK(t.numel() > 0, "unit ", unit.name, ": tensor ", t.name, " is empty");
+      next += t.numel();
+    }
+    HZP_CHECK(next == unit.numel, "unit ", unit.name, ": tensors hold ", next, " elements but numel is ",
+              unit.numel);
+    for (std::size_t i = 0; i < unit.uses.size(); ++i) {
+      const int v = unit.uses[i];
+      HZP_CHECK(v >= 0 && v < n && v != u, "unit ", unit.name, " uses unit ", v, " (", n,
+                " units; a unit never lists itself)");
+      HZP_CHECK(std::count(unit.uses.begin(), unit.uses.end(), v) == 1, "unit ", unit.name,
+                " lists unit ", v, " twice in uses");
+    }
+    offsets_[u + 1] = offsets_[u] + unit.numel;
+  }
+  total_ = offsets_.back();
+}
+
+const Unit& ParamLayout::unit(int u) const {
+  HZP_CHECK(u >= 0 && u < num_units(), "unit index ", u, " out of range [0, ", num_units(), ")");
+  return units_[u];
+}
+
+std::int64_t ParamLayout::unit_offset(int u) const {
+  HZP_CHECK(u >= 0 && u <= num_units(), "unit index ", u, " out of range [0, ", num_units(), "]");
+  return offsets_[u];
+}
+
+std::vector<int> ParamLayout::param_blocks(int u) const {
+  std::vector<int> r{u};
+  const Unit& x = unit(u);
+  r.insert(r.end(), x.uses.begin(), x.uses.end());
+  return r;
+}
+
+std::vector<int> ParamLayout::grad_writers(int b) const {
+  (void)unit(b);  // range check
+  std::vector<int> r;
+  for (int u = num_units() - 1; u >= 0; --u) {
+    const auto& uses = units_[u].uses;
+    if (u == b || std::find(uses.begin(), uses.end(), b) != uses.end()) r.push_back(u);
+  }
+  return r;
+}
+
+std::vector<int> ParamLayout::grads_final_after(int u) const {
+  std::vector<int> r;
+  for (int b : grad_blocks(u))
+    if (last_grad_writer(b) == u) r.push_back(b);
+  return r;
+}
+
+std::vector<int> ParamLayout::params_last_used_in_forward(int u) const {
+  std::vector<int> r;
+  for (int b : param_blocks(u)) {
+    int last = -1;
+    for (int v = 0; v < num_units(); ++v) {
+      const auto& uses = units_[v].uses;
+      if (v == b || std::find(uses.begin(), uses.end(), b) != uses.end()) last = v;
+    }
+    if (last == u) r.push_back(b);
+  }
+  return r;
+}
+
+ParamLayout::Location ParamLayout::locate(std::int64_t i) const {
+  HZP_CHECK(i >= 0 && i < total_, "flat index ", i, " out of range [0, ", total_, ")");
+  const auto it = std::upper_bound(offsets_.begin(), offsets_.end(), i);
+  const int u = static_cast<int>(it - offsets_.begin()) - 1;
+  const std::int64_t in_unit = i - offsets_[u];
+  const auto& ts = units_[u].tensors;
+  // Tensors are few per unit (≤ 9 for a Llama block): a linear scan is simpler than a search.
+  for (int t = static_cast<int>(ts.size()) - 1; t >= 0; --t)
+    if (ts[t].offset <= in_unit) return {u, t, in_unit - ts[t].offset};
+  HZP_THROW(PreconditionError, "flat index ", i, " falls in no tensor of unit ", units_[u].name);
+}
+
+const ParamTensor* ParamLayout::find(std::string_view name, int* unit_out) const {
+  for (int u = 0; u < num_units(); ++u)
+    for (const ParamTensor& t : units_[u].tensors)
+      if (t.name == name) {
+        if (unit_out) *unit_out = u;
+        return &t;
+      }
+  return nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Initialisation
+// ---------------------------------------------------------------------------------------------------
+
+namespace {
+
+template <typename T>
+void init_range(const ParamLayout& layout, std::int64_t begin, std::span<T> out, std::uint64_t seed) {
+  const auto n = static_cast<std::int64_t>(out.size());
+  HZP_CHECK(begin >= 0 && begin + n <= layout.total_numel(), "init_params: range [", begin, ", ", begin + n,
+            ") outside the layout's [0, ", layout.total_numel(), ")");
+  if (n == 0) return;
+  const std::uint64_t key = rng::fold(seed, kTagInit);
+  std::int64_t i = begin;
+  const std::int64_t end = begin + n;
+  while (i < end) {
+    // Walk tensor by tensor so the init spec is looked up once per run of elements.
+    const ParamLayout::Location loc = layout.locate(i);
+    const ParamTensor& t = layout.unit(loc.unit).tensors[loc.tensor];
+    const std::int64_t run_end = std::min(end, i - loc.index + t.numel());
+    for (; i < run_end; ++i) {
+      double v = 0;
+      switch (t.init.kind) {
+        case ParamInit::Kind::normal:
+          v = t.init.std * rng::Stream(rng::fold(key, static_cast<std::uint64_t>(i))).normal();
+          break;
+        case ParamInit::Kind::ones: v = 1.0; break;
+        case ParamInit::Kind::zeros: v = 0.0; break;
+      }
+      out[static_cast<std::size_t>(i - begin)] = static_cast<T>(v);
+    }
+  }
+}
+
+}  // namespace
+
+void init_params(const ParamLayout& layout, std::int64_t global_begin, std::span<float> out, std::uint64_t seed) {
+  init_range(layout, global_begin, out, seed);
+}
+void init_params(const ParamLayout& layout, std::int64_t global_begin, std::span<double> out, std::uint64_t seed) {
+  init_range(layout, global_begin, out, seed);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Views
+// ---------------------------------------------------------------------------------------------------
+
+namespace {
+
+template <typename View>
+View block_of(const ParamLayout& layout, int u, View flat) {
+  HZP_CHECK(flat.numel() == layout.total_numel(), "flat parameter buffer has ", flat.numel(),
+            " elements, the layout ", layout.total_numel());
+  using Byte = std::conditional_t<std::is_same_v<View, TensorView>, std::byte, const std::byte>;
+  auto* base = static_cast<Byte*>(flat.data()) + layout.unit_offset(u) * static_cast<std::int64_t>(dtype_size(flat.dtype()));
+  return View(base, Shape{layout.unit_numel(u)}, flat.dtype(), flat.device());
+}
+
+template <typename View>
+View tensor_of(const ParamLayout& layout, int u, int t, View block) {
+  const Unit& unit = layout.unit(u);
+  HZP_CHECK(t >= 0 && t < static_cast<int>(unit.tensors.size()), "unit ", unit.name, " has no tensor ", t);
+  HZP_CHECK(block.numel() == unit.numel, "block of unit ", unit.name, " has ", block.numel(),
+            " elements, expected ", unit.numel);
+  const ParamTensor& p = unit.tensors[t];
+  using Byte = std::conditional_t<std::is_same_v<View, TensorView>, std::byte, const std::byte>;
+  auto* base = static_cast<Byte*>(block.data()) + p.offset * static_cast<std::int64_t>(dtype_size(block.dtype()));
+  return View(base, p.shape, block.dtype(), block.device());
+}
+
+}  // namespace
+
+TensorView unit_block(const ParamLayout& layout, int u, TensorView flat) { return block_of(layout, u, flat); }
+ConstTensorView unit_block(const ParamLayout& layout, int u, ConstTensorView flat) {
+  return block_of(layout, u, flat);
+}
+ConstTensorView tensor_in_block(const ParamLayout& layout, int u, int t, ConstTensorView block) {
+  return tensor_of(layout, u, t, block);
+}
+TensorView tensor_in_block(const ParamLayout& layout, int u, int t, TensorView block) {
+  return tensor_of(layout, u, t, block);
+}
+
+}  // namespace hzp::workloads
