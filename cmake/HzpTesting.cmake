@@ -65,3 +65,56 @@ function(hzp_add_bench)
     set_tests_properties(${A_NAME} PROPERTIES LABELS "bench" TIMEOUT 300)
   endif()
 endfunction()
+
+# hzp_add_tsan_mpi_test(NAME <name> SOURCES <test sources> TARGETS <hzp library targets> RANKS <n>
+#                       [TIMEOUT s] [ENV ...])
+# A ThreadSanitizer copy of an MPI test inside the normal build: the test sources and every source of
+# the listed hzpbench targets (read from their SOURCES and SOURCE_DIR, so no list is duplicated) are
+# compiled again into one executable with -fsanitize=thread; the targets' include directories and
+# their non-hzpbench link libraries (MPI, GTest, ...) are reused. Registered as <name>_np<N> with
+# labels mpi;tsan. UCX_MEM_MMAP_HOOK_MODE=none: MPICH/UCX's mmap hooks crash a TSan process
+# (env-notes.md); halt_on_error=1: any report fails the test.
+function(hzp_add_tsan_mpi_test)
+  cmake_parse_arguments(A "" "NAME;TIMEOUT" "SOURCES;TARGETS;RANKS;ENV" ${ARGN})
+  set(_srcs ${A_SOURCES})
+  set(_incs "")
+  set(_libs "")
+  foreach(t IN LISTS A_TARGETS)
+    get_target_property(_tsrc ${t} SOURCES)
+    get_target_property(_tdir ${t} SOURCE_DIR)
+    foreach(s IN LISTS _tsrc)
+      if(s MATCHES "\\.(h|hpp|cuh|in)$")
+        continue()
+      endif()
+      if(NOT IS_ABSOLUTE "${s}")
+        set(s "${_tdir}/${s}")
+      endif()
+      list(APPEND _srcs "${s}")
+    endforeach()
+    get_target_property(_tinc ${t} INCLUDE_DIRECTORIES)
+    if(_tinc)
+      list(APPEND _incs ${_tinc})
+    endif()
+    get_target_property(_tlib ${t} LINK_LIBRARIES)
+    if(_tlib)
+      list(APPEND _libs ${_tlib})
+    endif()
+  endforeach()
+  # The listed targets are compiled in; linking them too would bring uninstrumented duplicates.
+  list(REMOVE_ITEM _libs ${A_TARGETS})
+  list(REMOVE_DUPLICATES _libs)
+  list(REMOVE_DUPLICATES _incs)
+  add_executable(${A_NAME} ${_srcs})
+  # Generated sources (build_info.cpp) come from the original targets' custom commands.
+  add_dependencies(${A_NAME} ${A_TARGETS})
+  target_include_directories(${A_NAME} PRIVATE ${_incs})
+  target_link_libraries(${A_NAME} PRIVATE ${_libs} hzp_options)
+  target_compile_options(${A_NAME} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=thread -g -O1>)
+  target_link_options(${A_NAME} PRIVATE -fsanitize=thread)
+  set_target_properties(${A_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT ${HZP_MPI_TEST_TIMEOUT})
+  endif()
+  hzp_add_mpi_test(NAME ${A_NAME} TARGET ${A_NAME} RANKS ${A_RANKS} TIMEOUT ${A_TIMEOUT} LABELS tsan
+                   ENV "UCX_MEM_MMAP_HOOK_MODE=none;TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1;${A_ENV}")
+endfunction()
