@@ -161,6 +161,9 @@ int run_collectives(const Args& a) {
       std::fputs(format_bench_row(r).c_str(), stdout);
       std::fflush(stdout);
     });
+    // Measured again at the end: on a shared machine memory bandwidth drifts with the neighbours'
+    // load, and a large drift says the ratios above are uncertain by about that much.
+    const MemcpyReference mref_end = measure_memcpy(mref.bytes, opt.memcpy_repeats, stats);
     MPI_Comm_free(&stats);
 
     std::int64_t wrong = 0;
@@ -168,6 +171,9 @@ int run_collectives(const Args& a) {
     if (printer) {
       std::printf("#\n# #wrong total: %lld%s\n", static_cast<long long>(wrong),
                   wrong == 0 ? " (every result exact)" : " (RESULTS WRONG)");
+      std::printf("# memcpy again at the end: %.3f GB/s on one core alone (%+.0f%% from the start; "
+                  "bus/mcp uses the start)\n",
+                  mref_end.one_core_gbps, 100.0 * (mref_end.one_core_gbps / mref.one_core_gbps - 1.0));
       for (coll::CollOp op : opt.ops) {
         // The figure of merit: mean busbw over sizes >= 1 MiB, as a share of memcpy.
         // The p50 figure beside it discounts iterations where a rank was descheduled.
