@@ -152,6 +152,7 @@ struct CallInfo {
   DType dtype = DType::u8;
   std::int64_t count = 0;
   int peer = -1;
+  int tag = 0;  // send/recv
   std::uint64_t seq = 0;
   double join = 0;
 };

@@ -179,9 +179,9 @@ bool is_small(const CommState& st, CollOp op, std::int64_t count, DType dtype) {
   return threshold > 0 && algbw_bytes(op, static_cast<std::size_t>(count), dtype, st.size) < threshold;
 }
 
-Request launch(const std::shared_ptr<CommState>& sp, const CallInfo& info, detail::ScratchPool::Lease scratch,
-               std::unique_ptr<detail::Algorithm> live, const detail::DryFactory& dry, bool model_all_ranks,
-               const detail::NativeCall* native) {
+Request launch_unguarded(const std::shared_ptr<CommState>& sp, const CallInfo& info,
+                         detail::ScratchPool::Lease scratch, std::unique_ptr<detail::Algorithm> live,
+                         const detail::DryFactory& dry, bool model_all_ranks, const detail::NativeCall* native) {
   CommState& st = *sp;
   Header own{info.join, info.join};
   CollectiveModel model;
@@ -198,10 +198,25 @@ Request launch(const std::shared_ptr<CommState>& sp, const CallInfo& info, detai
     op = detail::make_native_operation(st, *native, own, std::move(scratch), bytes,
                                        detail::native_algorithm_name(self->name()));
   } else {
-    op = detail::make_p2p_operation(st, std::move(live), detail::collective_tags(info.seq), own,
-                                    std::move(scratch));
+    const bool p2p = info.op == CollOp::send || info.op == CollOp::recv;
+    const detail::TagPair tags = p2p ? detail::p2p_tags(info.tag) : detail::collective_tags(info.seq);
+    op = detail::make_p2p_operation(st, std::move(live), tags, own, std::move(scratch));
   }
   return detail::make_request(sp, info, std::move(op), model_ptr);
+}
+
+// A call that failed after taking its sequence number leaves this rank out of step with its peers
+// (their next call would match ours with a different number): the communicator cannot be trusted.
+Request launch(const std::shared_ptr<CommState>& sp, const CallInfo& info, detail::ScratchPool::Lease scratch,
+               std::unique_ptr<detail::Algorithm> live, const detail::DryFactory& dry, bool model_all_ranks,
+               const detail::NativeCall* native) {
+  try {
+    return launch_unguarded(sp, info, std::move(scratch), std::move(live), dry, model_all_ranks, native);
+  } catch (const std::exception& e) {
+    sp->mark_failed(std::string(coll_op_name(info.op)) + " #" + std::to_string(info.seq) +
+                    " failed to start: " + e.what());
+    throw;
+  }
 }
 
 CallInfo begin_call(CommState& st, CollOp op, DType dtype, std::int64_t count, int peer = -1) {
@@ -443,24 +458,15 @@ Request MpiCommunicator::start_p2p(CollOp op, const std::byte* send_data, std::b
   HZP_CHECK(tag >= 0 && tag <= kMaxUserTag, coll_op_name(op), ": tag ", tag, " outside 0..", kMaxUserTag);
   s.synchronize();
   CallInfo info = begin_call(st, op, buf.dtype(), buf.numel(), peer);
+  info.tag = tag;
   const std::size_t bytes = buf.bytes();
   const bool is_send = op == CollOp::send;
   const detail::DryFactory dry = [=](int) {
     return is_send ? detail::make_send(nullptr, bytes, peer) : detail::make_recv(nullptr, bytes, peer);
   };
   auto live = is_send ? detail::make_send(send_data, bytes, peer) : detail::make_recv(recv_data, bytes, peer);
-  // Only the caller's side is known: model from its own message (for a receive, the sender's).
-  CommState& cs = st;
-  Header own{info.join, info.join};
-  CollectiveModel model;
-  const CollectiveModel* model_ptr = nullptr;
-  if (cs.world->links) {
-    model = detail::model_call(cs, dry, /*all_ranks=*/false);
-    own.ready = cs.world->links->reserve(info.join, model);
-    model_ptr = &model;
-  }
-  auto opn = detail::make_p2p_operation(cs, std::move(live), detail::p2p_tags(tag), own, {});
-  return detail::make_request(state_, info, std::move(opn), model_ptr);
+  // Only the caller's side is known: the model uses its own message (for a receive, the sender's).
+  return launch(state_, info, {}, std::move(live), dry, /*model_all_ranks=*/false, nullptr);
 }
 
 }  // namespace hzp::coll

@@ -55,10 +55,17 @@ void WaitPacer::pause() noexcept {
     return;
   }
   if (policy_ == WaitPolicy::mixed) {
+    // Not remembered across waits: on a machine loaded by other processes a slow yield is common
+    // and says nothing about the next wait (measured: remembering it for 1 s made inline waits at
+    // 2 ranks as slow as backoff, docs/collectives.md "Wait policy").
     const double now = wall_seconds();
     if (yield_until_s_ < 0) yield_until_s_ = now + kMixedYieldSeconds;
     if (now < yield_until_s_) {
       sched_yield();
+      // A yield that took long handed the core to another thread for its time slice: the cores
+      // are oversubscribed, where sleeping serves better (the scheduler favours a waking sleeper
+      // over a thread that keeps yielding), so back off from now on.
+      if (wall_seconds() - now > kSlowYieldSeconds) yield_until_s_ = 0;
       return;
     }
   }

@@ -15,8 +15,10 @@ class WaitPacer {
   /// Back to the first (shortest) pause: for a wait that made progress.
   void reset() noexcept;
 
-  /// How long mixed yields before backing off.
+  /// How long mixed yields before backing off...
   static constexpr double kMixedYieldSeconds = 100e-6;
+  /// ...or until one yield takes longer than this (the core was given to another thread).
+  static constexpr double kSlowYieldSeconds = 200e-6;
 
  private:
   WaitPolicy policy_;
