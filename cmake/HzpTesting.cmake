@@ -24,6 +24,10 @@ function(hzp_add_mpi_test)
   if(NOT A_TIMEOUT)
     set(A_TIMEOUT ${HZP_MPI_TEST_TIMEOUT})
   endif()
+  if(HZP_TSAN)
+    # A whole-build TSan run: MPICH/UCX's mmap hooks crash TSan processes (env-notes.md).
+    list(APPEND A_ENV "UCX_MEM_MMAP_HOOK_MODE=none")
+  endif()
   foreach(n IN LISTS A_RANKS)
     add_test(NAME ${A_NAME}_np${n}
              COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} ${MPIEXEC_PREFLAGS}

@@ -32,11 +32,17 @@ Request::~Request() {
 
 bool Request::test() {
   if (!impl_) return true;
-  if (impl_->test()) {
+  bool done = false;
+  try {
+    done = impl_->test();
+  } catch (...) {
+    // As in wait(): a failed request is finished; it must not be waited on again (by the
+    // destructor, say, which would report the failure a second time).
     impl_.reset();
-    return true;
+    throw;
   }
-  return false;
+  if (done) impl_.reset();
+  return done;
 }
 
 void Request::wait() {

@@ -49,6 +49,25 @@ bool checked_round(Communicator& c, int iter, std::string& why) {
       return false;
     }
   }
+  // An exchange and a broadcast, the other patterns a background thread may run.
+  Buffer a2a_in(DType::f32, 3 * p), a2a_out(DType::f32, 3 * p);
+  a2a_in.fill([&](std::int64_t i) { return value(r, i, iter); });
+  c.all_to_all(a2a_in.cview(), a2a_out.view(), StreamRef::host());
+  for (int q = 0; q < p; ++q)
+    for (std::int64_t j = 0; j < 3; ++j)
+      if (a2a_out.get(q * 3 + j) != static_cast<float>(value(q, r * 3 + j, iter))) {
+        why = "all_to_all from rank " + std::to_string(q);
+        return false;
+      }
+  const int root = iter % p;
+  Buffer b(DType::bf16, 7);
+  b.fill([&](std::int64_t i) { return r == root ? value(root, i, iter) : 0.0; });
+  c.broadcast(b.view(), root, StreamRef::host());
+  for (std::int64_t i = 0; i < 7; ++i)
+    if (b.get(i) != static_cast<float>(value(root, i, iter))) {
+      why = "broadcast from root " + std::to_string(root);
+      return false;
+    }
   return true;
 }
 
