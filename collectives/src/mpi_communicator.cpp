@@ -164,6 +164,7 @@ LinkLevel MpiCommunicator::level_to(int peer) const {
   HZP_CHECK(peer >= 0 && peer < state_->size, "rank ", peer, " outside group '", state_->name, "'");
   return state_->level_to(peer);
 }
+std::size_t MpiCommunicator::scratch_bytes() const { return state_->scratch.capacity_bytes(); }
 bool MpiCommunicator::failed() const noexcept { return state_->failed.load(std::memory_order_acquire); }
 std::string MpiCommunicator::failure_reason() const {
   std::lock_guard<std::mutex> lock(state_->fail_mu);

@@ -101,7 +101,10 @@ class MpiCommunicator final : public Communicator {
   int node_of(int r) const;
   /// intra when group rank `peer` shares this rank's node.
   LinkLevel level_to(int peer) const;
-  /// True once a deadline fired on this communicator; reason() says which call.
+  /// Bytes held by this communicator's persistent scratch pool (bf16 and reduction partials); it
+  /// grows to what the calls need and then stays, so the steady state allocates no scratch.
+  std::size_t scratch_bytes() const;
+  /// True once a deadline fired on this communicator; failure_reason() says which call.
   bool failed() const noexcept;
   std::string failure_reason() const;
 
