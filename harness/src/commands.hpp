@@ -40,5 +40,6 @@ void add_config_options(CLI::App& sub, ConfigArgs& args);
 Command add_list_command(CLI::App& app);
 Command add_topology_command(CLI::App& app);
 Command add_collectives_command(CLI::App& app);
+Command add_inspect_command(CLI::App& app);
 
 }  // namespace hzp::harness

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
       hh::add_list_command(app),
       hh::add_topology_command(app),
       hh::add_collectives_command(app),
+      hh::add_inspect_command(app),
   };
 
   try {

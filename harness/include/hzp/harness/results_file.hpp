@@ -1,0 +1,162 @@
+// The results file writer: one HDF5 file per run (design.md §5, docs/results-schema.md), written by
+// one process (rank 0) on one thread. Root attributes hold provenance and the run's status; datasets
+// grow by one row per step (`[step]` or `[step, rank]`); fixed-shape arrays and tensor dumps sit
+// beside them. The file uses HDF5's earliest format with the sec2 driver and is flushed by the caller
+// as the run goes, so a SIGKILLed writer leaves a file that opens with every flushed step.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace hzp::harness {
+
+/// The layout version this build writes, and the newest it reads. Bump it when a reader of the old
+/// version would misread a new file (a renamed or re-shaped dataset, a changed unit); adding an
+/// attribute or a dataset does not need a bump (docs/results-schema.md, "Versioning").
+inline constexpr std::int64_t kResultsSchemaVersion = 1;
+
+/// A root or dataset attribute: int64, float64, a UTF-8 string or a 1-D list of strings.
+using AttrValue = std::variant<std::int64_t, double, std::string, std::vector<std::string>>;
+
+/// The run's `status` attribute: `running` from creation, then `ok`, `failed: <rank>: <reason>` or
+/// `diverged`. A file still at `running` with no live job was killed.
+class RunStatus {
+ public:
+  enum class Kind { running, ok, failed, diverged, unknown };
+
+  static RunStatus running() { return RunStatus(Kind::running, -1, {}); }
+  static RunStatus ok() { return RunStatus(Kind::ok, -1, {}); }
+  static RunStatus diverged() { return RunStatus(Kind::diverged, -1, {}); }
+  /// `failed: <rank>: <reason>`; rank is the rank that raised the error (-1 if not known).
+  static RunStatus failed(int rank, std::string reason) {
+    return RunStatus(Kind::failed, rank, std::move(reason));
+  }
+  /// Reads the attribute's text back; text this version does not know gives Kind::unknown.
+  static RunStatus parse(std::string_view text);
+
+  Kind kind() const noexcept { return kind_; }
+  int failed_rank() const noexcept { return rank_; }
+  const std::string& reason() const noexcept { return reason_; }
+  /// The attribute text.
+  std::string text() const;
+
+ private:
+  RunStatus(Kind k, int rank, std::string reason) : kind_(k), rank_(rank), reason_(std::move(reason)) {}
+  Kind kind_;
+  int rank_;
+  std::string reason_;  // failed: the reason; unknown: the whole text
+};
+
+/// The provenance a run knows when it starts; create() writes it as root attributes together with
+/// what the writer finds itself (schema_version, hzpbench_version, git_sha, git_dirty,
+/// build_options, library versions as `lib.<name>`, start_time, status = running).
+struct RunInfo {
+  std::vector<std::string> argv;  ///< the command line, one element per argument
+  std::string config_toml;        ///< the resolved configuration (ResolvedConfig::to_toml)
+  std::int64_t world_size = 1;
+  std::string topology;         ///< human-readable node map, e.g. RankMesh::describe()
+  std::string backend = "cpu";  ///< "cpu" or "cuda"
+  std::string cpu_model;        ///< empty = read from /proc/cpuinfo
+  std::string gpu_model;        ///< empty = CUDA device 0's name, or "none"
+  /// Thread settings, written as `threads.<key>` (e.g. {"openblas", "1"}, {"comm_threads", "2"}).
+  std::vector<std::pair<std::string, AttrValue>> threads;
+  /// Data provenance, written as `data.<key>` (e.g. {"source", "synthetic"}, {"sha256", "..."}).
+  std::vector<std::pair<std::string, AttrValue>> data;
+};
+
+/// Name, units and meaning of a growing series: the caller's definition of one dataset, passed to
+/// every append (keep them as constants). Names are '/'-separated paths of [A-Za-z0-9_.-] segments,
+/// e.g. "steps/loss", "ranks/step_time_s", "comm/all_gather/intra/bytes"; groups are made as needed.
+struct SeriesSpec {
+  std::string name;
+  std::string units;        ///< "s", "bytes", "nats/token", "1" for dimensionless
+  std::string description;  ///< one sentence, stored as the dataset's `description` attribute
+};
+
+/// Writes one run's results file. All calls must come from the thread that created the writer (HDF5
+/// is not built thread-safe here; checked, PreconditionError otherwise). Errors throw hzp::IoError
+/// (paths), hzp::PreconditionError (misuse: names, shapes, order) or hzp::Hdf5Error (the library),
+/// each naming the file and object. Not copyable; movable.
+class ResultsWriter {
+ public:
+  /// Creates `path` (and missing parent directories), writes the root attributes and flushes, so the
+  /// file opens from the first moment. An existing `path` is refused (IoError naming it and the fix:
+  /// --force or another --out) unless `force`, which truncates it; a file another process has open
+  /// is refused even then. The parent directory must be writable (IoError otherwise).
+  static ResultsWriter create(const std::filesystem::path& path, const RunInfo& info, bool force);
+
+  ResultsWriter(ResultsWriter&&) noexcept;
+  ResultsWriter& operator=(ResultsWriter&&) noexcept;
+  /// Flushes and closes without touching `status`: a run that never called finish() stays `running`,
+  /// which is how readers recognise a run that did not end normally. Never throws (errors go to stderr).
+  ~ResultsWriter();
+
+  const std::filesystem::path& path() const noexcept;
+
+  // ---- root attributes ---------------------------------------------------------------------------
+  /// Sets (or replaces) a root attribute, e.g. "entropy_floor", "warmup_steps". Names the writer owns
+  /// (schema_version, status, start_time, end_time, ...) are refused: use set_status()/finish().
+  void set_attribute(std::string_view name, const AttrValue& value);
+  /// Sets `data.<key>` (data provenance) after creation, e.g. once a file hash is known.
+  void set_data_provenance(std::string_view key, const AttrValue& value);
+
+  // ---- growing series: one row per step ----------------------------------------------------------
+  /// Appends one value to a 1-D `[step]` series (float64 or int64), creating it on first use with
+  /// spec's units and description. Later appends must keep the same dtype and units.
+  void append(const SeriesSpec& spec, double value);
+  void append(const SeriesSpec& spec, std::int64_t value);
+  /// Appends one row to a 2-D `[step, width]` series (e.g. width = world size), creating it on first
+  /// use. Every row must have the first row's width (PreconditionError naming both otherwise).
+  void append_row(const SeriesSpec& spec, std::span<const double> row);
+  void append_row(const SeriesSpec& spec, std::span<const std::int64_t> row);
+  /// Rows appended to a series so far (0 if it does not exist).
+  std::int64_t rows(std::string_view name) const;
+
+  // ---- fixed-shape arrays ------------------------------------------------------------------------
+  /// Writes a row-major array of the given shape (e.g. memory/model_state_bytes [rank, component]).
+  /// Writing the same name again overwrites it if dtype and shape match (PreconditionError otherwise).
+  void write_array(const SeriesSpec& spec, std::span<const std::int64_t> shape, std::span<const double> data);
+  void write_array(const SeriesSpec& spec, std::span<const std::int64_t> shape,
+                   std::span<const std::int64_t> data);
+  /// Sets an attribute on an existing dataset, e.g. ("memory/model_state_bytes", "components",
+  /// {"param", "grad", "master", "m", "v"}).
+  void set_dataset_attribute(std::string_view dataset, std::string_view name, const AttrValue& value);
+
+  // ---- tensor dumps (--dump-tensors) -------------------------------------------------------------
+  /// Writes `tensors/step_<step>/<name>` as float32 with the given shape; `source_dtype` records what
+  /// the tensor was before widening ("fp32", "bf16"). The same step and name twice is refused.
+  void dump_tensor(std::int64_t step, std::string_view name, std::span<const std::int64_t> shape,
+                   std::span<const float> data, std::string_view source_dtype = "fp32");
+
+  // ---- durability and status ---------------------------------------------------------------------
+  /// H5Fflush: everything written so far reaches the OS, so it survives a killed process (not a
+  /// crashed node: no fsync). Also updates `last_flush_time`. Call after every step, or use
+  /// flush_if_due(output.flush_s).
+  void flush();
+  /// Flushes if at least `interval_s` seconds passed since the last flush; returns whether it did.
+  bool flush_if_due(double interval_s);
+  /// Sets `status` and flushes, e.g. failed(...) before the job is aborted. `running` is accepted only
+  /// while the status is still running (a finished verdict is never undone).
+  void set_status(const RunStatus& status);
+  /// Writes `end_time` and the final `status` (not `running`), flushes and closes. Every later call
+  /// except path() and the destructor throws PreconditionError.
+  void finish(const RunStatus& status);
+  bool finished() const noexcept;
+
+ private:
+  struct Impl;
+  explicit ResultsWriter(std::unique_ptr<Impl> impl) noexcept;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// "2024-05-01T12:34:56Z" (ISO-8601, UTC, whole seconds) for a Unix time in seconds.
+std::string iso8601_utc(double unix_seconds);
+
+}  // namespace hzp::harness
