@@ -72,6 +72,7 @@ TEST(Presets, ShapesAndCountsAsIssueFiveLists) {
   EXPECT_DOUBLE_EQ(tiny.train.beta2, 0.95);
   EXPECT_EQ(tiny.chain.order, 1);
   EXPECT_EQ(tiny.chain.successors, 4);
+  EXPECT_EQ(tiny.chain.concentration, 0.0) << "equal successor probabilities: floor = ln 4";
   EXPECT_EQ(tiny.chain.vocab, 0) << "the chain's vocabulary follows model.vocab";
 
   const auto& small = workloads::model_preset("small").model;
