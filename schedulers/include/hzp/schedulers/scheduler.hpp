@@ -1,0 +1,76 @@
+// The scheduler contract (design.md §3): a scheduler owns a training step (where parameters, gradients
+// and optimizer states live, and when each collective runs) and talks to the model only through the
+// workload interface. Schedulers are registered by name (none, ddp, zero1, zero2, zero3, hsdp, asynchzp,
+// nd), so the harness and the parity tests select them from configuration without an if-ladder.
+// Deliberately minimal: the plan (memory and collectives per rank) arrives with the ZeRO schedulers.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hzp/core/caching_allocator.hpp"
+#include "hzp/workloads/data_source.hpp"
+#include "hzp/workloads/train_config.hpp"
+#include "hzp/workloads/workload.hpp"
+
+namespace hzp::coll {
+class Communicator;
+}
+
+namespace hzp::schedulers {
+
+/// What one optimizer step reports (the per-step rows of the results file, design.md §5).
+struct StepStats {
+  std::int64_t step = 0;        ///< 0-based index of the step just taken
+  double loss = 0;              ///< mean loss over every target token of the global batch (fp64)
+  double grad_norm = 0;         ///< global L2 norm of the accumulated gradient, before clipping
+  double clip_coefficient = 1;  ///< min(1, clip / (norm + 1e-6)); what the update scaled gradients by
+  double lr = 0;                ///< learning rate used by this step's update
+  std::int64_t tokens = 0;      ///< target tokens of the global batch
+  double seconds = 0;           ///< wall time of the whole step
+  double compute_seconds = 0;   ///< forward + backward (data loading included)
+  double optimizer_seconds = 0; ///< norm, clipping and the AdamW update
+};
+
+/// The data of one step: the step index and the source its micro-batches are drawn from (each
+/// scheduler takes the micro-batches its rank processes, design.md §3 "Batches").
+struct StepBatch {
+  std::int64_t step = 0;
+  const workloads::DataSource* source = nullptr;
+};
+
+/// Everything a scheduler is built from. The model, allocator and communicator must outlive it.
+struct SchedulerArgs {
+  const workloads::Workload* model = nullptr;
+  workloads::TrainConfig train;
+  /// Persistent state (tags param, grad, master, m, v) and activations come from here, so memory per
+  /// component is read from its statistics.
+  CachingAllocator* allocator = nullptr;
+  /// The ranks taking part; nullptr for the single-rank reference.
+  coll::Communicator* world = nullptr;
+};
+
+class Scheduler {
+ public:
+  virtual ~Scheduler() = default;
+  /// The registered name.
+  virtual std::string_view name() const = 0;
+  /// Runs one optimizer step: forward and backward of every micro-batch this rank processes, gradient
+  /// reduction, clipping and the update. Steps run in order 0, 1, 2, … (PreconditionError otherwise).
+  /// Collective over the scheduler's ranks: every rank calls it with the same batch.
+  virtual StepStats step(const StepBatch& batch) = 0;
+};
+
+/// Builds a scheduler; validates its configuration and throws ConfigError naming every value.
+using SchedulerFactory = std::function<std::unique_ptr<Scheduler>(const SchedulerArgs&)>;
+
+/// Registered names, in registration order (none first).
+std::vector<std::string> scheduler_names();
+/// The scheduler registered as `name`; ConfigError naming it and the registered names.
+std::unique_ptr<Scheduler> make_scheduler(std::string_view name, const SchedulerArgs& args);
+
+}  // namespace hzp::schedulers

@@ -1,0 +1,182 @@
+// The single-rank reference scheduler (none.hpp): full flat buffers, micro-batches in order, then
+// norm, clipping and AdamW. Written to be obviously right rather than fast; it shares no step logic
+// with the distributed schedulers.
+#include "hzp/schedulers/none.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <numbers>
+#include <vector>
+
+#include "hzp/core/clock.hpp"
+#include "hzp/core/error.hpp"
+#include "hzp/core/stream.hpp"
+#include "hzp/kernels/adamw.hpp"
+#include "hzp/kernels/cast.hpp"
+#include "hzp/kernels/grad_norm.hpp"
+#include "hzp/workloads/batch_plan.hpp"
+
+namespace hzp::schedulers {
+
+using workloads::Precision;
+
+struct NoneScheduler::State {
+  const workloads::Workload* model = nullptr;
+  workloads::TrainConfig train;
+  CachingAllocator* alloc = nullptr;
+  std::int64_t n = 0;  // parameters
+  Allocation params;   // working parameters (param dtype)
+  Allocation master;   // bf16-mixed only: fp32 master weights
+  Allocation grads, m, v;
+  std::unique_ptr<workloads::MicroBatchContext> ctx;
+  std::vector<std::int32_t> inputs, targets;
+  std::int64_t steps_done = 0;
+
+  TensorView view(const Allocation& a, DType t) const {
+    return TensorView(a.data(), Shape{n}, t, alloc->device());
+  }
+  Precision precision() const { return train.precision; }
+  TensorView params_view() const { return view(params, workloads::param_dtype(precision())); }
+  TensorView master_view() const {
+    return workloads::has_separate_master(precision()) ? view(master, DType::f32) : params_view();
+  }
+  TensorView grads_view() const { return view(grads, workloads::grad_dtype(precision())); }
+  TensorView m_view() const { return view(m, workloads::master_dtype(precision())); }
+  TensorView v_view() const { return view(v, workloads::master_dtype(precision())); }
+};
+
+namespace {
+
+Allocation zeroed(CachingAllocator& alloc, std::int64_t n, DType t, AllocationTag tag) {
+  const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(t);
+  Allocation a = alloc.allocate(bytes, tag);
+  if (a) std::memset(a.data(), 0, bytes);
+  return a;
+}
+
+}  // namespace
+
+NoneScheduler::NoneScheduler(const SchedulerArgs& args) : state_(std::make_unique<State>()) {
+  HZP_CHECK(args.model != nullptr && args.allocator != nullptr, "none: a model and an allocator are required");
+  args.train.validate();
+  if (args.train.precision != args.model->precision())
+    HZP_THROW(ConfigError, "train.precision = ", workloads::to_string(args.train.precision),
+              " but the model was built for ", workloads::to_string(args.model->precision()));
+  if (args.world != nullptr)
+    HZP_THROW(ConfigError, "scheduler none is the single-rank reference and takes no communicator; use one "
+              "rank (or a distributed scheduler)");
+  State& s = *state_;
+  s.model = args.model;
+  s.train = args.train;
+  s.alloc = args.allocator;
+  s.n = s.model->layout().total_numel();
+  const Precision p = s.precision();
+  const DType md = workloads::master_dtype(p);
+
+  // Initial values come from the counter-based initialiser in the master dtype; bf16-mixed rounds them
+  // once into the working copy, exactly as an AdamW update would.
+  if (workloads::has_separate_master(p)) {
+    s.master = s.alloc->allocate(static_cast<std::size_t>(s.n) * sizeof(float), AllocationTag::master);
+    s.params = s.alloc->allocate(static_cast<std::size_t>(s.n) * sizeof(bf16), AllocationTag::param);
+  } else {
+    s.params = s.alloc->allocate(static_cast<std::size_t>(s.n) * dtype_size(md), AllocationTag::param);
+  }
+  const TensorView master = s.master_view();
+  if (md == DType::f64)
+    s.model->init_params(0, std::span<double>(master.as<double>(), static_cast<std::size_t>(s.n)), s.train.seed);
+  else
+    s.model->init_params(0, std::span<float>(master.as<float>(), static_cast<std::size_t>(s.n)), s.train.seed);
+  if (workloads::has_separate_master(p)) kernels::cast(s.params_view(), master, StreamRef::host());
+
+  s.grads = zeroed(*s.alloc, s.n, workloads::grad_dtype(p), AllocationTag::grad);
+  s.m = zeroed(*s.alloc, s.n, md, AllocationTag::adam_m);
+  s.v = zeroed(*s.alloc, s.n, md, AllocationTag::adam_v);
+
+  s.ctx = s.model->make_context(*s.alloc, {.micro_batch_size = s.train.micro_batch_size, .recompute = s.train.recompute});
+  const auto tokens = static_cast<std::size_t>(s.train.micro_batch_size * s.model->seq_len());
+  s.inputs.resize(tokens);
+  s.targets.resize(tokens);
+}
+
+NoneScheduler::~NoneScheduler() = default;
+
+double NoneScheduler::learning_rate(const workloads::TrainConfig& t, std::int64_t step) {
+  if (step < t.warmup_steps) return t.lr * static_cast<double>(step + 1) / static_cast<double>(t.warmup_steps);
+  if (step >= t.steps || t.steps == t.warmup_steps) return t.lr_min;
+  const double progress = static_cast<double>(step - t.warmup_steps) / static_cast<double>(t.steps - t.warmup_steps);
+  return t.lr_min + 0.5 * (t.lr - t.lr_min) * (1.0 + std::cos(std::numbers::pi * progress));
+}
+
+StepStats NoneScheduler::step(const StepBatch& batch) {
+  State& s = *state_;
+  const Stopwatch whole;
+  HZP_CHECK(batch.source != nullptr, "none: step ", batch.step, " has no data source");
+  HZP_CHECK(batch.step == s.steps_done, "none: steps run in order; expected step ", s.steps_done, ", got ",
+            batch.step);
+  const workloads::DataSource& src = *batch.source;
+  if (src.seq_len() != s.model->seq_len() || src.vocab() > s.model->vocab())
+    HZP_THROW(ConfigError, "data source has seq_len ", src.seq_len(), " and vocab ", src.vocab(),
+              " but the model has model.seq_len = ", s.model->seq_len(), " and model.vocab = ", s.model->vocab());
+
+  const workloads::ParamLayout& layout = s.model->layout();
+  const int units = layout.num_units();
+  const workloads::BatchPlan plan(s.train.global_batch, s.train.micro_batch_size, 1);
+  const double normaliser = static_cast<double>(s.train.global_batch * s.model->seq_len());
+  const TensorView params = s.params_view();
+  const TensorView grads = s.grads_view();
+
+  // --- forward and backward of every micro-batch, gradients accumulated in micro-batch order ---
+  double loss = 0;
+  for (std::int64_t j = 0; j < plan.micro_batches_per_step(); ++j) {
+    workloads::fill_micro_batch(src, plan, batch.step, j, s.inputs, s.targets);
+    s.ctx->begin(s.inputs, s.targets, normaliser);
+    for (int u = 0; u < units; ++u) s.model->forward(u, workloads::unit_params_from_flat(layout, u, params), *s.ctx);
+    loss += s.ctx->loss();
+    for (int u = units - 1; u >= 0; --u)
+      s.model->backward(u, workloads::unit_params_from_flat(layout, u, params), *s.ctx,
+                        workloads::unit_grads_from_flat(layout, u, grads, /*fresh=*/j == 0));
+  }
+  const double compute_seconds = whole.wall();
+
+  // --- norm, clipping coefficient, AdamW ---
+  const Stopwatch opt;
+  const ConstTensorView g = grads;
+  const double norm = kernels::grad_norm_from_sum_squares(kernels::grad_norm_sum_squares({&g, 1}, StreamRef::host()));
+  const double coef = kernels::grad_clip_coefficient(norm, s.train.clip);
+  const double lr = learning_rate(s.train, batch.step);
+  kernels::AdamWHyper h;
+  h.lr = lr;
+  h.beta1 = s.train.beta1;
+  h.beta2 = s.train.beta2;
+  h.eps = s.train.eps;
+  h.weight_decay = s.train.weight_decay;
+  h.step = batch.step + 1;
+  h.grad_scale = coef;
+  if (workloads::has_separate_master(s.precision()))
+    kernels::adamw_step(s.master_view(), s.m_view(), s.v_view(), g, h, params, StreamRef::host());
+  else
+    kernels::adamw_step(params, s.m_view(), s.v_view(), g, h, StreamRef::host());
+  ++s.steps_done;
+
+  StepStats st;
+  st.step = batch.step;
+  st.loss = loss;
+  st.grad_norm = norm;
+  st.clip_coefficient = coef;
+  st.lr = lr;
+  st.tokens = s.train.global_batch * s.model->seq_len();
+  st.compute_seconds = compute_seconds;
+  st.optimizer_seconds = opt.wall();
+  st.seconds = whole.wall();
+  return st;
+}
+
+ConstTensorView NoneScheduler::master_params() const { return state_->master_view(); }
+ConstTensorView NoneScheduler::working_params() const { return state_->params_view(); }
+ConstTensorView NoneScheduler::grads() const { return state_->grads_view(); }
+
+std::unique_ptr<Scheduler> make_none_scheduler(const SchedulerArgs& args) {
+  return std::make_unique<NoneScheduler>(args);
+}
+
+}  // namespace hzp::schedulers
