@@ -4,6 +4,8 @@
 // options_doc_up_to_date fails until you do). Presets: table.add_preset(...) after their keys.
 #include "hzp/harness/option_keys.hpp"
 
+#include "hzp/harness/model_options.hpp"
+
 namespace hzp::harness {
 namespace {
 
@@ -77,6 +79,9 @@ void register_keys(OptionTable& t) {
                 "keeps an H100 cluster's ~20k FLOP per InfiniBand byte on a ~75 GFLOP/s CPU core")
             .positive()
             .with_unit("GB/s"));
+
+  // ---- model, train, data, and the model presets: registered beside their configs (model_options.cpp)
+  register_model_keys(t);
 }
 
 OptionTable build_table() {

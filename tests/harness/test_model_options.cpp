@@ -1,0 +1,69 @@
+// The model.*, train.* and data.* keys: each model preset, selected through the option table, resolves
+// to exactly the workload layer's preset (one source of truth); explicit keys override a preset; the
+// typed configs refuse bad combinations naming the keys and values.
+#include <gtest/gtest.h>
+
+#include "hzp/harness/model_options.hpp"
+#include "hzp/harness/option_keys.hpp"
+#include "hzp/workloads/presets.hpp"
+
+namespace hzp::harness {
+namespace {
+
+ResolvedConfig resolve(std::initializer_list<const char*> sets) {
+  ConfigResolver r(hzpbench_options());
+  for (const char* s : sets) r.add_set(s);
+  return r.resolve();
+}
+
+TEST(ModelOptions, EveryPresetResolvesToTheWorkloadPreset) {
+  for (const auto& p : workloads::model_presets()) {
+    const std::string set = "model.preset=" + p.name;
+    const ResolvedConfig c = resolve({set.c_str()});
+    const workloads::LlamaConfig m = llama_config_from(c);
+    EXPECT_EQ(m.num_params(), p.model.num_params()) << p.name;
+    EXPECT_EQ(m.layers, p.model.layers) << p.name;
+    EXPECT_EQ(m.heads, p.model.heads) << p.name;
+    EXPECT_EQ(m.kv_heads, p.model.kv_heads) << p.name;
+    EXPECT_EQ(m.seq_len, p.model.seq_len) << p.name;
+    EXPECT_EQ(m.max_seq_len, p.model.max_seq_len) << p.name;
+    EXPECT_EQ(m.rope_base, p.model.rope_base) << p.name;
+    EXPECT_EQ(m.tied_embeddings, p.model.tied_embeddings) << p.name;
+    const workloads::TrainConfig t = train_config_from(c);
+    EXPECT_EQ(t.global_batch, p.train.global_batch) << p.name;
+    EXPECT_EQ(t.micro_batch_size, p.train.micro_batch_size) << p.name;
+    EXPECT_EQ(t.lr, p.train.lr) << p.name;
+    EXPECT_EQ(t.lr_min, p.train.lr_min) << p.name;
+    EXPECT_EQ(t.precision, p.train.precision) << p.name;
+    const workloads::DataConfig d = data_config_from(c);
+    EXPECT_EQ(d.vocab, p.model.vocab) << p.name;
+    EXPECT_EQ(d.resolved_synthetic().vocab, p.model.vocab) << "data.synthetic.vocab follows model.vocab";
+    EXPECT_EQ(d.synthetic.successors, p.chain.successors) << p.name;
+  }
+}
+
+TEST(ModelOptions, DefaultsAreTinyAndExplicitKeysOverrideThePreset) {
+  const workloads::LlamaConfig tiny = llama_config_from(resolve({}));
+  EXPECT_EQ(tiny.preset, "tiny");
+  EXPECT_EQ(tiny.num_params(), workloads::model_preset("tiny").model.num_params());
+  const ResolvedConfig c = resolve({"model.preset=small", "model.layers=2", "train.lr=0.01"});
+  EXPECT_EQ(llama_config_from(c).layers, 2);
+  EXPECT_EQ(llama_config_from(c).hidden, 512);
+  EXPECT_EQ(train_config_from(c).lr, 0.01);
+}
+
+TEST(ModelOptions, RefusalsNameTheValues) {
+  EXPECT_THROW(llama_config_from(resolve({"model.heads=6", "model.kv_heads=4"})), ConfigError);
+  try {
+    llama_config_from(resolve({"model.seq_len=4096"}));
+    FAIL() << "seq_len above tiny's limit was accepted";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("model.seq_len = 4096"), std::string::npos) << what;
+    EXPECT_NE(what.find("model.max_seq_len = 1024"), std::string::npos) << what;
+  }
+  EXPECT_THROW(train_config_from(resolve({"train.global_batch=10", "train.micro_batch_size=4"})), ConfigError);
+}
+
+}  // namespace
+}  // namespace hzp::harness
