@@ -7,20 +7,41 @@
 #include <utility>
 
 #include "hzp/core/error.hpp"
+#include "hzp/schedulers/data_parallel.hpp"
 #include "hzp/schedulers/none.hpp"
+#include "hzp/schedulers/plan.hpp"
 #include "hzp/schedulers/scheduler.hpp"
 
 namespace hzp::schedulers {
+
+namespace detail {
+SchedulerPlan plan_none(const PlanInputs& in);
+SchedulerPlan plan_ddp(const PlanInputs& in);
+SchedulerPlan plan_zero(const PlanInputs& in, int stage, bool hybrid);
+}  // namespace detail
+
 namespace {
 
 struct Entry {
   const char* name;
   std::unique_ptr<Scheduler> (*make)(const SchedulerArgs&);
+  SchedulerPlan (*plan)(const PlanInputs&);
 };
 
-// Registration order = the order scheduler_names() lists: the reference first.
+SchedulerPlan plan_zero1(const PlanInputs& in) { return detail::plan_zero(in, 1, false); }
+SchedulerPlan plan_zero2(const PlanInputs& in) { return detail::plan_zero(in, 2, false); }
+SchedulerPlan plan_zero3(const PlanInputs& in) { return detail::plan_zero(in, 3, false); }
+SchedulerPlan plan_hsdp(const PlanInputs& in) { return detail::plan_zero(in, 3, true); }
+
+// Registration order = the order scheduler_names() lists: the reference first. Every entry has a factory
+// and a plan, so a new scheduler cannot enter the parity matrix without entering the plan tests too.
 constexpr std::array kEntries = {
-    Entry{"none", &make_none_scheduler},
+    Entry{"none", &make_none_scheduler, &detail::plan_none},
+    Entry{"ddp", &make_ddp_scheduler, &detail::plan_ddp},
+    Entry{"zero1", &make_zero1_scheduler, &plan_zero1},
+    Entry{"zero2", &make_zero2_scheduler, &plan_zero2},
+    Entry{"zero3", &make_zero3_scheduler, &plan_zero3},
+    Entry{"hsdp", &make_hsdp_scheduler, &plan_hsdp},
 };
 
 }  // namespace
@@ -34,6 +55,14 @@ std::vector<std::string> scheduler_names() {
 std::unique_ptr<Scheduler> make_scheduler(std::string_view name, const SchedulerArgs& args) {
   for (const Entry& e : kEntries)
     if (name == e.name) return e.make(args);
+  std::ostringstream known;
+  for (const Entry& e : kEntries) known << (known.tellp() > 0 ? ", " : "") << e.name;
+  HZP_THROW(ConfigError, "scheduler.name = \"", name, "\" is not a registered scheduler; registered: ", known.str());
+}
+
+SchedulerPlan plan_scheduler(std::string_view name, const PlanInputs& in) {
+  for (const Entry& e : kEntries)
+    if (name == e.name) return e.plan(in);
   std::ostringstream known;
   for (const Entry& e : kEntries) known << (known.tellp() > 0 ? ", " : "") << e.name;
   HZP_THROW(ConfigError, "scheduler.name = \"", name, "\" is not a registered scheduler; registered: ", known.str());

@@ -43,6 +43,13 @@ struct StepBatch {
   const workloads::DataSource* source = nullptr;
 };
 
+/// The `scheduler.*` keys the data-parallel schedulers read (ignored by those that have no use for them).
+struct SchedulerOptions {
+  double bucket_mb = 25;  ///< ddp: gradient bucket size in MiB (> 0)
+  bool overlap = true;    ///< ddp: start bucket all-reduces non-blocking and wait at the end of backward
+  int group_size = 0;     ///< hsdp: sharding group size Z (contiguous ranks); 0 = the world (zero3)
+};
+
 /// Everything a scheduler is built from. The model, allocator and communicator must outlive it.
 struct SchedulerArgs {
   const workloads::Workload* model = nullptr;
@@ -52,6 +59,7 @@ struct SchedulerArgs {
   CachingAllocator* allocator = nullptr;
   /// The ranks taking part; nullptr for the single-rank reference.
   coll::Communicator* world = nullptr;
+  SchedulerOptions options;
 };
 
 class Scheduler {

@@ -1,0 +1,65 @@
+// GatherScatter (common/gather_scatter.hpp): all-gather of parameter slices into full blocks and
+// reduce-scatter of fp32 gradients into slices, per segment, over one communicator.
+#include "hzp/schedulers/common/gather_scatter.hpp"
+
+#include <cstring>
+
+#include "hzp/core/error.hpp"
+#include "hzp/core/stream.hpp"
+
+namespace hzp::schedulers {
+
+GatherScatter::GatherScatter(coll::Communicator& group, const ShardLayout& layout, CachingAllocator& alloc)
+    : group_(&group), layout_(&layout), alloc_(&alloc) {
+  HZP_CHECK(layout.num_slices() == group.size(), "GatherScatter: a layout of ", layout.num_slices(),
+            " slices over group \"", group.name(), "\" of ", group.size(), " ranks");
+}
+
+Allocation GatherScatter::gather(int seg, ConstTensorView shard) {
+  const std::int64_t n = layout_->padded_numel(seg);
+  Allocation block = alloc_->allocate(static_cast<std::size_t>(n) * dtype_size(shard.dtype()), AllocationTag::comm);
+  gather_into(seg, shard, TensorView(block.data(), Shape{n}, shard.dtype()));
+  return block;
+}
+
+void GatherScatter::gather_into(int seg, ConstTensorView shard, TensorView full) {
+  HZP_CHECK(shard.numel() == layout_->slice_numel(seg) && full.numel() == layout_->padded_numel(seg) &&
+                shard.dtype() == full.dtype(),
+            "GatherScatter::gather of segment ", seg, ": shard ", shard.numel(), " ", dtype_name(shard.dtype()),
+            ", full ", full.numel(), " ", dtype_name(full.dtype()), ", layout wants ", layout_->slice_numel(seg),
+            " and ", layout_->padded_numel(seg));
+  if (full.numel() == 0) return;
+  group_->all_gather(shard, full, StreamRef::host());
+}
+
+void GatherScatter::reduce_scatter(int seg, ConstTensorView full, TensorView out, bool accumulate) {
+  const std::int64_t s = layout_->slice_numel(seg);
+  HZP_CHECK(full.numel() == layout_->padded_numel(seg) && out.numel() == s && full.dtype() == DType::f32 &&
+                out.dtype() == DType::f32,
+            "GatherScatter::reduce_scatter of segment ", seg, ": full ", full.numel(), " ", dtype_name(full.dtype()),
+            ", out ", out.numel(), " ", dtype_name(out.dtype()), ", layout wants ", layout_->padded_numel(seg),
+            " and ", s, " f32");
+  if (s == 0) return;
+  if (!accumulate) {
+    group_->reduce_scatter(full, out, coll::ReduceOp::sum, StreamRef::host());
+    return;
+  }
+  Allocation scratch = alloc_->allocate(static_cast<std::size_t>(s) * sizeof(float), AllocationTag::comm);
+  const TensorView tmp(scratch.data(), Shape{s}, DType::f32);
+  group_->reduce_scatter(full, tmp, coll::ReduceOp::sum, StreamRef::host());
+  add_inplace_f32(out, tmp);
+}
+
+ConstTensorView GatherScatter::real_part(int seg, const Allocation& block, DType dtype) const {
+  return ConstTensorView(block.data(), Shape{layout_->numel(seg)}, dtype);
+}
+
+void add_inplace_f32(TensorView out, ConstTensorView in) {
+  HZP_CHECK(out.numel() == in.numel() && out.dtype() == DType::f32 && in.dtype() == DType::f32,
+            "add_inplace_f32: ", out.numel(), " += ", in.numel(), " elements");
+  float* o = out.as<float>();
+  const float* i = in.as<const float>();
+  for (std::int64_t k = 0; k < out.numel(); ++k) o[k] += i[k];
+}
+
+}  // namespace hzp::schedulers

@@ -1,0 +1,66 @@
+// Validation, loss reduction and group membership shared by the data-parallel schedulers
+// (common/step_support.hpp), plus the state digest of data_parallel.hpp.
+#include "hzp/schedulers/common/step_support.hpp"
+
+#include <sstream>
+
+#include "hzp/core/error.hpp"
+#include "hzp/core/stream.hpp"
+#include "hzp/schedulers/data_parallel.hpp"
+
+namespace hzp::schedulers {
+
+void validate_data_parallel(std::string_view scheduler, const SchedulerArgs& args, int group_size) {
+  HZP_CHECK(args.model != nullptr && args.allocator != nullptr && args.world != nullptr, "scheduler ", scheduler,
+            ": a model, an allocator and a world communicator are required");
+  args.train.validate();
+  if (args.train.precision != args.model->precision())
+    HZP_THROW(ConfigError, "train.precision = ", workloads::to_string(args.train.precision),
+              " but the model was built for ", workloads::to_string(args.model->precision()));
+  if (args.train.precision == workloads::Precision::fp64)
+    HZP_THROW(ConfigError, "scheduler.name = ", scheduler, " does not run train.precision = fp64 (the reference's "
+              "test-only precision); use fp32 or bf16-mixed");
+  const int w = args.world->size();
+  const std::int64_t mb = args.train.micro_batches();
+  std::ostringstream bad;
+  if (group_size > 0 && w % group_size != 0)
+    bad << "\n  scheduler.group_size = " << group_size << " does not divide the world size " << w;
+  if (mb % w != 0)
+    bad << "\n  train.global_batch = " << args.train.global_batch << " / train.micro_batch_size = "
+        << args.train.micro_batch_size << " gives " << mb << " micro-batches per step, not a multiple of the "
+        << "data-parallel size dp = W = " << w << " (every rank must process the same number)";
+  if (args.options.bucket_mb <= 0)
+    bad << "\n  scheduler.bucket_mb = " << args.options.bucket_mb << " must be > 0";
+  if (!bad.str().empty()) HZP_THROW(ConfigError, "scheduler ", scheduler, " at world size ", w, ":", bad.str());
+}
+
+double all_reduce_sum(coll::Communicator& comm, double local) {
+  double v = local;
+  comm.all_reduce(TensorView(&v, Shape{1}, DType::f64), coll::ReduceOp::sum, StreamRef::host());
+  return v;
+}
+
+std::vector<int> contiguous_group_of(int world, int z, int rank) {
+  std::vector<int> g;
+  for (int i = 0; i < z; ++i) g.push_back(rank / z * z + i);
+  (void)world;
+  return g;
+}
+
+std::vector<int> strided_group_of(int world, int z, int rank) {
+  std::vector<int> g;
+  for (int r = rank % z; r < world; r += z) g.push_back(r);
+  return g;
+}
+
+std::uint64_t state_digest(const void* data, std::size_t bytes) noexcept {
+  std::uint64_t h = 1469598103934665603ull;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < bytes; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace hzp::schedulers

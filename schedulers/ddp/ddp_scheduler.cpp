@@ -1,0 +1,140 @@
+// `ddp`: full replicas of parameters, gradients and optimizer state on every rank; gradients summed over
+// the world by a bucketed all-reduce launched as units finish backward on the last micro-batch
+// (scheduler.bucket_mb), non-blocking and awaited at the end of backward (scheduler.overlap = true) or
+// blocking inline. The optimizer is the shared ShardedOptimizer over the whole model as one slice.
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "hzp/core/clock.hpp"
+#include "hzp/core/error.hpp"
+#include "hzp/core/stream.hpp"
+#include "hzp/schedulers/common/bucketed_all_reduce.hpp"
+#include "hzp/schedulers/common/sharded_optimizer.hpp"
+#include "hzp/schedulers/common/step_support.hpp"
+#include "hzp/schedulers/data_parallel.hpp"
+#include "hzp/workloads/batch_plan.hpp"
+
+namespace hzp::schedulers {
+namespace {
+
+class DdpScheduler final : public DataParallelScheduler {
+ public:
+  explicit DdpScheduler(const SchedulerArgs& args);
+  std::string_view name() const override { return "ddp"; }
+  StepStats step(const StepBatch& batch) override;
+  ReplicaDigests replicated_state() const override;
+  std::vector<float> gather_gradient() override;
+
+ private:
+  const workloads::Workload* model_;
+  workloads::TrainConfig train_;
+  CachingAllocator* alloc_;
+  coll::Communicator* world_;
+  DType pdt_;
+  std::int64_t n_;
+  std::unique_ptr<coll::Communicator> dp_comm_, scalars_comm_;
+  Allocation params_, grads_;
+  std::unique_ptr<ShardedOptimizer> opt_;
+  std::unique_ptr<BucketedAllReduce> buckets_;
+  std::unique_ptr<workloads::MicroBatchContext> ctx_;
+  std::vector<std::int32_t> inputs_, targets_;
+  std::int64_t steps_done_ = 0;
+
+  TensorView params() const { return TensorView(params_.data(), Shape{n_}, pdt_); }
+  TensorView grads() const { return TensorView(grads_.data(), Shape{n_}, DType::f32); }
+};
+
+DdpScheduler::DdpScheduler(const SchedulerArgs& args) {
+  validate_data_parallel("ddp", args, 0);
+  model_ = args.model;
+  train_ = args.train;
+  alloc_ = args.allocator;
+  world_ = args.world;
+  pdt_ = workloads::param_dtype(train_.precision);
+  n_ = model_->layout().total_numel();
+  dp_comm_ = world_->duplicate("dp");
+  scalars_comm_ = world_->duplicate("scalars");
+  params_ = alloc_->allocate(static_cast<std::size_t>(n_) * dtype_size(pdt_), AllocationTag::param);
+  grads_ = alloc_->allocate(static_cast<std::size_t>(n_) * sizeof(float), AllocationTag::grad);
+  std::memset(grads_.data(), 0, static_cast<std::size_t>(n_) * sizeof(float));
+  // Every replica initialises the whole model from the counter-based initialiser: identical bits
+  // everywhere without a broadcast.
+  opt_ = std::make_unique<ShardedOptimizer>(train_, std::vector<TensorView>{params()}, *alloc_,
+                                            [&](std::span<float> m) { model_->init_params(0, m, train_.seed); });
+  const auto bucket_bytes = static_cast<std::size_t>(args.options.bucket_mb * 1024.0 * 1024.0);
+  buckets_ = std::make_unique<BucketedAllReduce>(*dp_comm_, model_->layout(), grads(),
+                                                 std::max<std::size_t>(bucket_bytes, 1), args.options.overlap);
+  ctx_ = model_->make_context(*alloc_, {.micro_batch_size = train_.micro_batch_size, .recompute = train_.recompute});
+  inputs_.resize(static_cast<std::size_t>(train_.micro_batch_size * model_->seq_len()));
+  targets_.resize(inputs_.size());
+}
+
+StepStats DdpScheduler::step(const StepBatch& batch) {
+  const Stopwatch whole;
+  HZP_CHECK(batch.source != nullptr, "ddp: step ", batch.step, " has no data source");
+  HZP_CHECK(batch.step == steps_done_, "ddp: steps run in order; expected step ", steps_done_, ", got ", batch.step);
+  const workloads::ParamLayout& layout = model_->layout();
+  const int units = layout.num_units();
+  const workloads::BatchPlan plan(train_.global_batch, train_.micro_batch_size, world_->size());
+  const std::vector<std::int64_t> mine = plan.micro_batches_of(world_->rank());
+  const double normaliser = static_cast<double>(train_.global_batch * model_->seq_len());
+
+  double local_loss = 0;
+  buckets_->begin();
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    const bool last = i + 1 == mine.size();
+    workloads::fill_micro_batch(*batch.source, plan, batch.step, mine[i], inputs_, targets_);
+    ctx_->begin(inputs_, targets_, normaliser);
+    for (int u = 0; u < units; ++u) model_->forward(u, workloads::unit_params_from_flat(layout, u, params()), *ctx_);
+    local_loss += ctx_->loss();
+    for (int u = units - 1; u >= 0; --u) {
+      model_->backward(u, workloads::unit_params_from_flat(layout, u, params()), *ctx_,
+                       workloads::unit_grads_from_flat(layout, u, grads(), /*fresh=*/i == 0));
+      // Only the last micro-batch's gradients are final for the step: reduce once per step, not per
+      // micro-batch (what DDP's no_sync does for accumulation).
+      if (last) buckets_->on_backward_done(u);
+    }
+  }
+  buckets_->finish();
+  const double compute_seconds = whole.wall();
+
+  const Stopwatch opt;
+  const double sq = opt_->global_sum_squares(grads(), nullptr);  // replicated: the local sum is global
+  const OptimizerStepResult r = opt_->step(grads(), sq, batch.step, scheduled_learning_rate(train_, batch.step));
+  const double optimizer_seconds = opt.wall();
+  ++steps_done_;
+
+  StepStats st;
+  st.step = batch.step;
+  st.loss = all_reduce_sum(*scalars_comm_, local_loss);
+  st.grad_norm = r.grad_norm;
+  st.clip_coefficient = r.clip_coefficient;
+  st.lr = r.lr;
+  st.tokens = train_.global_batch * model_->seq_len();
+  st.compute_seconds = compute_seconds;
+  st.optimizer_seconds = optimizer_seconds;
+  st.seconds = whole.wall();
+  return st;
+}
+
+ReplicaDigests DdpScheduler::replicated_state() const {
+  ReplicaDigests d;  // everything is replicated over the world
+  d.digests.emplace_back("param", state_digest(params_.data(), static_cast<std::size_t>(n_) * dtype_size(pdt_)));
+  d.digests.emplace_back("grad", state_digest(grads_.data(), static_cast<std::size_t>(n_) * 4));
+  if (opt_->has_master()) d.digests.emplace_back("master", state_digest(opt_->master().data(), opt_->master().bytes()));
+  d.digests.emplace_back("m", state_digest(opt_->m().data(), opt_->m().bytes()));
+  d.digests.emplace_back("v", state_digest(opt_->v().data(), opt_->v().bytes()));
+  return d;
+}
+
+std::vector<float> DdpScheduler::gather_gradient() {
+  const float* g = grads_.data_as<float>();
+  return std::vector<float>(g, g + n_);
+}
+
+}  // namespace
+
+std::unique_ptr<Scheduler> make_ddp_scheduler(const SchedulerArgs& args) { return std::make_unique<DdpScheduler>(args); }
+
+}  // namespace hzp::schedulers

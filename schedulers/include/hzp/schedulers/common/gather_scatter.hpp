@@ -1,0 +1,49 @@
+// GatherScatter: the per-segment collectives of sharded data parallelism over one communicator:
+// all-gather a segment's parameter slices into a full block (from the caching allocator, tag `comm`,
+// freed by the caller after use) or into an existing full buffer, and reduce-scatter a segment's fp32
+// gradient into this rank's slice (overwriting or accumulating). zero1/2/3 and hsdp use it over their
+// sharding group; asynchzp will use one per z-group (its own communicator per thread).
+#pragma once
+
+#include "hzp/collectives/communicator.hpp"
+#include "hzp/core/caching_allocator.hpp"
+#include "hzp/core/tensor.hpp"
+#include "hzp/schedulers/common/shard_layout.hpp"
+
+namespace hzp::schedulers {
+
+/// The slice a rank holds is slice group.rank() of every segment (all-gather and reduce-scatter put
+/// block r on rank r), so `layout.num_slices()` must equal group.size(). Blocking calls on the calling
+/// thread (the "synchronous" schedulers); not thread-safe (one communicator, one thread).
+class GatherScatter {
+ public:
+  /// All three must outlive this object. PreconditionError when the slice count differs from the group.
+  GatherScatter(coll::Communicator& group, const ShardLayout& layout, CachingAllocator& alloc);
+
+  coll::Communicator& group() const noexcept { return *group_; }
+  const ShardLayout& layout() const noexcept { return *layout_; }
+  int slice_index() const noexcept { return group_->rank(); }
+
+  /// A full block of segment `seg` (padded_numel elements of shard.dtype(), tag comm) gathered from every
+  /// rank's `shard` (slice_numel elements). The caller frees it (reset or destroy) once done with it.
+  Allocation gather(int seg, ConstTensorView shard);
+  /// The same into an existing full buffer `full` (padded_numel), whose own block may alias `shard`
+  /// (in place).
+  void gather_into(int seg, ConstTensorView shard, TensorView full);
+  /// Sum over ranks of `full` (fp32, padded_numel) reduce-scattered to this rank's slice: written into
+  /// `out` (fp32, slice_numel), or added to it when `accumulate` (through a comm-tagged scratch slice).
+  void reduce_scatter(int seg, ConstTensorView full, TensorView out, bool accumulate);
+
+  /// View of the first numel(seg) elements (the real ones) of a gathered block.
+  ConstTensorView real_part(int seg, const Allocation& block, DType dtype) const;
+
+ private:
+  coll::Communicator* group_;
+  const ShardLayout* layout_;
+  CachingAllocator* alloc_;
+};
+
+/// out[i] += in[i] over fp32 views of equal length (gradient accumulation of reduced slices).
+void add_inplace_f32(TensorView out, ConstTensorView in);
+
+}  // namespace hzp::schedulers

@@ -1,0 +1,68 @@
+// The plan of a scheduler (design.md §3): model-state bytes per rank by component and the collectives
+// one step issues, by op, group, link level and bytes, for any configuration and world size, computed
+// from the parameter layout alone (nothing allocated, no MPI), so `hzpbench plan` can print the 9B and
+// 36B presets at W = 256 on a laptop. Tests check it against what a run records; its formulas are the
+// schedulers' own, so tests never use it as the oracle for the schedulers' bytes.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hzp/collectives/types.hpp"
+#include "hzp/core/dtype.hpp"
+#include "hzp/schedulers/scheduler.hpp"
+#include "hzp/workloads/param_layout.hpp"
+#include "hzp/workloads/train_config.hpp"
+
+namespace hzp::schedulers {
+
+struct PlanInputs {
+  const workloads::ParamLayout* layout = nullptr;
+  workloads::TrainConfig train;
+  SchedulerOptions options;
+  int world_size = 1;
+  int ranks_per_node = 0;  ///< 0 = every rank on one node
+  int rank = 0;            ///< whose bytes per level (ring hops differ between ranks)
+  /// collectives.small_message_bytes: below it the MPI backend uses latency-optimal algorithms, whose
+  /// hops (and, for all-reduce, bytes) differ from the ring's.
+  std::size_t small_message_bytes = 65536;
+};
+
+/// One kind of call per step on one group: `calls` calls of `elements_per_call` elements each (as the
+/// counters record the count: all_gather the shard, reduce_scatter the full input, all_reduce the buffer).
+struct PlannedCollective {
+  coll::CollOp op = coll::CollOp::all_gather;
+  std::string group;  ///< the communicator's name: "dp", "shard", "replica", "scalars"
+  int group_size = 1;
+  DType dtype = DType::f32;
+  std::int64_t calls = 0;
+  std::int64_t elements = 0;                                 ///< summed over the calls
+  std::array<std::uint64_t, coll::kNumLinkLevels> bytes{};  ///< sent by `rank`, per level, summed
+  std::string when;                                          ///< "per micro-batch", "per step"
+};
+
+struct SchedulerPlan {
+  std::string scheduler;
+  int world_size = 1;
+  int rank = 0;
+  std::int64_t params = 0;            ///< N
+  std::int64_t micro_batches_per_rank = 0;
+  /// Model-state bytes per rank: param, grad, master, m, v (the allocation tags' requested bytes).
+  std::array<std::uint64_t, 5> state_bytes{};
+  std::vector<PlannedCollective> collectives;
+
+  std::uint64_t state_total() const;
+  /// A table for `hzpbench plan`.
+  std::string to_text() const;
+};
+
+inline constexpr std::array<std::string_view, 5> kStateComponents = {"param", "grad", "master", "m", "v"};
+
+/// The plan of scheduler `name` (a registered name); ConfigError as the scheduler's own validation.
+SchedulerPlan plan_scheduler(std::string_view name, const PlanInputs& in);
+
+}  // namespace hzp::schedulers

@@ -1,0 +1,304 @@
+// The ZeRO family, synchronous: zero1 (optimizer state sharded), zero2 (+ gradients), zero3 (+ parameters)
+// and hsdp (zero3 inside contiguous groups of Z ranks, replicated across W/Z groups). One engine, since
+// the four differ only in which state is sharded; a single code path keeps their numerics identical,
+// which is what the parity matrix checks. Every collective runs inline on the calling thread.
+//
+// Gradient reduction is a reduce-scatter everywhere, because a rank's optimizer updates only its own
+// slice: only that slice of the summed gradient is needed, a reduce-scatter sends (W−1)/W of the gradient
+// per rank (half an all-reduce's 2(W−1)/W), and it leaves gradient memory at 4N/W where the stage allows.
+// zero1 reduce-scatters once at the end of accumulation (its full gradient buffer accumulates locally);
+// zero2/zero3/hsdp reduce-scatter per unit per micro-batch as soon as the unit's gradient is final.
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "hzp/core/clock.hpp"
+#include "hzp/core/error.hpp"
+#include "hzp/core/stream.hpp"
+#include "hzp/schedulers/common/gather_scatter.hpp"
+#include "hzp/schedulers/common/shard_layout.hpp"
+#include "hzp/schedulers/common/sharded_optimizer.hpp"
+#include "hzp/schedulers/common/step_support.hpp"
+#include "hzp/schedulers/data_parallel.hpp"
+#include "hzp/workloads/batch_plan.hpp"
+
+namespace hzp::schedulers {
+namespace {
+
+using workloads::ParamLayout;
+
+Allocation zeroed(CachingAllocator& a, std::int64_t n, DType t, AllocationTag tag) {
+  const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(t);
+  Allocation r = a.allocate(bytes, tag);
+  if (r) std::memset(r.data(), 0, bytes);
+  return r;
+}
+
+TensorView at(const Allocation& a, DType t, std::int64_t offset, std::int64_t n) {
+  return TensorView(static_cast<std::byte*>(a.data()) + offset * static_cast<std::int64_t>(dtype_size(t)), Shape{n},
+                    t);
+}
+
+class ZeroScheduler final : public DataParallelScheduler {
+ public:
+  ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, std::string name);
+  std::string_view name() const override { return name_; }
+  StepStats step(const StepBatch& batch) override;
+  ReplicaDigests replicated_state() const override;
+  std::vector<float> gather_gradient() override;
+
+ private:
+  bool full_params() const { return stage_ < 3; }
+  // Parameter slice of unit u held by this rank (inside the full buffer for stages 1-2).
+  TensorView param_slice(int u) const {
+    return full_params() ? at(params_, pdt_, shards_->padded_offset(u) + std::int64_t(idx_) * shards_->slice_numel(u),
+                              shards_->slice_numel(u))
+                         : at(params_, pdt_, shards_->slice_offset(u), shards_->slice_numel(u));
+  }
+  TensorView full_param_block(int u) const {
+    return at(params_, pdt_, shards_->padded_offset(u), shards_->padded_numel(u));
+  }
+  // The gradient slice the optimizer reads: zero1's reduced slice, otherwise the gradient shard.
+  TensorView grad_slice() const {
+    return stage_ == 1 ? at(reduced_, DType::f32, 0, shards_->slice_total())
+                       : at(grads_, DType::f32, 0, shards_->slice_total());
+  }
+  // zero3/hsdp: makes sure the full blocks `blocks` are gathered.
+  void ensure_gathered(const std::vector<int>& blocks);
+  workloads::UnitParams unit_params(int u) const;
+
+  std::string name_;
+  int stage_;
+  bool hybrid_;
+  const workloads::Workload* model_;
+  workloads::TrainConfig train_;
+  CachingAllocator* alloc_;
+  coll::Communicator* world_;
+  DType pdt_;
+  int z_ = 1, idx_ = 0;
+  std::unique_ptr<coll::Communicator> shard_comm_, replica_comm_, scalars_comm_, debug_comm_;
+  std::unique_ptr<ShardLayout> shards_;
+  std::unique_ptr<GatherScatter> engine_;
+  Allocation params_;   // stages 1-2: full padded buffer; stage 3: this rank's shard
+  Allocation grads_;    // stage 1: full padded buffer; stages 2-3: this rank's shard
+  Allocation reduced_;  // stage 1 only: the reduce-scatter's output slice (tag comm)
+  std::unique_ptr<ShardedOptimizer> opt_;
+  std::vector<Allocation> gathered_;    // stage 3: full parameter blocks held now, per unit
+  std::vector<Allocation> grad_blocks_; // stages 2-3: full gradient blocks being written, per unit
+  std::unique_ptr<workloads::MicroBatchContext> ctx_;
+  std::vector<std::int32_t> inputs_, targets_;
+  std::int64_t steps_done_ = 0;
+};
+
+ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, std::string name)
+    : name_(std::move(name)), stage_(stage), hybrid_(hybrid) {
+  const int z_opt = hybrid ? args.options.group_size : 0;
+  validate_data_parallel(name_, args, z_opt);
+  model_ = args.model;
+  train_ = args.train;
+  alloc_ = args.allocator;
+  world_ = args.world;
+  pdt_ = workloads::param_dtype(train_.precision);
+  const int w = world_->size();
+  z_ = z_opt > 0 ? z_opt : w;
+  // Shard groups are contiguous ranks (inside a node when Z = ranks_per_node); replicas strided by Z.
+  const int wr = world_->rank();
+  shard_comm_ = world_->split(wr / z_, wr % z_, "shard");
+  if (hybrid_) replica_comm_ = world_->split(wr % z_, wr / z_, "replica");
+  scalars_comm_ = world_->duplicate("scalars");
+  debug_comm_ = shard_comm_->duplicate("debug", /*share_counters=*/false);
+  idx_ = shard_comm_->rank();
+
+  const ParamLayout& layout = model_->layout();
+  shards_ = std::make_unique<ShardLayout>(ShardLayout::per_unit(layout, z_));
+  engine_ = std::make_unique<GatherScatter>(*shard_comm_, *shards_, *alloc_);
+  const int units = layout.num_units();
+
+  params_ = zeroed(*alloc_, full_params() ? shards_->padded_total() : shards_->slice_total(), pdt_, AllocationTag::param);
+  grads_ = zeroed(*alloc_, stage_ == 1 ? shards_->padded_total() : shards_->slice_total(), DType::f32,
+                  AllocationTag::grad);
+  if (stage_ == 1) reduced_ = zeroed(*alloc_, shards_->slice_total(), DType::f32, AllocationTag::comm);
+
+  std::vector<TensorView> pieces;
+  for (int u = 0; u < units; ++u) pieces.push_back(param_slice(u));
+  const ShardLayout& sl = *shards_;
+  const int idx = idx_;
+  opt_ = std::make_unique<ShardedOptimizer>(train_, std::move(pieces), *alloc_, [&](std::span<float> master) {
+    // The counter-based initialiser gives each element its value from (seed, global index) alone, so every
+    // shard starts from exactly the parameters `none` starts from.
+    for (int u = 0; u < units; ++u) {
+      const ShardLayout::Range r = sl.valid_range(u, idx);
+      if (r.count > 0)
+        model_->init_params(sl.global_offset(u) + r.begin,
+                            master.subspan(static_cast<std::size_t>(sl.slice_offset(u)), static_cast<std::size_t>(r.count)),
+                            train_.seed);
+    }
+  });
+  // Stages 1-2 hold full parameters: gather every unit's initial slices once.
+  if (full_params())
+    for (int u = 0; u < units; ++u) engine_->gather_into(u, param_slice(u), full_param_block(u));
+
+  gathered_.resize(static_cast<std::size_t>(units));
+  grad_blocks_.resize(static_cast<std::size_t>(units));
+  ctx_ = model_->make_context(*alloc_, {.micro_batch_size = train_.micro_batch_size, .recompute = train_.recompute});
+  inputs_.resize(static_cast<std::size_t>(train_.micro_batch_size * model_->seq_len()));
+  targets_.resize(inputs_.size());
+}
+
+void ZeroScheduler::ensure_gathered(const std::vector<int>& blocks) {
+  for (int b : blocks)
+    if (!gathered_[b]) gathered_[b] = engine_->gather(b, param_slice(b));
+}
+
+workloads::UnitParams ZeroScheduler::unit_params(int u) const {
+  workloads::UnitParams p;
+  for (int b : model_->layout().param_blocks(u)) {
+    if (full_params())
+      p.set(b, ConstTensorView(full_param_block(b).data(), Shape{shards_->numel(b)}, pdt_));
+    else
+      p.set(b, engine_->real_part(b, gathered_[b], pdt_));
+  }
+  return p;
+}
+
+StepStats ZeroScheduler::step(const StepBatch& batch) {
+  const Stopwatch whole;
+  HZP_CHECK(batch.source != nullptr, name_, ": step ", batch.step, " has no data source");
+  HZP_CHECK(batch.step == steps_done_, name_, ": steps run in order; expected step ", steps_done_, ", got ", batch.step);
+  const ParamLayout& layout = model_->layout();
+  const int units = layout.num_units();
+  const int w = world_->size();
+  const workloads::BatchPlan plan(train_.global_batch, train_.micro_batch_size, w);
+  const std::vector<std::int64_t> mine = plan.micro_batches_of(world_->rank());
+  const double normaliser = static_cast<double>(train_.global_batch * model_->seq_len());
+  const TensorView gslice = grad_slice();
+
+  double local_loss = 0;
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    const bool first = i == 0;
+    workloads::fill_micro_batch(*batch.source, plan, batch.step, mine[i], inputs_, targets_);
+    ctx_->begin(inputs_, targets_, normaliser);
+    // --- forward: zero3/hsdp gather each unit before it runs and free it after its last forward use ---
+    for (int u = 0; u < units; ++u) {
+      if (!full_params()) ensure_gathered(layout.param_blocks(u));
+      model_->forward(u, unit_params(u), *ctx_);
+      if (!full_params())
+        for (int b : layout.params_last_used_in_forward(u)) gathered_[b].reset();
+    }
+    local_loss += ctx_->loss();
+    // --- backward: gather again, write full gradient blocks, reduce-scatter each once it is final ---
+    for (int u = units - 1; u >= 0; --u) {
+      if (!full_params()) ensure_gathered(layout.param_blocks(u));
+      workloads::UnitGrads g;
+      for (int b : layout.grad_blocks(u)) {
+        const bool first_writer = u == layout.first_grad_writer(b);
+        if (stage_ == 1) {
+          // Local accumulation over micro-batches, as a single rank would do.
+          g.set(b, at(grads_, DType::f32, shards_->padded_offset(b), shards_->numel(b)), !(first && first_writer));
+        } else {
+          if (first_writer) {
+            // Padding must be zero: it takes part in the reduce-scatter.
+            grad_blocks_[b] = alloc_->allocate(static_cast<std::size_t>(shards_->padded_numel(b)) * sizeof(float),
+                                               AllocationTag::comm);
+            const std::int64_t pad = shards_->padded_numel(b) - shards_->numel(b);
+            if (pad > 0) std::memset(grad_blocks_[b].data_as<float>() + shards_->numel(b), 0, std::size_t(pad) * 4);
+          }
+          g.set(b, at(grad_blocks_[b], DType::f32, 0, shards_->numel(b)), !first_writer);
+        }
+      }
+      model_->backward(u, unit_params(u), *ctx_, g);
+      for (int b : layout.grads_final_after(u)) {
+        if (stage_ != 1) {
+          engine_->reduce_scatter(b, at(grad_blocks_[b], DType::f32, 0, shards_->padded_numel(b)),
+                                  at(grads_, DType::f32, shards_->slice_offset(b), shards_->slice_numel(b)), !first);
+          grad_blocks_[b].reset();
+        }
+        // A block's last backward use is its last gradient writer (grad_blocks == param_blocks).
+        if (!full_params()) gathered_[b].reset();
+      }
+    }
+  }
+  const double compute_seconds = whole.wall();
+
+  const Stopwatch opt;
+  if (stage_ == 1)
+    for (int u = 0; u < units; ++u)
+      engine_->reduce_scatter(u, at(grads_, DType::f32, shards_->padded_offset(u), shards_->padded_numel(u)),
+                              at(reduced_, DType::f32, shards_->slice_offset(u), shards_->slice_numel(u)), false);
+  // hsdp: each shard group holds the sum over its own micro-batches; the replicas add theirs.
+  if (hybrid_ && replica_comm_->size() > 1 && gslice.numel() > 0)
+    replica_comm_->all_reduce(gslice, coll::ReduceOp::sum, StreamRef::host());
+  const double sq = opt_->global_sum_squares(gslice, shard_comm_.get());
+  const OptimizerStepResult r = opt_->step(gslice, sq, batch.step, scheduled_learning_rate(train_, batch.step));
+  if (full_params())
+    for (int u = 0; u < units; ++u) engine_->gather_into(u, param_slice(u), full_param_block(u));
+  const double optimizer_seconds = opt.wall();
+  ++steps_done_;
+
+  StepStats st;
+  st.step = batch.step;
+  st.loss = all_reduce_sum(*scalars_comm_, local_loss);
+  st.grad_norm = r.grad_norm;
+  st.clip_coefficient = r.clip_coefficient;
+  st.lr = r.lr;
+  st.tokens = train_.global_batch * model_->seq_len();
+  st.compute_seconds = compute_seconds;
+  st.optimizer_seconds = optimizer_seconds;
+  st.seconds = whole.wall();
+  return st;
+}
+
+ReplicaDigests ZeroScheduler::replicated_state() const {
+  ReplicaDigests d;
+  auto add = [&](const char* name, const void* p, std::size_t bytes) { d.digests.emplace_back(name, state_digest(p, bytes)); };
+  const std::int64_t s = shards_->slice_total();
+  if (full_params()) {
+    // zero1/zero2: the full working parameters are replicated over the whole world.
+    d.replica_key = 0;
+    add("param", params_.data(), static_cast<std::size_t>(shards_->padded_total()) * dtype_size(pdt_));
+  } else if (hybrid_ && replica_comm_->size() > 1) {
+    // hsdp: every state is a shard replicated across the W/Z groups (same position in each).
+    d.replica_key = idx_;
+    add("param", params_.data(), static_cast<std::size_t>(s) * dtype_size(pdt_));
+    add("grad", grads_.data(), static_cast<std::size_t>(s) * 4);
+    if (opt_->has_master()) add("master", opt_->master().data(), opt_->master().bytes());
+    add("m", opt_->m().data(), opt_->m().bytes());
+    add("v", opt_->v().data(), opt_->v().bytes());
+  } else {
+    // zero3 (and hsdp with Z = W): every rank's state is its own shard; nothing is replicated.
+    d.replica_key = world_->rank();
+  }
+  return d;
+}
+
+std::vector<float> ZeroScheduler::gather_gradient() {
+  const std::int64_t s = shards_->slice_total();
+  std::vector<float> all(static_cast<std::size_t>(s * z_));
+  debug_comm_->all_gather(grad_slice(), TensorView(all.data(), Shape{s * z_}, DType::f32), StreamRef::host());
+  std::vector<float> out(static_cast<std::size_t>(shards_->total_numel()));
+  for (int u = 0; u < shards_->num_segments(); ++u)
+    for (int r = 0; r < z_; ++r) {
+      const ShardLayout::Range v = shards_->valid_range(u, r);
+      if (v.count > 0)
+        std::memcpy(out.data() + shards_->global_offset(u) + v.begin, all.data() + r * s + shards_->slice_offset(u),
+                    static_cast<std::size_t>(v.count) * sizeof(float));
+    }
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Scheduler> make_zero1_scheduler(const SchedulerArgs& a) {
+  return std::make_unique<ZeroScheduler>(a, 1, false, "zero1");
+}
+std::unique_ptr<Scheduler> make_zero2_scheduler(const SchedulerArgs& a) {
+  return std::make_unique<ZeroScheduler>(a, 2, false, "zero2");
+}
+std::unique_ptr<Scheduler> make_zero3_scheduler(const SchedulerArgs& a) {
+  return std::make_unique<ZeroScheduler>(a, 3, false, "zero3");
+}
+std::unique_ptr<Scheduler> make_hsdp_scheduler(const SchedulerArgs& a) {
+  return std::make_unique<ZeroScheduler>(a, 3, true, "hsdp");
+}
+
+}  // namespace hzp::schedulers

@@ -1,0 +1,131 @@
+// Helpers for the data-parallel scheduler tests: the configurations each registered scheduler is tested
+// in (a registered name without one fails the matrix instead of being skipped), a run of one scheduler on
+// the `tiny` preset over an MPI world, the `none` reference (with micro-batches optionally accumulated in
+// reverse order, to measure the spread of two summation orders), and small numeric helpers.
+#pragma once
+
+#include <mpi.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "hzp/collectives/mpi_communicator.hpp"
+#include "hzp/collectives/topology.hpp"
+#include "hzp/core/caching_allocator.hpp"
+#include "hzp/core/memory_backing.hpp"
+#include "hzp/schedulers/data_parallel.hpp"
+#include "hzp/schedulers/none.hpp"
+#include "hzp/workloads/data/markov_source.hpp"
+#include "hzp/workloads/presets.hpp"
+#include "../support/mpi_test.hpp"
+
+namespace hzp::test {
+
+/// One tested configuration of a registered scheduler.
+struct Variant {
+  std::string scheduler;
+  schedulers::SchedulerOptions options;
+  std::string label;  ///< "hsdp Z=2", "ddp bucket 0.01 MiB blocking"
+};
+
+/// The configurations of registered scheduler `name` at world size w. `none` is the reference (no
+/// variants). A registered name this function does not know adds a test failure: a new scheduler must
+/// be given its configurations here (or a stated reason why it does not run at w).
+inline std::vector<Variant> variants_for(const std::string& name, int w) {
+  std::vector<Variant> v;
+  if (name == "none") return v;
+  if (name == "ddp") {
+    v.push_back({name, {.bucket_mb = 25, .overlap = true, .group_size = 0}, "ddp one bucket, overlapped"});
+    v.push_back({name, {.bucket_mb = 0.05, .overlap = false, .group_size = 0}, "ddp 0.05 MiB buckets, blocking"});
+    v.push_back({name, {.bucket_mb = 0.05, .overlap = true, .group_size = 0}, "ddp 0.05 MiB buckets, overlapped"});
+  } else if (name == "zero1" || name == "zero2" || name == "zero3") {
+    v.push_back({name, {}, name});
+  } else if (name == "hsdp") {
+    v.push_back({name, {.bucket_mb = 25, .overlap = true, .group_size = w / 2}, "hsdp Z=" + std::to_string(w / 2)});
+    v.push_back({name, {.bucket_mb = 25, .overlap = true, .group_size = w}, "hsdp Z=W=" + std::to_string(w)});
+  } else {
+    ADD_FAILURE() << "scheduler \"" << name << "\" is registered but has no test configuration in variants_for() "
+                  << "(data_parallel_test_util.hpp): add its configurations, or state there why it cannot run at W = "
+                  << w;
+  }
+  return v;
+}
+
+/// Every configuration of every registered scheduler at world size w, in registry order.
+inline std::vector<Variant> all_variants(int w) {
+  std::vector<Variant> all;
+  for (const std::string& n : schedulers::scheduler_names())
+    for (Variant& v : variants_for(n, w)) all.push_back(std::move(v));
+  return all;
+}
+
+/// A source whose micro-batch j of every step holds the samples of micro-batch n−1−j: the same global batch
+/// with the micro-batches in reverse order (the reference's second summation order).
+class ReversedMicroBatches final : public workloads::DataSource {
+ public:
+  ReversedMicroBatches(const workloads::DataSource& inner, std::int64_t global_batch, std::int64_t micro_batch)
+      : inner_(inner), g_(global_batch), m_(micro_batch) {}
+  std::int64_t vocab() const override { return inner_.vocab(); }
+  std::int64_t seq_len() const override { return inner_.seq_len(); }
+  workloads::Provenance provenance() const override { return inner_.provenance(); }
+
+ protected:
+  void sample_unchecked(std::int64_t i, std::span<std::int32_t> tokens) const override {
+    const std::int64_t step = i / g_, within = i % g_, j = within / m_, b = within % m_, n = g_ / m_;
+    inner_.sample(step * g_ + (n - 1 - j) * m_ + b, tokens);
+  }
+
+ private:
+  const workloads::DataSource& inner_;
+  std::int64_t g_, m_;
+};
+
+/// The model, data and allocator of one run on the `tiny` preset.
+struct TinySetup {
+  workloads::LlamaConfig model_config;
+  workloads::TrainConfig train;
+  workloads::MarkovChainParams chain;
+  HostBacking backing;
+  std::unique_ptr<CachingAllocator> alloc;
+  std::unique_ptr<workloads::Workload> model;
+  std::unique_ptr<workloads::MarkovSource> source;
+
+  explicit TinySetup(workloads::Precision precision) {
+    const auto& p = workloads::model_preset("tiny");
+    model_config = p.model;
+    train = p.train;
+    train.precision = precision;
+    train.steps = 20;  // the cosine's length; parity runs take at most 20 steps
+    train.warmup_steps = 2;
+    chain = p.chain;
+    if (chain.vocab == 0) chain.vocab = model_config.vocab;
+    alloc = std::make_unique<CachingAllocator>(backing);
+    model = workloads::make_llama(model_config, precision);
+    source = std::make_unique<workloads::MarkovSource>(chain, model_config.seq_len);
+  }
+};
+
+/// An MPI world over MPI_COMM_WORLD with virtual nodes of `ranks_per_node`.
+inline std::unique_ptr<coll::MpiCommunicator> make_world(int ranks_per_node, std::size_t small_message_bytes = 65536) {
+  coll::MpiCommConfig cfg;
+  cfg.small_message_bytes = small_message_bytes;
+  return coll::make_mpi_world(coll::Topology::virtual_nodes(world_size(), ranks_per_node, world_rank()), cfg);
+}
+
+inline double rel_diff(double a, double ref) { return std::abs(a - ref) / std::max(std::abs(ref), 1e-300); }
+
+/// ||a − b|| / ||b|| over [begin, begin + n).
+inline double rel_l2(const float* a, const float* b, std::int64_t n) {
+  double d = 0, r = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    d += (double(a[i]) - double(b[i])) * (double(a[i]) - double(b[i]));
+    r += double(b[i]) * double(b[i]);
+  }
+  return r > 0 ? std::sqrt(d / r) : std::sqrt(d);
+}
+
+}  // namespace hzp::test
