@@ -41,5 +41,6 @@ Command add_list_command(CLI::App& app);
 Command add_topology_command(CLI::App& app);
 Command add_collectives_command(CLI::App& app);
 Command add_inspect_command(CLI::App& app);
+Command add_plan_command(CLI::App& app);
 
 }  // namespace hzp::harness

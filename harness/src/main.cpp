@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
       hh::add_topology_command(app),
       hh::add_collectives_command(app),
       hh::add_inspect_command(app),
+      hh::add_plan_command(app),
   };
 
   try {

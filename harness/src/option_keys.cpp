@@ -82,6 +82,22 @@ void register_keys(OptionTable& t) {
 
   // ---- model, train, data, and the model presets: registered beside their configs (model_options.cpp)
   register_model_keys(t);
+
+  // ---- scheduler.* of the data-parallel schedulers (issue 7; schedulers/data_parallel.hpp): read by
+  // scheduler_options_from() for `hzpbench plan` and the schedulers the run loop builds
+  t.add(S::real("scheduler.bucket_mb", 25,
+                "ddp: gradient bucket size; buckets are whole units, formed from the last unit backwards, and "
+                "each is all-reduced as soon as its gradients are final on the last micro-batch")
+            .positive()
+            .with_unit("MiB"));
+  t.add(S::boolean("scheduler.overlap", true,
+                   "ddp: start each bucket's all-reduce non-blocking and wait for all at the end of backward "
+                   "(true), or all-reduce each bucket inline, blocking (false)"));
+  t.add(S::integer("scheduler.group_size", 0,
+                   "hsdp: sharding group size Z (contiguous ranks, inside a node when Z = "
+                   "topology.ranks_per_node), replicated across W/Z groups; must divide the world size; "
+                   "0 = the world (zero3)")
+            .non_negative());
 }
 
 OptionTable build_table() {

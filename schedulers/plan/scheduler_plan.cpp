@@ -144,7 +144,9 @@ std::string SchedulerPlan::to_text() const {
   o << "  " << std::left << std::setw(8) << "total" << std::right << std::setw(18) << state_total() << std::setw(12)
     << gib(double(state_total())) << "  (" << std::setprecision(2) << double(state_total()) / double(std::max<std::int64_t>(params, 1))
     << " bytes/parameter)\n";
-  o << "collectives per step (bytes sent by this rank):\n";
+  // Ring hops go to the next rank of a group, so the level split is per rank: a rank at a node boundary
+  // sends all of a ring's bytes between nodes, its neighbours none (hzpbench plan --rank).
+  o << "collectives per step (bytes sent by rank " << rank << "; the intra/inter split differs by rank):\n";
   o << "  " << std::left << std::setw(15) << "op" << std::setw(9) << "group" << std::right << std::setw(6) << "size"
     << std::setw(6) << "dtype" << std::setw(9) << "calls" << std::setw(16) << "elements" << std::setw(18) << "intra bytes"
     << std::setw(18) << "inter bytes" << "  when\n";
