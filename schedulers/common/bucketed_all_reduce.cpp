@@ -49,6 +49,10 @@ void BucketedAllReduce::begin() {
 }
 
 void BucketedAllReduce::on_backward_done(int unit) {
+  // The MPI backend progresses a non-blocking collective only inside test()/wait(): poke the buckets in
+  // flight between units so that they move while backward computes instead of all at finish().
+  for (coll::Request& r : requests_)
+    if (!r.done()) r.test();
   for (int blk : layout_->grads_final_after(unit)) {
     const int b = bucket_of_unit_.at(blk);
     if (--pending_[b] != 0) continue;
