@@ -50,7 +50,7 @@ Command add_plan_command(CLI::App& app) {
               } catch (const ConfigError& e) {
                 // One scheduler that does not fit this world (say hsdp's group) should not hide the others.
                 if (names.size() == 1) throw;
-                std::cout << "scheduler " << n << ": not plannable here: " << e.what() << "\n\n";
+                std::cout << "scheduler " << n << ": not plannable here: " << e.message() << "\n\n";
               }
             }
             return 0;

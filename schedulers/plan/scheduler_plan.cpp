@@ -194,6 +194,9 @@ void check_batches(const char* name, const PlanInputs& in, int group) {
 }  // namespace
 
 SchedulerPlan plan_none(const PlanInputs& in) {
+  if (in.world_size != 1)
+    HZP_THROW(ConfigError, "scheduler none is the single-rank reference and runs on 1 rank, not topology.world_size = ",
+              in.world_size, "; plan it with --set topology.world_size=1");
   SchedulerPlan p = base("none", in);
   const std::uint64_t n = static_cast<std::uint64_t>(p.params);
   const bool mixed = workloads::has_separate_master(in.train.precision);
