@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -94,9 +95,12 @@ struct TinySetup {
   std::unique_ptr<workloads::Workload> model;
   std::unique_ptr<workloads::MarkovSource> source;
 
-  explicit TinySetup(workloads::Precision precision) {
+  /// `shape`, when given, edits the model shape before the model is built (e.g. units smaller than W).
+  explicit TinySetup(workloads::Precision precision,
+                     const std::function<void(workloads::LlamaConfig&)>& shape = nullptr) {
     const auto& p = workloads::model_preset("tiny");
     model_config = p.model;
+    if (shape) shape(model_config);
     train = p.train;
     train.precision = precision;
     train.steps = 20;  // the cosine's length; parity runs take at most 20 steps

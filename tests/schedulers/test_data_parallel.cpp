@@ -180,6 +180,50 @@ TEST(DataParallel, HsdpWithWholeWorldGroupIsZero3) {
   }, 300);
 }
 
+// A model whose head unit (the final norm gain, d = 4 elements) is smaller than W: at 8 ranks half the
+// slices of that unit hold only padding. Every configuration still trains like `none` (fp32, 3 steps).
+TEST(DataParallel, PaddingOnlySlicesTrainLikeNone) {
+  run_then_barrier([] {
+    auto shape = [](workloads::LlamaConfig& c) {
+      c.layers = 1;
+      c.hidden = 4;
+      c.heads = 2;
+      c.kv_heads = 1;
+      c.head_dim = 2;
+      c.ffn_hidden = 4;
+      c.vocab = 64;
+    };
+    TinySetup ref_setup(Precision::fp32, shape);
+    schedulers::SchedulerArgs a;
+    a.model = ref_setup.model.get();
+    a.train = ref_setup.train;
+    a.allocator = ref_setup.alloc.get();
+    schedulers::NoneScheduler none(a);
+    std::vector<double> ref;
+    for (std::int64_t k = 0; k < 3; ++k) ref.push_back(none.step({k, ref_setup.source.get()}).loss);
+    const ConstTensorView g_ref = none.grads();
+    auto world = make_world(ranks_per_node());
+    const workloads::ParamLayout& layout = ref_setup.model->layout();
+    ASSERT_LT(layout.unit_numel(layout.num_units() - 1), 8);
+    for (const Variant& v : all_variants(world_size())) {
+      SCOPED_TRACE(v.label);
+      TinySetup s(Precision::fp32, shape);
+      schedulers::SchedulerArgs b;
+      b.model = s.model.get();
+      b.train = s.train;
+      b.allocator = s.alloc.get();
+      b.world = world.get();
+      b.options = v.options;
+      auto sched = schedulers::make_scheduler(v.scheduler, b);
+      for (std::int64_t k = 0; k < 3; ++k) EXPECT_LE(rel_diff(sched->step({k, s.source.get()}).loss, ref[k]), 1e-6) << k;
+      const std::vector<float> g = dynamic_cast<DataParallelScheduler&>(*sched).gather_gradient();
+      ASSERT_EQ(static_cast<std::int64_t>(g.size()), g_ref.numel());
+      EXPECT_LE(rel_l2(g.data(), g_ref.as<const float>(), g_ref.numel()), 1e-5) << "last step's gradient";
+      EXPECT_TRUE(check_replicas(dynamic_cast<DataParallelScheduler&>(*sched).replicated_state()).empty());
+    }
+  }, 300);
+}
+
 // --- model-state bytes from the allocator tags -------------------------------------------------------------
 
 TEST(DataParallel, StateBytesMatchFormulas) {
