@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -63,10 +64,13 @@ Reference run_none(Precision precision, std::int64_t steps, bool reversed) {
 struct DpRun {
   TinySetup setup;
   std::unique_ptr<schedulers::Scheduler> sched;
-  DpRun(Precision p, const Variant& v, coll::Communicator& world) : setup(p) {
+  DpRun(Precision p, const Variant& v, coll::Communicator& world,
+        const std::function<void(workloads::TrainConfig&)>& edit = nullptr)
+      : setup(p) {
     schedulers::SchedulerArgs a;
     a.model = setup.model.get();
     a.train = setup.train;
+    if (edit) edit(a.train);
     a.allocator = setup.alloc.get();
     a.world = &world;
     a.options = v.options;
@@ -366,6 +370,33 @@ TEST(DataParallel, CollectiveBytesMatchFormulas) {
           EXPECT_EQ(inter("shard", CollOp::all_gather) + inter("shard", CollOp::reduce_scatter), shard_hop_inter ? sb : 0);
         }
       }
+    }
+  }, 300);
+}
+
+// Full activation recompute re-runs each unit's forward inside its backward with the parameters the
+// backward already gathered: the same collectives (calls and bytes per group, op and level) and, since the
+// model's recompute is bitwise, the same losses.
+TEST(DataParallel, RecomputeAddsNoCollectives) {
+  run_then_barrier([] {
+    auto world = make_world(ranks_per_node());
+    for (const Variant& v : all_variants(world_size())) {
+      SCOPED_TRACE(v.label);
+      std::vector<coll::CounterSnapshot> deltas;
+      std::vector<double> losses;
+      for (bool recompute : {false, true}) {
+        DpRun run(Precision::fp32, v, *world, [&](workloads::TrainConfig& t) { t.recompute = recompute; });
+        const coll::CounterSnapshot before = world->counters().snapshot();
+        losses.push_back(run.sched->step({0, run.setup.source.get()}).loss);
+        deltas.push_back(world->counters().delta(before));
+      }
+      EXPECT_EQ(losses[0], losses[1]);
+      for (const auto& g : {"dp", "shard", "replica"})
+        for (int op = 0; op < coll::kNumCollOps; ++op) {
+          const coll::OpTotals a = deltas[0].total(g, coll::CollOp(op)), b = deltas[1].total(g, coll::CollOp(op));
+          EXPECT_EQ(a.calls, b.calls) << g << " " << coll::coll_op_name(coll::CollOp(op));
+          for (int l = 0; l < coll::kNumLinkLevels; ++l) EXPECT_EQ(a.level[l].bytes, b.level[l].bytes) << g;
+        }
     }
   }, 300);
 }
