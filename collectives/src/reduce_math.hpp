@@ -24,6 +24,9 @@ struct Reducer {
   /// dst[i] = a[i] op b[i] in the accumulator type; a and b are each of type `dtype` or `acc`
   /// (a_type, b_type). dst (acc) may alias a or b when their types are acc.
   void combine(void* dst, const void* a, DType a_type, const void* b, DType b_type, std::size_t n) const;
+  /// dst (dtype) = a op b, rounded once to dtype: combine + finish without a full-size temporary
+  /// (pieces of 1024 elements go through the stack). dst may alias b (same positions) when b_type is dtype.
+  void combine_finish(void* dst, const void* a, DType a_type, const void* b, DType b_type, std::size_t n) const;
   /// dst (dtype) = src (acc): the single rounding of bf16. dst may alias src only when dtype == acc.
   void finish(void* dst, const void* src, std::size_t n) const;
   /// dst (acc) = src (dtype).
