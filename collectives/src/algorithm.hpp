@@ -24,6 +24,21 @@ class Poster {
   virtual void recv(void* buf, std::size_t bytes, int peer) = 0;
   /// True when replaying for the model: buffers are null and local work must be skipped.
   virtual bool dry() const noexcept = 0;
+
+  // Fused forms, offered where a hop's data streams through this process in chunks (the shared-memory
+  // transport): the copy or reduction then happens on each chunk while it is in cache, saving a pass
+  // over memory. An algorithm asks streams(peer) and otherwise uses send/recv plus its own local work.
+  // Bytes on the wire (and so the counters) are those of the plain send/recv.
+  virtual bool streams(int peer) const noexcept {
+    (void)peer;
+    return false;
+  }
+  /// send(buf, bytes, peer), also copying the same bytes to copy_to (all_gather's own block).
+  virtual void send_and_copy(const void* buf, std::size_t bytes, int peer, void* copy_to);
+  /// Receives n elements of type a_type from peer and stores red.combine(received, b) into dst: in
+  /// red.acc, or rounded once to red.dtype when `finish` (the last step of a reduction).
+  virtual void recv_reduce(void* dst, const void* b, DType a_type, DType b_type, std::size_t n, const Reducer& red,
+                           bool finish, int peer);
 };
 
 /// One call's algorithm. Rounds are aligned across ranks by index: every rank of the group takes

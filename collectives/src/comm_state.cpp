@@ -1,9 +1,11 @@
-// CommState housekeeping: the persistent scratch pool, the failed flag, and freeing the MPI_Comm.
+// CommState housekeeping: the persistent scratch pool, the failed flag, and freeing the MPI_Comm
+// (and unmapping the shared-memory transport: local, no collective).
 #include "comm_state.hpp"
 
 #include <algorithm>
 
 #include "hzp/core/error.hpp"
+#include "shm_transport.hpp"
 
 namespace hzp::coll::detail {
 
@@ -59,6 +61,7 @@ void ScratchPool::give_back(std::unique_ptr<std::vector<std::byte>> buf) {
 }
 
 CommState::~CommState() {
+  shm.reset();
   // Local in practice (MPICH frees when pending operations finish); requests hold this state alive
   // through a shared_ptr, so none of ours is pending here.
   if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);

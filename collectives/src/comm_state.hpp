@@ -1,7 +1,7 @@
 // Internal state of an MpiCommunicator and the pieces its requests are built from: the persistent
 // scratch pool, the timing header that travels with every message, the Operation interface (our
-// algorithms over point-to-point, or an MPICH native collective), and the request that waits on an
-// operation under the wait policy, the deadline and the link model.
+// algorithms over point-to-point on MPI or the shared-memory transport, or an MPICH native
+// collective), and the request that waits on an operation under the wait policy, deadline and model.
 #pragma once
 
 #include <mpi.h>
@@ -19,6 +19,8 @@
 #include "hzp/collectives/mpi_communicator.hpp"
 
 namespace hzp::coll::detail {
+
+class ShmTransport;
 
 /// Travels with every message (a 16-byte companion message on a sibling tag): the latest join
 /// time and the latest link-ready time the sender has heard of, itself included. Max-propagated
@@ -67,6 +69,9 @@ class ScratchPool {
 struct WorldContext {
   std::vector<int> node_of_world_rank;
   std::shared_ptr<LinkEmulator> links;  // null when links.emulate is off
+  // Shared-memory transport (shm_segment.cpp); empty / 0 when the config resolves to mpi.
+  std::vector<std::uint64_t> machine_of_world_rank;  // equal keys = one machine (physical, not virtual)
+  std::uint64_t job_uid = 0;                         // chosen by world rank 0: names this world's segments
 };
 
 struct CommState {
@@ -88,6 +93,11 @@ struct CommState {
   std::atomic<bool> failed{false};
   mutable std::mutex fail_mu;
   std::string fail_reason;
+  // Shared-memory channels: this communicator's own namespace (id), the number of children it has
+  // made (names theirs), and the transport itself (null: every hop goes through MPI).
+  std::uint64_t channel_id = 0;
+  std::uint64_t children = 0;
+  std::unique_ptr<ShmTransport> shm;
 
   CommState() = default;
   CommState(const CommState&) = delete;
@@ -119,6 +129,9 @@ class Operation {
   virtual ~Operation() = default;
   /// Makes progress without blocking; true once the transfer (and its local work) is complete.
   virtual bool progress() = 0;
+  /// Whether the last progress() moved data without completing: a waiter then polls again at once
+  /// instead of giving its core away (the shared-memory transport moves data only while polled).
+  virtual bool moved() const noexcept { return false; }
   /// Latest join/ready heard so far (own included).
   virtual Header known() const noexcept = 0;
   /// Bytes this rank sent per LinkLevel (observed, or modelled when bytes_modelled()).
@@ -132,7 +145,8 @@ class Operation {
   virtual void abandon() noexcept = 0;
 };
 
-/// Our algorithm over MPI_Isend/Irecv (p2p_operation.cpp). Posts round 0 before returning.
+/// Our algorithm over MPI_Isend/Irecv, and the shared-memory transport for the hops it reaches
+/// (p2p_operation.cpp). Posts round 0 before returning.
 std::unique_ptr<Operation> make_p2p_operation(CommState& st, std::unique_ptr<Algorithm> alg, TagPair tags,
                                               Header own, ScratchPool::Lease scratch);
 

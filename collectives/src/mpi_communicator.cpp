@@ -1,6 +1,7 @@
-// MpiCommunicator: construction from a world and its node map, split/duplicate, and the start_X
-// entry points: argument checks, the choice between the ring and the latency-optimal algorithm (or
-// MPICH's native collective), the link model and reservation, and the request that runs the call.
+// MpiCommunicator: construction from a world and its node map (and its shared-memory transport),
+// split/duplicate, and the start_X entry points: argument checks, the choice between the ring and the
+// latency-optimal algorithm (or MPICH's native collective), the link model and reservation, and the
+// request that runs the call.
 #include "hzp/collectives/mpi_communicator.hpp"
 
 #include <cstring>
@@ -11,6 +12,7 @@
 #include "hzp/core/clock.hpp"
 #include "mpi_check.hpp"
 #include "native_collectives.hpp"
+#include "shm_transport.hpp"
 #include "wait_policy.hpp"
 
 namespace hzp::coll {
@@ -71,6 +73,9 @@ MpiCommunicator::MpiCommunicator(MPI_Comm world, const Topology& topology, MpiCo
   // Our tag layout (comm_state.hpp) needs the standard's minimum tag bound.
   const int tag_ub = query_tag_ub(st->comm);
   HZP_CHECK(tag_ub >= 32767, "MPI_TAG_UB = ", tag_ub, " is below the 32767 the MPI standard guarantees");
+  // Which ranks share a machine (for the shared-memory transport), on the duplicate: nothing of
+  // ours ever travels on the caller's communicator.
+  detail::discover_machines(*ctx, st->comm, config, name);
   st->rank = wr;
   st->size = ws;
   st->name = std::move(name);
@@ -81,6 +86,8 @@ MpiCommunicator::MpiCommunicator(MPI_Comm world, const Topology& topology, MpiCo
   st->nodes = ctx->node_of_world_rank;
   st->counters = std::make_shared<CommCounters>();
   st->group_id = st->counters->intern_group(st->name);
+  st->channel_id = 1;  // segment names also carry the world's job_uid
+  st->shm = detail::ShmTransport::create(*st);
   state_ = std::move(st);
 }
 
@@ -95,7 +102,7 @@ std::unique_ptr<MpiCommunicator> make_mpi_world(const Topology& topology, const 
 namespace {
 // A child communicator: same world, config and (optionally) counters; its own MPI_Comm.
 std::shared_ptr<CommState> child_state(const CommState& parent, MPI_Comm comm, std::vector<int> world_ranks,
-                                       std::string name, bool share_counters) {
+                                       std::string name, bool share_counters, std::uint64_t ordinal) {
   auto st = std::make_shared<CommState>();
   st->comm = comm;
   HZP_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
@@ -110,6 +117,8 @@ std::shared_ptr<CommState> child_state(const CommState& parent, MPI_Comm comm, s
     st->nodes[i] = parent.world->node_of_world_rank[static_cast<std::size_t>(st->world_ranks[i])];
   st->counters = share_counters ? parent.counters : std::make_shared<CommCounters>();
   st->group_id = st->counters->intern_group(st->name);
+  st->channel_id = detail::child_channel_id(parent.channel_id, ordinal, st->world_ranks.front());
+  st->shm = detail::ShmTransport::create(*st);  // collective over the child
   return st;
 }
 }  // namespace
@@ -117,6 +126,7 @@ std::shared_ptr<CommState> child_state(const CommState& parent, MPI_Comm comm, s
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, std::string name, bool share_counters) {
   CommState& st = *state_;
   st.check_usable(CollOp::barrier);
+  const std::uint64_t ordinal = ++st.children;  // counted by every member, also those left out
   MPI_Comm comm = MPI_COMM_NULL;
   // MPI_Comm_split has no nonblocking form; it is a setup call, off the hot path.
   HZP_MPI_CHECK(MPI_Comm_split(st.comm, color < 0 ? MPI_UNDEFINED : color, key, &comm));
@@ -130,18 +140,19 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, std::st
   HZP_MPI_CHECK(MPI_Iallgather(&mine, 1, MPI_INT, world_ranks.data(), 1, MPI_INT, comm, &req));
   detail::wait_mpi_request(req, st.config, "split (world-rank exchange)", name);
   return std::unique_ptr<Communicator>(
-      new MpiCommunicator(child_state(st, comm, std::move(world_ranks), std::move(name), share_counters)));
+      new MpiCommunicator(child_state(st, comm, std::move(world_ranks), std::move(name), share_counters, ordinal)));
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::duplicate(std::string name, bool share_counters) {
   CommState& st = *state_;
   st.check_usable(CollOp::barrier);
+  const std::uint64_t ordinal = ++st.children;
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Request req = MPI_REQUEST_NULL;
   HZP_MPI_CHECK(MPI_Comm_idup(st.comm, &comm, &req));
   detail::wait_mpi_request(req, st.config, "MPI_Comm_idup", name);
   return std::unique_ptr<Communicator>(
-      new MpiCommunicator(child_state(st, comm, st.world_ranks, std::move(name), share_counters)));
+      new MpiCommunicator(child_state(st, comm, st.world_ranks, std::move(name), share_counters, ordinal)));
 }
 
 // ---- accessors -----------------------------------------------------------------------------------------
@@ -165,6 +176,7 @@ LinkLevel MpiCommunicator::level_to(int peer) const {
   return state_->level_to(peer);
 }
 std::size_t MpiCommunicator::scratch_bytes() const { return state_->scratch.capacity_bytes(); }
+Transport MpiCommunicator::transport() const noexcept { return state_->shm ? Transport::shm : Transport::mpi; }
 bool MpiCommunicator::failed() const noexcept { return state_->failed.load(std::memory_order_acquire); }
 std::string MpiCommunicator::failure_reason() const {
   std::lock_guard<std::mutex> lock(state_->fail_mu);

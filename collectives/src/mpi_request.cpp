@@ -51,6 +51,12 @@ class MpiRequest final : public Request::Impl {
         wait_s_ += wall_seconds() - t0;
         fail_timeout();
       }
+      // Data moved (shared memory moves only while polled): poll again at once, and start the
+      // policy afresh when it stalls next, so a long transfer never sleeps between its chunks.
+      if (op_->moved()) {
+        pacer.reset();
+        continue;
+      }
       pacer.pause();
     }
     const double before_sleep = wall_seconds();

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "algorithm.hpp"
+#include "hzp/core/error.hpp"
 
 namespace hzp::coll::detail {
 namespace {
@@ -16,16 +17,23 @@ class RingAllGather final : public Algorithm {
   std::string_view name() const noexcept override { return "ring"; }
 
   bool step(int round, Poster& post) override {
-    if (round == 0 && !post.dry() && own_in_ != nullptr) {
-      std::byte* own = at(out_, blocks_.offset(rank_) * static_cast<std::int64_t>(elem_));
-      const std::size_t bytes = static_cast<std::size_t>(blocks_.count(rank_)) * elem_;
-      if (own != own_in_ && bytes > 0) std::memcpy(own, own_in_, bytes);
-    }
+    const int next = mod(rank_ + 1, p_);
+    std::byte* own = block(rank_);
+    const std::size_t own_bytes = bytes_of(rank_);
+    // Own block copied while it streams out (round 0 sends it anyway): one read of own_in, the second
+    // write made from the cache-hot slot. Only out of place and when round 0 has a hop to stream on.
+    const bool fuse_own = round == 0 && p_ > 1 && !post.dry() && own_in_ != nullptr && own != own_in_ &&
+                          own_bytes > 0 && post.streams(next);
+    if (round == 0 && !post.dry() && own_in_ != nullptr && !fuse_own && own != own_in_ && own_bytes > 0)
+      std::memcpy(own, own_in_, own_bytes);
     if (round >= p_ - 1) return false;
     // Round s forwards the block received in round s - 1 (round 0: our own).
     const int send_block = mod(rank_ - round, p_);
     const int recv_block = mod(rank_ - round - 1, p_);
-    post.send(block(send_block), bytes_of(send_block), mod(rank_ + 1, p_));
+    if (fuse_own)
+      post.send_and_copy(own_in_, own_bytes, next, own);
+    else
+      post.send(block(send_block), bytes_of(send_block), next);
     post.recv(block(recv_block), bytes_of(recv_block), mod(rank_ - 1, p_));
     return true;
   }
@@ -44,6 +52,12 @@ class RingAllGather final : public Algorithm {
 // Round s sends the partial sum of block (rank - s - 1) and receives that of block (rank - s - 2);
 // the received partial is combined with our own input of that block and sent on in round s + 1.
 // After p - 1 rounds the partial of our own block has visited every rank.
+//
+// Two ways to combine, same operands in the same order (bitwise the same result): plain, the partial
+// lands in `recv_` and the next step combines it into `send_`; fused (the hop from rank - 1 streams),
+// each arriving chunk is combined with our input straight out of the shared slot, into one of two
+// ping-pong halves of the scratch (the half sent in round s + 1 is not the one round s + 1 receives
+// into), and on the last hop straight into the output, rounded once.
 class RingReduceScatter final : public Algorithm {
  public:
   RingReduceScatter(int rank, int p, const std::byte* in, std::byte* out_own, Blocks blocks, const Reducer& red,
@@ -57,23 +71,33 @@ class RingReduceScatter final : public Algorithm {
 
   bool step(int round, Poster& post) override {
     if (round > p_ - 1) return false;
+    const int prev = mod(rank_ - 1, p_), next = mod(rank_ + 1, p_);
+    if (round == 0) fused_ = p_ > 1 && !post.dry() && post.streams(prev);
     // Wire type of what arrived in round - 1: a rank's own input on the first hop, partials after.
     const DType got = round == 1 ? red_.dtype : red_.acc;
     if (round == p_ - 1) {
-      finish(got, post.dry());
+      if (!fused_) finish(got, post.dry());  // fused: the last receive already wrote the output
       return false;
     }
     const int send_block = mod(rank_ - round - 1, p_);
     const std::size_t n_send = static_cast<std::size_t>(blocks_.count(send_block));
     if (round == 0) {
-      post.send(input(send_block), n_send * red_.elem(), mod(rank_ + 1, p_));
+      post.send(input(send_block), n_send * red_.elem(), next);
+    } else if (fused_) {
+      post.send(half(round - 1), n_send * red_.acc_elem(), next);  // combined while it arrived
     } else {
       if (!post.dry()) red_.combine(send_, recv_, got, input(send_block), red_.dtype, n_send);
-      post.send(send_, n_send * red_.acc_elem(), mod(rank_ + 1, p_));
+      post.send(send_, n_send * red_.acc_elem(), next);
     }
     const int recv_block = mod(rank_ - round - 2, p_);
-    const std::size_t recv_elem = round == 0 ? red_.elem() : red_.acc_elem();
-    post.recv(recv_, static_cast<std::size_t>(blocks_.count(recv_block)) * recv_elem, mod(rank_ - 1, p_));
+    const std::size_t n_recv = static_cast<std::size_t>(blocks_.count(recv_block));
+    const DType wire = round == 0 ? red_.dtype : red_.acc;
+    if (fused_) {
+      const bool last = round == p_ - 2;  // recv_block is then our own block
+      post.recv_reduce(last ? out_own_ : half(round), input(recv_block), wire, red_.dtype, n_recv, red_, last, prev);
+    } else {
+      post.recv(recv_, n_recv * dtype_size(wire), prev);
+    }
     return true;
   }
 
@@ -81,6 +105,8 @@ class RingReduceScatter final : public Algorithm {
   const std::byte* input(int j) const {
     return at(in_, blocks_.offset(j) * static_cast<std::int64_t>(red_.elem()));
   }
+  // Fused: the partial received in round s lives in half s % 2 until it is sent in round s + 1.
+  std::byte* half(int s) const { return s % 2 == 0 ? recv_ : send_; }
   void finish(DType got, bool dry) {
     if (dry) return;
     const std::size_t n = static_cast<std::size_t>(blocks_.count(rank_));
@@ -104,6 +130,7 @@ class RingReduceScatter final : public Algorithm {
   Reducer red_;
   std::byte* recv_ = nullptr;
   std::byte* send_ = nullptr;
+  bool fused_ = false;
 };
 
 /// Runs `first` to completion, then `second`; second's round 0 is posted in the step that finishes
@@ -127,6 +154,13 @@ class Sequence final : public Algorithm {
 };
 
 }  // namespace
+
+void Poster::send_and_copy(const void*, std::size_t, int peer, void*) {
+  HZP_THROW(PreconditionError, "internal: send_and_copy to rank ", peer, " on a hop that does not stream");
+}
+void Poster::recv_reduce(void*, const void*, DType, DType, std::size_t, const Reducer&, bool, int peer) {
+  HZP_THROW(PreconditionError, "internal: recv_reduce from rank ", peer, " on a hop that does not stream");
+}
 
 std::unique_ptr<Algorithm> make_ring_all_gather(int rank, int p, std::byte* out, const std::byte* own_in,
                                                 Blocks blocks, std::size_t elem) {

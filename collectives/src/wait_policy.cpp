@@ -1,4 +1,5 @@
-// Wait policies and MpiCommConfig validation (the settings that decide how a wait behaves).
+// Wait policies, transport names and MpiCommConfig validation (the settings that decide how a call
+// moves its data and how a wait behaves).
 #include "wait_policy.hpp"
 
 #include <sched.h>
@@ -28,6 +29,21 @@ std::optional<WaitPolicy> parse_wait_policy(std::string_view name) noexcept {
   return std::nullopt;
 }
 
+std::string_view transport_name(Transport t) noexcept {
+  switch (t) {
+    case Transport::automatic: return "auto";
+    case Transport::mpi: return "mpi";
+    case Transport::shm: return "shm";
+  }
+  return "?";
+}
+
+std::optional<Transport> parse_transport(std::string_view name) noexcept {
+  for (Transport t : {Transport::automatic, Transport::mpi, Transport::shm})
+    if (transport_name(t) == name) return t;
+  return std::nullopt;
+}
+
 void MpiCommConfig::validate() const {
   if (!(backoff_max_us > 0) || !std::isfinite(backoff_max_us))
     HZP_THROW(ConfigError, "collectives.backoff_max_us = ", backoff_max_us, " must be a positive number of us");
@@ -36,6 +52,17 @@ void MpiCommConfig::validate() const {
   if (wait_policy != WaitPolicy::yield && wait_policy != WaitPolicy::backoff && wait_policy != WaitPolicy::mixed)
     HZP_THROW(ConfigError, "collectives.wait_policy = ", static_cast<int>(wait_policy),
               " is not one of yield, backoff, mixed");
+  if (transport != Transport::automatic && transport != Transport::mpi && transport != Transport::shm)
+    HZP_THROW(ConfigError, "collectives.transport = ", static_cast<int>(transport), " is not one of auto, mpi, shm");
+  if (transport == Transport::shm && mpi_native)
+    HZP_THROW(ConfigError, "collectives.transport = shm cannot be combined with collectives.mpi_native = true "
+              "(MPICH's own collectives move their data themselves); use transport auto or mpi");
+  // Slots hold whole pages, so chunk boundaries stay aligned for every element type and for vector copies.
+  if (shm_slot_bytes < 4096 || shm_slot_bytes % 4096 != 0 || shm_slot_bytes > (std::size_t{64} << 20))
+    HZP_THROW(ConfigError, "collectives.shm_slot_bytes = ", shm_slot_bytes,
+              " must be a multiple of 4096 between 4096 and 67108864");
+  if (shm_slots < 2 || shm_slots > 64)
+    HZP_THROW(ConfigError, "collectives.shm_slots = ", shm_slots, " must be between 2 and 64");
   links.validate();
 }
 

@@ -1,8 +1,9 @@
 // Results of every MpiCommunicator collective, checked bitwise against values computed here:
 // fp32 and bf16, sizes not divisible by the group and zero, sub-communicators from split, both
 // algorithm families (ring forced with small_message_bytes = 0, latency-optimal forced with a huge
-// threshold) and MPICH's native collectives. Inputs are small integers, so every sum is exact in
-// any order and bf16 results are single roundings of exact sums.
+// threshold), each over both transports of intra-machine hops (shared memory, the default here, and
+// MPI), and MPICH's native collectives. Inputs are small integers, so every sum is exact in any order
+// and bf16 results are single roundings of exact sums.
 #include <thread>
 
 #include "mpi_comm_test_util.hpp"
@@ -14,6 +15,7 @@ struct Mode {
   const char* name;
   std::size_t small_message_bytes;
   bool native;
+  Transport transport;
 };
 
 class MpiCollectives : public ::testing::TestWithParam<Mode> {
@@ -22,7 +24,13 @@ class MpiCollectives : public ::testing::TestWithParam<Mode> {
     MpiCommConfig c = test_config();
     c.small_message_bytes = GetParam().small_message_bytes;
     c.mpi_native = GetParam().native;
+    c.transport = GetParam().transport;
     world_ = make_world(c);
+    // All ranks of a test run on one machine: auto and shm must give the shared-memory path.
+    const Transport want = GetParam().native || GetParam().transport == Transport::mpi ? Transport::mpi : Transport::shm;
+    if (world_->size() > 1) {
+      ASSERT_EQ(world_->transport(), want);
+    }
     p_ = world_->size();
     r_ = world_->rank();
   }
@@ -305,8 +313,11 @@ TEST_P(MpiCollectives, ScratchIsReusedAcrossCalls) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, MpiCollectives,
-                         ::testing::Values(Mode{"ring", 0, false}, Mode{"small", std::size_t{1} << 40, false},
-                                           Mode{"native", 65536, true}),
+                         ::testing::Values(Mode{"ring", 0, false, Transport::automatic},
+                                           Mode{"small", std::size_t{1} << 40, false, Transport::automatic},
+                                           Mode{"ring_mpi", 0, false, Transport::mpi},
+                                           Mode{"small_mpi", std::size_t{1} << 40, false, Transport::mpi},
+                                           Mode{"native", 65536, true, Transport::automatic}),
                          [](const ::testing::TestParamInfo<Mode>& info) { return std::string(info.param.name); });
 
 TEST(MpiCommConfig, RejectsImpossibleSettingsNamingTheKey) {
@@ -328,6 +339,28 @@ TEST(MpiCommConfig, RejectsImpossibleSettingsNamingTheKey) {
   }
   EXPECT_EQ(parse_wait_policy("backoff"), WaitPolicy::backoff);
   EXPECT_FALSE(parse_wait_policy("spin").has_value());
+  // The shared-memory transport: MPICH's own collectives bring their own; slots hold whole pages.
+  auto rejects = [](const MpiCommConfig& bad, const char* key) {
+    try {
+      bad.validate();
+      ADD_FAILURE() << key << ": accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  };
+  c = MpiCommConfig{};
+  c.transport = Transport::shm;
+  c.mpi_native = true;
+  rejects(c, "collectives.mpi_native");
+  c = MpiCommConfig{};
+  c.shm_slot_bytes = 5000;
+  rejects(c, "collectives.shm_slot_bytes");
+  c = MpiCommConfig{};
+  c.shm_slots = 1;
+  rejects(c, "collectives.shm_slots");
+  EXPECT_EQ(parse_transport("auto"), Transport::automatic);
+  EXPECT_EQ(parse_transport("shm"), Transport::shm);
+  EXPECT_FALSE(parse_transport("xpmem").has_value());
 }
 
 TEST(MpiCommunicatorArgs, WrongSizesAreRejectedBeforeAnyMessage) {

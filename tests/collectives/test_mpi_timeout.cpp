@@ -1,7 +1,8 @@
 // Deadlines: a rank that joins a collective later than collectives.timeout_s makes the others throw a
 // TimeoutError naming the op, group, group size, sequence number and rank, instead of hanging; the
-// communicator is then unusable (later calls say why); every rank still reaches MPI_Finalize. (UCX
-// warns at finalize about the late messages nobody received: expected here.)
+// communicator is then unusable (later calls say why); every rank still reaches MPI_Finalize. Over
+// MPI and over the shared-memory transport, there also caught mid-message. (UCX warns at finalize
+// about the late MPI messages nobody received: expected here.)
 #include <thread>
 
 #include "mpi_comm_test_util.hpp"
@@ -11,18 +12,32 @@ namespace {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-TEST(MpiTimeout, LateRankGivesTheOthersATimeoutNotAHang) {
+struct Case {
+  const char* name;
+  Transport transport;
+  std::int64_t n;  // elements per rank
+};
+
+class MpiTimeout : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MpiTimeout, LateRankGivesTheOthersATimeoutNotAHang) {
   HZP_REQUIRE_MIN_RANKS(2);
   MpiCommConfig c = test_config();
   c.timeout_s = 1.0;
   c.small_message_bytes = 0;
+  c.transport = GetParam().transport;
+  // Two one-page slots: a message of 16 pages is abandoned with part of it in the ring.
+  c.shm_slot_bytes = 4096;
+  c.shm_slots = 2;
   auto world = make_world(c);
   auto group = world->duplicate("z3");
+  ASSERT_EQ(dynamic_cast<MpiCommunicator&>(*group).transport(), GetParam().transport);
   const int p = group->size(), r = group->rank();
   // One successful call first, so the late one has sequence number 1.
   group->barrier();
 
-  const std::int64_t n = 4;  // eager-sized messages: nothing waits on a rendezvous at finalize
+  // MPI: eager-sized messages, so nothing waits on a rendezvous at finalize.
+  const std::int64_t n = GetParam().n;
   Buffer in(DType::f32, n), out(DType::f32, n * p);
   std::string what;
   bool timed_out = false;
@@ -45,6 +60,9 @@ TEST(MpiTimeout, LateRankGivesTheOthersATimeoutNotAHang) {
     EXPECT_TRUE(contains(what, "rank " + std::to_string(r))) << what;
     EXPECT_TRUE(contains(what, "collectives.timeout_s")) << what;
     EXPECT_TRUE(contains(what, "unusable")) << what;
+    if (GetParam().transport == Transport::shm) {
+      EXPECT_TRUE(contains(what, "shared memory")) << what;
+    }
   } else if (timed_out) {
     // The late rank itself may time out too (its peers gave up mid-ring), or complete (at 2 ranks
     // the one round's messages had already arrived).
@@ -64,6 +82,11 @@ TEST(MpiTimeout, LateRankGivesTheOthersATimeoutNotAHang) {
   Buffer ok_in(DType::f32, 2), ok_out(DType::f32, 2 * p);
   world->all_gather(ok_in.cview(), ok_out.view(), StreamRef::host());
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, MpiTimeout,
+                         ::testing::Values(Case{"mpi", Transport::mpi, 4}, Case{"shm", Transport::shm, 4},
+                                           Case{"shm_mid_message", Transport::shm, 16384}),
+                         [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace hzp::coll::test

@@ -1,8 +1,8 @@
 // MpiCommunicator: the Communicator on host buffers over MPI (style.md §4, docs/collectives.md).
-// Ring and latency-optimal algorithms over nonblocking point-to-point on the communicator's own
-// duplicated MPI_Comm, so the bytes each rank sends on each link level are known by construction;
-// MPICH's native collectives as an option (bytes then modelled). Waits poll MPI_Test under a wait
-// policy and a deadline; counters and link emulation are applied to every call.
+// Ring and latency-optimal algorithms over nonblocking point-to-point on a duplicated MPI_Comm (bytes
+// per link level known by construction), or MPICH's native collectives (bytes modelled). Hops inside a
+// machine go through shared-memory rings when collectives.transport allows. Waits poll under a wait
+// policy and a deadline; counters and link emulation apply to every call, whatever the transport.
 #pragma once
 
 #include <mpi.h>
@@ -33,6 +33,16 @@ enum class WaitPolicy : std::uint8_t {
 std::string_view wait_policy_name(WaitPolicy p) noexcept;
 std::optional<WaitPolicy> parse_wait_policy(std::string_view name) noexcept;
 
+/// What carries the data of a hop between two ranks on the same machine (hops between machines
+/// always use MPI point-to-point). Counters and link emulation do not depend on it.
+enum class Transport : std::uint8_t {
+  automatic,  // "auto": shm when the machine allows it and mpi_native is off, else mpi
+  mpi,        // MPI_Isend/MPI_Irecv (MPICH's shared-memory path: two copies, 2-4 GB/s here)
+  shm,        // our shared-memory rings; an error when they cannot be set up
+};
+std::string_view transport_name(Transport t) noexcept;
+std::optional<Transport> parse_transport(std::string_view name) noexcept;
+
 /// Settings of the MPI backend; the harness fills it from the option table (collectives.*,
 /// links.*). Validated by the communicator's constructor (validate() throws ConfigError naming
 /// the option key and value).
@@ -43,6 +53,11 @@ struct MpiCommConfig {
   double timeout_s = 300;             // collectives.timeout_s, > 0
   std::size_t small_message_bytes = 65536;  // collectives.small_message_bytes; 0 = always ring
   bool mpi_native = false;            // collectives.mpi_native
+  Transport transport = Transport::automatic;  // collectives.transport
+  /// Shared-memory rings: slots per direction of each pair of ranks, and bytes per slot (a message
+  /// streams through them in slot-sized chunks). Defaults measured in docs/collectives-benchmark.md.
+  std::size_t shm_slot_bytes = 256 * 1024;  // collectives.shm_slot_bytes, multiple of 4096
+  int shm_slots = 4;                        // collectives.shm_slots, 2..64
   LinkEmulationConfig links;          // links.*
 
   void validate() const;
@@ -104,6 +119,9 @@ class MpiCommunicator final : public Communicator {
   /// Bytes held by this communicator's persistent scratch pool (bf16 and reduction partials); it
   /// grows to what the calls need and then stays, so the steady state allocates no scratch.
   std::size_t scratch_bytes() const;
+  /// The transport this communicator's intra-machine hops actually use: shm, or mpi (chosen, or
+  /// the fallback of auto when shared memory was unavailable; also when no peer shares the machine).
+  Transport transport() const noexcept;
   /// True once a deadline fired on this communicator; failure_reason() says which call.
   bool failed() const noexcept;
   std::string failure_reason() const;

@@ -1,0 +1,273 @@
+// The shared-memory transport of intra-machine hops (collectives.transport): which communicators use
+// it, messages of many slot-sized chunks through tiny rings for every op (exact results, bf16 rounded
+// once), messages that arrive before their receive (whole or half-way), counters of virtual nodes,
+// and two duplicates used concurrently from two threads (also built with ThreadSanitizer).
+#include <algorithm>
+#include <thread>
+
+#include "mpi_comm_test_util.hpp"
+
+namespace hzp::coll::test {
+namespace {
+
+// Exact in bf16; sums over 8 ranks stay exact too.
+double copy_value(int r, std::int64_t i, int salt = 0) {
+  return static_cast<double>((r * 13 + i * 5 + salt * 7) % 201 - 100);
+}
+double sum_value(int r, std::int64_t i, int salt = 0) {
+  return static_cast<double>(((r + 1) * (i % 7 + 1) + salt) % 11 - 5);
+}
+
+// Tiny slots (one page, two per direction): every message of a few pages streams through the ring
+// in many chunks, wrapping it several times.
+MpiCommConfig tiny_rings(std::size_t small_message_bytes) {
+  MpiCommConfig c = test_config();
+  c.transport = Transport::shm;
+  c.shm_slot_bytes = 4096;
+  c.shm_slots = 2;
+  c.small_message_bytes = small_message_bytes;
+  return c;
+}
+
+TEST(ShmTransport, ChosenForEveryCommunicatorThatHasMachinePeers) {
+  HZP_REQUIRE_MIN_RANKS(2);
+  const int r = hzp::test::world_rank();
+  auto world = make_world(test_config());  // auto
+  EXPECT_EQ(world->transport(), Transport::shm);
+  auto dup = world->duplicate("dup");
+  EXPECT_EQ(dynamic_cast<MpiCommunicator&>(*dup).transport(), Transport::shm);
+  auto pairs = world->split(r / 2, r, "pairs");
+  EXPECT_EQ(dynamic_cast<MpiCommunicator&>(*pairs).transport(), pairs->size() > 1 ? Transport::shm : Transport::mpi);
+  auto alone = world->split(r, 0, "alone");  // nobody to share memory with
+  EXPECT_EQ(dynamic_cast<MpiCommunicator&>(*alone).transport(), Transport::mpi);
+  alone->barrier();
+
+  MpiCommConfig c = test_config();
+  c.transport = Transport::mpi;
+  EXPECT_EQ(make_world(c)->transport(), Transport::mpi);
+  c = test_config();
+  c.mpi_native = true;  // auto: MPICH's collectives carry their own data
+  EXPECT_EQ(make_world(c)->transport(), Transport::mpi);
+}
+
+TEST(ShmTransport, VirtualNodesStillShareMemoryAndCountInterBytes) {
+  HZP_REQUIRE_RANKS_DIVISIBLE_BY(2);
+  MpiCommConfig c = test_config();
+  c.small_message_bytes = 0;
+  auto world = make_world(c, /*ranks_per_node=*/2);
+  ASSERT_EQ(world->transport(), Transport::shm);
+  const int p = world->size(), r = world->rank();
+  const std::int64_t n = 3000;
+  Buffer in(DType::f32, n), out(DType::f32, n * p);
+  in.fill([&](std::int64_t i) { return copy_value(r, i); });
+  world->all_gather(in.cview(), out.view(), StreamRef::host());
+  for (int q = 0; q < p; ++q)
+    for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(out.get(q * n + i), copy_value(q, i));
+  // Every ring hop goes to r + 1: inter-node exactly when that rank is on another virtual node (an
+  // odd rank's hop, except at 2 ranks, where both are on one node).
+  const std::uint64_t sent = static_cast<std::uint64_t>(p - 1) * n * 4;
+  const bool inter = vnode(r, 2) != vnode((r + 1) % p, 2);
+  const CallRecord rec = world->counters().records().back();
+  EXPECT_EQ(rec.bytes[0], inter ? 0u : sent);
+  EXPECT_EQ(rec.bytes[1], inter ? sent : 0u);
+}
+
+class ShmChunks : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(ShmChunks, EveryOpExactThroughTinyRings) {
+  auto world = make_world(tiny_rings(GetParam()));
+  const int p = world->size(), r = world->rank();
+  if (p > 1) {
+    ASSERT_EQ(world->transport(), Transport::shm);
+  }
+  for (DType t : {DType::f32, DType::bf16}) {
+    // Blocks of ~2.4 and ~5 pages: chunk boundaries fall inside elements' runs, never on block ends.
+    for (std::int64_t n : {2500, 5003}) {
+      Buffer in(t, n), out(t, n * p);
+      in.fill([&](std::int64_t i) { return copy_value(r, i); });
+      world->all_gather(in.cview(), out.view(), StreamRef::host());
+      for (int q = 0; q < p; ++q)
+        for (std::int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(out.get(q * n + i), stored(t, copy_value(q, i))) << dtype_name(t) << " n=" << n << " q=" << q;
+
+      Buffer full(t, n * p), part(t, n);
+      full.fill([&](std::int64_t i) { return sum_value(r, i); });
+      world->reduce_scatter(full.cview(), part.view(), ReduceOp::sum, StreamRef::host());
+      for (std::int64_t i = 0; i < n; ++i) {
+        double s = 0;
+        for (int q = 0; q < p; ++q) s += sum_value(q, r * n + i);
+        ASSERT_EQ(part.get(i), stored(t, s)) << dtype_name(t) << " reduce_scatter n=" << n << " i=" << i;
+      }
+
+      Buffer acc(t, n + 3);  // not divisible by the group: unequal ring chunks
+      acc.fill([&](std::int64_t i) { return sum_value(r, i, 1); });
+      world->all_reduce(acc.view(), ReduceOp::max, StreamRef::host());
+      for (std::int64_t i = 0; i < n + 3; ++i) {
+        double m = -1e9;
+        for (int q = 0; q < p; ++q) m = std::max(m, sum_value(q, i, 1));
+        ASSERT_EQ(acc.get(i), stored(t, m)) << dtype_name(t) << " all_reduce i=" << i;
+      }
+    }
+  }
+  // Uneven exchange: rank r sends (r + q) % 3 * 1500 + 1 elements to rank q.
+  auto cnt = [](int from, int to) { return static_cast<std::int64_t>((from + to) % 3) * 1500 + 1; };
+  std::vector<std::int64_t> sc(static_cast<std::size_t>(p)), rc(static_cast<std::size_t>(p));
+  std::int64_t ns = 0, nr = 0;
+  for (int q = 0; q < p; ++q) {
+    sc[static_cast<std::size_t>(q)] = cnt(r, q);
+    rc[static_cast<std::size_t>(q)] = cnt(q, r);
+    ns += cnt(r, q);
+    nr += cnt(q, r);
+  }
+  Buffer a_in(DType::f32, ns), a_out(DType::f32, nr);
+  a_in.fill([&](std::int64_t i) { return copy_value(r, i); });
+  world->start_all_to_allv(a_in.cview(), sc, a_out.view(), rc, StreamRef::host()).wait();
+  std::int64_t off = 0;
+  for (int q = 0; q < p; ++q) {
+    std::int64_t their_off = 0;  // where rank q's block for us starts in q's input
+    for (int k = 0; k < r; ++k) their_off += cnt(q, k);
+    for (std::int64_t i = 0; i < cnt(q, r); ++i)
+      ASSERT_EQ(a_out.get(off + i), copy_value(q, their_off + i)) << "all_to_allv from " << q;
+    off += cnt(q, r);
+  }
+  Buffer b(DType::f32, 9001);
+  const int root = p - 1;
+  b.fill([&](std::int64_t i) { return r == root ? copy_value(root, i) : 0.0; });
+  world->broadcast(b.view(), root, StreamRef::host());
+  for (std::int64_t i = 0; i < 9001; ++i) ASSERT_EQ(b.get(i), copy_value(root, i));
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, ShmChunks, ::testing::Values(std::size_t{0}, std::size_t{1} << 40),
+                         [](const ::testing::TestParamInfo<std::size_t>& info) {
+                           return std::string(info.param == 0 ? "ring" : "small");
+                         });
+
+TEST(ShmTransport, MessagesArrivingBeforeTheirReceive) {
+  HZP_REQUIRE_MIN_RANKS(2);
+  auto world = make_world(tiny_rings(0));
+  auto c = world->duplicate("p2p");
+  const int r = c->rank();
+  const std::int64_t n = 10240;  // 40 KiB: ten chunks through a two-slot ring
+  auto barrier = [] { hzp::test::run_then_barrier([] {}); };
+  Buffer first(DType::f32, n), second(DType::f32, n), third(DType::f32, 3);
+  if (r == 0) {
+    first.fill([&](std::int64_t i) { return copy_value(1, i); });
+    second.fill([&](std::int64_t i) { return copy_value(2, i); });
+    third.fill([&](std::int64_t i) { return copy_value(3, i); });
+    // Posted in the order 1, 2; the peer receives 2 first, so all of message 1 is kept aside there.
+    Request s1 = c->start_send(first.cview(), 1, 1, StreamRef::host());
+    Request s2 = c->start_send(second.cview(), 1, 2, StreamRef::host());
+    s1.wait();
+    s2.wait();
+    barrier();  // (A) the peer has drained the ring
+    // Message 7 fills the two slots and stops there: the barriers do not pump.
+    Request s7 = c->start_send(first.cview(), 1, 7, StreamRef::host());
+    barrier();  // (B) its first two chunks are in the ring
+    barrier();  // (C) the peer kept them aside, then posted the receive that takes the message over
+    s7.wait();
+    c->send(third.cview(), 1, 9, StreamRef::host());
+  } else if (r == 1) {
+    c->recv(second.view(), 0, 2, StreamRef::host());
+    c->recv(first.view(), 0, 1, StreamRef::host());
+    for (std::int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(first.get(i), copy_value(1, i));
+      ASSERT_EQ(second.get(i), copy_value(2, i));
+    }
+    barrier();  // (A)
+    barrier();  // (B)
+    Request r9 = c->start_recv(third.view(), 0, 9, StreamRef::host());
+    EXPECT_FALSE(r9.test());  // pumps: two chunks of message 7, no receive for it yet
+    Buffer seventh(DType::f32, n);
+    Request r7 = c->start_recv(seventh.view(), 0, 7, StreamRef::host());
+    barrier();  // (C)
+    r7.wait();
+    r9.wait();
+    for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(seventh.get(i), copy_value(1, i));
+    for (std::int64_t i = 0; i < 3; ++i) ASSERT_EQ(third.get(i), copy_value(3, i));
+  } else {
+    for (int k = 0; k < 3; ++k) barrier();
+  }
+}
+
+TEST(ShmTransport, OverlappingCollectivesCompletedInReverseOrder) {
+  auto world = make_world(tiny_rings(0));
+  const int p = world->size(), r = world->rank();
+  const std::int64_t n = 4000;
+  Buffer in(DType::f32, n), out(DType::f32, n * p), acc(DType::bf16, n * 2);
+  in.fill([&](std::int64_t i) { return copy_value(r, i); });
+  acc.fill([&](std::int64_t i) { return sum_value(r, i); });
+  Request a = world->start_all_gather(in.cview(), out.view(), StreamRef::host());
+  Request b = world->start_all_reduce(acc.view(), ReduceOp::sum, StreamRef::host());
+  b.wait();  // its chunks queue behind a's on every ring
+  a.wait();
+  for (int q = 0; q < p; ++q)
+    for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(out.get(q * n + i), copy_value(q, i));
+  for (std::int64_t i = 0; i < 2 * n; ++i) {
+    double s = 0;
+    for (int q = 0; q < p; ++q) s += sum_value(q, i);
+    ASSERT_EQ(acc.get(i), stored(DType::bf16, s));
+  }
+}
+
+// Two duplicates, each driven by its own thread at once, with large messages: every result exact
+// (a chunk delivered on the wrong communicator would show), counters kept apart.
+TEST(ShmTransport, TwoDuplicatesFromTwoThreadsConcurrently) {
+  MpiCommConfig cfg = test_config();
+  cfg.transport = Transport::shm;
+  cfg.shm_slot_bytes = 16384;
+  cfg.shm_slots = 3;
+  cfg.small_message_bytes = 0;
+  auto world = make_world(cfg);
+  auto a = world->duplicate("prefetch", /*share_counters=*/false);
+  auto b = world->duplicate("drain", /*share_counters=*/false);
+  const int p = world->size(), r = world->rank();
+  const int iters = hzp::test::world_size() >= 8 ? 2 : 4;
+  auto body = [&](Communicator& c, int salt, std::string& why) {
+    try {
+      const std::int64_t n = 20000 + 17 * salt;
+      for (int it = 0; it < iters && why.empty(); ++it) {
+        const int s = salt + it;
+        Buffer in(DType::bf16, n), out(DType::bf16, n * p);
+        in.fill([&](std::int64_t i) { return copy_value(r, i, s); });
+        c.all_gather(in.cview(), out.view(), StreamRef::host());
+        for (int q = 0; q < p && why.empty(); ++q)
+          for (std::int64_t i = 0; i < n; ++i)
+            if (out.get(q * n + i) != stored(DType::bf16, copy_value(q, i, s))) {
+              why = c.name() + ": all_gather block " + std::to_string(q);
+              break;
+            }
+        Buffer full(DType::bf16, n * p), part(DType::bf16, n);
+        full.fill([&](std::int64_t i) { return sum_value(r, i, s); });
+        c.reduce_scatter(full.cview(), part.view(), ReduceOp::sum, StreamRef::host());
+        for (std::int64_t i = 0; i < n && why.empty(); ++i) {
+          double sum = 0;
+          for (int q = 0; q < p; ++q) sum += sum_value(q, r * n + i, s);
+          if (part.get(i) != stored(DType::bf16, sum)) why = c.name() + ": reduce_scatter element " + std::to_string(i);
+        }
+        Buffer acc(DType::f32, n);
+        acc.fill([&](std::int64_t i) { return sum_value(r, i, s); });
+        Request req = c.start_all_reduce(acc.view(), ReduceOp::sum, StreamRef::host());
+        while (!req.test()) std::this_thread::yield();  // completed by polling, as a prefetcher does
+        for (std::int64_t i = 0; i < n && why.empty(); ++i) {
+          double sum = 0;
+          for (int q = 0; q < p; ++q) sum += sum_value(q, i, s);
+          if (acc.get(i) != static_cast<float>(sum)) why = c.name() + ": all_reduce element " + std::to_string(i);
+        }
+      }
+    } catch (const std::exception& e) {
+      why = c.name() + ": " + e.what();
+    }
+  };
+  std::string wa, wb;
+  std::thread ta([&] { body(*a, 0, wa); });
+  std::thread tb([&] { body(*b, 50, wb); });
+  ta.join();
+  tb.join();
+  EXPECT_TRUE(wa.empty()) << wa;
+  EXPECT_TRUE(wb.empty()) << wb;
+  EXPECT_EQ(a->counters().snapshot().total(CollOp::all_gather).calls, static_cast<std::uint64_t>(iters));
+  EXPECT_EQ(b->counters().snapshot().total(CollOp::reduce_scatter).calls, static_cast<std::uint64_t>(iters));
+}
+
+}  // namespace
+}  // namespace hzp::coll::test
