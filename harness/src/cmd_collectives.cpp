@@ -95,6 +95,12 @@ coll::MpiCommConfig mpi_config_from(const ResolvedConfig& cfg) {
   c.timeout_s = cfg.get_double("collectives.timeout_s");
   c.small_message_bytes = static_cast<std::size_t>(cfg.get_int("collectives.small_message_bytes"));
   c.mpi_native = cfg.get_bool("collectives.mpi_native");
+  const std::string& tr = cfg.get_string("collectives.transport");
+  const auto transport = coll::parse_transport(tr);
+  if (!transport) HZP_THROW(ConfigError, "collectives.transport = '", tr, "' is not one of auto, mpi, shm");
+  c.transport = *transport;
+  c.shm_slot_bytes = static_cast<std::size_t>(cfg.get_int("collectives.shm_slot_bytes"));
+  c.shm_slots = static_cast<int>(cfg.get_int("collectives.shm_slots"));
   c.links.enabled = cfg.get_bool("links.emulate");
   c.links.intra = {cfg.get_double("links.intra.latency_us"), cfg.get_double("links.intra.bandwidth_gbps")};
   c.links.inter = {cfg.get_double("links.inter.latency_us"), cfg.get_double("links.inter.bandwidth_gbps")};
@@ -128,7 +134,9 @@ int run_collectives(const Args& a) {
                 " ranks; set it to ", mpi.size(), " or 0 (= from MPI)");
     const coll::Topology topo =
         coll::discover_topology(MPI_COMM_WORLD, static_cast<int>(cfg.get_int("topology.ranks_per_node")));
-    std::unique_ptr<coll::Communicator> world = coll::make_mpi_world(topo, comm_config);
+    std::unique_ptr<coll::MpiCommunicator> mpi_world = coll::make_mpi_world(topo, comm_config);
+    const std::string transport(coll::transport_name(mpi_world->transport()));
+    std::unique_ptr<coll::Communicator> world = std::move(mpi_world);
     // The benchmark's own reductions run on a separate communicator so they never show in the
     // measured communicator's counters (design.md §3: the harness's traffic is kept apart).
     MPI_Comm stats = MPI_COMM_NULL;
@@ -145,6 +153,9 @@ int run_collectives(const Args& a) {
                   cfg.get_string("collectives.wait_policy").c_str(),
                   static_cast<long long>(cfg.get_int("collectives.small_message_bytes")),
                   cfg.get_bool("links.emulate") ? "true" : "false");
+      std::printf("# transport (hops inside a machine): %s (collectives.transport=%s, shm_slots=%d x %zu B)\n",
+                  transport.c_str(), cfg.get_string("collectives.transport").c_str(), comm_config.shm_slots,
+                  comm_config.shm_slot_bytes);
       std::printf("# sweep %zu..%zu B, factor %g, warm-up %d, iters %d, dtype %s, ops %s\n", opt.min_bytes,
                   opt.max_bytes, opt.step_factor, opt.warmup_iters, opt.iters, a.dtype.c_str(), a.ops.c_str());
       std::printf("# memcpy of %zu B, best of %d: %.3f GB/s on one core alone (bus/mcp = busbw / this); "

@@ -48,6 +48,19 @@ void register_keys(OptionTable& t) {
                 "the operation, so a hang becomes an error")
             .positive()
             .with_unit("s"));
+  t.add(S::enumeration("collectives.transport", {"auto", "mpi", "shm"}, "auto",
+                       "What carries hops between ranks on one machine (virtual nodes included; counters "
+                       "and link emulation are the same either way): shm = shared-memory rings of "
+                       "collectives.shm_slots slots per direction; mpi = MPI point-to-point (MPICH copies "
+                       "twice); auto = shm when available and collectives.mpi_native is false, else mpi"));
+  t.add(S::integer("collectives.shm_slot_bytes", 262144,
+                   "Bytes per slot of the shared-memory rings (a multiple of 4096); messages stream "
+                   "through them in chunks of this size")
+            .in_range(4096, 67108864)
+            .with_unit("bytes"));
+  t.add(S::integer("collectives.shm_slots", 4,
+                   "Slots per direction of each pair of ranks in the shared-memory rings")
+            .in_range(2, 64));
   t.add(S::integer("collectives.small_message_bytes", 65536,
                    "Messages smaller than this use the latency-optimal algorithm (fewer rounds), "
                    "larger ones the bandwidth-optimal ring; 0 = always the ring")
