@@ -8,6 +8,7 @@
 #include <span>
 
 #include "hzp/core/error.hpp"
+#include "hzp/core/phase_timer.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/kernels/attention.hpp"
 #include "hzp/kernels/rmsnorm.hpp"
@@ -91,7 +92,10 @@ void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext
   const DType at = act_dtype();
   BlockActs& s = ctx.blocks[static_cast<std::size_t>(unit - 1)];
   const StreamRef host = StreamRef::host();
-  if (ctx.recompute()) block_compute(unit, params, ctx, s, nullptr);
+  if (ctx.recompute()) {
+    const profile::ScopedPhase phase(profile::Phase::recompute, layout().unit(unit).name);
+    block_compute(unit, params, ctx, s, nullptr);
+  }
   HZP_CHECK(static_cast<bool>(s.a) && static_cast<bool>(ctx.dhidden), "block ", unit - 1,
             " backward: its forward state or its output gradient is missing");
 

@@ -3,6 +3,7 @@
 // the embedding table from unit 0's block and writes its LM-head gradient into unit 0's gradient,
 // which the embedding's own backward then accumulates into (ParamLayout's writer rules).
 #include "hzp/core/error.hpp"
+#include "hzp/core/phase_timer.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/kernels/cross_entropy.hpp"
 #include "hzp/kernels/embedding.hpp"
@@ -73,7 +74,10 @@ void LlamaModel::head_backward(const UnitParams& params, LlamaContext& ctx, cons
   const int hu = head_unit();
   CachingAllocator& alloc = ctx.allocator();
   HeadActs& s = ctx.head;
-  if (ctx.recompute()) head_forward(params, ctx, true);
+  if (ctx.recompute()) {
+    const profile::ScopedPhase phase(profile::Phase::recompute, layout().unit(hu).name);
+    head_forward(params, ctx, true);
+  }
   HZP_CHECK(static_cast<bool>(s.logits), "head backward: its forward state is missing");
 
   // dlogits overwrite the logits in place (the kernel reads each row before writing it).

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "hzp/core/error.hpp"
+#include "hzp/core/phase_timer.hpp"
 
 namespace hzp::workloads {
 
@@ -133,6 +134,8 @@ void Workload::forward(int unit, const UnitParams& params, MicroBatchContext& ct
   HZP_CHECK(unit == ctx.forwards_done_, "forward(", unit, ") out of order: expected forward(",
             ctx.forwards_done_, ") (units run 0..", layout_.num_units() - 1, " forward)");
   check_blocks(unit, params, nullptr);
+  // Timed here, for every model, so that the harness can split a step into compute and the rest.
+  const profile::ScopedPhase phase(profile::Phase::forward, layout_.unit(unit).name);
   forward_unit(unit, params, ctx);
   ++ctx.forwards_done_;
 }
@@ -143,6 +146,7 @@ void Workload::backward(int unit, const UnitParams& params, MicroBatchContext& c
   HZP_CHECK(unit == ctx.next_backward_, "backward(", unit, ") out of order: expected backward(",
             ctx.next_backward_, ") (units run ", layout_.num_units() - 1, "..0 backward)");
   check_blocks(unit, params, &grads);
+  const profile::ScopedPhase phase(profile::Phase::backward, layout_.unit(unit).name);
   backward_unit(unit, params, ctx, grads);
   --ctx.next_backward_;
 }
