@@ -171,6 +171,27 @@ StepStats NoneScheduler::step(const StepBatch& batch) {
   return st;
 }
 
+void NoneScheduler::visit_state(StateVisitor& visitor) {
+  const State& s = *state_;
+  const workloads::ParamLayout& layout = s.model->layout();
+  struct Component {
+    const char* name;
+    ConstTensorView flat;
+  };
+  std::vector<Component> comps = {{"param", s.params_view()}};
+  if (workloads::has_separate_master(s.precision())) comps.push_back({"master", s.master_view()});
+  comps.push_back({"grad", s.grads_view()});
+  comps.push_back({"m", s.m_view()});
+  comps.push_back({"v", s.v_view()});
+  for (const Component& c : comps)
+    for (int u = 0; u < layout.num_units(); ++u) {
+      const ConstTensorView block = workloads::unit_block(layout, u, c.flat);
+      for (int t = 0; t < static_cast<int>(layout.unit(u).tensors.size()); ++t)
+        visitor.tensor(c.name, layout.unit(u).tensors[static_cast<std::size_t>(t)].name,
+                       workloads::tensor_in_block(layout, u, t, block));
+    }
+}
+
 ConstTensorView NoneScheduler::master_params() const { return state_->master_view(); }
 ConstTensorView NoneScheduler::working_params() const { return state_->params_view(); }
 ConstTensorView NoneScheduler::grads() const { return state_->grads_view(); }

@@ -24,6 +24,9 @@ class NoneScheduler final : public Scheduler {
 
   std::string_view name() const override { return "none"; }
   StepStats step(const StepBatch& batch) override;
+  /// Every tensor of the flat buffers by name: param, master (bf16-mixed), grad (of the last step,
+  /// before clipping), m, v. One rank, so no gathering.
+  void visit_state(StateVisitor& visitor) override;
 
   /// Flat views [N] for tests and parity checks: the master parameters (what AdamW updates), the
   /// working parameters forward reads (== master outside bf16-mixed), and the gradient accumulated

@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "hzp/core/caching_allocator.hpp"
+#include "hzp/core/error.hpp"
+#include "hzp/core/ring_pool.hpp"
+#include "hzp/core/tensor.hpp"
 #include "hzp/workloads/data_source.hpp"
 #include "hzp/workloads/train_config.hpp"
 #include "hzp/workloads/workload.hpp"
@@ -34,6 +37,19 @@ struct StepStats {
   double seconds = 0;           ///< wall time of the whole step
   double compute_seconds = 0;   ///< forward + backward (data loading included)
   double optimizer_seconds = 0; ///< norm, clipping and the AdamW update
+  /// Time the compute thread waited on pipeline peers (0 without pipeline parallelism). Reported apart
+  /// from compute and collective waits: the harness closes the step time over these parts.
+  double pipeline_wait_seconds = 0;
+};
+
+/// Receives a scheduler's state for `hzpbench run --dump-tensors` (Scheduler::visit_state).
+class StateVisitor {
+ public:
+  virtual ~StateVisitor() = default;
+  /// One full tensor: `component` is param (the working parameters), master (bf16-mixed only), grad, m
+  /// or v; `name` the parameter's name in the layout; `full` the whole tensor in the component's dtype
+  /// and the parameter's shape, valid during the call only.
+  virtual void tensor(std::string_view component, std::string_view name, ConstTensorView full) = 0;
 };
 
 /// The data of one step: the step index and the source its micro-batches are drawn from (each
@@ -71,6 +87,18 @@ class Scheduler {
   /// reduction, clipping and the update. Steps run in order 0, 1, 2, … (PreconditionError otherwise).
   /// Collective over the scheduler's ranks: every rank calls it with the same batch.
   virtual StepStats step(const StepBatch& batch) = 0;
+
+  /// Hands every parameter's working value, its gradient of the last step and its optimizer states,
+  /// full and by name, to `visitor` on the scheduler's rank 0; other ranks' visitors get nothing.
+  /// Collective over the scheduler's ranks (a sharded scheduler gathers the pieces first). Call between
+  /// steps. The default throws UnsupportedError naming the scheduler.
+  virtual void visit_state(StateVisitor& visitor) {
+    (void)visitor;
+    HZP_THROW(UnsupportedError, "scheduler ", name(), " cannot dump its tensors yet (--dump-tensors)");
+  }
+  /// The scheduler's communication ring pool, whose occupancy and stalls the harness records; nullptr
+  /// when it keeps none.
+  virtual RingPool* ring_pool() noexcept { return nullptr; }
 };
 
 /// Builds a scheduler; validates its configuration and throws ConfigError naming every value.
