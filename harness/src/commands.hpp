@@ -42,5 +42,8 @@ Command add_topology_command(CLI::App& app);
 Command add_collectives_command(CLI::App& app);
 Command add_inspect_command(CLI::App& app);
 Command add_plan_command(CLI::App& app);
+/// `argv`: the whole command line, recorded in the results file.
+Command add_run_command(CLI::App& app, std::vector<std::string> argv);
+Command add_validate_command(CLI::App& app);
 
 }  // namespace hzp::harness

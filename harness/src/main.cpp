@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "failure.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/harness/version_report.hpp"
 
@@ -27,6 +28,8 @@ int main(int argc, char** argv) {
       hh::add_collectives_command(app),
       hh::add_inspect_command(app),
       hh::add_plan_command(app),
+      hh::add_run_command(app, std::vector<std::string>(argv, argv + argc)),
+      hh::add_validate_command(app),
   };
 
   try {
@@ -44,6 +47,11 @@ int main(int argc, char** argv) {
     }
     std::cout << app.help();
     return 0;
+  } catch (const hh::RunExit& e) {
+    // `run`/`validate` already decided the exit code (docs/run.md); ranks other than 0 stay quiet for
+    // errors every rank sees alike.
+    if (e.print() && *e.what() != '\0') std::fprintf(stderr, "hzpbench: %s\n", e.what());
+    return e.code();
   } catch (const hzp::ConfigError& e) {
     // A user's mistake: the message names the key, value, origin and fix; where in our code it was
     // detected would only be noise.

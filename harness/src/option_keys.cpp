@@ -5,6 +5,7 @@
 #include "hzp/harness/option_keys.hpp"
 
 #include "hzp/harness/model_options.hpp"
+#include "hzp/harness/run_options.hpp"
 
 namespace hzp::harness {
 namespace {
@@ -111,6 +112,9 @@ void register_keys(OptionTable& t) {
                    "topology.ranks_per_node), replicated across W/Z groups; must divide the world size; "
                    "0 = the world (zero3)")
             .non_negative());
+
+  // ---- hzpbench run: scheduler, backend, device, link profiles, output, harness, debug (run_options.cpp)
+  register_run_keys(t);
 }
 
 OptionTable build_table() {

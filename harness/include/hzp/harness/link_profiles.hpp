@@ -1,0 +1,73 @@
+// Link profiles (`links.profile`, `links.comm_to_compute`): a real cluster's links expressed as FLOPs
+// per byte, turned into emulated bandwidths with the compute rate this run measures, so that a CPU run
+// keeps the cluster's communication-to-compute ratio (design.md §3, env-notes.md). Pure arithmetic; the
+// measurement itself is compute_rate.hpp.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "hzp/collectives/link_emulator.hpp"
+
+namespace hzp::harness {
+
+/// One cluster: its accelerator's dense bf16 peak and its per-device link bandwidths.
+struct LinkProfile {
+  std::string_view name;
+  double peak_tflops = 0;  ///< dense bf16 per device
+  double intra_gbps = 0;   ///< GB/s per device inside a node
+  double inter_gbps = 0;   ///< GB/s per device between nodes
+  std::string_view source;
+
+  constexpr double intra_flop_per_byte() const noexcept { return peak_tflops * 1e12 / (intra_gbps * 1e9); }
+  constexpr double inter_flop_per_byte() const noexcept { return peak_tflops * 1e12 / (inter_gbps * 1e9); }
+};
+
+/// H100 SXM in a DGX: 989 TFLOP/s dense bf16, NVLink 450 GB/s per direction, 400 Gb/s InfiniBand
+/// (50 GB/s) per GPU: ~2.2k FLOP per byte inside a node, ~19.8k across nodes.
+inline constexpr LinkProfile kH100Dgx{"h100-dgx", 989, 450, 50,
+                                      "NVIDIA H100 SXM datasheet; DGX H100: NVLink 4 and one 400 Gb/s NIC per GPU"};
+/// The AsyncHZP paper's accelerator: 300 TFLOP/s, ~400 GB/s inside an 8-card full mesh, 200 Gb/s RoCE
+/// (25 GB/s) per card: 750 FLOP per byte inside a node, 12k across.
+inline constexpr LinkProfile kPaperNpu{"paper-npu", 300, 400, 25,
+                                       "AsyncHZP paper (paper.md): 8-card mesh, 200 Gb/s RoCE per card"};
+
+/// The named profiles (h100-dgx, paper-npu).
+std::span<const LinkProfile> link_profiles();
+
+/// Everything the conversion needs.
+struct LinkPlanInput {
+  std::string profile = "none";        ///< links.profile
+  double custom_intra_flop_per_byte = kH100Dgx.intra_flop_per_byte();
+  double custom_inter_flop_per_byte = kH100Dgx.inter_flop_per_byte();
+  double comm_to_compute = 0;          ///< links.comm_to_compute
+  coll::LinkEmulationConfig given;     ///< links.emulate and links.{intra,inter}.* as configured
+  double flops_per_s = 0;              ///< the measured model compute rate of one rank (> 0 when needed)
+  double micro_batch_s = 0;            ///< the measured compute time of one micro-batch (forward+backward)
+  std::int64_t num_params = 0;         ///< N, for the comm_to_compute reference volume
+};
+
+/// The links a run uses, with how they were derived (recorded in the results file).
+struct LinkPlan {
+  coll::LinkEmulationConfig links;  ///< what the communicators get
+  double intra_flop_per_byte = 0;   ///< the ratios the bandwidths keep (0 when taken as given)
+  double inter_flop_per_byte = 0;
+  double reference_bytes = 0;       ///< comm_to_compute: 4N bytes per micro-batch (0 otherwise)
+  std::string how;                  ///< one line: "h100-dgx at 61.2 GFLOP/s: intra 27.8 MB/s, inter 3.09 MB/s"
+};
+
+/// Whether the plan needs a measured compute rate (a profile or comm_to_compute on, emulation on).
+bool link_plan_needs_measurement(const LinkPlanInput& in);
+
+/// Derives the bandwidths. Profile p: bandwidth = flops_per_s / (p's FLOP per byte) per level.
+/// comm_to_compute r > 0: inter = 4N bytes / (r × micro_batch_s), intra = inter × (profile's intra/inter
+/// bandwidth ratio; links.*.bandwidth_gbps's ratio when the profile is none). Latencies stay as given.
+/// Throws ConfigError for an unknown profile or a missing measurement.
+LinkPlan plan_links(const LinkPlanInput& in);
+
+/// The ConfigError (or nothing) for a profile name, checked before anything runs.
+void validate_link_profile(std::string_view name);
+
+}  // namespace hzp::harness

@@ -1,0 +1,133 @@
+// Measured compute rates (compute_rate.hpp): the GPU peak table, the CPU sgemm peak, and a calibration
+// micro-batch of the model through the workload interface.
+#include "hzp/harness/compute_rate.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "hzp/core/caching_allocator.hpp"
+#include "hzp/core/clock.hpp"
+#include "hzp/core/error.hpp"
+#include "hzp/core/memory_backing.hpp"
+#include "hzp/core/stream.hpp"
+#include "hzp/kernels/cast.hpp"
+#include "hzp/kernels/gemm.hpp"
+#include "hzp/workloads/batch_plan.hpp"
+
+namespace hzp::harness {
+namespace {
+
+struct GpuPeak {
+  const char* contains;
+  double tflops;  // dense bf16, SXM parts
+};
+// Longest names first, so that "GH200" is not read as "H200".
+constexpr GpuPeak kGpuPeaks[] = {{"GH200", 989}, {"H200", 989}, {"H100", 989}, {"A100", 312}};
+
+std::int64_t clamp_dim(std::int64_t v) { return std::clamp<std::int64_t>(v, 256, 2048); }
+
+}  // namespace
+
+std::optional<double> gpu_peak_tflops(std::string_view name) {
+  for (const GpuPeak& g : kGpuPeaks)
+    if (name.find(g.contains) != std::string_view::npos) return g.tflops;
+  return std::nullopt;
+}
+
+std::string GemmPeak::shape_text() const {
+  return "sgemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
+}
+
+GemmShape model_like_gemm_shape(std::int64_t tokens, std::int64_t hidden, std::int64_t ffn_hidden) {
+  return {clamp_dim(tokens), clamp_dim(ffn_hidden), clamp_dim(hidden)};
+}
+
+GemmPeak measure_gemm_peak(const GemmShape& shape) {
+  GemmPeak r;
+  r.m = shape.m;
+  r.n = shape.n;
+  r.k = shape.k;
+  r.openblas_threads = openblas_get_num_threads();
+  std::vector<float> a(static_cast<std::size_t>(shape.m * shape.k)), b(static_cast<std::size_t>(shape.n * shape.k)),
+      c(static_cast<std::size_t>(shape.m * shape.n));
+  // Values do not matter for the rate, but denormals or NaNs could: small, ordinary numbers.
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = 0.001f * static_cast<float>(i % 97);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = 0.001f * static_cast<float>(i % 89);
+  const TensorView cv(c.data(), Shape{shape.m, shape.n}, DType::f32);
+  const ConstTensorView av(a.data(), Shape{shape.m, shape.k}, DType::f32);
+  const ConstTensorView bv(b.data(), Shape{shape.n, shape.k}, DType::f32);
+  const double flops = 2.0 * static_cast<double>(shape.m) * static_cast<double>(shape.n) * static_cast<double>(shape.k);
+  const bool cpu_time = r.openblas_threads == 1;
+  double best = 0, spent = 0;
+  for (int i = 0; i < 50 && (i < 3 || spent < 0.15); ++i) {
+    const Stopwatch sw;
+    kernels::gemm(cv, av, bv, false, true, 1.0f, 0.0f, {}, StreamRef::host());
+    const double t = cpu_time ? sw.cpu() : sw.wall();
+    spent += sw.wall();
+    if (t > 0) best = std::max(best, flops / t);
+  }
+  r.flops_per_s = best;
+  return r;
+}
+
+ModelRate measure_model_rate(const workloads::Workload& model, const workloads::TrainConfig& train,
+                             const workloads::DataSource& source, int timed) {
+  HZP_CHECK(timed >= 1, "at least one timed micro-batch");
+  HostBacking backing;
+  CachingAllocator alloc(backing);
+  const workloads::ParamLayout& layout = model.layout();
+  const std::int64_t n = layout.total_numel();
+  const workloads::Precision p = model.precision();
+  const DType pd = workloads::param_dtype(p), gd = workloads::grad_dtype(p);
+
+  Allocation params = alloc.allocate(static_cast<std::size_t>(n) * dtype_size(pd), AllocationTag::param);
+  Allocation grads = alloc.allocate(static_cast<std::size_t>(n) * dtype_size(gd), AllocationTag::grad);
+  const TensorView pv(params.data(), Shape{n}, pd), gv(grads.data(), Shape{n}, gd);
+  if (pd == DType::f64) {
+    model.init_params(0, std::span<double>(pv.as<double>(), static_cast<std::size_t>(n)), train.seed);
+  } else if (pd == DType::f32) {
+    model.init_params(0, std::span<float>(pv.as<float>(), static_cast<std::size_t>(n)), train.seed);
+  } else {
+    Allocation master = alloc.allocate(static_cast<std::size_t>(n) * sizeof(float), AllocationTag::master);
+    const TensorView mv(master.data(), Shape{n}, DType::f32);
+    model.init_params(0, std::span<float>(mv.as<float>(), static_cast<std::size_t>(n)), train.seed);
+    kernels::cast(pv, mv, StreamRef::host());
+  }
+
+  auto ctx = model.make_context(alloc, {.micro_batch_size = train.micro_batch_size, .recompute = train.recompute});
+  const workloads::BatchPlan plan(train.global_batch, train.micro_batch_size, 1);
+  const auto tokens = static_cast<std::size_t>(train.micro_batch_size * model.seq_len());
+  std::vector<std::int32_t> inputs(tokens), targets(tokens);
+  const double normaliser = static_cast<double>(train.global_batch * model.seq_len());
+  const int units = layout.num_units();
+
+  ModelRate r;
+  // Thread CPU time leaves out descheduling on oversubscribed cores, but also OpenBLAS's own workers.
+  const bool by_cpu = openblas_get_num_threads() == 1;
+  double cpu = 0, wall = 0;
+  for (int i = 0; i <= timed; ++i) {
+    const std::int64_t j = i % plan.micro_batches_per_step();
+    workloads::fill_micro_batch(source, plan, 0, j, inputs, targets);
+    const Stopwatch sw;
+    ctx->begin(inputs, targets, normaliser);
+    for (int u = 0; u < units; ++u) model.forward(u, workloads::unit_params_from_flat(layout, u, pv), *ctx);
+    for (int u = units - 1; u >= 0; --u)
+      model.backward(u, workloads::unit_params_from_flat(layout, u, pv), *ctx,
+                     workloads::unit_grads_from_flat(layout, u, gv, true));
+    if (i > 0) {  // the first one warms caches and the allocator
+      cpu += by_cpu ? sw.cpu() : sw.wall();
+      wall += sw.wall();
+    }
+  }
+  ctx.reset();
+  r.micro_batches = timed;
+  r.micro_batch_s = wall / timed;
+  const double flops = model.flops_per_token().full_attention * static_cast<double>(tokens) * timed;
+  r.flops_per_s = cpu > 0 ? flops / cpu : 0;
+  return r;
+}
+
+}  // namespace hzp::harness

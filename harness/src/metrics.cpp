@@ -1,0 +1,156 @@
+// Per-step measurements of one rank (metrics.hpp): field table, and the StepMeter that reads clocks,
+// phase timers, collective counters, the allocator and the pool around Scheduler::step.
+//
+// Closure (docs/run.md): step_time = compute (forward + backward + recompute, exclusive phase timers on
+// the compute thread) + exposed_comm (wait_s of the collectives the compute thread waited on, from the
+// counters) + pipeline_wait + optimizer (the scheduler's StepStats) + other (the remainder: data
+// loading, scheduler bookkeeping). Tests require `other` to stay within 2% of the step time.
+#include "metrics.hpp"
+
+#include <algorithm>
+
+#include "hzp/core/clock.hpp"
+#include "hzp/core/error.hpp"
+#include "hzp/core/trace_sink.hpp"
+
+namespace hzp::harness {
+namespace {
+
+constexpr FieldInfo kFields[] = {
+    {"step_time_s", "s", false, "wall time of Scheduler::step on this rank"},
+    {"cpu_time_s", "s", false, "CPU time of the compute thread during the step (beside its wall time)"},
+    {"compute_s", "s", false, "forward + backward + recompute on the compute thread"},
+    {"forward_s", "s", false, "units' forward calls, exclusive of nested phases"},
+    {"backward_s", "s", false, "units' backward calls, their recompute excluded"},
+    {"recompute_s", "s", false, "forward re-run inside backward (train.recompute)"},
+    {"exposed_comm_s", "s", false, "time the compute thread waited on collectives (join + transfer)"},
+    {"join_wait_s", "s", false, "part of exposed_comm_s before the last peer joined"},
+    {"transfer_wait_s", "s", false, "part of exposed_comm_s after every peer joined (emulated links included)"},
+    {"pipeline_wait_s", "s", false, "time the compute thread waited on pipeline peers"},
+    {"optimizer_s", "s", false, "gradient norm, clipping and the update (the scheduler's figure)"},
+    {"other_s", "s", false, "step_time_s minus the parts above: data loading, scheduler bookkeeping"},
+    {"comm_time_s", "s", false, "summed duration of every collective of the scheduler (all threads)"},
+    {"mem_allocated_bytes", "bytes", true, "caching allocator: bytes in live blocks after the step"},
+    {"mem_reserved_bytes", "bytes", true, "caching allocator: bytes held from the backing after the step"},
+    {"mem_peak_bytes", "bytes", true, "caching allocator: peak allocated bytes during the step"},
+    {"slack", "1", false, "1 - allocated/reserved after the step (0 when nothing is reserved)"},
+    {"ext_frag", "1", false, "1 - largest free block / free bytes after the step"},
+    {"pool_occupancy", "1", false, "ring pool: peak in-use bytes over capacity during the step"},
+    {"pool_stalls", "1", true, "ring pool: acquires that had to wait during the step"},
+};
+static_assert(std::size(kFields) == kNumRankFields);
+
+constexpr AllocationTag kStateTags[] = {AllocationTag::param, AllocationTag::grad, AllocationTag::master,
+                                        AllocationTag::adam_m, AllocationTag::adam_v};
+
+}  // namespace
+
+const FieldInfo& field_info(RankField f) { return kFields[static_cast<int>(f)]; }
+
+StepMeter::StepMeter(CachingAllocator& allocator, coll::CommCounters* counters, RingPool* pool)
+    : alloc_(allocator), counters_(counters), pool_(pool), thread_id_(trace::current_thread_id()) {}
+
+void StepMeter::begin() {
+  HZP_CHECK(trace::current_thread_id() == thread_id_, "a step is metered on the thread that made the meter");
+  alloc_.reset_peaks();
+  if (pool_ != nullptr) {
+    pool_->reset_peaks();
+    before_stalls_ = 0;
+    for (const RingStats& r : pool_->stats()) before_stalls_ += r.stalls;
+  }
+  if (counters_ != nullptr) before_counters_ = counters_->snapshot();
+  before_phases_ = profile::thread_phase_totals();
+  cpu0_ = thread_cpu_seconds();
+  wall0_ = wall_seconds();
+}
+
+RankSample StepMeter::end(const schedulers::StepStats& st) {
+  const double wall = wall_seconds() - wall0_;
+  const double cpu = thread_cpu_seconds() - cpu0_;
+  const profile::PhaseTotals ph = profile::thread_phase_totals() - before_phases_;
+  RankSample s;
+  s[RankField::step_time_s] = wall;
+  s[RankField::cpu_time_s] = cpu;
+  s[RankField::forward_s] = ph.of(profile::Phase::forward);
+  s[RankField::backward_s] = ph.of(profile::Phase::backward);
+  s[RankField::recompute_s] = ph.of(profile::Phase::recompute);
+  s[RankField::compute_s] = s[RankField::forward_s] + s[RankField::backward_s] + s[RankField::recompute_s];
+
+  records_.clear();
+  if (counters_ != nullptr) {
+    const coll::CounterSnapshot d = counters_->delta(before_counters_);
+    double comm_time = 0;
+    for (int o = 0; o < coll::kNumCollOps; ++o) {
+      const auto op = static_cast<coll::CollOp>(o);
+      const coll::OpTotals t = d.total(op);
+      comm_time += t.time_s;
+      for (int l = 0; l < coll::kNumLinkLevels; ++l) {
+        const auto level = static_cast<coll::LinkLevel>(l);
+        s.comm(op, level, 0) = static_cast<double>(t.level[l].calls);
+        s.comm(op, level, 1) = static_cast<double>(t.level[l].bytes);
+        s.comm(op, level, 2) = t.level[l].time_s;
+      }
+    }
+    s[RankField::comm_time_s] = comm_time;
+    // Exposed = what the compute thread itself waited; a background thread's waits overlap compute.
+    double wait = 0, join = 0, transfer = 0;
+    if (d.records.size() == d.calls()) {
+      for (const coll::CallRecord& r : d.records)
+        if (r.thread_id == thread_id_) {
+          wait += r.wait_s;
+          join += r.join_wait_s;
+          transfer += r.transfer_wait_s;
+        }
+    } else {
+      // The record log overflowed this step: fall back to every thread's waits (an upper bound).
+      for (int o = 0; o < coll::kNumCollOps; ++o) {
+        const coll::OpTotals t = d.total(static_cast<coll::CollOp>(o));
+        wait += t.wait_s;
+        join += t.join_wait_s;
+        transfer += t.transfer_wait_s;
+      }
+    }
+    s[RankField::exposed_comm_s] = wait;
+    s[RankField::join_wait_s] = join;
+    s[RankField::transfer_wait_s] = transfer;
+    records_ = d.records;
+  }
+  s[RankField::pipeline_wait_s] = st.pipeline_wait_seconds;
+  s[RankField::optimizer_s] = st.optimizer_seconds;
+  s[RankField::other_s] = wall - s[RankField::compute_s] - s[RankField::exposed_comm_s] -
+                          s[RankField::pipeline_wait_s] - s[RankField::optimizer_s];
+
+  const AllocatorStats a = alloc_.stats();
+  s[RankField::mem_allocated_bytes] = static_cast<double>(a.allocated_bytes);
+  s[RankField::mem_reserved_bytes] = static_cast<double>(a.reserved_bytes);
+  s[RankField::mem_peak_bytes] = static_cast<double>(a.peak_allocated_bytes);
+  s[RankField::slack] = a.slack();
+  s[RankField::ext_frag] = a.ext_frag();
+  if (pool_ != nullptr) {
+    double occupancy = 0;
+    std::uint64_t stalls = 0;
+    for (const RingStats& r : pool_->stats()) {
+      if (r.capacity_bytes > 0)
+        occupancy = std::max(occupancy, static_cast<double>(r.peak_in_use_bytes) / static_cast<double>(r.capacity_bytes));
+      stalls += r.stalls;
+    }
+    s[RankField::pool_occupancy] = occupancy;
+    s[RankField::pool_stalls] = static_cast<double>(stalls - before_stalls_);
+  }
+
+  s[StepField::loss] = st.loss;
+  s[StepField::grad_norm] = st.grad_norm;
+  s[StepField::lr] = st.lr;
+  s[StepField::clip_coefficient] = st.clip_coefficient;
+  s[StepField::tokens] = static_cast<double>(st.tokens);
+  return s;
+}
+
+std::array<std::int64_t, 5> model_state_bytes(const CachingAllocator& allocator) {
+  const AllocatorStats a = allocator.stats();
+  std::array<std::int64_t, 5> out{};
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::int64_t>(a.tag(kStateTags[i]).requested_bytes);
+  return out;
+}
+
+}  // namespace hzp::harness

@@ -1,0 +1,100 @@
+// MPI session, topology and communicators, thread settings and provenance of a run (run_context.hpp).
+#include "run_context.hpp"
+
+#include <cblas.h>
+#include <sched.h>
+
+#include <algorithm>
+
+#include "hzp/collectives/topology_mpi.hpp"
+#include "hzp/core/error.hpp"
+
+namespace hzp::harness {
+
+MpiSession::MpiSession() {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  int provided = MPI_THREAD_MULTIPLE;
+  if (!inited) {
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    owned_ = true;
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  set_process_rank(rank_);
+  if (provided < MPI_THREAD_MULTIPLE)
+    HZP_THROW(MpiError, "the MPI library provides thread level ", provided,
+              " but hzpbench run needs MPI_THREAD_MULTIPLE (its results thread and watchdog call MPI)");
+}
+
+MpiSession::~MpiSession() {
+  if (owned_) MPI_Finalize();
+}
+
+RunContext RunContext::create(const RunSetup& setup, int ranks_per_node) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  RunContext c{rank, size, coll::discover_topology(MPI_COMM_WORLD, ranks_per_node), nullptr, nullptr, {}};
+  // The harness's own traffic: never emulated (it is not the cluster's), counted apart.
+  coll::MpiCommConfig hc = setup.comm;
+  hc.links.enabled = false;
+  hc.mpi_native = false;
+  c.harness = coll::make_mpi_world(c.topology, hc, MPI_COMM_WORLD, "harness");
+  c.control = std::make_unique<ControlChannel>(MPI_COMM_WORLD);
+
+  MPI_Comm machine = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c.rank, MPI_INFO_NULL, &machine);
+  MPI_Comm_size(machine, &c.threads.ranks_on_machine);
+  MPI_Comm_free(&machine);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  c.threads.cores = sched_getaffinity(0, sizeof set, &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
+  if (c.threads.ranks_on_machine >= c.threads.cores) {
+    openblas_set_num_threads(1);
+    c.threads.openblas_set = true;
+  }
+  c.threads.openblas = openblas_get_num_threads();
+  return c;
+}
+
+RunInfo make_run_info(const std::vector<std::string>& argv, const ResolvedConfig& config, const RunSetup& setup,
+                      const RunContext& ctx, const workloads::DataSource& source) {
+  RunInfo info;
+  info.argv = argv;
+  info.config_toml = config.to_toml(true);
+  info.world_size = ctx.world_size;
+  info.topology = ctx.topology.describe();
+  info.backend = setup.opt.backend;
+  info.threads = {{"openblas", std::int64_t{ctx.threads.openblas}},
+                  {"openblas_set_by_harness", std::int64_t{ctx.threads.openblas_set}},
+                  {"cores", std::int64_t{ctx.threads.cores}},
+                  {"ranks_on_machine", std::int64_t{ctx.threads.ranks_on_machine}},
+                  {"mpi_thread_level", std::string("MPI_THREAD_MULTIPLE")},
+                  {"wait_policy", std::string(coll::wait_policy_name(setup.comm.wait_policy))},
+                  {"background_comm_threads", std::int64_t{0}}};
+  for (const auto& [k, v] : source.provenance()) info.data.emplace_back(k, v);
+  return info;
+}
+
+std::string broadcast_string(coll::Communicator& comm, std::string text) {
+  std::int64_t n = static_cast<std::int64_t>(text.size());
+  comm.broadcast(TensorView(&n, Shape{1}, DType::i64), 0, StreamRef::host());
+  text.resize(static_cast<std::size_t>(n));
+  if (n > 0) comm.broadcast(TensorView(text.data(), Shape{n}, DType::u8), 0, StreamRef::host());
+  return text;
+}
+
+double all_reduce_sum(coll::Communicator& comm, double value) {
+  comm.all_reduce(TensorView(&value, Shape{1}, DType::f64), coll::ReduceOp::sum, StreamRef::host());
+  return value;
+}
+
+double all_reduce_max(coll::Communicator& comm, double value) {
+  comm.all_reduce(TensorView(&value, Shape{1}, DType::f64), coll::ReduceOp::max, StreamRef::host());
+  return value;
+}
+
+}  // namespace hzp::harness

@@ -1,0 +1,551 @@
+// `hzpbench run` (run_loop.hpp). The flow, in order:
+//   1. MPI (THREAD_MULTIPLE); the configuration resolved and checked for the MPI world size: a bad input
+//      ends every rank alike with exit 2 before anything runs (printed once, by rank 0).
+//   2. The data source opened (a missing or corrupt file is bad input, exit 2).
+//   3. The context: topology, the `harness` communicator, the control channel, OpenBLAS threads.
+//   4. Rank 0 creates the results file on its results thread (status `running`); every rank learns
+//      whether it could (an existing file without --force, an unwritable directory: exit 2).
+//   5. From here a failure on any rank is reported to rank 0, which marks the file `failed: <rank>:
+//      <reason>` and ends the job (MPI_Abort at W > 1): the watchdog guards every stage.
+//   6. Calibration: the device peak (table, or a measured sgemm on the CPU) and, when link profiles need
+//      it, the model's compute rate on a calibration micro-batch; then the scheduler's communicators are
+//      built with the resulting links (so the link emulator is configured at construction).
+//   7. The loop: fault injection, scheduler.step metered, every rank's sample gathered to all ranks on the
+//      harness communicator, rank 0's results thread appends the rows and prints the progress line;
+//      non-finite losses are skipped (harness.skip_nonfinite) or end the run as `diverged` (exit 3).
+//   8. The end: a barrier (a rank that failed never reaches it), the trace, the summary, status `ok`.
+#include "run_loop.hpp"
+
+#include <time.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+
+#include "collective_only_scheduler.hpp"
+#include "failure.hpp"
+#include "hzp/core/clock.hpp"
+#include "hzp/core/error.hpp"
+#include "hzp/core/memory_backing.hpp"
+#include "hzp/core/trace_sink.hpp"
+#include "hzp/harness/compute_rate.hpp"
+#include "hzp/harness/link_profiles.hpp"
+#include "hzp/kernels/cast.hpp"
+#include "hzp/schedulers/scheduler.hpp"
+#include "metrics.hpp"
+#include "progress.hpp"
+#include "results_rows.hpp"
+#include "results_thread.hpp"
+#include "run_context.hpp"
+#include "summary.hpp"
+#include "trace.hpp"
+#include "watchdog.hpp"
+
+namespace hzp::harness {
+namespace {
+
+// How long a failing rank waits for rank 0 to abort the job before aborting it itself (rank 0 may be the
+// one that is stuck).
+constexpr double kAbortGraceS = 30;
+constexpr int kWatchdogCollectives = 8;
+
+void sleep_s(double s) {
+  timespec ts{static_cast<time_t>(s), static_cast<long>((s - std::floor(s)) * 1e9)};
+  nanosleep(&ts, nullptr);
+}
+
+[[noreturn]] void wait_for_abort(int code) {
+  const double until = wall_seconds() + kAbortGraceS;
+  while (wall_seconds() < until) sleep_s(0.01);
+  abort_job(code);
+}
+
+// --dump-tensors: rank 0 widens each tensor to fp32 and hands a copy to the results thread.
+class DumpVisitor final : public schedulers::StateVisitor {
+ public:
+  DumpVisitor(ResultsThread* results, std::int64_t step) : results_(results), step_(step) {}
+
+  void tensor(std::string_view component, std::string_view name, ConstTensorView full) override {
+    if (results_ == nullptr) return;
+    std::vector<float> data(static_cast<std::size_t>(full.numel()));
+    std::string source = "fp32";
+    if (full.dtype() == DType::f32) {
+      std::copy_n(full.as<float>(), data.size(), data.begin());
+    } else if (full.dtype() == DType::bf16) {
+      kernels::cast(TensorView(data.data(), full.shape(), DType::f32), full, StreamRef::host());
+      source = "bf16";
+    } else if (full.dtype() == DType::f64) {
+      for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(full.as<double>()[i]);
+      source = "fp64";
+    } else {
+      HZP_THROW(UnsupportedError, "--dump-tensors: tensor ", name, " has dtype ", dtype_name(full.dtype()));
+    }
+    std::vector<std::int64_t> shape(full.shape().dims.begin(), full.shape().dims.begin() + full.shape().ndim);
+    results_->post([step = step_, n = std::string(component) + "/" + std::string(name), shape = std::move(shape),
+                    data = std::move(data), source](ResultsWriter& w) { w.dump_tensor(step, n, shape, data, source); });
+  }
+
+ private:
+  ResultsThread* results_;
+  std::int64_t step_;
+};
+
+/// One run after set-up: owns the model, allocator, communicators and scheduler.
+class Run {
+ public:
+  /// `scheduler_counters` is set to the scheduler's communicators' counters once they exist, for the
+  /// watchdog (which prints them) and back to null before they go.
+  Run(const RunSetup& setup, RunContext& ctx, ResultsThread* results, Progress& progress,
+      const workloads::DataSource& source, std::atomic<coll::CommCounters*>& scheduler_counters)
+      : s_(setup), o_(setup.opt), ctx_(ctx), results_(results), progress_(progress), source_(source),
+        scheduler_counters_(scheduler_counters), root_(ctx.rank == 0) {}
+
+  ~Run() {
+    trace::install(nullptr);
+    scheduler_counters_.store(nullptr);
+  }
+
+  int execute() {
+    origin_s_ = wall_seconds();
+    ctx_.harness->broadcast(TensorView(&origin_s_, Shape{1}, DType::f64), 0, StreamRef::host());
+    progress_.beat(-1, "building the model");
+    model_ = workloads::make_llama(s_.model, s_.train.precision);
+    alloc_ = std::make_unique<CachingAllocator>(backing_);
+    if (o_.trace) {
+      recorder_ = std::make_unique<TraceRecorder>();
+      recorder_->name_thread(trace::current_thread_id(), "compute");
+      trace::install(recorder_.get());
+    }
+    calibrate();
+    build_scheduler();
+    write_start_attributes();
+    print_header();
+
+    bool diverged = false;
+    for (std::int64_t step = 0; step < s_.train.steps && !diverged; ++step) diverged = !step_once(step);
+    return finish(diverged);
+  }
+
+ private:
+  // ---- 6. calibration ------------------------------------------------------------------------------
+  void calibrate() {
+    progress_.beat(-1, "measuring the device peak");
+    const double tokens = static_cast<double>(s_.train.micro_batch_size * s_.model.seq_len);
+    if (o_.peak_tflops > 0) {
+      peak_flops_ = o_.peak_tflops * 1e12;
+      peak_source_ = "device.peak_tflops";
+      peak_text_ = fmt_rate(peak_flops_) + " per rank (declared: device.peak_tflops)";
+    } else {
+      // The CPU backend: the machine's own GEMM rate on a model-like shape, agreed as the mean over ranks.
+      gemm_ = measure_gemm_peak(model_like_gemm_shape(static_cast<std::int64_t>(tokens), s_.model.hidden,
+                                                      s_.model.ffn_hidden));
+      peak_flops_ = all_reduce_sum(*ctx_.harness, gemm_.flops_per_s) / ctx_.world_size;
+      peak_source_ = "measured " + gemm_.shape_text() + ", " + std::to_string(gemm_.openblas_threads) +
+                     " OpenBLAS thread(s), mean over ranks";
+      peak_text_ = fmt_rate(peak_flops_) + " per rank (" + peak_source_ + ")";
+    }
+
+    LinkPlanInput in;
+    in.profile = o_.links_profile;
+    in.custom_intra_flop_per_byte = o_.custom_intra_flop_per_byte;
+    in.custom_inter_flop_per_byte = o_.custom_inter_flop_per_byte;
+    in.comm_to_compute = o_.comm_to_compute;
+    in.given = s_.comm.links;
+    in.num_params = s_.model.num_params();
+    if (s_.uses_world_comm && link_plan_needs_measurement(in)) {
+      progress_.beat(-1, "measuring the model's compute rate");
+      rate_ = measure_model_rate(*model_, s_.train, source_);
+      // Every rank must emulate the same links: the mean rate, and the slowest rank's micro-batch.
+      in.flops_per_s = all_reduce_sum(*ctx_.harness, rate_->flops_per_s) / ctx_.world_size;
+      in.micro_batch_s = all_reduce_max(*ctx_.harness, rate_->micro_batch_s);
+      mean_rate_ = in.flops_per_s;
+      max_micro_batch_s_ = in.micro_batch_s;
+    }
+    if (s_.uses_world_comm) {
+      links_ = plan_links(in);
+    } else {
+      links_.links = in.given;
+      links_.links.enabled = false;
+      links_.how = "not used: scheduler " + o_.scheduler + " has no communicator";
+    }
+  }
+
+  // ---- communicators and the scheduler -------------------------------------------------------------
+  void build_scheduler() {
+    progress_.beat(-1, "building the scheduler");
+    if (s_.uses_world_comm) {
+      coll::MpiCommConfig cc = s_.comm;
+      cc.links = links_.links;  // the emulator is configured at construction, after calibration
+      world_ = coll::make_mpi_world(ctx_.topology, cc, MPI_COMM_WORLD, "world");
+      scheduler_counters_.store(&world_->counters());
+    }
+    schedulers::SchedulerArgs args;
+    args.model = model_.get();
+    args.train = s_.train;
+    args.allocator = alloc_.get();
+    args.world = world_.get();
+    args.options = s_.sched;
+    scheduler_ = o_.collective_only ? make_collective_only_scheduler(args) : schedulers::make_scheduler(o_.scheduler, args);
+    meter_ = std::make_unique<StepMeter>(*alloc_, world_ ? &world_->counters() : nullptr, scheduler_->ring_pool());
+    rows_ = std::make_shared<ResultsRows>(ctx_.world_size, scheduler_->ring_pool() != nullptr);
+    scale_.world_size = ctx_.world_size;
+    const workloads::FlopsPerToken f = model_->flops_per_token();
+    scale_.flops_per_token_full = f.full_attention;
+    scale_.flops_per_token_causal = f.causal_attention;
+    scale_.peak_flops_per_rank = peak_flops_;
+  }
+
+  void write_start_attributes() {
+    if (!root_) return;
+    std::vector<std::pair<std::string, AttrValue>> a = {
+        {"warmup_steps", o_.warmup_steps},
+        {"scheduler", std::string(scheduler_->name())},
+        {"model.description", model_->describe()},
+        {"model.num_params", s_.model.num_params()},
+        {"model.flops_per_token", scale_.flops_per_token_full},
+        {"model.flops_per_token_causal", scale_.flops_per_token_causal},
+        {"device.peak_flops_per_rank", peak_flops_},
+        {"device.peak_source", peak_source_},
+        {"links.emulated", std::int64_t{links_.links.enabled}},
+        {"links.how", links_.how},
+        {"links.intra_bandwidth_gbps", links_.links.intra.bandwidth_gbps},
+        {"links.inter_bandwidth_gbps", links_.links.inter.bandwidth_gbps},
+        {"links.intra_latency_us", links_.links.intra.latency_us},
+        {"links.inter_latency_us", links_.links.inter.latency_us},
+        {"stability.spike_window", o_.spike_window},
+        {"stability.spike_threshold", o_.spike_threshold},
+    };
+    if (world_) a.emplace_back("collectives.transport_used", std::string(coll::transport_name(world_->transport())));
+    if (gemm_.flops_per_s > 0) {
+      a.emplace_back("device.gemm_flops_per_s_rank0", gemm_.flops_per_s);
+      a.emplace_back("device.gemm_shape", gemm_.shape_text());
+    }
+    if (mean_rate_ > 0) {
+      a.emplace_back("compute.model_flops_per_s", mean_rate_);
+      a.emplace_back("compute.micro_batch_s", max_micro_batch_s_);
+      a.emplace_back("compute.agreement", std::string("mean rate and max micro-batch time over ranks"));
+      a.emplace_back("links.intra_flop_per_byte", links_.intra_flop_per_byte);
+      a.emplace_back("links.inter_flop_per_byte", links_.inter_flop_per_byte);
+    }
+    if (const auto ref = source_.reference_losses()) {
+      a.emplace_back("entropy_floor", ref->floor);
+      a.emplace_back("entropy_rate", ref->entropy_rate);
+      a.emplace_back("unigram_entropy", ref->unigram_entropy);
+      loss_floor_ = ref->floor;
+    }
+    results_->post([a = std::move(a)](ResultsWriter& w) {
+      for (const auto& [k, v] : a) w.set_attribute(k, v);
+      w.flush();
+    });
+  }
+
+  void print_header() {
+    if (!root_) return;
+    std::printf("# %s; %lld parameters; scheduler %s on %s\n", model_->describe().c_str(),
+                static_cast<long long>(s_.model.num_params()), std::string(scheduler_->name()).c_str(),
+                ctx_.topology.summary().c_str());
+    std::printf("# peak %s\n# links: %s\n", peak_text_.c_str(), links_.how.c_str());
+    std::printf("# threads: OpenBLAS %d per rank%s (%d ranks on %d cores)\n", ctx_.threads.openblas,
+                ctx_.threads.openblas_set ? ", set by hzpbench" : "", ctx_.threads.ranks_on_machine, ctx_.threads.cores);
+    if (loss_floor_ >= 0) std::printf("# data: loss floor %.6g nats/token (synthetic source)\n", loss_floor_);
+    std::printf("# results: %s\n", results_->path().c_str());
+    std::fflush(stdout);
+  }
+
+  // ---- 7. one step ---------------------------------------------------------------------------------
+  bool step_once(std::int64_t step) {
+    progress_.beat(step, "before the step");
+    if (o_.throw_at.hits(ctx_.rank, step))
+      throw std::runtime_error("debug.throw_at: injected failure on rank " + std::to_string(ctx_.rank) +
+                               " before step " + std::to_string(step));
+    if (o_.stall_at.hits(ctx_.rank, step)) {
+      progress_.beat(step, "stalled by debug.stall_at");
+      for (;;) sleep_s(0.05);  // no heartbeat from here: the watchdog ends the job
+    }
+
+    progress_.beat(step, "in scheduler.step");
+    meter_->begin();
+    const schedulers::StepStats st = scheduler_->step({step, &source_});
+    RankSample mine = meter_->end(st);
+    if (o_.nan_at == step) mine[StepField::loss] = std::numeric_limits<double>::quiet_NaN();
+    if (recorder_ && world_) recorder_->add_collectives(meter_->last_records(), world_->counters());
+
+    progress_.beat(step, "gathering metrics");
+    std::vector<RankSample> all(static_cast<std::size_t>(ctx_.world_size));
+    ctx_.harness->all_gather(ConstTensorView(mine.v.data(), Shape{static_cast<std::int64_t>(RankSample::kWidth)}, DType::f64),
+                             TensorView(all.data(), Shape{static_cast<std::int64_t>(RankSample::kWidth) * ctx_.world_size},
+                                        DType::f64),
+                             StreamRef::host());
+    if (step == 0) record_model_state();
+
+    // Every rank holds every sample, so every rank takes the same decision on a non-finite loss.
+    StepRecord rec = aggregate_step(step, all, scale_);
+    rec.loss_z = loss_spikes_.push(rec.loss);
+    rec.grad_norm_z = grad_spikes_.push(rec.grad_norm);
+    rec.loss_spike = loss_spikes_.is_spike(rec.loss_z);
+    rec.grad_norm_spike = grad_spikes_.is_spike(rec.grad_norm_z);
+    bool diverged = false;
+    if (!std::isfinite(rec.loss)) {
+      if (skipped_ < o_.skip_nonfinite) {
+        ++skipped_;
+        rec.skipped = true;
+      } else {
+        diverged = true;
+      }
+    }
+    if (root_) {
+      records_.push_back(rec);
+      const std::int64_t total = s_.train.steps;
+      const double flush_s = o_.flush_s;
+      results_->post([rows = rows_, rec, all = std::move(all), total, flush_s](ResultsWriter& w) {
+        rows->append(w, rec, all);
+        if (flush_s <= 0) w.flush();
+        else w.flush_if_due(flush_s);
+        std::printf("%s\n", format_progress(rec, total).c_str());
+        std::fflush(stdout);
+      });
+    }
+    if (diverged) {
+      if (root_)
+        std::fprintf(stderr, "hzpbench: step %lld: the loss is %g: stopping as diverged (harness.skip_nonfinite = %lld)\n",
+                     static_cast<long long>(step), rec.loss, static_cast<long long>(o_.skip_nonfinite));
+      return false;
+    }
+    if (std::binary_search(s_.dump_steps.begin(), s_.dump_steps.end(), step)) {
+      progress_.beat(step, "dumping tensors");
+      DumpVisitor v(root_ ? results_ : nullptr, step);
+      scheduler_->visit_state(v);
+    }
+    return true;
+  }
+
+  void record_model_state() {
+    const std::array<std::int64_t, 5> local = model_state_bytes(*alloc_);
+    std::array<double, 5> mine{};
+    for (std::size_t i = 0; i < 5; ++i) mine[i] = static_cast<double>(local[i]);
+    std::vector<double> all(5 * static_cast<std::size_t>(ctx_.world_size));
+    ctx_.harness->all_gather(ConstTensorView(mine.data(), Shape{5}, DType::f64),
+                             TensorView(all.data(), Shape{5 * ctx_.world_size}, DType::f64), StreamRef::host());
+    model_state_ = local;
+    if (!root_) return;
+    std::vector<std::int64_t> values(all.begin(), all.end());
+    const std::int64_t w = ctx_.world_size;
+    results_->post([values = std::move(values), w](ResultsWriter& wr) {
+      const SeriesSpec spec{"memory/model_state_bytes", "bytes",
+                            "persistent model state per rank and component, requested bytes by allocation tag, "
+                            "read after step 0"};
+      const std::int64_t shape[2] = {w, 5};
+      wr.write_array(spec, shape, values);
+      wr.set_dataset_attribute("memory/model_state_bytes", "components",
+                               std::vector<std::string>(std::begin(kStateComponents), std::end(kStateComponents)));
+    });
+  }
+
+  // ---- 8. the end ----------------------------------------------------------------------------------
+  int finish(bool diverged) {
+    progress_.beat(s_.train.steps, "finishing");
+    ctx_.harness->barrier();  // every rank got here: none failed
+    if (recorder_) {
+      trace::install(nullptr);
+      const std::string path = trace_path_for(results_->path().string());
+      const bool wrote = gather_and_write_trace(*recorder_, *ctx_.harness, origin_s_, path);
+      if (wrote) std::printf("trace: %s (%zu events dropped)\n", path.c_str(), recorder_->dropped());
+    }
+    if (!root_) return diverged ? kExitDiverged : kExitOk;
+
+    SummaryContext sc;
+    sc.world_size = ctx_.world_size;
+    sc.warmup_steps = o_.warmup_steps;
+    sc.peak_text = peak_text_;
+    sc.loss_floor = loss_floor_;
+    sc.model_state = model_state_;
+    sc.spike_window = o_.spike_window;
+    sc.spike_threshold = o_.spike_threshold;
+    const std::string summary = format_summary(records_, sc);
+    results_->post(summary_attributes_job());
+    results_->finish(diverged ? RunStatus::diverged() : RunStatus::ok());
+    std::printf("%s", summary.c_str());
+    std::printf("status: %s\nresults: %s\n", diverged ? "diverged" : "ok", results_->path().c_str());
+    std::fflush(stdout);
+    return diverged ? kExitDiverged : kExitOk;
+  }
+
+  ResultsThread::Job summary_attributes_job() const {
+    std::vector<double> t, tps, mfu, mfuc, comm;
+    std::int64_t spikes = 0, gspikes = 0;
+    for (const StepRecord& r : records_) {
+      spikes += r.loss_spike;
+      gspikes += r.grad_norm_spike;
+      if (r.step < o_.warmup_steps || r.skipped) continue;
+      t.push_back(r.step_time_s);
+      tps.push_back(r.tokens_per_s);
+      mfu.push_back(r.mfu);
+      mfuc.push_back(r.mfu_causal);
+      comm.push_back(r.exposed_comm_frac);
+    }
+    std::vector<std::pair<std::string, AttrValue>> a = {
+        {"summary.measured_steps", static_cast<std::int64_t>(t.size())},
+        {"summary.step_time_median_s", percentile(t, 50)},
+        {"summary.step_time_p5_s", percentile(t, 5)},
+        {"summary.step_time_p95_s", percentile(t, 95)},
+        {"summary.step_time_p99_s", percentile(t, 99)},
+        {"summary.tokens_per_s_median", percentile(tps, 50)},
+        {"summary.mfu_median", percentile(mfu, 50)},
+        {"summary.mfu_causal_median", percentile(mfuc, 50)},
+        {"summary.exposed_comm_frac_median", percentile(comm, 50)},
+        {"summary.loss_spikes", spikes},
+        {"summary.grad_norm_spikes", gspikes},
+        {"summary.skipped_steps", skipped_},
+    };
+    return [a = std::move(a)](ResultsWriter& w) {
+      for (const auto& [k, v] : a) w.set_attribute(k, v);
+    };
+  }
+
+  static std::string fmt_rate(double flops) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.4g GFLOP/s", flops / 1e9);
+    return buf;
+  }
+
+  const RunSetup& s_;
+  const RunOptions& o_;
+  RunContext& ctx_;
+  ResultsThread* results_;  // rank 0 only
+  Progress& progress_;
+  const workloads::DataSource& source_;
+  std::atomic<coll::CommCounters*>& scheduler_counters_;
+  const bool root_;
+
+  HostBacking backing_;
+  std::unique_ptr<workloads::Workload> model_;
+  std::unique_ptr<CachingAllocator> alloc_;
+  std::unique_ptr<TraceRecorder> recorder_;
+  std::unique_ptr<coll::MpiCommunicator> world_;
+  std::unique_ptr<schedulers::Scheduler> scheduler_;
+  std::unique_ptr<StepMeter> meter_;
+  std::shared_ptr<ResultsRows> rows_;
+  StepScale scale_;
+
+  double origin_s_ = 0;
+  double peak_flops_ = 0;
+  std::string peak_source_, peak_text_;
+  GemmPeak gemm_;
+  std::optional<ModelRate> rate_;
+  double mean_rate_ = 0, max_micro_batch_s_ = 0;
+  LinkPlan links_;
+  double loss_floor_ = -1;
+  std::array<std::int64_t, 5> model_state_{};
+  SpikeDetector loss_spikes_{o_.spike_window, o_.spike_threshold};
+  SpikeDetector grad_spikes_{o_.spike_window, o_.spike_threshold};
+  std::int64_t skipped_ = 0;
+  std::vector<StepRecord> records_;  // rank 0
+};
+
+// A bad input every rank sees alike: rank 0 prints it once, every rank exits 2.
+[[noreturn]] void bad_input(const Error& e, bool print) {
+  const char* kind = e.code() == ErrorCode::config ? "config error: " : e.code() == ErrorCode::data ? "data error: " : "";
+  throw RunExit(kExitBadInput, kind + e.message(), print);
+}
+
+}  // namespace
+
+int run_main(const RunCliArgs& args, const std::vector<std::string>& argv) {
+  MpiSession mpi;
+  const int world = mpi.size();
+  const bool root = mpi.rank() == 0;
+
+  // ---- 1. configuration -----------------------------------------------------------------------------
+  std::optional<ResolvedConfig> cfg;
+  std::optional<RunSetup> setup;
+  try {
+    cfg.emplace(resolve_run_config(args, world));
+    setup.emplace(plan_run(*cfg, world, args.dump_tensors));
+  } catch (const Error& e) {
+    bad_input(e, root);
+  }
+  const RunOptions& opt = setup->opt;
+  if (root) {
+    std::printf("# hzpbench run: %d rank%s; resolved configuration (each value's origin as a comment):\n%s", world,
+                world == 1 ? "" : "s", cfg->to_toml(true).c_str());
+    for (const std::string& n : setup->notes) std::printf("# note: %s\n", n.c_str());
+    std::fflush(stdout);
+  }
+
+  // ---- 2. data ----------------------------------------------------------------------------------------
+  std::unique_ptr<workloads::DataSource> source;
+  try {
+    source = workloads::make_data_source(setup->data);
+  } catch (const Error& e) {
+    bad_input(e, root);
+  }
+
+  // ---- 3. context -------------------------------------------------------------------------------------
+  RunContext ctx = RunContext::create(*setup, static_cast<int>(cfg->get_int("topology.ranks_per_node")));
+
+  // ---- 4. the results file, on rank 0's results thread -----------------------------------------------
+  std::string path = opt.output_path.empty() ? default_output_path(*cfg, unix_seconds()) : opt.output_path;
+  path = broadcast_string(*ctx.harness, path);  // the default names the time: rank 0's is the one
+  std::unique_ptr<ResultsThread> results;
+  std::string create_error;
+  if (root) {
+    try {
+      check_output_path(path, opt.force);
+      results = std::make_unique<ResultsThread>(path, make_run_info(argv, *cfg, *setup, ctx, *source), opt.force,
+                                                ctx.control.get(), opt.flush_s);
+    } catch (const std::exception& e) {
+      create_error = failure_message(e);
+    }
+  }
+  create_error = broadcast_string(*ctx.harness, create_error);
+  if (!create_error.empty())
+    throw RunExit(kExitBadInput, root ? create_error : std::string(), root);
+
+  // ---- 5.-8. the run ----------------------------------------------------------------------------------
+  Progress progress;
+  std::atomic<coll::CommCounters*> scheduler_counters{nullptr};
+  const int rank = ctx.rank;
+  auto on_stall = [&](double idle) {
+    // The scheduler's communicators are not torn down under us: the job ends from here.
+    std::array<coll::CommCounters*, 2> counters = {scheduler_counters.load(), &ctx.harness->counters()};
+    char head[256];
+    std::snprintf(head, sizeof head, "watchdog: no progress for %.1f s (harness.watchdog_s = %g) at step %lld, %s; ",
+                  idle, opt.watchdog_s, static_cast<long long>(progress.step()), progress.where());
+    FailureReport rep;
+    rep.rank = rank;
+    rep.exit_code = kExitFailed;
+    rep.kind = FailureReport::Kind::watchdog;
+    rep.last_progress_unix_s = progress.last_unix_s();
+    rep.message = std::string(head) + last_collectives_text(counters, kWatchdogCollectives);
+    std::fprintf(stderr, "hzpbench: rank %d: %s\n", rank, rep.message.c_str());
+    if (results) results->report_failure(rep, true);
+    else ctx.control->send(rep, 10);
+    wait_for_abort(kExitFailed);
+  };
+  Watchdog watchdog(opt.watchdog_s, progress, on_stall);
+  try {
+    Run run(*setup, ctx, results.get(), progress, *source, scheduler_counters);
+    const int code = run.execute();
+    watchdog.stop();
+    return code;
+  } catch (const RunExit&) {
+    throw;
+  } catch (const std::exception& e) {
+    watchdog.stop();
+    const FailureReport rep = FailureReport::from_exception(rank, e, progress.last_unix_s());
+    std::fprintf(stderr, "hzpbench: rank %d: %s\n", rank, e.what());
+    if (root) {
+      results->report_failure(rep, world > 1);  // at one rank: returns once the status is written
+      if (world > 1) wait_for_abort(rep.exit_code);
+      throw RunExit(rep.exit_code, {}, false);
+    }
+    ctx.control->send(rep, 10);
+    wait_for_abort(rep.exit_code);
+  }
+}
+
+}  // namespace hzp::harness

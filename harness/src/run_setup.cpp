@@ -1,0 +1,173 @@
+// Resolution and validation of a run's configuration (run_setup.hpp).
+#include "run_setup.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+
+#include "hzp/core/error.hpp"
+#include "hzp/harness/link_profiles.hpp"
+#include "hzp/harness/model_options.hpp"
+#include "hzp/harness/option_keys.hpp"
+#include "hzp/harness/scheduler_options.hpp"
+#include "hzp/schedulers/scheduler.hpp"
+#include "hzp/workloads/batch_plan.hpp"
+
+namespace hzp::harness {
+namespace {
+
+std::string registered_schedulers() {
+  std::string s;
+  for (const std::string& n : schedulers::scheduler_names()) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+}  // namespace
+
+ResolvedConfig resolve_run_config(const RunCliArgs& a, int world_size) {
+  ConfigResolver r(hzpbench_options());
+  if (a.config.config_file.empty())
+    r.add_toml_text(embedded_default_toml(world_size), "embedded default");
+  else
+    r.add_file(a.config.config_file);
+  for (const std::string& s : a.config.sets) r.add_set(s);
+  if (!a.out.empty()) r.add_set("output.path=" + a.out);
+  if (a.force) r.add_set("output.force=true");
+  return r.resolve();
+}
+
+coll::MpiCommConfig mpi_comm_config_from(const ResolvedConfig& cfg) {
+  coll::MpiCommConfig c;
+  const std::string& wp = cfg.get_string("collectives.wait_policy");
+  const auto policy = coll::parse_wait_policy(wp);
+  if (!policy) HZP_THROW(ConfigError, "collectives.wait_policy = '", wp, "' is not a wait policy");
+  c.wait_policy = *policy;
+  c.backoff_max_us = cfg.get_double("collectives.backoff_max_us");
+  c.timeout_s = cfg.get_double("collectives.timeout_s");
+  c.small_message_bytes = static_cast<std::size_t>(cfg.get_int("collectives.small_message_bytes"));
+  c.mpi_native = cfg.get_bool("collectives.mpi_native");
+  const std::string& tr = cfg.get_string("collectives.transport");
+  const auto transport = coll::parse_transport(tr);
+  if (!transport) HZP_THROW(ConfigError, "collectives.transport = '", tr, "' is not one of auto, mpi, shm");
+  c.transport = *transport;
+  c.shm_slot_bytes = static_cast<std::size_t>(cfg.get_int("collectives.shm_slot_bytes"));
+  c.shm_slots = static_cast<int>(cfg.get_int("collectives.shm_slots"));
+  c.links.enabled = cfg.get_bool("links.emulate");
+  c.links.intra = {cfg.get_double("links.intra.latency_us"), cfg.get_double("links.intra.bandwidth_gbps")};
+  c.links.inter = {cfg.get_double("links.inter.latency_us"), cfg.get_double("links.inter.bandwidth_gbps")};
+  return c;
+}
+
+std::vector<std::int64_t> parse_dump_steps(const std::string& text, std::int64_t steps) {
+  std::vector<std::int64_t> out;
+  if (text.empty()) return out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    std::size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != item.size() || item.empty() || v < 0)
+      HZP_THROW(ConfigError, "--dump-tensors '", text, "': '", item,
+                "' is not a step index. Fix: a comma-separated list of steps counted from 0, e.g. 0,5,9");
+    if (v >= steps)
+      HZP_THROW(ConfigError, "--dump-tensors '", text, "': step ", v, " is beyond the run (train.steps = ", steps,
+                ", steps 0..", steps - 1, ")");
+    out.push_back(v);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+void check_output_path(const std::string& path, bool force) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::is_directory(p, ec))
+    HZP_THROW(ConfigError, "output.path = '", path, "' is a directory. Fix: name a file, e.g. ", (p / "run.h5").string());
+  if (fs::exists(p, ec) && !force)
+    HZP_THROW(ConfigError, "output.path = '", path, "' already exists and is never overwritten. Fix: --force (or "
+              "output.force = true) to replace it, or another --out");
+  // The nearest existing ancestor must be a writable directory (missing parents are created later).
+  fs::path dir = fs::absolute(p, ec).parent_path();
+  while (!dir.empty() && !fs::exists(dir, ec) && dir != dir.parent_path()) dir = dir.parent_path();
+  if (!fs::is_directory(dir, ec))
+    HZP_THROW(ConfigError, "output.path = '", path, "': '", dir.string(), "' is not a directory");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    HZP_THROW(ConfigError, "output.path = '", path, "': the directory '", dir.string(),
+              "' is not writable. Fix: --out a path in a writable directory");
+}
+
+RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& dump_tensors) {
+  RunSetup s;
+  s.world_size = world_size;
+  s.opt = run_options_from(cfg);
+  if (s.opt.backend == "cuda")
+    HZP_THROW(ConfigError, "backend = cuda: the CUDA backend is not built into hzpbench yet (it arrives with "
+              "issue 11). Fix: backend = cpu");
+  validate_link_profile(s.opt.links_profile);
+  s.model = llama_config_from(cfg);
+  s.train = train_config_from(cfg);
+  s.data = data_config_from(cfg);
+  s.comm = mpi_comm_config_from(cfg);
+  s.comm.validate();
+
+  const std::int64_t want_w = cfg.get_int("topology.world_size");
+  if (want_w != 0 && want_w != world_size)
+    HZP_THROW(ConfigError, "topology.world_size = ", want_w, " but the job has ", world_size, " rank",
+              world_size == 1 ? "" : "s", " (mpiexec -n). Fix: set it to ", world_size, " or 0 (= from MPI)");
+
+  // Which ranks share the batch: every rank for a data-parallel scheduler; `none` takes one rank only.
+  if (s.opt.collective_only) {
+    s.uses_world_comm = true;
+    s.dp = world_size;
+  } else if (s.opt.scheduler == "none") {
+    if (world_size != 1)
+      HZP_THROW(ConfigError, "scheduler.name = none is the single-rank reference and runs on 1 rank, but the job has ",
+                world_size, " ranks. Registered schedulers: ", registered_schedulers(),
+                ". Fix: run on one rank (without mpiexec, or mpiexec -n 1); multi-rank runs need a distributed "
+                "scheduler (ddp, zero1, zero2, zero3, hsdp, asynchzp), which arrive with issue 7");
+    s.uses_world_comm = false;
+    s.dp = 1;
+  } else {
+    s.uses_world_comm = true;
+    s.dp = world_size;
+  }
+  const workloads::BatchPlan plan(s.train.global_batch, s.train.micro_batch_size, s.dp);  // ConfigError if it does not divide
+  (void)plan;
+  s.sched = scheduler_options_from(cfg);
+  if (!s.opt.collective_only) {
+    // The scheduler's own checks (group sizes dividing the world, ...) without building it.
+    const workloads::ParamLayout layout = workloads::llama_layout(s.model);
+    schedulers::PlanInputs in;
+    in.layout = &layout;
+    in.train = s.train;
+    in.options = s.sched;
+    in.world_size = world_size;
+    in.ranks_per_node = static_cast<int>(cfg.get_int("topology.ranks_per_node"));
+    in.rank = 0;
+    in.small_message_bytes = static_cast<std::size_t>(cfg.get_int("collectives.small_message_bytes"));
+    s.plan = schedulers::plan_scheduler(s.opt.scheduler, in);
+  }
+
+  for (const auto& [key, f] : {std::pair{"debug.throw_at", s.opt.throw_at}, std::pair{"debug.stall_at", s.opt.stall_at}})
+    if (f.active() && f.rank >= world_size)
+      HZP_THROW(ConfigError, key, " = \"", f.rank, ":", f.step, "\" names rank ", f.rank, " but the job has ranks 0..",
+                world_size - 1);
+  s.dump_steps = parse_dump_steps(dump_tensors, s.train.steps);
+
+  if (s.opt.warmup_steps >= s.train.steps)
+    s.notes.push_back("harness.warmup_steps = " + std::to_string(s.opt.warmup_steps) + " >= train.steps = " +
+                      std::to_string(s.train.steps) + ": no step will be measured in the summary");
+  if (!s.uses_world_comm && (s.comm.links.enabled || s.opt.comm_to_compute > 0))
+    s.notes.push_back("links: scheduler " + s.opt.scheduler + " has no communicator, so no link is emulated");
+  return s;
+}
+
+}  // namespace hzp::harness

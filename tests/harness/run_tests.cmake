@@ -1,0 +1,135 @@
+# Tests of `hzpbench run` and `hzpbench validate` (docs/run.md), included from tests/harness/CMakeLists.txt.
+#   - every bad input ends with its message and exit code 2 before anything runs, and leaves no file;
+#   - end-to-end runs read back with h5py (run_e2e_test.py): the schema, the step-time closure, tensor dumps,
+#     the trace, divergence, a throwing rank and a stalled rank at 1 and 2 ranks, and SIGKILLed runs;
+#   - the pieces (link profiles, options, summary statistics) as unit tests, the failure channel under MPI.
+
+set(hzp_run_dir ${CMAKE_CURRENT_BINARY_DIR}/run)
+file(MAKE_DIRECTORY ${hzp_run_dir})
+# Every run test is bounded: two steps of tiny, a file in the build tree, so a check that fails to trigger
+# costs a second and writes nothing into the source tree.
+set(hzp_run_small --set model.preset=tiny --set train.steps=2 --set train.warmup_steps=0)
+
+# hzp_add_bad_run(NAME <test> MATCH <regex> ARGS <extra args...>): `hzpbench run` exits 2 with MATCH and
+# creates no results file.
+function(hzp_add_bad_run)
+  cmake_parse_arguments(A "" "NAME;MATCH" "ARGS" ${ARGN})
+  set(out ${hzp_run_dir}/${A_NAME}.h5)
+  hzp_add_cli_test(NAME ${A_NAME} ARGS run ${hzp_run_small} --out ${out} ${A_ARGS} RC 2 MATCH "${A_MATCH}"
+                   NO_MATCH "step +1/|results: ")
+endfunction()
+
+# --- configuration
+hzp_add_bad_run(NAME run_bad_unknown_key ARGS --set no_such.key=1
+  MATCH "unknown key 'no_such\\.key'")
+hzp_add_bad_run(NAME run_bad_typo_suggests ARGS --set model.layer=4
+  MATCH "unknown key 'model\\.layer'.*Did you mean 'model\\.layers'")
+hzp_add_bad_run(NAME run_bad_wrong_type ARGS --set train.global_batch=many
+  MATCH "'many' is not an integer; train\\.global_batch takes an integer > 0")
+hzp_add_bad_run(NAME run_bad_negative_size ARGS --set model.hidden=-64
+  MATCH "model\\.hidden = -64 is out of range: must be > 0")
+hzp_add_bad_run(NAME run_bad_zero_size ARGS --set train.micro_batch_size=0
+  MATCH "train\\.micro_batch_size = 0 is out of range: must be > 0")
+hzp_add_bad_run(NAME run_bad_batch_not_dividing ARGS --set train.global_batch=15
+  MATCH "train\\.global_batch = 15 is not a multiple of train\\.micro_batch_size = 2")
+hzp_add_bad_run(NAME run_bad_heads_kv ARGS --set model.kv_heads=3
+  MATCH "model\\.heads = 4 is not divisible by model\\.kv_heads = 3")
+hzp_add_bad_run(NAME run_bad_seq_len_limit ARGS --set model.seq_len=4096
+  MATCH "model\\.seq_len = 4096 exceeds preset tiny's limit model\\.max_seq_len = 1024")
+hzp_add_bad_run(NAME run_bad_warmup_beyond_steps ARGS --set train.warmup_steps=5
+  MATCH "train\\.warmup_steps = 5 exceeds train\\.steps = 2")
+hzp_add_bad_run(NAME run_bad_unknown_scheduler ARGS --set scheduler.name=zero9
+  MATCH "scheduler\\.name = zero9 is not an allowed value.*Fix: use one of none")
+hzp_add_bad_run(NAME run_bad_cuda_backend ARGS --set backend=cuda
+  MATCH "backend = cuda: the CUDA backend is not built into hzpbench yet.*Fix: backend = cpu")
+hzp_add_bad_run(NAME run_bad_link_profile ARGS --set links.profile=b200
+  MATCH "links\\.profile = b200 is not an allowed value\\. Fix: use one of none, h100-dgx, paper-npu, custom")
+hzp_add_bad_run(NAME run_bad_negative_flush ARGS --set output.flush_s=-1
+  MATCH "output\\.flush_s = -1 is out of range: must be >= 0")
+hzp_add_bad_run(NAME run_bad_debug_spec ARGS --set debug.throw_at=one:2
+  MATCH "debug\\.throw_at = \"one:2\" is not \"rank:step\"")
+hzp_add_bad_run(NAME run_bad_debug_rank ARGS --set debug.stall_at=3:1
+  MATCH "debug\\.stall_at = \"3:1\" names rank 3 but the job has ranks 0\\.\\.0")
+hzp_add_bad_run(NAME run_bad_world_size_mismatch ARGS --set topology.world_size=4
+  MATCH "topology\\.world_size = 4 but the job has 1 rank.*Fix: set it to 1 or 0")
+hzp_add_bad_run(NAME run_bad_dump_steps ARGS --dump-tensors 0,7
+  MATCH "--dump-tensors '0,7': step 7 is beyond the run \\(train\\.steps = 2")
+hzp_add_bad_run(NAME run_bad_config_missing ARGS --config /nonexistent/run.toml
+  MATCH "'/nonexistent/run\\.toml' does not exist")
+hzp_add_bad_run(NAME run_bad_config_malformed ARGS --config ${CMAKE_CURRENT_SOURCE_DIR}/run_inputs/malformed.toml
+  MATCH "malformed\\.toml:2:9: malformed TOML")
+hzp_add_bad_run(NAME run_bad_config_wrong_type ARGS --config ${CMAKE_CURRENT_SOURCE_DIR}/run_inputs/wrong_type.toml
+  MATCH "wrong_type\\.toml:2:9: train\\.steps = 'three': got a string")
+# --- data
+hzp_add_bad_run(NAME run_bad_data_missing ARGS --set data.source=llmc --set data.path=/nonexistent/shard.bin
+  MATCH "cannot open data file '/nonexistent/shard\\.bin'")
+hzp_add_bad_run(NAME run_bad_data_corrupt ARGS --set data.source=llmc --set data.path=${PROJECT_SOURCE_DIR}/README.md
+  MATCH "llm\\.c token file '.*README\\.md' has bad magic")
+hzp_add_bad_run(NAME run_bad_data_path_for_synthetic ARGS --set data.path=${PROJECT_SOURCE_DIR}/README.md
+  MATCH "data\\.path='.*README\\.md' is set but data\\.source=synthetic reads no file")
+hzp_add_bad_run(NAME run_bad_nanogpt_vocab ARGS --set data.source=nanogpt --set data.path=${PROJECT_SOURCE_DIR}/README.md
+                --set model.vocab=70000
+  MATCH "data\\.source=nanogpt stores uint16 tokens but model\\.vocab=70000 is over 65535")
+# --- output
+hzp_add_cli_test(NAME run_bad_output_exists ARGS run ${hzp_run_small} --out ${CMAKE_CURRENT_SOURCE_DIR}/topology_8x2.toml
+  RC 2 MATCH "topology_8x2\\.toml' already exists and is never overwritten\\. Fix: --force")
+hzp_add_cli_test(NAME run_bad_output_unwritable ARGS run ${hzp_run_small} --out ${PROJECT_SOURCE_DIR}/README.md/run.h5
+  RC 2 MATCH "README\\.md' is not a directory")
+hzp_add_cli_test(NAME run_bad_output_is_directory ARGS run ${hzp_run_small} --out ${hzp_run_dir}
+  RC 2 MATCH "output\\.path = '.*' is a directory\\. Fix: name a file")
+# --- world size: `none` is one rank only; the message names the registered schedulers
+add_test(NAME run_bad_none_at_two_ranks
+         COMMAND ${CMAKE_COMMAND} -DPROGRAM=${MPIEXEC_EXECUTABLE}
+                 "-DARGS=${MPIEXEC_NUMPROC_FLAG}|2|$<TARGET_FILE:hzpbench>|run|--set|model.preset=tiny|--set|scheduler.name=none|--out|${hzp_run_dir}/none_np2.h5"
+                 -DRC=2 "-DMATCH=scheduler\\.name = none is the single-rank reference and runs on 1 rank, but the job has 2 ranks\\. Registered schedulers: none"
+                 "-DNO_MATCH=rank 1" -P ${CMAKE_CURRENT_SOURCE_DIR}/check_cli.cmake)
+set_tests_properties(run_bad_none_at_two_ranks PROPERTIES LABELS mpi PROCESSORS 2 TIMEOUT 60)
+
+# --- hzpbench validate: the same checks without MPI
+hzp_add_cli_test(NAME validate_tiny ARGS validate --set model.preset=tiny
+  MATCH "valid for 1 rank.*llama L=4 d=64.*201280 parameters.*16 sequences per step = 8 micro-batches of 2")
+hzp_add_cli_test(NAME validate_embedded_default ARGS validate MATCH "valid for 1 rank.*llama L=8 d=512")
+hzp_add_cli_test(NAME validate_bad_batch_for_world ARGS validate --set model.preset=tiny --set topology.world_size=3
+                 --set scheduler.name=none RC 2 MATCH "scheduler\\.name = none is the single-rank reference")
+hzp_add_cli_test(NAME validate_bad_output_exists ARGS validate --out ${CMAKE_CURRENT_SOURCE_DIR}/topology_8x2.toml
+                 RC 2 MATCH "already exists")
+
+# --- end to end, read back with h5py (the PATH python3, as for results_killed_writer above)
+if(Python3_Interpreter_FOUND)
+  # name | scenario | ranks | timeout (s)
+  foreach(spec IN ITEMS "run_e2e_none_tiny|none_tiny|1|120"
+                        "run_e2e_closure_every_scheduler|closure|0|300"
+                        "run_e2e_collective_only_np2|collective_only|2|120"
+                        "run_e2e_diverged|diverged|1|60"
+                        "run_e2e_skip_nonfinite|skip_nonfinite|1|60"
+                        "run_e2e_throw_np1|throw|1|60"
+                        "run_e2e_throw_np2|throw|2|60"
+                        "run_e2e_stall_np1|stall|1|60"
+                        "run_e2e_stall_np2|stall|2|60"
+                        "run_e2e_killed|killed|1|180")
+    string(REPLACE "|" ";" f "${spec}")
+    list(GET f 0 name)
+    list(GET f 1 scenario)
+    list(GET f 2 ranks)
+    list(GET f 3 timeout)
+    add_test(NAME ${name}
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/run_e2e_test.py ${scenario}
+                     --hzpbench $<TARGET_FILE:hzpbench> --mpiexec ${MPIEXEC_EXECUTABLE} --ranks ${ranks}
+                     --workdir ${hzp_run_dir}/${name})
+    set(procs ${ranks})
+    if(procs LESS 1)
+      set(procs 2)
+    endif()
+    set_tests_properties(${name} PROPERTIES TIMEOUT ${timeout} SKIP_RETURN_CODE 77 PROCESSORS ${procs}
+                         LABELS "unit;mpi" ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
+  endforeach()
+endif()
+
+# --- the pieces: options, link profiles, summary statistics (unit); the failure channel (MPI)
+hzp_add_unit_test(NAME test_run_pieces SOURCES test_run_pieces.cpp LIBS hzp_harness)
+target_include_directories(test_run_pieces PRIVATE ${PROJECT_SOURCE_DIR}/harness/src)
+add_executable(test_failure_channel_mpi test_failure_channel_mpi.cpp)
+target_link_libraries(test_failure_channel_mpi PRIVATE hzp_harness hzp_mpi_test_main hzp_options)
+target_include_directories(test_failure_channel_mpi PRIVATE ${PROJECT_SOURCE_DIR}/harness/src)
+set_target_properties(test_failure_channel_mpi PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+hzp_add_mpi_test(NAME test_failure_channel_mpi TARGET test_failure_channel_mpi RANKS 2 4 TIMEOUT 60)
