@@ -13,6 +13,7 @@
 
 #include "collective_bench.hpp"
 #include "commands.hpp"
+#include "run_setup.hpp"
 #include "hzp/collectives/mpi_communicator.hpp"
 #include "hzp/collectives/topology_mpi.hpp"
 #include "hzp/core/error.hpp"
@@ -83,34 +84,10 @@ class MpiSession {
   int rank_ = 0, size_ = 1;
 };
 
-// The MPI backend's settings from the option table (collectives.*, links.*); the communicator's
-// constructor validates them.
-coll::MpiCommConfig mpi_config_from(const ResolvedConfig& cfg) {
-  coll::MpiCommConfig c;
-  const std::string& wp = cfg.get_string("collectives.wait_policy");
-  const auto policy = coll::parse_wait_policy(wp);
-  if (!policy) HZP_THROW(ConfigError, "collectives.wait_policy = '", wp, "' is not a wait policy");
-  c.wait_policy = *policy;
-  c.backoff_max_us = cfg.get_double("collectives.backoff_max_us");
-  c.timeout_s = cfg.get_double("collectives.timeout_s");
-  c.small_message_bytes = static_cast<std::size_t>(cfg.get_int("collectives.small_message_bytes"));
-  c.mpi_native = cfg.get_bool("collectives.mpi_native");
-  const std::string& tr = cfg.get_string("collectives.transport");
-  const auto transport = coll::parse_transport(tr);
-  if (!transport) HZP_THROW(ConfigError, "collectives.transport = '", tr, "' is not one of auto, mpi, shm");
-  c.transport = *transport;
-  c.shm_slot_bytes = static_cast<std::size_t>(cfg.get_int("collectives.shm_slot_bytes"));
-  c.shm_slots = static_cast<int>(cfg.get_int("collectives.shm_slots"));
-  c.links.enabled = cfg.get_bool("links.emulate");
-  c.links.intra = {cfg.get_double("links.intra.latency_us"), cfg.get_double("links.intra.bandwidth_gbps")};
-  c.links.inter = {cfg.get_double("links.inter.latency_us"), cfg.get_double("links.inter.bandwidth_gbps")};
-  return c;
-}
-
 int run_collectives(const Args& a) {
   // Everything a user can get wrong is checked before MPI starts, identically on every rank.
   const ResolvedConfig cfg = a.config.resolve();
-  const coll::MpiCommConfig comm_config = mpi_config_from(cfg);
+  const coll::MpiCommConfig comm_config = mpi_comm_config_from(cfg);
   comm_config.validate();
   CollectiveBenchOptions opt;
   opt.ops = parse_ops(a.ops);
