@@ -64,7 +64,7 @@ TEST_P(LinkEmulation, TwoConcurrentAllGathersShareTheLink) {
   Buffer in(DType::f32, n), out_a(DType::f32, n * p), out_b(DType::f32, n * p);
   in.fill([&](std::int64_t i) { return value(r, i); });
   hzp::test::run_then_barrier([] {});
-  const double t0 = wall_seconds();
+  const double my_t0 = wall_seconds();
   std::string err;
   auto gather = [&](Communicator& comm, Buffer& out) {
     try {
@@ -77,7 +77,16 @@ TEST_P(LinkEmulation, TwoConcurrentAllGathersShareTheLink) {
   std::thread tb([&] { gather(*b, out_b); });
   ta.join();
   tb.join();
-  const double elapsed = wall_seconds() - t0;
+  const double end = wall_seconds();
+  // Measured from the first rank's start: ranks leave the barrier up to ~0.1 ms apart, and a link's
+  // reservation starts at its reserving rank's own join (docs/collectives.md "Link emulation"), so a
+  // rank that left the barrier late may see the two calls end up to that skew before 2 * model after
+  // its own start. The clock is CLOCK_MONOTONIC, shared by the processes of this machine.
+  double t0 = my_t0;
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Iallreduce(&my_t0, &t0, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD, &req);
+  ASSERT_TRUE(hzp::test::wait_with_deadline(req, hzp::test::default_deadline_s()));
+  const double elapsed = end - t0;
   ASSERT_TRUE(err.empty()) << err;
   EXPECT_GE(elapsed, 2 * model * (1 - 1e-6)) << "one all_gather is modelled at " << model << " s";
   EXPECT_TRUE(check_gather(out_a, p, n));
