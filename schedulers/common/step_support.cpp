@@ -34,6 +34,22 @@ void validate_data_parallel(std::string_view scheduler, const SchedulerArgs& arg
   if (!bad.str().empty()) HZP_THROW(ConfigError, "scheduler ", scheduler, " at world size ", w, ":", bad.str());
 }
 
+StepStats data_parallel_step_stats(std::int64_t step, coll::Communicator& scalars, double local_loss,
+                                   const OptimizerStepResult& r, std::int64_t tokens, double compute_seconds,
+                                   double optimizer_seconds, double seconds) {
+  StepStats st;
+  st.step = step;
+  st.loss = all_reduce_sum(scalars, local_loss);
+  st.grad_norm = r.grad_norm;
+  st.clip_coefficient = r.clip_coefficient;
+  st.lr = r.lr;
+  st.tokens = tokens;
+  st.compute_seconds = compute_seconds;
+  st.optimizer_seconds = optimizer_seconds;
+  st.seconds = seconds;
+  return st;
+}
+
 double all_reduce_sum(coll::Communicator& comm, double local) {
   double v = local;
   comm.all_reduce(TensorView(&v, Shape{1}, DType::f64), coll::ReduceOp::sum, StreamRef::host());

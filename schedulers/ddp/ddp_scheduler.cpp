@@ -105,17 +105,8 @@ StepStats DdpScheduler::step(const StepBatch& batch) {
   const double optimizer_seconds = opt.wall();
   ++steps_done_;
 
-  StepStats st;
-  st.step = batch.step;
-  st.loss = all_reduce_sum(*scalars_comm_, local_loss);
-  st.grad_norm = r.grad_norm;
-  st.clip_coefficient = r.clip_coefficient;
-  st.lr = r.lr;
-  st.tokens = train_.global_batch * model_->seq_len();
-  st.compute_seconds = compute_seconds;
-  st.optimizer_seconds = optimizer_seconds;
-  st.seconds = whole.wall();
-  return st;
+  return data_parallel_step_stats(batch.step, *scalars_comm_, local_loss, r, train_.global_batch * model_->seq_len(),
+                                  compute_seconds, optimizer_seconds, whole.wall());
 }
 
 ReplicaDigests DdpScheduler::replicated_state() const {

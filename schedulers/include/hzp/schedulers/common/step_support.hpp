@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "hzp/collectives/communicator.hpp"
+#include "hzp/schedulers/common/sharded_optimizer.hpp"
 #include "hzp/schedulers/scheduler.hpp"
 
 namespace hzp::schedulers {
@@ -20,6 +21,12 @@ void validate_data_parallel(std::string_view scheduler, const SchedulerArgs& arg
 /// Sum of `local` over `comm` (fp64, blocking): the global mean loss when each rank passes the sum of its
 /// micro-batches' loss() values.
 double all_reduce_sum(coll::Communicator& comm, double local);
+
+/// The StepStats every data-parallel step reports: the global loss (all_reduce_sum of `local_loss` over
+/// `scalars`), the optimizer's norm/clip/lr, the global batch's tokens and the given timings.
+StepStats data_parallel_step_stats(std::int64_t step, coll::Communicator& scalars, double local_loss,
+                                   const OptimizerStepResult& r, std::int64_t tokens, double compute_seconds,
+                                   double optimizer_seconds, double seconds);
 
 /// The contiguous group (size z) and the strided replica group (stride z) holding world rank `rank`.
 std::vector<int> contiguous_group_of(int world, int z, int rank);
