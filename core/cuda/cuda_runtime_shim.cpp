@@ -93,4 +93,35 @@ double event_elapsed_ms(void* start, void* end) {
   HZP_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));
   return ms;
 }
+
+void check_device_index(int device) {
+  const int n = device_count();
+  if (device >= n)
+    HZP_THROW(CudaError, "CUDA device ", device, " requested but ", n, " device(s) are usable on this machine");
+}
+void* device_malloc(int device, std::size_t bytes) {
+  DeviceGuard g(device);
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // not sticky, but clear it so the next check does not see it
+    return nullptr;
+  }
+  HZP_CUDA_CHECK(e);
+  return p;
+}
+void device_free(int device, void* ptr) noexcept {
+  if (ptr == nullptr) return;
+  int previous = 0;
+  if (cudaGetDevice(&previous) != cudaSuccess) return;
+  if (previous != device) (void)cudaSetDevice(device);
+  (void)cudaFree(ptr);  // destructors never throw
+  if (previous != device) (void)cudaSetDevice(previous);
+}
+void memcpy_async(void* dst, const void* src, std::size_t bytes, void* stream) {
+  HZP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
+}
+void memset_async(void* dst, int value, std::size_t bytes, void* stream) {
+  HZP_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, static_cast<cudaStream_t>(stream)));
+}
 }  // namespace hzp::cuda_shim

@@ -3,6 +3,7 @@
 // where every call throws UnsupportedError (or reports "no device") so CPU builds link unchanged.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace hzp::cuda_shim {
@@ -23,5 +24,13 @@ void event_wait(void* e, void* stream);
 void event_synchronize(void* e);
 bool event_query(void* e);
 double event_elapsed_ms(void* start, void* end);
+
+/// Throws CudaError unless `device` names a usable device.
+void check_device_index(int device);
+/// cudaMalloc on `device`; nullptr when out of memory (the error is cleared), else throws.
+void* device_malloc(int device, std::size_t bytes);
+void device_free(int device, void* ptr) noexcept;
+void memcpy_async(void* dst, const void* src, std::size_t bytes, void* stream);
+void memset_async(void* dst, int value, std::size_t bytes, void* stream);
 
 }  // namespace hzp::cuda_shim

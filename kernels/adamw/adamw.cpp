@@ -1,5 +1,6 @@
 // Host launchers for the AdamW step: validation of the hyper-parameters (messages name each value),
-// shapes, dtypes and devices, then dispatch (fp32 master weights, fp64 for oracles) to the reference.
+// shapes, dtypes and devices, then dispatch (fp32 master weights, fp64 for oracles) to the reference, or
+// for a CUDA stream to adamw.cu (fp32).
 // Built with -ffp-contract=off (kernels/CMakeLists.txt) so no multiply-add is fused differently in a
 // vector body and a scalar tail: the shard-invariance the deterministic mode relies on.
 #include "hzp/kernels/adamw.hpp"
@@ -8,6 +9,7 @@
 #include <string_view>
 
 #include "adamw/adamw_ref.hpp"
+#include "common/cuda_twins.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/checks.hpp"
 
@@ -47,7 +49,6 @@ void check_all(TensorView params, TensorView m, TensorView v, ConstTensorView gr
   check_state("v", v, params, s);
   check_state("grads", grads, params, s);
   check_hyper(hyper);
-  if (s.device().is_cuda()) HZP_THROW(UnsupportedError, kName, ": CUDA twin arrives with the CUDA backend");
 }
 
 template <typename T>
@@ -69,6 +70,7 @@ void dispatch(TensorView params, TensorView m, TensorView v, ConstTensorView gra
 void adamw_step(TensorView params, TensorView m, TensorView v, ConstTensorView grads, const AdamWHyper& hyper,
                 StreamRef s) {
   check_all(params, m, v, grads, hyper, s);
+  if (s.device().is_cuda()) return cuda::adamw_step(params, m, v, grads, hyper, nullptr, s);
   dispatch(params, m, v, grads, hyper, nullptr);
 }
 
@@ -78,6 +80,7 @@ void adamw_step(TensorView params, TensorView m, TensorView v, ConstTensorView g
   check_dtype(kName, "params_bf16", params_bf16.dtype(), DType::bf16);
   check_device(kName, "params_bf16", params_bf16.device(), s);
   check_all(params, m, v, grads, hyper, s);
+  if (s.device().is_cuda()) return cuda::adamw_step(params, m, v, grads, hyper, params_bf16.data(), s);
   dispatch(params, m, v, grads, hyper, params_bf16.as<bf16>());
 }
 

@@ -1,11 +1,12 @@
 // Host launchers for causal grouped-query attention: argument validation (shapes named with their
-// dimensions, dtypes, devices, workspace) and dtype dispatch to the CPU reference. A CUDA stream is
-// refused until the CUDA backend brings the twin.
+// dimensions, dtypes, devices, workspace) and dtype dispatch to the CPU reference; a CUDA stream goes to
+// the unfused twin in attention.cu, whose workspace differs (the overloads taking a Device).
 #include "hzp/kernels/attention.hpp"
 
 #include <cstdint>
 
 #include "attention/attention_ref.hpp"
+#include "common/cuda_twins.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/checks.hpp"
 
@@ -58,10 +59,6 @@ void check_dtype_supported(std::string_view kernel, DType t) {
     HZP_THROW(PreconditionError, kernel, ": q has dtype ", dtype_name(t), ", expected fp64, fp32 or bf16");
 }
 
-void check_stream(std::string_view kernel, StreamRef s) {
-  if (s.device().is_cuda()) HZP_THROW(UnsupportedError, kernel, ": CUDA twin arrives with the CUDA backend");
-}
-
 std::size_t acc_size(DType t) { return t == DType::f64 ? sizeof(double) : sizeof(float); }
 
 /// The workspace is reinterpreted as acc_t<T>; refuse a misaligned span instead of faulting later.
@@ -101,6 +98,14 @@ std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype
   return static_cast<std::size_t>(attention_bwd_workspace_elems(dims)) * acc_size(dtype);
 }
 
+std::size_t attention_fwd_workspace_bytes(const AttentionDims& dims, DType dtype, Device device) {
+  return device.is_cuda() ? cuda::attention_fwd_workspace_bytes(dims, dtype) : attention_fwd_workspace_bytes(dims, dtype);
+}
+
+std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype, Device device) {
+  return device.is_cuda() ? cuda::attention_bwd_workspace_bytes(dims, dtype) : attention_bwd_workspace_bytes(dims, dtype);
+}
+
 void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                    const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s) {
   dims.validate(kFwd);
@@ -111,7 +116,10 @@ void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTenso
   check_tensor(kFwd, "v", v, dims, true, t, s);
   check_tensor(kFwd, "out", out, dims, false, t, s);
   check_lse(kFwd, lse, dims, t, s);
-  check_stream(kFwd, s);
+  if (s.device().is_cuda()) {
+    check_workspace(kFwd, workspace.size(), cuda::attention_fwd_workspace_bytes(dims, t));
+    return cuda::attention_fwd(out, lse, q, k, v, dims, workspace, s);
+  }
   switch (t) {
     case DType::f64: return run_fwd<double>(out, lse, q, k, v, dims, workspace);
     case DType::f32: return run_fwd<float>(out, lse, q, k, v, dims, workspace);
@@ -134,7 +142,10 @@ void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView 
   check_tensor(kBwd, "dk", dk, dims, true, t, s);
   check_tensor(kBwd, "dv", dv, dims, true, t, s);
   check_lse(kBwd, lse, dims, t, s);
-  check_stream(kBwd, s);
+  if (s.device().is_cuda()) {
+    check_workspace(kBwd, workspace.size(), cuda::attention_bwd_workspace_bytes(dims, t));
+    return cuda::attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, dims, workspace, s);
+  }
   switch (t) {
     case DType::f64: return run_bwd<double>(dq, dk, dv, dout, q, k, v, out, lse, dims, workspace);
     case DType::f32: return run_bwd<float>(dq, dk, dv, dout, q, k, v, out, lse, dims, workspace);

@@ -1,12 +1,14 @@
 // Host launchers for softmax cross-entropy: validation of shapes, dtypes, devices, targets and the
-// gradient normaliser, then dtype dispatch (f64, f32, bf16) to the CPU reference. A CUDA stream is
-// refused until the CUDA backend brings the twin.
+// gradient normaliser, then dtype dispatch (f64, f32, bf16) to the CPU reference, or for a CUDA stream
+// to cross_entropy.cu. Device-resident targets are not range-checked on the host (that would need a
+// copy and a synchronisation): the CUDA kernel treats an out-of-range target like ignore_index.
 #include "hzp/kernels/cross_entropy.hpp"
 
 #include <cmath>
 #include <string_view>
 #include <utility>
 
+#include "common/cuda_twins.hpp"
 #include "cross_entropy/cross_entropy_ref.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/checks.hpp"
@@ -15,10 +17,6 @@ namespace hzp::kernels {
 namespace {
 
 DType loss_dtype(DType logits) { return logits == DType::f64 ? DType::f64 : DType::f32; }
-
-void check_stream(std::string_view kernel, StreamRef s) {
-  if (s.device().is_cuda()) HZP_THROW(UnsupportedError, kernel, ": CUDA twin arrives with the CUDA backend");
-}
 
 void check_targets_tensor(std::string_view kernel, const ConstTensorView& targets, std::int64_t N, StreamRef s) {
   check_shape(kernel, "targets", targets.shape(), Shape{N});
@@ -77,7 +75,7 @@ std::int64_t cross_entropy_count_valid(ConstTensorView targets, std::int32_t ign
     HZP_THROW(PreconditionError, k, ": targets has shape ", to_string(targets.shape()), ", expected [tokens]");
   check_dtype(k, "targets", targets.dtype(), DType::i32);
   check_device(k, "targets", targets.device(), s);
-  check_stream(k, s);
+  if (s.device().is_cuda()) return cuda::cross_entropy_count_valid(targets, ignore_index, s);
   const std::int32_t* t = targets.as<std::int32_t>();
   std::int64_t n_valid = 0;
   for (std::int64_t n = 0; n < targets.numel(); ++n) n_valid += t[n] != ignore_index ? 1 : 0;
@@ -92,7 +90,7 @@ CrossEntropyResult cross_entropy_fwd(TensorView losses, ConstTensorView logits, 
   check_shape(k, "losses", losses.shape(), Shape{N});
   check_dtype(k, "losses", losses.dtype(), loss_dtype(logits.dtype()));
   check_device(k, "losses", losses.device(), s);
-  check_stream(k, s);
+  if (s.device().is_cuda()) return cuda::cross_entropy(&losses, nullptr, logits, targets, ignore_index, nullptr, s);
   check_target_values(k, targets.as<std::int32_t>(), N, V, ignore_index);
   return dispatch(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -110,7 +108,10 @@ void cross_entropy_bwd(TensorView dlogits, ConstTensorView logits, ConstTensorVi
   check_dtype(k, "dlogits", dlogits.dtype(), logits.dtype());
   check_device(k, "dlogits", dlogits.device(), s);
   check_grad(k, grad);
-  check_stream(k, s);
+  if (s.device().is_cuda()) {
+    cuda::cross_entropy(nullptr, &dlogits, logits, targets, grad.ignore_index, &grad, s);
+    return;
+  }
   check_target_values(k, targets.as<std::int32_t>(), N, V, grad.ignore_index);
   dispatch(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -130,7 +131,7 @@ CrossEntropyResult cross_entropy_fwd_bwd(TensorView losses, TensorView dlogits, 
   check_dtype(k, "dlogits", dlogits.dtype(), logits.dtype());
   check_device(k, "dlogits", dlogits.device(), s);
   check_grad(k, grad);
-  check_stream(k, s);
+  if (s.device().is_cuda()) return cuda::cross_entropy(&losses, &dlogits, logits, targets, grad.ignore_index, &grad, s);
   check_target_values(k, targets.as<std::int32_t>(), N, V, grad.ignore_index);
   return dispatch(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);

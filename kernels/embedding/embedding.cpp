@@ -1,19 +1,15 @@
 // Embedding launchers on the CPU: validate shapes, dtypes and devices, then dispatch on the table's
-// (or dout's) dtype to the reference templates in embedding_ref.hpp.
+// (or dout's) dtype to the reference templates in embedding_ref.hpp; a CUDA stream goes to the twin in
+// embedding.cu (fp32 and bf16).
 #include "hzp/kernels/embedding.hpp"
 
+#include "common/cuda_twins.hpp"
 #include "embedding/embedding_ref.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/checks.hpp"
 
 namespace hzp::kernels {
 namespace {
-
-void require_host(std::string_view kernel, StreamRef s) {
-  if (s.device().is_cuda())
-    HZP_THROW(UnsupportedError, kernel, ": stream on ", to_string(s.device()),
-              "; the CUDA twin arrives with the CUDA backend");
-}
 
 void require_ndim(std::string_view kernel, std::string_view arg, const Shape& sh, int ndim) {
   if (sh.ndim != ndim)
@@ -26,7 +22,6 @@ DType grad_dtype(DType t) { return t == DType::bf16 ? DType::f32 : t; }
 
 void embedding_fwd(TensorView out, ConstTensorView tokens, ConstTensorView table, StreamRef s) {
   constexpr std::string_view k = "embedding_fwd";
-  require_host(k, s);
   require_ndim(k, "tokens", tokens.shape(), 1);
   require_ndim(k, "table", table.shape(), 2);
   const std::int64_t n = tokens.shape()[0], vocab = table.shape()[0], dim = table.shape()[1];
@@ -39,6 +34,7 @@ void embedding_fwd(TensorView out, ConstTensorView tokens, ConstTensorView table
   check_device(k, "out", out.device(), s);
   check_device(k, "tokens", tokens.device(), s);
   check_device(k, "table", table.device(), s);
+  if (s.device().is_cuda()) return cuda::embedding_fwd(out, tokens, table, s);
   const auto* ids = tokens.as<std::int32_t>();
   switch (table.dtype()) {
     case DType::f64: return embedding_fwd_ref(out.as<double>(), ids, table.as<double>(), n, vocab, dim);
@@ -51,7 +47,6 @@ void embedding_fwd(TensorView out, ConstTensorView tokens, ConstTensorView table
 
 void embedding_bwd(TensorView dtable, ConstTensorView tokens, ConstTensorView dout, bool accumulate, StreamRef s) {
   constexpr std::string_view k = "embedding_bwd";
-  require_host(k, s);
   require_ndim(k, "tokens", tokens.shape(), 1);
   require_ndim(k, "dtable", dtable.shape(), 2);
   const std::int64_t n = tokens.shape()[0], vocab = dtable.shape()[0], dim = dtable.shape()[1];
@@ -64,6 +59,7 @@ void embedding_bwd(TensorView dtable, ConstTensorView tokens, ConstTensorView do
   check_device(k, "dtable", dtable.device(), s);
   check_device(k, "tokens", tokens.device(), s);
   check_device(k, "dout", dout.device(), s);
+  if (s.device().is_cuda()) return cuda::embedding_bwd(dtable, tokens, dout, accumulate, s);
   const auto* ids = tokens.as<std::int32_t>();
   switch (dout.dtype()) {
     case DType::f64:

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "hzp/core/error.hpp"
+#include "common/cuda_twins.hpp"
 #include "hzp/kernels/checks.hpp"
 
 namespace hzp::kernels {
@@ -87,19 +88,21 @@ std::size_t gemm_workspace_bytes(ConstTensorView c, ConstTensorView a, ConstTens
                                  bool trans_b) {
   const Dims d = gemm_dims(c.shape(), a.shape(), b.shape(), trans_a, trans_b);
   check_dtypes(c.dtype(), a.dtype(), b.dtype());
+  if (c.device().is_cuda()) return cuda::gemm_workspace_bytes();
   return layout(c.dtype(), a.dtype(), d).total();
 }
 
 void gemm(TensorView c, ConstTensorView a, ConstTensorView b, bool trans_a, bool trans_b, float alpha,
           float beta, std::span<std::byte> workspace, StreamRef s) {
-  if (s.device().is_cuda())
-    HZP_THROW(UnsupportedError, kGemm, ": stream on ", to_string(s.device()),
-              "; the CUDA twin arrives with the CUDA backend");
   const Dims d = gemm_dims(c.shape(), a.shape(), b.shape(), trans_a, trans_b);
   check_dtypes(c.dtype(), a.dtype(), b.dtype());
   check_device(kGemm, "a", a.device(), s);
   check_device(kGemm, "b", b.device(), s);
   check_device(kGemm, "c", c.device(), s);
+  if (s.device().is_cuda()) {
+    check_workspace(kGemm, workspace.data() ? workspace.size() : 0, cuda::gemm_workspace_bytes());
+    return cuda::gemm(c, a, b, trans_a, trans_b, alpha, beta, workspace, s);
+  }
   const WorkspaceLayout wl = layout(c.dtype(), a.dtype(), d);
 
   // Row-major leading dimensions are the stored views' column counts.

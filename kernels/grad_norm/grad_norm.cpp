@@ -1,5 +1,5 @@
 // Host launchers for the gradient norm family: validation (dtype and device of each listed tensor,
-// named by its index), dtype dispatch to the reference, and the scalar helpers (norm, clip coefficient).
+// named by its index), dtype dispatch to the reference (a CUDA stream: grad_norm.cu), and the scalar helpers (norm, clip coefficient).
 // Built with -ffp-contract=off (kernels/CMakeLists.txt), like adamw: element-wise results are shard-invariant.
 #include "hzp/kernels/grad_norm.hpp"
 
@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/cuda_twins.hpp"
 #include "grad_norm/grad_norm_ref.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/checks.hpp"
@@ -22,16 +23,12 @@ void check_grad_tensor(std::string_view kernel, std::string_view arg, const Cons
   check_device(kernel, arg, t.device(), s);
 }
 
-void check_stream(std::string_view kernel, StreamRef s) {
-  if (s.device().is_cuda()) HZP_THROW(UnsupportedError, kernel, ": CUDA twin arrives with the CUDA backend");
-}
-
 }  // namespace
 
 double grad_norm_sum_squares(std::span<const ConstTensorView> grads, StreamRef s) {
   constexpr std::string_view k = "grad_norm_sum_squares";
   for (std::size_t i = 0; i < grads.size(); ++i) check_grad_tensor(k, "grads[" + std::to_string(i) + "]", grads[i], s);
-  check_stream(k, s);
+  if (s.device().is_cuda()) return cuda::grad_norm_sum_squares(grads, s);
   double total = 0.0;
   for (const ConstTensorView& g : grads) {
     total += g.dtype() == DType::f64 ? grad_sum_squares_ref(g.as<double>(), g.numel())
@@ -55,7 +52,7 @@ double grad_clip_coefficient(double norm, double max_norm) {
 void grad_scale_inplace(TensorView x, double scale, StreamRef s) {
   constexpr std::string_view k = "grad_scale_inplace";
   check_grad_tensor(k, "x", x, s);
-  check_stream(k, s);
+  if (s.device().is_cuda()) return cuda::grad_scale_inplace(x, scale, s);
   if (x.dtype() == DType::f64)
     grad_scale_inplace_ref(x.as<double>(), x.numel(), scale);
   else

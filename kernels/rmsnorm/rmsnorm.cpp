@@ -1,21 +1,17 @@
 // RMSNorm launchers on the CPU: validate [rows, dim] activations, [dim] weights and the saved rstd,
-// then dispatch on the activation dtype to the reference templates in rmsnorm_ref.hpp.
+// then dispatch on the activation dtype to the reference templates in rmsnorm_ref.hpp (a CUDA stream:
+// the twin in rmsnorm.cu).
 #include "hzp/kernels/rmsnorm.hpp"
 
 #include <utility>
 
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/checks.hpp"
+#include "common/cuda_twins.hpp"
 #include "rmsnorm/rmsnorm_ref.hpp"
 
 namespace hzp::kernels {
 namespace {
-
-void require_host(std::string_view kernel, StreamRef s) {
-  if (s.device().is_cuda())
-    HZP_THROW(UnsupportedError, kernel, ": stream on ", to_string(s.device()),
-              "; the CUDA twin arrives with the CUDA backend");
-}
 
 // Returns {rows, dim} of the 2-D activation x after checking it is 2-D and non-empty.
 std::pair<std::int64_t, std::int64_t> rows_dim(std::string_view kernel, const Shape& x) {
@@ -38,7 +34,6 @@ DType grad_dtype(DType t) { return t == DType::bf16 ? DType::f32 : t; }
 
 void rmsnorm_fwd(TensorView y, TensorView rstd, ConstTensorView x, ConstTensorView w, float eps, StreamRef s) {
   constexpr std::string_view k = "rmsnorm_fwd";
-  require_host(k, s);
   const auto [rows, dim] = rows_dim(k, x.shape());
   require_float_dtype(k, x.dtype());
   check_shape(k, "w", w.shape(), Shape{dim});
@@ -50,6 +45,7 @@ void rmsnorm_fwd(TensorView y, TensorView rstd, ConstTensorView x, ConstTensorVi
   HZP_CHECK(eps >= 0.0f, k, ": eps = ", eps, " must be >= 0");
   for (auto [arg, dev] : {std::pair{"y", y.device()}, {"rstd", rstd.device()}, {"x", x.device()}, {"w", w.device()}})
     check_device(k, arg, dev, s);
+  if (s.device().is_cuda()) return cuda::rmsnorm_fwd(y, rstd, x, w, eps, s);
   switch (x.dtype()) {
     case DType::f64:
       return rmsnorm_fwd_ref(y.as<double>(), rstd.as<double>(), x.as<double>(), w.as<double>(), rows, dim,
@@ -64,7 +60,6 @@ void rmsnorm_fwd(TensorView y, TensorView rstd, ConstTensorView x, ConstTensorVi
 void rmsnorm_bwd(TensorView dx, TensorView dw, ConstTensorView dy, ConstTensorView x, ConstTensorView w,
                  ConstTensorView rstd, bool accumulate, StreamRef s) {
   constexpr std::string_view k = "rmsnorm_bwd";
-  require_host(k, s);
   const auto [rows, dim] = rows_dim(k, x.shape());
   require_float_dtype(k, x.dtype());
   check_shape(k, "dy", dy.shape(), Shape{rows, dim});
@@ -79,6 +74,7 @@ void rmsnorm_bwd(TensorView dx, TensorView dw, ConstTensorView dy, ConstTensorVi
   for (auto [arg, dev] : {std::pair{"dx", dx.device()}, {"dw", dw.device()}, {"dy", dy.device()}, {"x", x.device()},
                           {"w", w.device()}, {"rstd", rstd.device()}})
     check_device(k, arg, dev, s);
+  if (s.device().is_cuda()) return cuda::rmsnorm_bwd(dx, dw, dy, x, w, rstd, accumulate, s);
   switch (x.dtype()) {
     case DType::f64:
       return rmsnorm_bwd_ref(dx.as<double>(), dw.as<double>(), dy.as<double>(), x.as<double>(), w.as<double>(),

@@ -1,9 +1,10 @@
 // RoPE launchers on the CPU: validate [tokens, heads, head_dim] views (head_dim even, tokens a
-// multiple of seq_len, base > 0), then dispatch on dtype to rope_ref.hpp.
+// multiple of seq_len, base > 0), then dispatch on dtype to rope_ref.hpp (a CUDA stream: rope.cu).
 #include "hzp/kernels/rope.hpp"
 
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/checks.hpp"
+#include "common/cuda_twins.hpp"
 #include "rope/rope_ref.hpp"
 
 namespace hzp::kernels {
@@ -11,9 +12,6 @@ namespace {
 
 void rope_launch(std::string_view k, TensorView y, ConstTensorView x, std::int64_t seq_len, double base,
                  bool inverse, StreamRef s) {
-  if (s.device().is_cuda())
-    HZP_THROW(UnsupportedError, k, ": stream on ", to_string(s.device()),
-              "; the CUDA twin arrives with the CUDA backend");
   const Shape& sh = x.shape();
   if (sh.ndim != 3)
     HZP_THROW(PreconditionError, k, ": input must be 3-D [tokens, heads, head_dim], got shape ", to_string(sh));
@@ -33,6 +31,7 @@ void rope_launch(std::string_view k, TensorView y, ConstTensorView x, std::int64
   check_dtype(k, "output", y.dtype(), x.dtype());
   check_device(k, "output", y.device(), s);
   check_device(k, "input", x.device(), s);
+  if (s.device().is_cuda()) return cuda::rope(y, x, seq_len, base, inverse, s);
   switch (x.dtype()) {
     case DType::f64:
       return rope_rotate_ref(y.as<double>(), x.as<double>(), tokens, heads, head_dim, seq_len, base, inverse);

@@ -1,5 +1,5 @@
 // SwiGLU launchers on the CPU: validate that every operand is the same [tokens, F] shape and dtype,
-// then dispatch on dtype to swiglu_ref.hpp.
+// then dispatch on dtype to swiglu_ref.hpp (a CUDA stream: swiglu.cu).
 #include "hzp/kernels/swiglu.hpp"
 
 #include <initializer_list>
@@ -7,6 +7,7 @@
 
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/checks.hpp"
+#include "common/cuda_twins.hpp"
 #include "swiglu/swiglu_ref.hpp"
 
 namespace hzp::kernels {
@@ -17,9 +18,6 @@ using Arg = std::pair<const char*, ConstTensorView>;
 // Checks that the gate is a non-empty 2-D float tensor and that every other argument matches it.
 std::int64_t check_like_gate(std::string_view k, ConstTensorView gate, std::initializer_list<Arg> others,
                              StreamRef s) {
-  if (s.device().is_cuda())
-    HZP_THROW(UnsupportedError, k, ": stream on ", to_string(s.device()),
-              "; the CUDA twin arrives with the CUDA backend");
   const Shape& sh = gate.shape();
   if (sh.ndim != 2) HZP_THROW(PreconditionError, k, ": gate must be 2-D [tokens, F], got shape ", to_string(sh));
   check_positive(k, "tokens (rows of gate)", sh[0]);
@@ -40,6 +38,7 @@ std::int64_t check_like_gate(std::string_view k, ConstTensorView gate, std::init
 
 void swiglu_fwd(TensorView out, ConstTensorView gate, ConstTensorView up, StreamRef s) {
   const std::int64_t n = check_like_gate("swiglu_fwd", gate, {Arg{"up", up}, Arg{"out", out}}, s);
+  if (s.device().is_cuda()) return cuda::swiglu_fwd(out, gate, up, s);
   switch (gate.dtype()) {
     case DType::f64: return swiglu_fwd_ref(out.as<double>(), gate.as<double>(), up.as<double>(), n);
     case DType::f32: return swiglu_fwd_ref(out.as<float>(), gate.as<float>(), up.as<float>(), n);
@@ -51,6 +50,7 @@ void swiglu_bwd(TensorView dgate, TensorView dup, ConstTensorView dout, ConstTen
                 StreamRef s) {
   const std::int64_t n = check_like_gate(
       "swiglu_bwd", gate, {Arg{"up", up}, Arg{"dout", dout}, Arg{"dgate", dgate}, Arg{"dup", dup}}, s);
+  if (s.device().is_cuda()) return cuda::swiglu_bwd(dgate, dup, dout, gate, up, s);
   switch (gate.dtype()) {
     case DType::f64:
       return swiglu_bwd_ref(dgate.as<double>(), dup.as<double>(), dout.as<double>(), gate.as<double>(),

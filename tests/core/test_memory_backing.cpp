@@ -1,10 +1,14 @@
-// HostBacking: alignment, identity, refusal of zero bytes; and the byte formatter the memory
-// errors rely on.
+// HostBacking: alignment, identity, refusal of zero bytes; the byte formatter the memory errors rely
+// on; and CudaBacking's error where no device is usable.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstring>
 
+#include <string>
+
+#include "hzp/core/cuda_backing.hpp"
+#include "hzp/core/device.hpp"
 #include "hzp/core/memory_backing.hpp"
 
 namespace hzp {
@@ -45,6 +49,19 @@ TEST(RoundUp, Multiples) {
   static_assert(round_up(512, 512) == 512);
   static_assert(round_up(513, 512) == 1024);
   EXPECT_EQ(round_up(1000, 256), 1024u);
+}
+
+// CudaBacking on a machine without a usable device (CI): one clear error at construction, whatever the
+// build (the no-CUDA build throws UnsupportedError, a CUDA build without a GPU CudaError).
+TEST(CudaBacking, WithoutADeviceConstructionFailsClearly) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present: covered by test_cuda_memory";
+  try {
+    CudaBacking b(0);
+    FAIL() << "constructed a CudaBacking without a device";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_TRUE(what.find("CUDA") != std::string::npos) << what;
+  }
 }
 
 }  // namespace

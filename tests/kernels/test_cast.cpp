@@ -101,9 +101,9 @@ TEST(Cast, RejectsBadArguments) {
                                 {"cast: out has shape [8, 4], expected [4, 8]"}));
   EXPECT_TRUE(test::throws_with([&] { cast(view(h, {0, 8}), cview(f, {0, 8}), kHost); },
                                 {"cast: number of elements of in [0, 8] = 0 must be positive"}));
-  EXPECT_TRUE(test::throws_with<UnsupportedError>(
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
       [&] { cast(view(h, {4}), cview(f, {4}), StreamRef::wrap(Device::cuda(0), nullptr)); },
-      {"cast", "CUDA twin arrives with the CUDA backend"}));
+      {"cast", "is on cpu but the stream is on cuda:0"}));
 }
 
 }  // namespace

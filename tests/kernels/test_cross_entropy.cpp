@@ -260,15 +260,15 @@ TEST(CrossEntropy, RejectsBadArgumentsNamingTheDimensions) {
                           CrossEntropyGrad{}, kHost);
       },
       {"cross_entropy_bwd", "normaliser = 0", "global batch"}));
-  EXPECT_TRUE(test::throws_with<UnsupportedError>(
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
       [&] {
         const Device gpu = Device::cuda(0);
         cross_entropy_fwd(TensorView(losses.data(), Shape{N}, DType::f32, gpu),
                           ConstTensorView(logits.data(), Shape{N, V}, DType::f32, gpu),
-                          ConstTensorView(targets.data(), Shape{N}, DType::i32, gpu), -1,
+                          ConstTensorView(targets.data(), Shape{N}, DType::i32, Device::cpu()), -1,
                           StreamRef::wrap(gpu, nullptr));
       },
-      {"cross_entropy_fwd", "CUDA twin arrives with the CUDA backend"}));
+      {"cross_entropy_fwd", "targets", "is on cpu but the stream is on cuda:0"}));
 }
 
 }  // namespace

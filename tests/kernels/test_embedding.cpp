@@ -135,15 +135,15 @@ TEST(Embedding, RejectsBadShapesAndDtypes) {
   EXPECT_TRUE(test::throws_with(
       [&] { embedding_bwd(view(f, {10, 5}), cview(ids, {4}), cview(f, {3, 5}), false, kHost); },
       {"embedding_bwd: dout has shape [3, 5], expected [4, 5]"}));
-  EXPECT_TRUE(test::throws_with<UnsupportedError>(
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
       [&] {
         embedding_fwd(view(f, {4, 5}), cview(ids, {4}), cview(f, {10, 5}), StreamRef::wrap(Device::cuda(0), nullptr));
       },
-      {"CUDA twin arrives with the CUDA backend"}));
+      {"embedding_fwd", "is on cpu but the stream is on cuda:0"}));
 }
 
 // The reference and the launcher are one code path on the CPU; keep the reference callable alone
-// (the CUDA twin's tests will compare against it directly).
+// (the CUDA twin's tests, test_cuda_kernels, compare against the launcher).
 TEST(Embedding, ReferenceCallableDirectly) {
   const std::vector<double> table{1, 2, 3, 4};
   const std::vector<std::int32_t> ids{1, 1, 0};

@@ -246,12 +246,13 @@ TEST(Gemm, RejectsBadArguments) {
                                 {"gemm: workspace of 0 bytes"}));
 }
 
-TEST(Gemm, CudaStreamIsUnsupportedForNow) {
+// Host tensors with a CUDA stream are refused before any CUDA call (the CUDA twin is tested on a GPU).
+TEST(Gemm, TensorsOnAnotherDeviceThanTheStreamAreRefused) {
   std::vector<float> a(4), b(4), c(4);
   const StreamRef cuda = StreamRef::wrap(Device::cuda(0), nullptr);
-  EXPECT_TRUE(test::throws_with<UnsupportedError>(
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
       [&] { gemm(view(c, {2, 2}), cview(a, {2, 2}), cview(b, {2, 2}), false, false, 1.0f, 0.0f, {}, cuda); },
-      {"gemm", "CUDA twin arrives with the CUDA backend"}));
+      {"gemm", "a", "is on cpu but the stream is on cuda:0"}));
 }
 
 }  // namespace

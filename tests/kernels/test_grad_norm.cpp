@@ -103,13 +103,14 @@ TEST(GradNorm, RejectsBadArgumentsNamingTheTensor) {
   EXPECT_TRUE(test::throws_with([&] { grad_scale_inplace(view(ints, Shape{3}), 2.0, kHost); },
                                 {"grad_scale_inplace", "x has dtype int32"}));
   EXPECT_TRUE(test::throws_with([&] { grad_norm_from_sum_squares(-1.0); }, {"sum_squares = -1"}));
-  EXPECT_TRUE(test::throws_with<UnsupportedError>(
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
       [&] {
         const Device gpu = Device::cuda(0);
-        const std::vector<ConstTensorView> g{ConstTensorView(a.data(), Shape{4}, DType::f32, gpu)};
+        const std::vector<ConstTensorView> g{ConstTensorView(a.data(), Shape{4}, DType::f32, gpu),
+                                             ConstTensorView(a.data(), Shape{4}, DType::f32)};
         grad_norm_sum_squares(g, StreamRef::wrap(gpu, nullptr));
       },
-      {"grad_norm_sum_squares", "CUDA twin arrives with the CUDA backend"}));
+      {"grad_norm_sum_squares", "grads[1]", "is on cpu but the stream is on cuda:0"}));
 }
 
 }  // namespace

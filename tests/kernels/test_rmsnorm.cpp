@@ -181,11 +181,11 @@ TEST(RmsNorm, RejectsBadShapesAndDtypes) {
   EXPECT_TRUE(test::throws_with(
       [&] { rmsnorm_bwd(fv({4, 8}), fv({8}), fv({4, 7}), fv({4, 8}), fv({8}), fv({4}), false, kHost); },
       {"rmsnorm_bwd: dy has shape [4, 7], expected [4, 8]"}));
-  EXPECT_TRUE(test::throws_with<UnsupportedError>(
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
       [&] {
         rmsnorm_fwd(fv({4, 8}), fv({4}), fv({4, 8}), fv({8}), kEps, StreamRef::wrap(Device::cuda(0), nullptr));
       },
-      {"rmsnorm_fwd", "CUDA twin arrives with the CUDA backend"}));
+      {"rmsnorm_fwd", "is on cpu but the stream is on cuda:0"}));
 }
 
 }  // namespace

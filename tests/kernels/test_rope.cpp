@@ -154,9 +154,9 @@ TEST(Rope, RejectsBadArguments) {
   EXPECT_TRUE(test::throws_with(
       [&] { rope_bwd(view(g, {4, 2, 8}), cview(f, {4, 2, 8}), 4, 1e4, kHost); },
       {"rope_bwd: output has dtype fp64, expected fp32"}));
-  EXPECT_TRUE(test::throws_with<UnsupportedError>(
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
       [&] { rope_fwd(view(f, {4, 2, 8}), cview(f, {4, 2, 8}), 4, 1e4, StreamRef::wrap(Device::cuda(0), nullptr)); },
-      {"rope_fwd", "CUDA twin arrives with the CUDA backend"}));
+      {"rope_fwd", "is on cpu but the stream is on cuda:0"}));
 }
 
 }  // namespace

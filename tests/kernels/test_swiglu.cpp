@@ -126,9 +126,9 @@ TEST(SwiGlu, RejectsBadShapes) {
   EXPECT_TRUE(test::throws_with(
       [&] { swiglu_bwd(v({4, 8}), v({2, 8}), v({4, 8}), v({4, 8}), v({4, 8}), kHost); },
       {"swiglu_bwd: dup has shape [2, 8], expected [4, 8]"}));
-  EXPECT_TRUE(test::throws_with<UnsupportedError>(
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
       [&] { swiglu_fwd(v({4, 8}), v({4, 8}), v({4, 8}), StreamRef::wrap(Device::cuda(0), nullptr)); },
-      {"swiglu_fwd", "CUDA twin arrives with the CUDA backend"}));
+      {"swiglu_fwd", "is on cpu but the stream is on cuda:0"}));
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // AdamW optimizer step over flat fp32 master parameters (decoupled weight decay, bias correction, a
 // gradient scale applied on load for clipping), optionally writing the bf16 copy the forward uses.
 // Element-wise and shard-invariant: an element gets the same bits whatever shard it sits in.
-// CPU reference in kernels/adamw/adamw_ref.hpp; the CUDA twin arrives with the CUDA backend.
+// CPU reference in kernels/adamw/adamw_ref.hpp; the CUDA twin (fp32, same bits) in kernels/adamw/adamw.cu.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +31,7 @@ struct AdamWHyper {
 // which is torch.optim.AdamW's formulation (eps outside the corrected sqrt). Determinism: no cross-element arithmetic,
 // the per-call constants depend only on the hyper-parameters, and the source is compiled without floating contraction,
 // so any split of a tensor into shards updates each element to identical bits. Stream semantics: on a CPU stream the
-// launcher runs synchronously on the calling thread; a CUDA stream throws UnsupportedError until the CUDA backend.
+// launcher runs synchronously on the calling thread; a CUDA stream enqueues one launch over the whole buffer.
 
 /// One AdamW step in place.
 /// @param[in,out] params, m, v  master parameters and moments: same shape, all fp32 (or all fp64)

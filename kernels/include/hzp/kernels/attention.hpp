@@ -38,7 +38,7 @@ struct AttentionDims {
 // q, k, v, out and the gradients share one dtype: f64, f32 or bf16 (bf16 stored, fp32 computed).
 //
 // Stream semantics: on a CPU stream the launcher runs synchronously on the calling thread. A CUDA
-// stream throws UnsupportedError until the CUDA backend provides the twin.
+// stream enqueues the unfused twin (attention.cu: batched cuBLASLt GEMMs and a causal softmax kernel).
 // Determinism: every sum has a fixed order that depends only on the row and the head, so results are
 // bitwise reproducible and row t never reads positions > t (causality holds bitwise).
 
@@ -47,6 +47,11 @@ std::size_t attention_fwd_workspace_bytes(const AttentionDims& dims, DType dtype
 /// Bytes of scratch attention_bwd needs: fp32 (fp64 for f64) accumulators for one kv head's dk and dv
 /// ([T, D] each, so bf16 gradients are rounded once) and one D-long dq accumulator.
 std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype);
+/// The same for the kernels that run on `device`: the CPU sizes above, or on a CUDA device the unfused
+/// twin's score buffers (fwd KV·T² fp32, bwd twice that plus row sums and fp32 dK/dV accumulators for
+/// bf16) and cuBLASLt's workspace, 256-byte alignment slack included.
+std::size_t attention_fwd_workspace_bytes(const AttentionDims& dims, DType dtype, Device device);
+std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype, Device device);
 
 /// out = softmax(q kᵀ / sqrt(D) + causal mask) v, per (batch, head); lse receives each row's log-sum-exp.
 /// @param[out] out   [B, T, H, D]

@@ -10,7 +10,7 @@ namespace hzp::kernels {
 
 /// out = convert(in). Shapes must be equal (any rank, non-empty); out must not partially overlap in
 /// (identical memory is only meaningful for same-dtype copies, which then do nothing harmful).
-/// CPU: synchronous on the calling thread; deterministic. CUDA streams throw UnsupportedError for now.
+/// CPU: synchronous on the calling thread; deterministic. A CUDA stream enqueues (cast.cu).
 void cast(TensorView out, ConstTensorView in, StreamRef s);
 
 }  // namespace hzp::kernels

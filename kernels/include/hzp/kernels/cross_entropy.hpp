@@ -1,7 +1,7 @@
 // Softmax cross-entropy over the vocabulary: per-token losses and their sum (forward), dlogits
 // (backward), and a fused forward+backward that saves a pass over the vocabulary. Numerically stable
 // (max-subtracted log-sum-exp, exp sums in fp64) with an ignore index. CPU reference in
-// kernels/cross_entropy/cross_entropy_ref.hpp; the CUDA twin arrives with the CUDA backend.
+// kernels/cross_entropy/cross_entropy_ref.hpp; the CUDA twin (fp32, bf16) in cross_entropy.cu.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +17,9 @@ namespace hzp::kernels {
 // A token whose target equals ignore_index gets loss 0 and an all-zero gradient row; any other target
 // must lie in [0, V) (checked, the message names the token, the target and V).
 // Stream semantics: on a CPU stream the launchers run synchronously on the calling thread and the
-// returned sums are final; a CUDA stream throws UnsupportedError until the CUDA backend.
+// returned sums are final. On a CUDA stream the backward is enqueued; the forward (and fwd_bwd) copy the
+// per-token losses back and synchronise the stream once, since the sum is returned by value. Device
+// targets are not range-checked on the host: the CUDA kernel treats an out-of-range target as ignored.
 // Determinism: each row is reduced in a fixed order and the loss sum runs over tokens in index order.
 
 /// What the forward returns: the sum of the per-token losses (fp64, token order) and how many tokens

@@ -12,7 +12,8 @@ namespace hzp::kernels {
 /// @param[in]  tokens  [T] int32, each in [0, V); an id outside throws PreconditionError naming the
 ///                     id, its position and V, before anything is written
 /// @param[in]  table   [V, D]
-/// CPU: synchronous on the calling thread; deterministic. CUDA streams throw UnsupportedError for now.
+/// CPU: synchronous on the calling thread; deterministic. A CUDA stream enqueues (embedding.cu,
+/// fp32/bf16): ids are not checked on the host there; an id outside [0, V) gives a NaN row.
 void embedding_fwd(TensorView out, ConstTensorView tokens, ConstTensorView table, StreamRef s);
 
 /// dtable[tokens[t], :] += dout[t, :] for t = 0..T-1 in order (deterministic; repeated ids sum).
@@ -21,6 +22,7 @@ void embedding_fwd(TensorView out, ConstTensorView tokens, ConstTensorView table
 ///                            gradient accumulation across micro-batches.
 /// @param[in]     tokens      [T] int32 in [0, V), checked as in embedding_fwd
 /// @param[in]     dout        [T, D]
+/// CUDA: atomics, so repeated ids sum in an unspecified order (not bitwise reproducible); bad ids skipped.
 void embedding_bwd(TensorView dtable, ConstTensorView tokens, ConstTensorView dout, bool accumulate, StreamRef s);
 
 }  // namespace hzp::kernels

@@ -13,7 +13,7 @@
 
 namespace hzp::kernels {
 
-/// Bytes of scratch `gemm` needs for these operands: 0 for fp32 and fp64; for bf16 operands the
+/// Bytes of scratch `gemm` needs for these operands. On a CUDA device: cuBLASLt's 32 MiB. On the CPU: 0 for fp32 and fp64; for bf16 operands the
 /// fp32 widenings of A and/or B, plus an fp32 staging copy of C when C is bf16 (so C is rounded
 /// once). Only shapes and dtypes of the views are read; their data may be null.
 std::size_t gemm_workspace_bytes(ConstTensorView c, ConstTensorView a, ConstTensorView b, bool trans_a,
@@ -32,7 +32,8 @@ std::size_t gemm_workspace_bytes(ConstTensorView c, ConstTensorView a, ConstTens
 ///                           stream's device, any alignment (aligned internally); ignored (pass {})
 ///                           when that size is 0
 /// @param[in]     s          CPU: runs synchronously on the calling thread (OpenBLAS may use its own
-///                           thread pool inside). CUDA streams throw UnsupportedError for now.
+///                           thread pool inside). A CUDA stream enqueues a
+///                           cuBLASLt matmul (fp32 accumulation; workspace gemm_workspace_bytes = 32 MiB).
 /// Deterministic for a fixed OpenBLAS build and thread count.
 void gemm(TensorView c, ConstTensorView a, ConstTensorView b, bool trans_a, bool trans_b, float alpha,
           float beta, std::span<std::byte> workspace, StreamRef s);

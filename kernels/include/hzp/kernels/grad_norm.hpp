@@ -1,7 +1,7 @@
 // Global gradient L2 norm and clipping: the sum of squares over a list of fp32 gradient tensors
 // (accumulated in fp64, returned before the sqrt so shards can be summed across ranks first), the norm,
 // the clipping coefficient, and an in-place scale. CPU reference in kernels/grad_norm/grad_norm_ref.hpp;
-// the CUDA twin arrives with the CUDA backend.
+// the CUDA twin (fp32) is kernels/grad_norm/grad_norm.cu.
 #pragma once
 
 #include <span>
@@ -19,8 +19,8 @@ inline constexpr double kClipEpsilon = 1e-6;
 /// Σ over every tensor of Σ x², each square formed and summed in fp64 (an fp32 square is exact in fp64),
 /// tensors in list order, elements in index order. fp32 tensors (fp64 accepted for oracles).
 /// Sharded gradients: each rank calls this on its shard and the results are summed across ranks
-/// before grad_norm_from_sum_squares. Blocks the host (the sum is returned by value); a CUDA stream
-/// throws UnsupportedError until the CUDA backend.
+/// before grad_norm_from_sum_squares. Blocks the host (the sum is returned by value; on a CUDA stream one
+/// stream synchronisation, and the block-order sum differs from the CPU's index order by rounding only).
 double grad_norm_sum_squares(std::span<const ConstTensorView> grads, StreamRef s);
 
 /// sqrt(sum_squares): the global L2 norm.
@@ -32,7 +32,7 @@ double grad_norm_from_sum_squares(double sum_squares);
 double grad_clip_coefficient(double norm, double max_norm);
 
 /// x ← scale · x in place (fp32, or fp64), scale rounded once to the tensor's type. Element-wise, so
-/// shard-invariant. Synchronous on a CPU stream; a CUDA stream throws UnsupportedError.
+/// shard-invariant. Synchronous on a CPU stream; enqueued on a CUDA stream (fp32).
 void grad_scale_inplace(TensorView x, double scale, StreamRef s);
 
 }  // namespace hzp::kernels

@@ -14,7 +14,7 @@ namespace hzp::kernels {
 /// @param[in]  x     [R, D], fp64, fp32 or bf16
 /// @param[in]  w     [D], dtype of x (bf16 parameters in bf16-mixed)
 /// @param[in]  eps   >= 0
-/// CPU: synchronous on the calling thread; deterministic. CUDA streams throw UnsupportedError for now.
+/// CPU: synchronous on the calling thread; deterministic. A CUDA stream enqueues (rmsnorm.cu).
 void rmsnorm_fwd(TensorView y, TensorView rstd, ConstTensorView x, ConstTensorView w, float eps, StreamRef s);
 
 /// Gradients of rmsnorm_fwd given dy: with r = rstd[row],

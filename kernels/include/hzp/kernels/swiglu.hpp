@@ -10,7 +10,7 @@ namespace hzp::kernels {
 /// out = silu(gate) ⊙ up, element-wise, computed in fp32 (fp64 for fp64) and rounded once.
 /// @param[out] out       [T, F], dtype of gate
 /// @param[in]  gate, up  [T, F], one dtype: fp64, fp32 or bf16
-/// CPU: synchronous on the calling thread; deterministic. CUDA streams throw UnsupportedError for now.
+/// CPU: synchronous on the calling thread; deterministic. A CUDA stream enqueues (swiglu.cu).
 void swiglu_fwd(TensorView out, ConstTensorView gate, ConstTensorView up, StreamRef s);
 
 /// dgate = dout ⊙ up ⊙ σ(gate)·(1 + gate·(1 − σ(gate))),  dup = dout ⊙ silu(gate).

@@ -1,0 +1,61 @@
+// The CUDA twins of a build without CUDA (cuda_twins.hpp): every twin throws UnsupportedError, so the
+// launchers compile and link unchanged and a CUDA stream, which such a build cannot create anyway, gets
+// one clear message.
+#include "common/cuda_twins.hpp"
+#include "hzp/core/error.hpp"
+
+namespace hzp::kernels::cuda {
+namespace {
+[[noreturn]] void absent(const char* kernel) {
+  HZP_THROW(UnsupportedError, kernel, ": this build has no CUDA kernels; reconfigure with -DHZP_CUDA=ON on a machine "
+            "with the CUDA toolkit");
+}
+}  // namespace
+
+bool built() noexcept { return false; }
+std::size_t gemm_workspace_bytes() noexcept { return 0; }
+void gemm(TensorView, ConstTensorView, ConstTensorView, bool, bool, float, float, std::span<std::byte>, StreamRef) {
+  absent("gemm");
+}
+void gemm_strided_batched(const MatrixDesc&, const MatrixDesc&, const MatrixDesc&, bool, bool, float, float, int,
+                          std::span<std::byte>, StreamRef) {
+  absent("gemm");
+}
+void embedding_fwd(TensorView, ConstTensorView, ConstTensorView, StreamRef) { absent("embedding_fwd"); }
+void embedding_bwd(TensorView, ConstTensorView, ConstTensorView, bool, StreamRef) { absent("embedding_bwd"); }
+void rmsnorm_fwd(TensorView, TensorView, ConstTensorView, ConstTensorView, float, StreamRef) { absent("rmsnorm_fwd"); }
+void rmsnorm_bwd(TensorView, TensorView, ConstTensorView, ConstTensorView, ConstTensorView, ConstTensorView, bool,
+                 StreamRef) {
+  absent("rmsnorm_bwd");
+}
+void rope(TensorView, ConstTensorView, std::int64_t, double, bool, StreamRef) { absent("rope"); }
+void swiglu_fwd(TensorView, ConstTensorView, ConstTensorView, StreamRef) { absent("swiglu_fwd"); }
+void swiglu_bwd(TensorView, TensorView, ConstTensorView, ConstTensorView, ConstTensorView, StreamRef) {
+  absent("swiglu_bwd");
+}
+void cast(TensorView, ConstTensorView, StreamRef) { absent("cast"); }
+CrossEntropyResult cross_entropy(TensorView*, TensorView*, ConstTensorView, ConstTensorView, std::int32_t,
+                                 const CrossEntropyGrad*, StreamRef) {
+  absent("cross_entropy");
+}
+std::int64_t cross_entropy_count_valid(ConstTensorView, std::int32_t, StreamRef) {
+  absent("cross_entropy_count_valid");
+}
+void adamw_step(TensorView, TensorView, TensorView, ConstTensorView, const AdamWHyper&, void*, StreamRef) {
+  absent("adamw_step");
+}
+double grad_norm_sum_squares(std::span<const ConstTensorView>, StreamRef) { absent("grad_norm_sum_squares"); }
+void grad_scale_inplace(TensorView, double, StreamRef) { absent("grad_scale_inplace"); }
+std::size_t attention_fwd_workspace_bytes(const AttentionDims&, DType) { absent("attention_fwd"); }
+std::size_t attention_bwd_workspace_bytes(const AttentionDims&, DType) { absent("attention_bwd"); }
+void attention_fwd(TensorView, TensorView, ConstTensorView, ConstTensorView, ConstTensorView, const AttentionDims&,
+                   std::span<std::byte>, StreamRef) {
+  absent("attention_fwd");
+}
+void attention_bwd(TensorView, TensorView, TensorView, ConstTensorView, ConstTensorView, ConstTensorView,
+                   ConstTensorView, ConstTensorView, ConstTensorView, const AttentionDims&, std::span<std::byte>,
+                   StreamRef) {
+  absent("attention_bwd");
+}
+void add(TensorView, ConstTensorView, ConstTensorView, StreamRef) { absent("add"); }
+}  // namespace hzp::kernels::cuda
