@@ -1,0 +1,1 @@
+"""hzpsweep: hzpbench sweeps on Slurm (docs/sweeps.md). Standard library only (Python >= 3.11 for tomllib)."""

@@ -1,0 +1,78 @@
+"""The job-array batch script of one task shape (nodes x ranks per node): sbatch header, environment, and
+one `hzpbench run` per array task, its task picked by SLURM_ARRAY_TASK_ID from tasks.txt.
+
+The array index is the task's index in the whole sweep, so a resubmission of tasks 3 and 7 is the same
+script with --array=3,7. Everything the run needs is in the script, so it can be read and resubmitted by
+hand (sbatch --array=3 results/<sweep>/job-1n-2r.sbatch).
+"""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from .spec import Sweep, slurm_time
+
+
+def sbatch_header(sweep: Sweep, shape: tuple[int, int], d: Path, overcommit: bool) -> list[str]:
+    nodes, rpn = shape
+    h = [f"--job-name=hzp-{sweep.name}", f"--nodes={nodes}", f"--ntasks-per-node={rpn}",
+         f"--cpus-per-task={sweep.cpus_per_task}", f"--output={d}/slurm/%A_%a.out"]
+    if sweep.gpus_per_node:
+        h.append(f"--gpus-per-node={sweep.gpus_per_node}")
+    if sweep.time_per_task_s:
+        h.append(f"--time={slurm_time(sweep.time_per_task_s)}")
+    if sweep.partition:
+        h.append(f"--partition={sweep.partition}")
+    if sweep.account:
+        h.append(f"--account={sweep.account}")
+    if overcommit:
+        # More ranks than CPUs on a node: without it Slurm keeps the job pending forever (env-notes.md).
+        h.append("--overcommit")
+    h += sweep.sbatch_args
+    return h
+
+
+def job_environment(sweep: Sweep) -> dict[str, str]:
+    """Environment of every rank, before the spec's own [sweep.env] (which wins)."""
+    env = {
+        # One OpenBLAS thread per CPU Slurm gives a rank; the harness lowers it further when ranks >= cores.
+        "OPENBLAS_NUM_THREADS": str(sweep.cpus_per_task),
+        "OMP_NUM_THREADS": str(sweep.cpus_per_task),
+    }
+    if sweep.gpus_per_node:
+        # NCCL's warnings (a failed init, a lost peer) land in the task's log beside hzpbench's message.
+        env["NCCL_DEBUG"] = "WARN"
+    env.update(sweep.env)
+    return env
+
+
+def launch_command(sweep: Sweep, program: str, overcommit: bool) -> str:
+    run = f'{shlex.quote(program)} run --config "$sweep_dir/configs/$task.toml" --out "$sweep_dir/$task.h5"'
+    if sweep.launcher == "mpiexec":
+        # Hydra's Slurm bootstrap starts the ranks on the allocation's nodes.
+        return f'mpiexec -n "$SLURM_NTASKS" {run}'
+    flags = "--mpi=pmi2 --kill-on-bad-exit=1" + (" --overcommit" if overcommit else "")
+    return f"srun {flags} {run}"
+
+
+def render(sweep: Sweep, shape: tuple[int, int], d: Path, program: str, overcommit: bool) -> str:
+    header = "\n".join(f"#SBATCH {shlex.quote(a)}" for a in sbatch_header(sweep, shape, d, overcommit))
+    env = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in job_environment(sweep).items())
+    return f"""#!/bin/bash
+# Sweep '{sweep.name}': tasks of {shape[0]} node(s) x {shape[1]} rank(s) per node, one per array index.
+# Written by slurm/sweep from {sweep.spec_path}; submit with sbatch --array=<task indices> (tasks.txt).
+{header}
+set -euo pipefail
+sweep_dir={shlex.quote(str(d))}
+task=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" "$sweep_dir/tasks.txt")
+if [ -z "$task" ]; then
+  echo "sweep {sweep.name}: no task at array index $SLURM_ARRAY_TASK_ID in $sweep_dir/tasks.txt" >&2
+  exit 2
+fi
+{env}
+# Recorded in the results file as env.HZP_SWEEP / env.HZP_SWEEP_TASK beside SLURM_ARRAY_JOB_ID/TASK_ID.
+export HZP_SWEEP={shlex.quote(sweep.name)}
+export HZP_SWEEP_TASK="$task"
+echo "=== sweep {sweep.name} task $task: job ${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}} (id $SLURM_JOB_ID) on $SLURM_JOB_NODELIST at $(date -u +%FT%TZ)" >> "$sweep_dir/$task.log"
+exec {launch_command(sweep, program, overcommit)} >> "$sweep_dir/$task.log" 2>&1
+"""

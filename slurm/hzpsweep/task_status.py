@@ -1,0 +1,140 @@
+"""Where each task of a sweep stands, from its results file (hzpbench inspect) and from whoever ran its latest
+attempt (Slurm, or the local runner).
+
+States: ok, diverged, failed (with the reason), killed (a results file left at `running` with no live job:
+docs/results-schema.md), running, pending, never ran. `needs_rerun` says which resubmit takes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from pathlib import Path
+
+from . import hzpbench, slurm_client, sweep_dir
+
+STATES = ("ok", "diverged", "failed", "killed", "running", "pending", "never ran")
+
+
+@dataclasses.dataclass
+class TaskStatus:
+    index: int
+    name: str
+    state: str
+    detail: str = ""
+    steps: str = ""          # "completed/planned" from the results file
+    job: str = ""            # "<array job>_<index>" or "local"
+
+    def needs_rerun(self, include_diverged: bool) -> bool:
+        return self.state in ("failed", "killed", "never ran") or (include_diverged and self.state == "diverged")
+
+
+def _local_runner_alive(a: dict) -> bool:
+    if a.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(int(a["pid"]), 0)
+    except (OSError, ValueError, KeyError):
+        return False
+    # A recycled pid would look alive: the runner's own command line names the sweep tool.
+    try:
+        return b"sweep" in Path(f"/proc/{a['pid']}/cmdline").read_bytes()
+    except OSError:
+        return True
+
+
+def _log_tail(p: Path) -> str:
+    if not p.is_file():
+        return ""
+    lines = [l.strip() for l in p.read_text(errors="replace").splitlines() if l.strip() and not l.startswith("===")]
+    return lines[-1][:200] if lines else ""
+
+
+def collect(d: Path, m: dict, query_slurm: bool = True) -> list[TaskStatus]:
+    program = m["hzpbench"]
+    latest = sweep_dir.latest_attempts(m)
+    job_ids = {a["job_id"] for a in latest.values() if a["kind"] == "slurm"}
+    live: dict = {}
+    final: dict = {}
+    if job_ids and query_slurm and slurm_client.available():
+        live = slurm_client.live_states(job_ids)
+        final = slurm_client.final_states(job_ids)
+    out = []
+    for t in m["tasks"]:
+        i, name = t["index"], t["name"]
+        a = latest.get(i)
+        res = sweep_dir.result_path(d, name)
+        info = hzpbench.inspect(program, res) if res.exists() else None
+        st = TaskStatus(i, name, "never ran")
+        if info and "error" not in info:
+            planned = _planned_steps(info)
+            st.steps = f"{info.get('completed_steps', '?')}/{planned}" if planned else str(info.get("completed_steps", "?"))
+
+        # Who ran the latest attempt, and is it still going?
+        live_state = None
+        fin = None
+        if a and a["kind"] == "slurm":
+            st.job = f"{a['job_id']}_{i}"
+            live_state = live.get((a["job_id"], i))
+            fin = final.get((a["job_id"], i))
+        elif a and a["kind"] == "local":
+            st.job = "local"
+            r = a["results"].get(name)
+            if r is None and _local_runner_alive(a):
+                live_state = "RUNNING (local)" if res.exists() else "PENDING (local runner)"
+            elif r is not None:
+                rc = int(r["exit_code"])
+                fin = {"state": "TIMEOUT (sweep.time_per_task)" if r.get("timed_out") else
+                       (f"killed by signal {-rc}" if rc < 0 else f"exit {rc}"), "exit_code": "", "source": "local"}
+
+        if live_state is not None:
+            st.state = "pending" if live_state.startswith("PENDING") else "running"
+            st.detail = live_state.lower()
+        elif info is None:
+            if a is None:
+                st.detail = "not submitted"
+            elif fin is None:
+                st.detail = "no results file; " + ("Slurm no longer knows the job" if a["kind"] == "slurm"
+                                                   else "the local runner stopped before it")
+            elif fin["state"].startswith("CANCELLED") and not sweep_dir.log_path(d, name).exists():
+                st.detail = f"cancelled before it started ({fin['state']})"
+            else:
+                st.state = "failed"
+                tail = _log_tail(sweep_dir.log_path(d, name))
+                st.detail = f"no results file; {_fin_text(fin)}" + (f": {tail}" if tail else "")
+        elif "error" in info:
+            st.state = "failed"
+            st.detail = f"results file unreadable: {info['error']}"
+        else:
+            s = str(info.get("status", ""))
+            if s == "ok":
+                st.state = "ok"
+            elif s == "diverged":
+                st.state, st.detail = "diverged", "non-finite loss"
+            elif s.startswith("failed"):
+                st.state, st.detail = "failed", s[len("failed"):].lstrip(": ")
+            elif s == "running":
+                st.state = "killed"
+                why = _fin_text(fin) if fin else "no live job"
+                st.detail = f"results file left at 'running' ({why}); {info.get('completed_steps', '?')} steps flushed"
+            else:
+                st.state, st.detail = "failed", f"unknown status '{s}' in the results file"
+        out.append(st)
+    return out
+
+
+def _fin_text(fin: dict) -> str:
+    return fin["state"] + (f", exit {fin['exit_code']}" if fin.get("exit_code") else "")
+
+
+def _planned_steps(info: dict) -> int | None:
+    cfg = info.get("config") or {}
+    v = cfg.get("train.steps") if isinstance(cfg, dict) else None
+    return int(v) if isinstance(v, (int, float)) else None
+
+
+def counts(rows: list[TaskStatus]) -> dict[str, int]:
+    c = {s: 0 for s in STATES}
+    for r in rows:
+        c[r.state] += 1
+    return {k: v for k, v in c.items() if v}
