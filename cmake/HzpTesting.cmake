@@ -123,3 +123,28 @@ function(hzp_add_tsan_mpi_test)
   hzp_add_mpi_test(NAME ${A_NAME} TARGET ${A_NAME} RANKS ${A_RANKS} TIMEOUT ${A_TIMEOUT} LABELS tsan
                    ENV "UCX_MEM_MMAP_HOOK_MODE=none;TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1;${A_ENV}")
 endfunction()
+
+# hzp_add_pytest(NAME <test> PATH <test file or folder> [LABELS ...] [PROCESSORS n] [TIMEOUT s] [ENV ...])
+# pytest under the PATH python3 (the one scripts/bootstrap installs pytest, h5py and numpy into; chosen
+# in tests/harness and cached), from the repository root, with HZPBENCH naming the program and its
+# temporary files under the build tree. Not registered (with a note) when there is no python3.
+function(hzp_add_pytest)
+  cmake_parse_arguments(A "" "NAME;PATH;PROCESSORS;TIMEOUT" "LABELS;ENV" ${ARGN})
+  find_package(Python3 COMPONENTS Interpreter)
+  if(NOT Python3_Interpreter_FOUND)
+    message(STATUS "python3 not found: ${A_NAME} (pytest) not registered")
+    return()
+  endif()
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 180)
+  endif()
+  if(NOT A_PROCESSORS)
+    set(A_PROCESSORS 1)
+  endif()
+  add_test(NAME ${A_NAME}
+           COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider
+                   --basetemp=${CMAKE_CURRENT_BINARY_DIR}/${A_NAME} ${A_PATH}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(${A_NAME} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT} PROCESSORS ${A_PROCESSORS}
+                       ENVIRONMENT "HZPBENCH=$<TARGET_FILE:hzpbench>;PYTHONDONTWRITEBYTECODE=1;OPENBLAS_NUM_THREADS=1;${A_ENV}")
+endfunction()

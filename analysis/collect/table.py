@@ -33,6 +33,8 @@ def _md_cell(col: str, v: Any) -> str:
         return "–"
     if isinstance(v, bool):
         return "true" if v else "false"
+    if isinstance(v, int) and (col.startswith("bytes_") or col.startswith("mem_")):
+        return _bytes(float(v))
     if isinstance(v, float):
         if col.startswith("mfu") or col.startswith("exposed_comm_frac") or col.startswith("slack"):
             return f"{100 * v:.2f}%"

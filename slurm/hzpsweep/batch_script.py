@@ -15,8 +15,12 @@ from .spec import Sweep, slurm_time
 
 def sbatch_header(sweep: Sweep, shape: tuple[int, int], d: Path, overcommit: bool) -> list[str]:
     nodes, rpn = shape
-    h = [f"--job-name=hzp-{sweep.name}", f"--nodes={nodes}", f"--ntasks-per-node={rpn}",
-         f"--cpus-per-task={sweep.cpus_per_task}", f"--output={d}/slurm/%A_%a.out"]
+    h = [f"--job-name=hzp-{sweep.name}", f"--nodes={nodes}", f"--ntasks={nodes * rpn}"]
+    if not overcommit:
+        # With --overcommit Slurm refuses --ntasks-per-node above a node's CPUs ("Requested node configuration
+        # is not available"); the launcher lays the ranks out per node instead.
+        h.append(f"--ntasks-per-node={rpn}")
+    h += [f"--cpus-per-task={sweep.cpus_per_task}", f"--output={d}/slurm/%A_%a.out"]
     if sweep.gpus_per_node:
         h.append(f"--gpus-per-node={sweep.gpus_per_node}")
     if sweep.time_per_task_s:
@@ -46,12 +50,12 @@ def job_environment(sweep: Sweep) -> dict[str, str]:
     return env
 
 
-def launch_command(sweep: Sweep, program: str, overcommit: bool) -> str:
+def launch_command(sweep: Sweep, program: str, rpn: int, overcommit: bool) -> str:
     run = f'{shlex.quote(program)} run --config "$sweep_dir/configs/$task.toml" --out "$sweep_dir/$task.h5"'
     if sweep.launcher == "mpiexec":
-        # Hydra's Slurm bootstrap starts the ranks on the allocation's nodes.
-        return f'mpiexec -n "$SLURM_NTASKS" {run}'
-    flags = "--mpi=pmi2 --kill-on-bad-exit=1" + (" --overcommit" if overcommit else "")
+        # Hydra's Slurm bootstrap starts the ranks on the allocation's nodes, rpn per node.
+        return f'mpiexec -n "$SLURM_NTASKS" -ppn {rpn} {run}'
+    flags = f"--mpi=pmi2 --kill-on-bad-exit=1 --ntasks-per-node={rpn}" + (" --overcommit" if overcommit else "")
     return f"srun {flags} {run}"
 
 
@@ -74,5 +78,5 @@ fi
 export HZP_SWEEP={shlex.quote(sweep.name)}
 export HZP_SWEEP_TASK="$task"
 echo "=== sweep {sweep.name} task $task: job ${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}} (id $SLURM_JOB_ID) on $SLURM_JOB_NODELIST at $(date -u +%FT%TZ)" >> "$sweep_dir/$task.log"
-exec {launch_command(sweep, program, overcommit)} >> "$sweep_dir/$task.log" 2>&1
+exec {launch_command(sweep, program, shape[1], overcommit)} >> "$sweep_dir/$task.log" 2>&1
 """

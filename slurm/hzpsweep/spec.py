@@ -163,7 +163,7 @@ def _value_label(v: Any) -> str:
         return "true" if v else "false"
     if isinstance(v, list):
         return "+".join(_value_label(x) for x in v)
-    return re.sub(r"[^A-Za-z0-9.+]", "_", str(v))
+    return re.sub(r"[^A-Za-z0-9.+-]", "_", str(v))
 
 
 def _axis_labels(axes: list[str]) -> dict[str, str]:
