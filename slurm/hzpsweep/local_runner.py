@@ -43,15 +43,26 @@ def run(d: Path, m: dict, indices: list[int], mpiexec: str, log=print) -> dict[s
                 rc = p.wait(timeout=limit)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                os.killpg(p.pid, signal.SIGTERM)
-                try:
-                    rc = p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)
-                    rc = p.wait()
+                rc = _stop(p)
+            except KeyboardInterrupt:
+                # The task runs in its own session, out of reach of the terminal's Ctrl-C: end it too.
+                rc = _stop(p)
+                attempt["results"][name] = {"exit_code": rc, "timed_out": False, "start": start, "end": time.time()}
+                sweep_dir.write_manifest(d, m)
+                raise
         attempt["results"][name] = {"exit_code": rc, "timed_out": timed_out, "start": start, "end": time.time()}
         sweep_dir.write_manifest(d, m)
         codes[name] = rc
         log(f"      exit {rc}{' (time limit sweep.time_per_task reached)' if timed_out else ''} after "
             f"{time.time() - start:.1f} s; log {sweep_dir.log_path(d, name)}")
     return codes
+
+
+def _stop(p: subprocess.Popen) -> int:
+    """SIGTERM to the task's process group (mpiexec and its ranks), SIGKILL after 10 s."""
+    os.killpg(p.pid, signal.SIGTERM)
+    try:
+        return p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        return p.wait()

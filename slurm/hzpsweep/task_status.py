@@ -56,7 +56,8 @@ def collect(d: Path, m: dict, query_slurm: bool = True) -> list[TaskStatus]:
     job_ids = {a["job_id"] for a in latest.values() if a["kind"] == "slurm"}
     live: dict = {}
     final: dict = {}
-    if job_ids and query_slurm and slurm_client.available():
+    slurm_seen = bool(job_ids) and query_slurm and slurm_client.available()
+    if slurm_seen:
         live = slurm_client.live_states(job_ids)
         final = slurm_client.final_states(job_ids)
     out = []
@@ -87,9 +88,14 @@ def collect(d: Path, m: dict, query_slurm: bool = True) -> list[TaskStatus]:
                 fin = {"state": "TIMEOUT (sweep.time_per_task)" if r.get("timed_out") else
                        (f"killed by signal {-rc}" if rc < 0 else f"exit {rc}"), "exit_code": "", "source": "local"}
 
-        if live_state is not None:
+        if a and a["kind"] == "slurm" and not slurm_seen and (info is None or info.get("status") == "running"):
+            # Without squeue we cannot tell a live job from a killed one: never call it killed (resubmit
+            # would run it twice).
+            st.state = "running" if info else "pending"
+            st.detail = "Slurm not reachable from here (no squeue): running, pending or killed; ask where Slurm is"
+        elif live_state is not None:
             st.state = "pending" if live_state.startswith("PENDING") else "running"
-            st.detail = live_state.lower()
+            st.detail = live_state.lower() if st.state == "pending" else ""
         elif info is None:
             if a is None:
                 st.detail = "not submitted"

@@ -235,3 +235,24 @@ def test_run_local_status_and_resubmit(tmp_path):
     assert rc == 2 and "already holds sweep 'local'" in err
     rc, out, err = sweep_cli("resubmit", str(d), "--tasks", "nope")
     assert rc == 2 and "no task named nope" in err
+
+
+def test_without_squeue_a_running_file_is_not_called_killed(tmp_path, monkeypatch):
+    """A file at `running` whose job Slurm ran, read where no squeue answers: it may still be running, so
+    status must not say killed (resubmit would run it twice)."""
+    from hzpsweep import sweep_dir, task_status
+    s = write(tmp_path, LOCAL.format(root=tmp_path).replace('time_per_task = "00:08"', 'time_per_task = "00:04"')
+              .replace('"debug.nan_at" = [-1, 4]', '"debug.nan_at" = [-1]').replace('"debug.throw_at" = ["", "0:3"]', '"debug.throw_at" = [""]')
+              .split("[[exclude]]")[0])
+    rc, out, err = sweep_cli("run-local", str(s), "--hzpbench", HZPBENCH)
+    d = tmp_path / "local"
+    m = sweep_dir.read_manifest(d)
+    local = {r.name: r.state for r in task_status.collect(d, m)}
+    assert local == {"nan_at--1_throw_at-_steps-8": "ok", "nan_at--1_throw_at-_steps-1000000": "killed"}, (out, err)
+    m["attempts"].append(sweep_dir.slurm_attempt("999", [0, 1], "job-1n-1r.sbatch"))
+    monkeypatch.setattr(slurm_client, "available", lambda: False)
+    rows = {r.name: r for r in task_status.collect(d, m)}
+    assert rows["nan_at--1_throw_at-_steps-1000000"].state == "running"
+    assert "Slurm not reachable" in rows["nan_at--1_throw_at-_steps-1000000"].detail
+    assert rows["nan_at--1_throw_at-_steps-8"].state == "ok"     # a finished file needs no Slurm
+    assert not rows["nan_at--1_throw_at-_steps-1000000"].needs_rerun(include_diverged=True)
