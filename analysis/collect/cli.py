@@ -1,6 +1,7 @@
 """Command line of collect:
 
     python3 -m analysis.collect results/<sweep> [more folders or .h5 files] [--csv out.csv] [--md out.md]
+                                [--per-config] [--axes k1,k2]
 
 One row per results file (and per task of the sweep's manifest that has none), nothing dropped: failed,
 diverged and killed runs are rows with their status; a file that cannot be read is a row whose status
@@ -16,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import run_summary, table
+from . import by_config, run_summary, table
 from .results_file import ResultsFileError, Run, open_run
 
 # Config keys that differ between runs without being a sweep axis.
@@ -142,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("paths", nargs="+", metavar="PATH", help="sweep folders (results/<sweep>) or .h5 files")
     ap.add_argument("--csv", metavar="FILE", help="write the table as CSV")
     ap.add_argument("--md", metavar="FILE", help="write the table as Markdown")
+    ap.add_argument("--per-config", action="store_true",
+                    help="one row per configuration instead of per run: medians over its ok runs, spread across "
+                         "repeats, and how every run ended")
     ap.add_argument("--axes", metavar="KEYS", help="comma-separated config keys to show as columns "
                     "(default: the sweep's axes from its manifest, else the keys that differ between files)")
     args = ap.parse_args(argv)
@@ -149,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print("collect: no results files found in " + ", ".join(args.paths), file=sys.stderr)
         return 1
+    states = collections.Counter(str(r.get("status", "?")).split(":")[0] for r in rows)
+    if args.per_config:
+        axes = [c for c in columns[2:columns.index("world_size")] if c != "repeat"]
+        columns, rows = by_config.fold(columns, rows, axes)
     written = []
     if args.csv:
         Path(args.csv).write_text(table.to_csv(columns, rows))
@@ -158,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         written.append(args.md)
     if not written:
         sys.stdout.write(table.to_markdown(columns, rows))
-    states = collections.Counter(str(r.get("status", "?")).split(":")[0] for r in rows)
-    print(f"collect: {len(rows)} row(s): " + ", ".join(f"{v} {k}" for k, v in states.most_common())
-          + (f" -> {', '.join(written)}" if written else ""), file=sys.stderr)
+    print(f"collect: {sum(states.values())} run(s): " + ", ".join(f"{v} {k}" for k, v in states.most_common())
+          + (f"; {len(rows)} configuration(s)" if args.per_config else "")
+        + (f" -> {', '.join(written)}" if written else ""), file=sys.stderr)
     return 1 if bad else 0
 

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from analysis.collect import cli, table
+from analysis.collect import by_config, cli, table
 from analysis.collect.results_file import ResultsFileError, open_run
 
 
@@ -152,7 +152,7 @@ def test_command_line_writes_csv_and_markdown(tmp_path, runs, capsys):
     assert float(rows[0]["step_time_s_median"]) > 0
     md = out_md.read_text().splitlines()
     assert md[0].startswith("| task | status |") and len(md) == 4 and "| killed |" in md[3]
-    assert "2 row(s): 1 ok, 1 killed" in capsys.readouterr().err
+    assert "2 run(s): 1 ok, 1 killed" in capsys.readouterr().err
     assert cli.main([str(tmp_path / "nothing_here")]) == 1
 
 
@@ -178,3 +178,30 @@ def test_markdown_cells():
 def test_open_run_missing_file(tmp_path):
     with pytest.raises(ResultsFileError, match="does not exist"):
         open_run(tmp_path / "no.h5")
+
+
+def test_per_config_folds_repeats_and_keeps_every_status(tmp_path, runs):
+    """Three repeats of one configuration (two ok, one killed) and one other: medians over the ok runs, the
+    killed run counted in statuses; the spread across repeats is (max - min) / median of the ok runs."""
+    import json
+    for name, src in (("a_r0", "ok"), ("a_r1", "ok"), ("a_r2", "killed"), ("b_r0", "ddp")):
+        shutil.copy(runs[src], tmp_path / f"{name}.h5")
+    with h5py.File(tmp_path / "a_r1.h5", "r+") as f:      # a slower repeat: every step time x 1.5
+        f["steps/step_time_s"][...] = f["steps/step_time_s"][...] * 1.5
+    (tmp_path / "sweep.json").write_text(json.dumps({"format": 1, "axes": ["scheduler.name"], "tasks": [
+        {"index": i, "name": n, "repeat": i % 3, "values": {"scheduler.name": v}}
+        for i, (n, v) in enumerate((("a_r0", "none"), ("a_r1", "none"), ("a_r2", "none"), ("b_r0", "ddp")))]}))
+    columns, rows, bad = cli.collect([str(tmp_path)], err=io.StringIO())
+    per_run = {r["task"]: r for r in rows}
+    cols, folded = by_config.fold(columns, rows, ["scheduler.name"])
+    assert [r["scheduler.name"] for r in folded] == ["none", "ddp"]
+    a, b = folded
+    assert a["runs"] == 3 and a["statuses"] == "2 ok, 1 killed" and b["statuses"] == "1 ok"
+    t0, t1 = per_run["a_r0"]["step_time_s_median"], per_run["a_r1"]["step_time_s_median"]
+    assert t1 == pytest.approx(1.5 * t0)
+    assert a["step_time_s_median"] == pytest.approx((t0 + t1) / 2)            # the killed run is not in it
+    assert a["step_time_s_median_repeat_spread"] == pytest.approx((t1 - t0) / ((t0 + t1) / 2))
+    assert math.isnan(b["step_time_s_median_repeat_spread"])                 # one run: no spread
+    assert "file" not in cols and "step_time_s_p5" not in cols and "statuses" in cols
+    assert cli.main([str(tmp_path), "--per-config", "--csv", str(tmp_path / "c.csv")]) == 0
+    assert (tmp_path / "c.csv").read_text().splitlines()[1].startswith("none,3,\"2 ok, 1 killed\",")
