@@ -122,7 +122,8 @@ def collect(d: Path, m: dict, query_slurm: bool = True) -> list[TaskStatus]:
             elif s == "running":
                 st.state = "killed"
                 why = _fin_text(fin) if fin else "no live job"
-                st.detail = f"results file left at 'running' ({why}); {info.get('completed_steps', '?')} steps flushed"
+                n = info.get("completed_steps", "?")
+                st.detail = f"results file left at 'running' ({why}); {n} step{'' if n == 1 else 's'} flushed"
             else:
                 st.state, st.detail = "failed", f"unknown status '{s}' in the results file"
         out.append(st)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SWEEP = [sys.executable, str(REPO / "slurm" / "sweep")]
+STEPS = 32      # per task: a few seconds here, and a wide window to kill one mid-run
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "scontrol")
 
 
@@ -51,13 +52,13 @@ def statuses(sweep_dir, env):
     return {r["name"]: r for r in json.loads(out)}
 
 
-def completed_steps(hzpbench, path):
-    if not path.exists():
-        return -1
-    p = subprocess.run([hzpbench, "inspect", "--json", str(path)], capture_output=True, text=True, timeout=30)
+def flushed_steps(path):
+    """Rows of steps/loss in a live run's file (h5py without the lock: cheaper than a process per poll)."""
+    import h5py
     try:
-        return json.loads(p.stdout)["completed_steps"] if p.returncode == 0 else -1
-    except (json.JSONDecodeError, KeyError):
+        with h5py.File(path, "r", locking=False) as f:
+            return f["steps/loss"].shape[0] if "steps/loss" in f else 0
+    except (OSError, KeyError):
         return -1
 
 
@@ -108,7 +109,7 @@ time_per_task = "00:05:00"
 
 [base]
 model.preset = "tiny"
-train.steps = 24
+train.steps = {STEPS}
 train.warmup_steps = 1
 harness.warmup_steps = 2
 output.flush_s = 0.0
@@ -140,14 +141,14 @@ ranks_per_node = 4
     check(("#SBATCH --overcommit" in script4) == (cpus < 4) and "#SBATCH --overcommit" not in (d / "job-1n-2r.sbatch").read_text(),
           f"--overcommit exactly where a node's {cpus} CPUs are fewer than its ranks")
 
-    # Kill the zero1 task once it has flushed two steps.
+    # Kill the zero1 task once it has flushed a step (polled every 20 ms: the window is most of its run).
     victim = "name-zero1_ranks_per_node-2"
     job = next(a["job_id"] for a in m["attempts"] if 1 in a["indices"])
     deadline = time.time() + 180
-    while completed_steps(hzpbench, d / f"{victim}.h5") < 2:
+    while flushed_steps(d / f"{victim}.h5") < 1:
         if time.time() > deadline:
-            fail(f"task {victim} flushed no 2 steps within 180 s; {statuses(d, env)}")
-        time.sleep(0.1)
+            fail(f"task {victim} flushed no step within 180 s; {statuses(d, env)}")
+        time.sleep(0.02)
     p = subprocess.run(["scancel", f"{job}_1"], capture_output=True, text=True, env=env)
     check(p.returncode == 0, f"scancel {job}_1 while {victim} runs")
 
@@ -159,10 +160,10 @@ ranks_per_node = 4
           and "results file left at 'running'" in st[victim]["detail"],
           f"status says the scancelled task was killed: {st[victim]['detail']}")
     steps = int(st[victim]["steps"].split("/")[0])
-    check(2 <= steps < 24, f"the killed task's file holds the {steps} steps flushed before the kill")
+    check(1 <= steps < STEPS, f"the killed task's file holds the {steps} steps flushed before the kill")
     others = [n for n in names if n != victim]
-    check(all(st[n]["state"] == "ok" and st[n]["steps"] == "24/24" for n in others),
-          f"the other 3 tasks ok with 24/24 steps ({elapsed:.1f} s from submit to all done)")
+    check(all(st[n]["state"] == "ok" and st[n]["steps"] == f"{STEPS}/{STEPS}" for n in others),
+          f"the other 3 tasks ok with {STEPS}/{STEPS} steps ({elapsed:.1f} s from submit to all done)")
     check(rc == 1, "status exits 1 while a task is not ok")
 
     import h5py
@@ -173,7 +174,7 @@ ranks_per_node = 4
             a = f.attrs
             check(a["status"] == "ok" and a["world_size"] == (4 if n.endswith("-4") else 2)
                   and a["env.SLURM_ARRAY_TASK_ID"] == str(i) and a["env.HZP_SWEEP_TASK"] == n
-                  and f["steps/loss"].shape == (24,), f"{n}.h5: ok, world size, array index {i}, 24 steps")
+                  and f["steps/loss"].shape == (STEPS,), f"{n}.h5: ok, world size, array index {i}, {STEPS} steps")
     check((d / f"{victim}.log").is_file() and "CANCELLED" in (d / "slurm" / f"{job}_1.out").read_text(),
           "logs beside the results, Slurm's output under slurm/")
 
