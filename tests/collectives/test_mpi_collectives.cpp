@@ -1,5 +1,5 @@
 // Results of every MpiCommunicator collective, checked bitwise against values computed here:
-// fp32 and bf16, sizes not divisible by the group and zero, sub-communicators from split, both
+// fp32 and bf16 (and int64 sums), sizes not divisible by the group and zero, sub-communicators from split, both
 // algorithm families (ring forced with small_message_bytes = 0, latency-optimal forced with a huge
 // threshold), each over both transports of intra-machine hops (shared memory, the default here, and
 // MPI), and MPICH's native collectives. Inputs are small integers, so every sum is exact in any order
@@ -310,6 +310,34 @@ TEST_P(MpiCollectives, ScratchIsReusedAcrossCalls) {
   const std::size_t after_first = world_->scratch_bytes();
   for (int i = 0; i < 5; ++i) round();
   EXPECT_EQ(world_->scratch_bytes(), after_first);
+}
+
+// int64 sums (deterministic mode's fixed-point gradients): summands near 2^59 that differ in their lowest
+// bits, which any floating-point path would lose, must come out as the exact integer sum.
+std::int64_t int64_value(int r, std::int64_t i) {
+  const std::int64_t big = (std::int64_t{1} << 59) / 8;
+  return ((r + i) % 2 == 0 ? big : -big) + r * 1000003 + i * 7 + 1;
+}
+
+TEST_P(MpiCollectives, Int64SumsAreExact) {
+  for (std::int64_t n : kSizes) {
+    std::vector<std::int64_t> buf(static_cast<std::size_t>(n) + 1), in(static_cast<std::size_t>(n * p_) + 1),
+        out(static_cast<std::size_t>(n) + 1);
+    for (std::int64_t i = 0; i < n; ++i) buf[i] = int64_value(r_, i);
+    for (std::int64_t i = 0; i < n * p_; ++i) in[i] = int64_value(r_, i);
+    world_->all_reduce(TensorView(buf.data(), Shape{n}, DType::i64), ReduceOp::sum, StreamRef::host());
+    world_->reduce_scatter(ConstTensorView(in.data(), Shape{n * p_}, DType::i64), TensorView(out.data(), Shape{n}, DType::i64),
+                           ReduceOp::sum, StreamRef::host());
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::int64_t want_ar = 0, want_rs = 0;
+      for (int q = 0; q < p_; ++q) {
+        want_ar += int64_value(q, i);
+        want_rs += int64_value(q, r_ * n + i);
+      }
+      ASSERT_EQ(buf[i], want_ar) << "all_reduce n=" << n << " element " << i;
+      ASSERT_EQ(out[i], want_rs) << "reduce_scatter n=" << n << " element " << i;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, MpiCollectives,
