@@ -143,6 +143,7 @@ RankSample StepMeter::end(const schedulers::StepStats& st) {
   s[StepField::lr] = st.lr;
   s[StepField::clip_coefficient] = st.clip_coefficient;
   s[StepField::tokens] = static_cast<double>(st.tokens);
+  s[StepField::retries] = static_cast<double>(st.retries);
   return s;
 }
 

@@ -54,7 +54,7 @@ struct FieldInfo {
 const FieldInfo& field_info(RankField f);
 
 /// Scalars every rank reports alike (the scheduler's step statistics); rank 0's are written.
-enum class StepField : int { loss, grad_norm, lr, clip_coefficient, tokens, kCount };
+enum class StepField : int { loss, grad_norm, lr, clip_coefficient, tokens, retries, kCount };
 inline constexpr int kNumStepFields = static_cast<int>(StepField::kCount);
 
 /// Per collective op and link level: count, bytes, time.

@@ -98,6 +98,10 @@ void register_model_keys(OptionTable& t) {
   t.add(S::real("train.eps", tr.eps, "AdamW epsilon (added to sqrt of the corrected v)").positive());
   t.add(S::boolean("train.recompute", tr.recompute,
                    "Full activation recompute: forward keeps each unit's input only, backward re-runs it"));
+  t.add(S::boolean("train.deterministic", tr.deterministic,
+                   "Bitwise-reproducible training (docs/deterministic.md): int64 fixed-point gradient sums (8 bytes "
+                   "per gradient element), exact norm, loss in micro-batch order, OpenBLAS on one thread; every "
+                   "data-parallel scheduler at any world size then matches scheduler none bit for bit"));
   t.add(S::enumeration("train.precision", {"fp32", "bf16-mixed", "fp64"}, std::string(workloads::to_string(tr.precision)),
                        "fp32; bf16-mixed (bf16 parameters and activations, fp32 gradients, master weights and "
                        "Adam moments); fp64 for tests only"));
@@ -158,6 +162,7 @@ workloads::TrainConfig train_config_from(const ResolvedConfig& c) {
   t.beta2 = c.get_double("train.beta2");
   t.eps = c.get_double("train.eps");
   t.recompute = c.get_bool("train.recompute");
+  t.deterministic = c.get_bool("train.deterministic");
   t.precision = workloads::parse_precision(c.get_string("train.precision"));
   t.seed = static_cast<std::uint64_t>(c.get_int("train.seed"));
   t.validate();

@@ -27,6 +27,8 @@ const SeriesSpec kLossZ{"steps/loss_z", "1",
 const SeriesSpec kGradZ{"steps/grad_norm_z", "1", "z-score of the gradient norm against the trailing window"};
 const SeriesSpec kLossSpike{"steps/loss_spike", "1", "1 when loss_z exceeds harness.spike_threshold"};
 const SeriesSpec kGradSpike{"steps/grad_norm_spike", "1", "1 when grad_norm_z exceeds harness.spike_threshold"};
+const SeriesSpec kRetries{"steps/retries", "1",
+                          "deterministic mode: times the step was rerun with larger fixed-point scales (0 otherwise)"};
 const SeriesSpec kSkipped{"steps/skipped", "1", "1 when the loss was non-finite and tolerated (harness.skip_nonfinite)"};
 
 SeriesSpec rank_spec(RankField f) {
@@ -65,6 +67,7 @@ void ResultsRows::append(ResultsWriter& w, const StepRecord& r, std::span<const 
   w.append(kLossSpike, std::int64_t{r.loss_spike});
   w.append(kGradSpike, std::int64_t{r.grad_norm_spike});
   w.append(kSkipped, std::int64_t{r.skipped});
+  w.append(kRetries, static_cast<std::int64_t>(r.retries));
 
   std::vector<double> row(static_cast<std::size_t>(world_size_));
   std::vector<std::int64_t> irow(row.size());

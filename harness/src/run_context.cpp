@@ -52,7 +52,9 @@ RunContext RunContext::create(const RunSetup& setup, int ranks_per_node) {
   cpu_set_t set;
   CPU_ZERO(&set);
   c.threads.cores = sched_getaffinity(0, sizeof set, &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
-  if (c.threads.ranks_on_machine >= c.threads.cores) {
+  // Deterministic mode pins OpenBLAS to one thread too: a threaded GEMM may split its sums differently
+  // with the thread count (docs/deterministic.md).
+  if (c.threads.ranks_on_machine >= c.threads.cores || setup.train.deterministic) {
     openblas_set_num_threads(1);
     c.threads.openblas_set = true;
   }
@@ -70,6 +72,7 @@ RunInfo make_run_info(const std::vector<std::string>& argv, const ResolvedConfig
   info.backend = setup.opt.backend;
   info.threads = {{"openblas", std::int64_t{ctx.threads.openblas}},
                   {"openblas_set_by_harness", std::int64_t{ctx.threads.openblas_set}},
+                  {"openblas_one_thread_deterministic", std::int64_t{setup.train.deterministic}},
                   {"cores", std::int64_t{ctx.threads.cores}},
                   {"ranks_on_machine", std::int64_t{ctx.threads.ranks_on_machine}},
                   {"mpi_thread_level", std::string("MPI_THREAD_MULTIPLE")},

@@ -40,7 +40,7 @@ struct ThreadSettings {
   int cores = 1;              ///< CPUs this process may run on (sched_getaffinity)
   int ranks_on_machine = 1;   ///< ranks sharing this machine (MPI shared-memory split)
   int openblas = 1;           ///< OpenBLAS threads after the harness's decision
-  bool openblas_set = false;  ///< whether the harness set them (ranks >= cores)
+  bool openblas_set = false;  ///< whether the harness set them (ranks >= cores, or train.deterministic)
 };
 
 struct RunContext {
@@ -52,7 +52,8 @@ struct RunContext {
   ThreadSettings threads;
 
   /// Collective over MPI_COMM_WORLD. Sets OpenBLAS to one thread when the ranks on this machine are at
-  /// least its cores (env-notes.md: ranks already fill them; more threads only oversubscribe).
+  /// least its cores (env-notes.md: ranks already fill them; more threads only oversubscribe), and always
+  /// in deterministic mode (train.deterministic).
   static RunContext create(const RunSetup& setup, int ranks_per_node);
 };
 

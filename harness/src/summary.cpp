@@ -75,6 +75,7 @@ StepRecord aggregate_step(std::int64_t step, std::span<const RankSample> samples
   r.lr = s0[StepField::lr];
   r.clip_coefficient = s0[StepField::clip_coefficient];
   r.tokens = s0[StepField::tokens];
+  r.retries = s0[StepField::retries];
   std::vector<double> times;
   double exposed_frac = 0;
   for (const RankSample& s : samples) {

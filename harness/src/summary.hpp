@@ -43,6 +43,7 @@ struct StepRecord {
   std::int64_t step = 0;
   double loss = 0, grad_norm = 0, lr = 0, clip_coefficient = 1;
   double tokens = 0;
+  double retries = 0;           ///< deterministic mode: reruns of the step (fixed-point range), else 0
   double step_time_s = 0;       ///< max over ranks
   double tokens_per_s = 0;      ///< global tokens / step_time_s
   double model_flops = 0;       ///< tokens × FLOPs per token (full-attention convention)

@@ -32,9 +32,10 @@ std::vector<BucketedAllReduce::Bucket> BucketedAllReduce::make_buckets(const wor
 BucketedAllReduce::BucketedAllReduce(coll::Communicator& group, const workloads::ParamLayout& layout,
                                      TensorView grads, std::size_t bucket_bytes, bool overlap)
     : group_(&group), layout_(&layout), grads_(grads), overlap_(overlap) {
-  HZP_CHECK(grads.numel() == layout.total_numel() && grads.dtype() == DType::f32, "BucketedAllReduce: gradient buffer of ",
-            grads.numel(), " ", dtype_name(grads.dtype()), " for ", layout.total_numel(), " f32 parameters");
-  buckets_ = make_buckets(layout, bucket_bytes, sizeof(float));
+  HZP_CHECK(grads.numel() == layout.total_numel() && (grads.dtype() == DType::f32 || grads.dtype() == DType::i64),
+            "BucketedAllReduce: gradient buffer of ", grads.numel(), " ", dtype_name(grads.dtype()), " for ",
+            layout.total_numel(), " f32 (or int64) parameters");
+  buckets_ = make_buckets(layout, bucket_bytes, dtype_size(grads.dtype()));
   bucket_of_unit_.assign(static_cast<std::size_t>(layout.num_units()), -1);
   for (int b = 0; b < static_cast<int>(buckets_.size()); ++b)
     for (int u = buckets_[b].first_unit; u <= buckets_[b].last_unit; ++u) bucket_of_unit_[u] = b;
@@ -57,7 +58,8 @@ void BucketedAllReduce::on_backward_done(int unit) {
     const int b = bucket_of_unit_.at(blk);
     if (--pending_[b] != 0) continue;
     const Bucket& k = buckets_[b];
-    const TensorView view(static_cast<float*>(grads_.data()) + k.offset, Shape{k.numel}, DType::f32);
+    const TensorView view(static_cast<std::byte*>(grads_.data()) + k.offset * std::int64_t(dtype_size(grads_.dtype())),
+                          Shape{k.numel}, grads_.dtype());
     launched_[b] = true;
     if (overlap_)
       requests_.push_back(group_->start_all_reduce(view, coll::ReduceOp::sum, StreamRef::host()));

@@ -34,20 +34,23 @@ void GatherScatter::gather_into(int seg, ConstTensorView shard, TensorView full)
 
 void GatherScatter::reduce_scatter(int seg, ConstTensorView full, TensorView out, bool accumulate) {
   const std::int64_t s = layout_->slice_numel(seg);
-  HZP_CHECK(full.numel() == layout_->padded_numel(seg) && out.numel() == s && full.dtype() == DType::f32 &&
-                out.dtype() == DType::f32,
+  HZP_CHECK(full.numel() == layout_->padded_numel(seg) && out.numel() == s && full.dtype() == out.dtype() &&
+                (full.dtype() == DType::f32 || full.dtype() == DType::i64),
             "GatherScatter::reduce_scatter of segment ", seg, ": full ", full.numel(), " ", dtype_name(full.dtype()),
             ", out ", out.numel(), " ", dtype_name(out.dtype()), ", layout wants ", layout_->padded_numel(seg),
-            " and ", s, " f32");
+            " and ", s, " f32 (or int64: deterministic mode)");
   if (s == 0) return;
   if (!accumulate) {
     group_->reduce_scatter(full, out, coll::ReduceOp::sum, StreamRef::host());
     return;
   }
-  Allocation scratch = alloc_->allocate(static_cast<std::size_t>(s) * sizeof(float), AllocationTag::comm);
-  const TensorView tmp(scratch.data(), Shape{s}, DType::f32);
+  Allocation scratch = alloc_->allocate(static_cast<std::size_t>(s) * dtype_size(full.dtype()), AllocationTag::comm);
+  const TensorView tmp(scratch.data(), Shape{s}, full.dtype());
   group_->reduce_scatter(full, tmp, coll::ReduceOp::sum, StreamRef::host());
-  add_inplace_f32(out, tmp);
+  if (full.dtype() == DType::i64)
+    add_inplace_i64(out, tmp);
+  else
+    add_inplace_f32(out, tmp);
 }
 
 ConstTensorView GatherScatter::real_part(int seg, const Allocation& block, DType dtype) const {
@@ -59,6 +62,14 @@ void add_inplace_f32(TensorView out, ConstTensorView in) {
             "add_inplace_f32: ", out.numel(), " += ", in.numel(), " elements");
   float* o = out.as<float>();
   const float* i = in.as<const float>();
+  for (std::int64_t k = 0; k < out.numel(); ++k) o[k] += i[k];
+}
+
+void add_inplace_i64(TensorView out, ConstTensorView in) {
+  HZP_CHECK(out.numel() == in.numel() && out.dtype() == DType::i64 && in.dtype() == DType::i64,
+            "add_inplace_i64: ", out.numel(), " += ", in.numel(), " elements");
+  std::int64_t* o = out.as<std::int64_t>();
+  const std::int64_t* i = in.as<const std::int64_t>();
   for (std::int64_t k = 0; k < out.numel(); ++k) o[k] += i[k];
 }
 

@@ -3,6 +3,7 @@
 #include "hzp/schedulers/common/step_support.hpp"
 
 #include <sstream>
+#include <vector>
 
 #include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
@@ -34,12 +35,13 @@ void validate_data_parallel(std::string_view scheduler, const SchedulerArgs& arg
   if (!bad.str().empty()) HZP_THROW(ConfigError, "scheduler ", scheduler, " at world size ", w, ":", bad.str());
 }
 
-StepStats data_parallel_step_stats(std::int64_t step, coll::Communicator& scalars, double local_loss,
-                                   const OptimizerStepResult& r, std::int64_t tokens, double compute_seconds,
-                                   double optimizer_seconds, double seconds) {
+namespace {
+
+StepStats step_stats(std::int64_t step, double loss, const OptimizerStepResult& r, std::int64_t tokens,
+                     double compute_seconds, double optimizer_seconds, double seconds) {
   StepStats st;
   st.step = step;
-  st.loss = all_reduce_sum(scalars, local_loss);
+  st.loss = loss;
   st.grad_norm = r.grad_norm;
   st.clip_coefficient = r.clip_coefficient;
   st.lr = r.lr;
@@ -48,6 +50,55 @@ StepStats data_parallel_step_stats(std::int64_t step, coll::Communicator& scalar
   st.optimizer_seconds = optimizer_seconds;
   st.seconds = seconds;
   return st;
+}
+
+}  // namespace
+
+StepStats data_parallel_step_stats(std::int64_t step, coll::Communicator& scalars, double local_loss,
+                                   const OptimizerStepResult& r, std::int64_t tokens, double compute_seconds,
+                                   double optimizer_seconds, double seconds) {
+  return step_stats(step, all_reduce_sum(scalars, local_loss), r, tokens, compute_seconds, optimizer_seconds, seconds);
+}
+
+StepStats data_parallel_step_stats(std::int64_t step, coll::Communicator& scalars, const workloads::BatchPlan& plan,
+                                   std::span<const double> losses, const FixedPointGrads* fixed,
+                                   const OptimizerStepResult& r, std::int64_t tokens, double compute_seconds,
+                                   double optimizer_seconds, double seconds) {
+  if (fixed == nullptr) {
+    double local = 0;
+    for (double l : losses) local += l;
+    return data_parallel_step_stats(step, scalars, local, r, tokens, compute_seconds, optimizer_seconds, seconds);
+  }
+  StepStats st = step_stats(step, ordered_global_loss(scalars, plan, losses), r, tokens, compute_seconds,
+                            optimizer_seconds, seconds);
+  st.retries = fixed->retries();
+  return st;
+}
+
+double ordered_global_loss(coll::Communicator& scalars, const workloads::BatchPlan& plan, std::span<const double> mine) {
+  const std::int64_t m = plan.micro_batches_per_rank();
+  const int w = scalars.size();
+  HZP_CHECK(static_cast<std::int64_t>(mine.size()) == m && plan.dp() == w, "ordered_global_loss: ", mine.size(),
+            " local losses for ", m, " micro-batches per rank, dp = ", plan.dp(), " over a group of ", w);
+  std::vector<double> all(static_cast<std::size_t>(m * w));
+  scalars.all_gather(ConstTensorView(mine.data(), Shape{m}, DType::f64), TensorView(all.data(), Shape{m * w}, DType::f64),
+                     StreamRef::host());
+  // Position of micro-batch j in the gathered vector: its rank's block, its index in that rank's list.
+  std::vector<double> by_j(all.size());
+  for (int r = 0; r < w; ++r) {
+    const std::vector<std::int64_t> js = plan.micro_batches_of(r);
+    for (std::size_t i = 0; i < js.size(); ++i) by_j[static_cast<std::size_t>(js[i])] = all[r * m + i];
+  }
+  double loss = 0;
+  for (double l : by_j) loss += l;
+  return loss;
+}
+
+bool conclude_fixed_point_attempt(FixedPointGrads& fixed, coll::Communicator& group) {
+  std::vector<double> t = fixed.tally();
+  group.all_reduce(TensorView(t.data(), Shape{static_cast<std::int64_t>(t.size())}, DType::f64), coll::ReduceOp::max,
+                   StreamRef::host());
+  return fixed.conclude(t);
 }
 
 double all_reduce_sum(coll::Communicator& comm, double local) {

@@ -2,6 +2,9 @@
 // the world by a bucketed all-reduce launched as units finish backward on the last micro-batch
 // (scheduler.bucket_mb), non-blocking and awaited at the end of backward (scheduler.overlap = true) or
 // blocking inline. The optimizer is the shared ShardedOptimizer over the whole model as one slice.
+// Deterministic mode (train.deterministic): each micro-batch's gradient blocks are written fresh into
+// transient fp32 blocks, converted to fixed point once final and added into an int64 buffer, which the
+// buckets all-reduce (int64 sums: exact); converted back to fp32 once for the norm and the update.
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -10,6 +13,7 @@
 #include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/schedulers/common/bucketed_all_reduce.hpp"
+#include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/schedulers/common/sharded_optimizer.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
 #include "hzp/schedulers/data_parallel.hpp"
@@ -25,6 +29,7 @@ class DdpScheduler final : public DataParallelScheduler {
   StepStats step(const StepBatch& batch) override;
   ReplicaDigests replicated_state() const override;
   std::vector<float> gather_gradient() override;
+  std::vector<float> gather_master_params() override;
 
  private:
   const workloads::Workload* model_;
@@ -40,9 +45,15 @@ class DdpScheduler final : public DataParallelScheduler {
   std::unique_ptr<workloads::MicroBatchContext> ctx_;
   std::vector<std::int32_t> inputs_, targets_;
   std::int64_t steps_done_ = 0;
+  std::unique_ptr<FixedPointGrads> fixed_;  // deterministic mode only
+  std::vector<Allocation> blocks_;          // deterministic mode: one micro-batch's fp32 gradient blocks
 
+  DType gdt() const { return fixed_ ? DType::i64 : DType::f32; }
   TensorView params() const { return TensorView(params_.data(), Shape{n_}, pdt_); }
-  TensorView grads() const { return TensorView(grads_.data(), Shape{n_}, DType::f32); }
+  // fp32 gradients, or their int64 fixed-point sum in deterministic mode.
+  TensorView grads() const { return TensorView(grads_.data(), Shape{n_}, gdt()); }
+  // Deterministic mode: the fixed-point sum converted to fp32 (a comm-tagged buffer).
+  Allocation converted_gradient() const;
 };
 
 DdpScheduler::DdpScheduler(const SchedulerArgs& args) {
@@ -56,8 +67,12 @@ DdpScheduler::DdpScheduler(const SchedulerArgs& args) {
   dp_comm_ = world_->duplicate("dp");
   scalars_comm_ = world_->duplicate("scalars");
   params_ = alloc_->allocate(static_cast<std::size_t>(n_) * dtype_size(pdt_), AllocationTag::param);
-  grads_ = alloc_->allocate(static_cast<std::size_t>(n_) * sizeof(float), AllocationTag::grad);
-  std::memset(grads_.data(), 0, static_cast<std::size_t>(n_) * sizeof(float));
+  if (train_.deterministic) {
+    fixed_ = std::make_unique<FixedPointGrads>(model_->layout(), train_.micro_batches(), args.fixed_point);
+    blocks_.resize(static_cast<std::size_t>(model_->layout().num_units()));
+  }
+  grads_ = alloc_->allocate(static_cast<std::size_t>(n_) * dtype_size(gdt()), AllocationTag::grad);
+  std::memset(grads_.data(), 0, static_cast<std::size_t>(n_) * dtype_size(gdt()));
   // Every replica initialises the whole model from the counter-based initialiser: identical bits
   // everywhere without a broadcast.
   opt_ = std::make_unique<ShardedOptimizer>(train_, std::vector<TensorView>{params()}, *alloc_,
@@ -80,39 +95,79 @@ StepStats DdpScheduler::step(const StepBatch& batch) {
   const std::vector<std::int64_t> mine = plan.micro_batches_of(world_->rank());
   const double normaliser = static_cast<double>(train_.global_batch * model_->seq_len());
 
-  double local_loss = 0;
-  buckets_->begin();
-  for (std::size_t i = 0; i < mine.size(); ++i) {
-    const bool last = i + 1 == mine.size();
-    workloads::fill_micro_batch(*batch.source, plan, batch.step, mine[i], inputs_, targets_);
-    ctx_->begin(inputs_, targets_, normaliser);
-    for (int u = 0; u < units; ++u) model_->forward(u, workloads::unit_params_from_flat(layout, u, params()), *ctx_);
-    local_loss += ctx_->loss();
-    for (int u = units - 1; u >= 0; --u) {
-      model_->backward(u, workloads::unit_params_from_flat(layout, u, params()), *ctx_,
-                       workloads::unit_grads_from_flat(layout, u, grads(), /*fresh=*/i == 0));
-      // Only the last micro-batch's gradients are final for the step: reduce once per step, not per
-      // micro-batch (what DDP's no_sync does for accumulation).
-      if (last) buckets_->on_backward_done(u);
+  std::vector<double> losses;  // per micro-batch, in local order
+  for (bool accepted = false; !accepted;) {
+    losses.clear();
+    if (fixed_) fixed_->begin_attempt(batch.step);
+    buckets_->begin();
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      const bool last = i + 1 == mine.size();
+      workloads::fill_micro_batch(*batch.source, plan, batch.step, mine[i], inputs_, targets_);
+      ctx_->begin(inputs_, targets_, normaliser);
+      for (int u = 0; u < units; ++u) model_->forward(u, workloads::unit_params_from_flat(layout, u, params()), *ctx_);
+      losses.push_back(ctx_->loss());
+      for (int u = units - 1; u >= 0; --u) {
+        if (!fixed_) {
+          model_->backward(u, workloads::unit_params_from_flat(layout, u, params()), *ctx_,
+                           workloads::unit_grads_from_flat(layout, u, grads(), /*fresh=*/i == 0));
+        } else {
+          workloads::UnitGrads g;
+          for (int b : layout.grad_blocks(u)) {
+            const bool first_writer = u == layout.first_grad_writer(b);
+            if (first_writer)
+              blocks_[b] = alloc_->allocate(static_cast<std::size_t>(layout.unit_numel(b)) * sizeof(float),
+                                            AllocationTag::comm);
+            g.set(b, TensorView(blocks_[b].data(), Shape{layout.unit_numel(b)}, DType::f32), !first_writer);
+          }
+          model_->backward(u, workloads::unit_params_from_flat(layout, u, params()), *ctx_, g);
+          for (int b : layout.grads_final_after(u)) {
+            fixed_->to_fixed(b, ConstTensorView(blocks_[b].data(), Shape{layout.unit_numel(b)}, DType::f32),
+                             workloads::unit_block(layout, b, grads()), /*accumulate=*/i > 0);
+            blocks_[b].reset();
+          }
+        }
+        // Only the last micro-batch's gradients are final for the step: reduce once per step, not per
+        // micro-batch (what DDP's no_sync does for accumulation).
+        if (last) buckets_->on_backward_done(u);
+      }
     }
+    buckets_->finish();
+    accepted = !fixed_ || conclude_fixed_point_attempt(*fixed_, *scalars_comm_);
   }
-  buckets_->finish();
   const double compute_seconds = whole.wall();
 
   const Stopwatch opt;
-  const double sq = opt_->global_sum_squares(grads(), nullptr);  // replicated: the local sum is global
-  const OptimizerStepResult r = opt_->step(grads(), sq, batch.step, scheduled_learning_rate(train_, batch.step));
+  OptimizerStepResult r;
+  if (fixed_) {
+    const Allocation g32 = converted_gradient();
+    const ConstTensorView g(g32.data(), Shape{n_}, DType::f32);
+    const double sq = fixed_->global_sum_squares(g, nullptr);  // replicated: the local sum is global
+    r = opt_->step(g, sq, batch.step, scheduled_learning_rate(train_, batch.step));
+  } else {
+    const double sq = opt_->global_sum_squares(grads(), nullptr);  // replicated: the local sum is global
+    r = opt_->step(grads(), sq, batch.step, scheduled_learning_rate(train_, batch.step));
+  }
   const double optimizer_seconds = opt.wall();
   ++steps_done_;
 
-  return data_parallel_step_stats(batch.step, *scalars_comm_, local_loss, r, train_.global_batch * model_->seq_len(),
-                                  compute_seconds, optimizer_seconds, whole.wall());
+  return data_parallel_step_stats(batch.step, *scalars_comm_, plan, losses, fixed_.get(), r,
+                                  train_.global_batch * model_->seq_len(), compute_seconds, optimizer_seconds,
+                                  whole.wall());
+}
+
+Allocation DdpScheduler::converted_gradient() const {
+  Allocation g32 = alloc_->allocate(static_cast<std::size_t>(n_) * sizeof(float), AllocationTag::comm);
+  const TensorView out(g32.data(), Shape{n_}, DType::f32);
+  const workloads::ParamLayout& layout = model_->layout();
+  for (int u = 0; u < layout.num_units(); ++u)
+    fixed_->to_float(u, 0, workloads::unit_block(layout, u, ConstTensorView(grads())), workloads::unit_block(layout, u, out));
+  return g32;
 }
 
 ReplicaDigests DdpScheduler::replicated_state() const {
   ReplicaDigests d;  // everything is replicated over the world
   d.digests.emplace_back("param", state_digest(params_.data(), static_cast<std::size_t>(n_) * dtype_size(pdt_)));
-  d.digests.emplace_back("grad", state_digest(grads_.data(), static_cast<std::size_t>(n_) * 4));
+  d.digests.emplace_back("grad", state_digest(grads_.data(), grads().bytes()));
   if (opt_->has_master()) d.digests.emplace_back("master", state_digest(opt_->master().data(), opt_->master().bytes()));
   d.digests.emplace_back("m", state_digest(opt_->m().data(), opt_->m().bytes()));
   d.digests.emplace_back("v", state_digest(opt_->v().data(), opt_->v().bytes()));
@@ -120,8 +175,17 @@ ReplicaDigests DdpScheduler::replicated_state() const {
 }
 
 std::vector<float> DdpScheduler::gather_gradient() {
+  if (fixed_) {
+    const Allocation g32 = converted_gradient();
+    return std::vector<float>(g32.data_as<float>(), g32.data_as<float>() + n_);
+  }
   const float* g = grads_.data_as<float>();
   return std::vector<float>(g, g + n_);
+}
+
+std::vector<float> DdpScheduler::gather_master_params() {
+  const float* p = opt_->has_master() ? opt_->master().as<const float>() : params_.data_as<float>();
+  return std::vector<float>(p, p + n_);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "hzp/kernels/adamw.hpp"
 #include "hzp/kernels/cast.hpp"
 #include "hzp/kernels/grad_norm.hpp"
+#include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/workloads/batch_plan.hpp"
 
 namespace hzp::schedulers {
@@ -31,6 +32,9 @@ struct NoneScheduler::State {
   std::unique_ptr<workloads::MicroBatchContext> ctx;
   std::vector<std::int32_t> inputs, targets;
   std::int64_t steps_done = 0;
+  // Deterministic mode: the micro-batch gradients' fixed-point sum (int64 [n]) and its scales.
+  std::unique_ptr<FixedPointGrads> fixed;
+  Allocation fixed_sum;
 
   TensorView view(const Allocation& a, DType t) const {
     return TensorView(a.data(), Shape{n}, t, alloc->device());
@@ -92,6 +96,11 @@ NoneScheduler::NoneScheduler(const SchedulerArgs& args) : state_(std::make_uniqu
   s.m = zeroed(*s.alloc, s.n, md, AllocationTag::adam_m);
   s.v = zeroed(*s.alloc, s.n, md, AllocationTag::adam_v);
 
+  if (s.train.deterministic) {
+    s.fixed = std::make_unique<FixedPointGrads>(s.model->layout(), s.train.micro_batches(), args.fixed_point);
+    s.fixed_sum = zeroed(*s.alloc, s.n, DType::i64, AllocationTag::grad);
+  }
+
   s.ctx = s.model->make_context(*s.alloc, {.micro_batch_size = s.train.micro_batch_size, .recompute = s.train.recompute});
   const auto tokens = static_cast<std::size_t>(s.train.micro_batch_size * s.model->seq_len());
   s.inputs.resize(tokens);
@@ -125,23 +134,43 @@ StepStats NoneScheduler::step(const StepBatch& batch) {
   const TensorView params = s.params_view();
   const TensorView grads = s.grads_view();
 
-  // --- forward and backward of every micro-batch, gradients accumulated in micro-batch order ---
+  // --- forward and backward of every micro-batch, gradients accumulated in micro-batch order. Deterministic
+  // mode: each micro-batch's gradient is written fresh, and every block, once final, is converted to fixed
+  // point and added to the integer sum; an element out of range voids the attempt and the step runs again.
   double loss = 0;
-  for (std::int64_t j = 0; j < plan.micro_batches_per_step(); ++j) {
-    workloads::fill_micro_batch(src, plan, batch.step, j, s.inputs, s.targets);
-    s.ctx->begin(s.inputs, s.targets, normaliser);
-    for (int u = 0; u < units; ++u) s.model->forward(u, workloads::unit_params_from_flat(layout, u, params), *s.ctx);
-    loss += s.ctx->loss();
-    for (int u = units - 1; u >= 0; --u)
-      s.model->backward(u, workloads::unit_params_from_flat(layout, u, params), *s.ctx,
-                        workloads::unit_grads_from_flat(layout, u, grads, /*fresh=*/j == 0));
+  std::int64_t retries = 0;
+  for (bool accepted = false; !accepted;) {
+    loss = 0;
+    if (s.fixed) s.fixed->begin_attempt(batch.step);
+    for (std::int64_t j = 0; j < plan.micro_batches_per_step(); ++j) {
+      workloads::fill_micro_batch(src, plan, batch.step, j, s.inputs, s.targets);
+      s.ctx->begin(s.inputs, s.targets, normaliser);
+      for (int u = 0; u < units; ++u) s.model->forward(u, workloads::unit_params_from_flat(layout, u, params), *s.ctx);
+      loss += s.ctx->loss();
+      for (int u = units - 1; u >= 0; --u) {
+        s.model->backward(u, workloads::unit_params_from_flat(layout, u, params), *s.ctx,
+                          workloads::unit_grads_from_flat(layout, u, grads, /*fresh=*/j == 0 || s.fixed != nullptr));
+        if (s.fixed)
+          for (int b : layout.grads_final_after(u))
+            s.fixed->to_fixed(b, workloads::unit_block(layout, b, ConstTensorView(grads)),
+                              workloads::unit_block(layout, b, s.view(s.fixed_sum, DType::i64)), /*accumulate=*/j > 0);
+      }
+    }
+    // One rank: its tally is the global one.
+    accepted = !s.fixed || s.fixed->conclude(s.fixed->tally());
+    if (s.fixed) retries = s.fixed->retries();
   }
+  if (s.fixed)
+    for (int u = 0; u < units; ++u)
+      s.fixed->to_float(u, 0, workloads::unit_block(layout, u, ConstTensorView(s.view(s.fixed_sum, DType::i64))),
+                        workloads::unit_block(layout, u, grads));
   const double compute_seconds = whole.wall();
 
   // --- norm, clipping coefficient, AdamW ---
   const Stopwatch opt;
   const ConstTensorView g = grads;
-  const double norm = kernels::grad_norm_from_sum_squares(kernels::grad_norm_sum_squares({&g, 1}, StreamRef::host()));
+  const double norm = kernels::grad_norm_from_sum_squares(
+      s.fixed ? s.fixed->global_sum_squares(g, nullptr) : kernels::grad_norm_sum_squares({&g, 1}, StreamRef::host()));
   const double coef = kernels::grad_clip_coefficient(norm, s.train.clip);
   const double lr = learning_rate(s.train, batch.step);
   kernels::AdamWHyper h;
@@ -164,6 +193,7 @@ StepStats NoneScheduler::step(const StepBatch& batch) {
   st.grad_norm = norm;
   st.clip_coefficient = coef;
   st.lr = lr;
+  st.retries = retries;
   st.tokens = s.train.global_batch * s.model->seq_len();
   st.compute_seconds = compute_seconds;
   st.optimizer_seconds = opt.wall();

@@ -193,6 +193,26 @@ void check_batches(const char* name, const PlanInputs& in, int group) {
 }
 }  // namespace
 
+// Deterministic mode: gradients are summed as int64 fixed point (8 bytes per element in memory and on the
+// wire), the loss is all-gathered per micro-batch, and every attempt of a step ends with a MAX all-reduce
+// of the per-tensor maxima and the overflow flags (the plan counts one attempt: retries cannot be planned).
+DType grad_wire_dtype(const PlanInputs& in) { return in.train.deterministic ? DType::i64 : DType::f32; }
+std::uint64_t grad_bytes(const PlanInputs& in) { return dtype_size(grad_wire_dtype(in)); }
+
+void add_scalars(Builder& b, const PlanInputs& in, std::int64_t micro_batches_per_rank) {
+  std::vector<int> all;
+  for (int r = 0; r < in.world_size; ++r) all.push_back(r);
+  const Geometry world = geometry(all, in.rank, in.ranks_per_node);
+  if (!in.train.deterministic) {
+    b.all_reduce("scalars", world, 1, DType::f64, 1, "per step (loss)");
+    return;
+  }
+  std::int64_t tensors = 0;
+  for (const workloads::Unit& u : in.layout->units()) tensors += static_cast<std::int64_t>(u.tensors.size());
+  b.all_reduce("scalars", world, tensors + 2, DType::f64, 1, "per attempt (fixed-point tally, max)");
+  b.all_gather("scalars", world, micro_batches_per_rank, DType::f64, 1, "per step (loss per micro-batch)");
+}
+
 SchedulerPlan plan_none(const PlanInputs& in) {
   if (in.world_size != 1)
     HZP_THROW(ConfigError, "scheduler none is the single-rank reference and runs on 1 rank, not topology.world_size = ",
@@ -201,7 +221,9 @@ SchedulerPlan plan_none(const PlanInputs& in) {
   const std::uint64_t n = static_cast<std::uint64_t>(p.params);
   const bool mixed = workloads::has_separate_master(in.train.precision);
   p.micro_batches_per_rank = in.train.micro_batches();
-  p.state_bytes = {n * dtype_size(workloads::param_dtype(in.train.precision)), n * 4, mixed ? n * 4 : 0, n * 4, n * 4};
+  // Deterministic mode: the fp32 micro-batch gradient (also the step's converted sum) and the int64 sum.
+  p.state_bytes = {n * dtype_size(workloads::param_dtype(in.train.precision)), n * (in.train.deterministic ? 12 : 4),
+                   mixed ? n * 4 : 0, n * 4, n * 4};
   return p;
 }
 
@@ -211,15 +233,16 @@ SchedulerPlan plan_ddp(const PlanInputs& in) {
   const std::uint64_t n = static_cast<std::uint64_t>(p.params);
   const bool mixed = workloads::has_separate_master(in.train.precision);
   p.micro_batches_per_rank = in.train.micro_batches() / in.world_size;
-  p.state_bytes = {n * dtype_size(workloads::param_dtype(in.train.precision)), n * 4, mixed ? n * 4 : 0, n * 4, n * 4};
+  p.state_bytes = {n * dtype_size(workloads::param_dtype(in.train.precision)), n * grad_bytes(in), mixed ? n * 4 : 0,
+                   n * 4, n * 4};
   Builder b(p, in.small_message_bytes);
   std::vector<int> all;
   for (int r = 0; r < in.world_size; ++r) all.push_back(r);
   const Geometry world = geometry(all, in.rank, in.ranks_per_node);
   const auto bucket_bytes = std::max<std::size_t>(static_cast<std::size_t>(in.options.bucket_mb * 1024.0 * 1024.0), 1);
-  for (const BucketedAllReduce::Bucket& k : BucketedAllReduce::make_buckets(*in.layout, bucket_bytes, sizeof(float)))
-    b.all_reduce("dp", world, k.numel, DType::f32, 1, "per step (buckets, last micro-batch)");
-  b.all_reduce("scalars", world, 1, DType::f64, 1, "per step (loss)");
+  for (const BucketedAllReduce::Bucket& k : BucketedAllReduce::make_buckets(*in.layout, bucket_bytes, grad_bytes(in)))
+    b.all_reduce("dp", world, k.numel, grad_wire_dtype(in), 1, "per step (buckets, last micro-batch)");
+  add_scalars(b, in, p.micro_batches_per_rank);
   return p;
 }
 
@@ -237,8 +260,9 @@ SchedulerPlan plan_zero(const PlanInputs& in, int stage, bool hybrid) {
   const std::uint64_t slice = static_cast<std::uint64_t>(sl.slice_total());
   const bool mixed = workloads::has_separate_master(in.train.precision);
   p.micro_batches_per_rank = in.train.micro_batches() / w;
-  p.state_bytes = {(stage < 3 ? full : slice) * pe, (stage == 1 ? full : slice) * 4, mixed ? slice * 4 : 0, slice * 4,
-                   slice * 4};
+  const DType gw = grad_wire_dtype(in);
+  p.state_bytes = {(stage < 3 ? full : slice) * pe, (stage == 1 ? full : slice) * grad_bytes(in), mixed ? slice * 4 : 0,
+                   slice * 4, slice * 4};
   Builder b(p, in.small_message_bytes);
   const Geometry shard = geometry(contiguous_group_of(w, z, in.rank), in.rank, in.ranks_per_node);
   const std::int64_t m = p.micro_batches_per_rank;
@@ -246,24 +270,28 @@ SchedulerPlan plan_zero(const PlanInputs& in, int stage, bool hybrid) {
     if (stage == 3) {
       // Before forward and again before backward, every micro-batch.
       b.all_gather("shard", shard, sl.slice_numel(u), pdt, 2 * m, "per micro-batch (forward + backward)");
-      b.reduce_scatter("shard", shard, sl.padded_numel(u), DType::f32, m, "per micro-batch (gradients)");
+      b.reduce_scatter("shard", shard, sl.padded_numel(u), gw, m, "per micro-batch (gradients)");
     } else if (stage == 2) {
-      b.reduce_scatter("shard", shard, sl.padded_numel(u), DType::f32, m, "per micro-batch (gradients)");
+      b.reduce_scatter("shard", shard, sl.padded_numel(u), gw, m, "per micro-batch (gradients)");
     } else {
-      b.reduce_scatter("shard", shard, sl.padded_numel(u), DType::f32, 1, "per step (gradients)");
+      b.reduce_scatter("shard", shard, sl.padded_numel(u), gw, 1, "per step (gradients)");
     }
   }
   if (hybrid) {
     const Geometry replica = geometry(strided_group_of(w, z, in.rank), in.rank, in.ranks_per_node);
-    if (replica.size() > 1) b.all_reduce("replica", replica, sl.slice_total(), DType::f32, 1, "per step (gradient shards)");
+    if (replica.size() > 1) b.all_reduce("replica", replica, sl.slice_total(), gw, 1, "per step (gradient shards)");
   }
-  if (shard.size() > 1) b.all_reduce("shard", shard, 1, DType::f64, 1, "per step (norm)");
+  // The norm: an fp64 sum of squares, or in deterministic mode its exact 128-bit sum as four int64 limbs.
+  if (shard.size() > 1) {
+    if (in.train.deterministic)
+      b.all_reduce("shard", shard, 4, DType::i64, 1, "per step (norm, exact)");
+    else
+      b.all_reduce("shard", shard, 1, DType::f64, 1, "per step (norm)");
+  }
   if (stage < 3)
     for (int u = 0; u < sl.num_segments(); ++u)
       b.all_gather("shard", shard, sl.slice_numel(u), pdt, 1, "per step (updated parameters)");
-  std::vector<int> all;
-  for (int r = 0; r < w; ++r) all.push_back(r);
-  b.all_reduce("scalars", geometry(all, in.rank, in.ranks_per_node), 1, DType::f64, 1, "per step (loss)");
+  add_scalars(b, in, m);
   return p;
 }
 

@@ -8,6 +8,10 @@
 // per rank (half an all-reduce's 2(W−1)/W), and it leaves gradient memory at 4N/W where the stage allows.
 // zero1 reduce-scatters once at the end of accumulation (its full gradient buffer accumulates locally);
 // zero2/zero3/hsdp reduce-scatter per unit per micro-batch as soon as the unit's gradient is final.
+// Deterministic mode (train.deterministic): every micro-batch's gradient block is written fresh (zero1
+// too), converted to int64 fixed point once final, and summed as int64 (zero1 locally then one reduce-
+// scatter; the others by a reduce-scatter per micro-batch, and hsdp's replicas by an int64 all-reduce);
+// the slice is converted back to fp32 once, for the exact norm and the update.
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -15,6 +19,7 @@
 #include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
+#include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/schedulers/common/gather_scatter.hpp"
 #include "hzp/schedulers/common/shard_layout.hpp"
 #include "hzp/schedulers/common/sharded_optimizer.hpp"
@@ -46,6 +51,7 @@ class ZeroScheduler final : public DataParallelScheduler {
   StepStats step(const StepBatch& batch) override;
   ReplicaDigests replicated_state() const override;
   std::vector<float> gather_gradient() override;
+  std::vector<float> gather_master_params() override;
 
  private:
   bool full_params() const { return stage_ < 3; }
@@ -58,14 +64,21 @@ class ZeroScheduler final : public DataParallelScheduler {
   TensorView full_param_block(int u) const {
     return at(params_, pdt_, shards_->padded_offset(u), shards_->padded_numel(u));
   }
+  // Gradient element type: fp32, or the int64 fixed-point sum in deterministic mode.
+  DType gdt() const { return fixed_ ? DType::i64 : DType::f32; }
   // The gradient slice the optimizer reads: zero1's reduced slice, otherwise the gradient shard.
   TensorView grad_slice() const {
-    return stage_ == 1 ? at(reduced_, DType::f32, 0, shards_->slice_total())
-                       : at(grads_, DType::f32, 0, shards_->slice_total());
+    return stage_ == 1 ? at(reduced_, gdt(), 0, shards_->slice_total()) : at(grads_, gdt(), 0, shards_->slice_total());
   }
+  // Deterministic mode: grad_slice() converted to fp32 (padding zero), in a comm-tagged buffer.
+  Allocation converted_slice() const;
+  // One micro-batch's final fp32 gradient block `b` (deterministic mode): to fixed point, then summed.
+  void fixed_block_done(int b, bool first_micro_batch);
   // zero3/hsdp: makes sure the full blocks `blocks` are gathered.
   void ensure_gathered(const std::vector<int>& blocks);
   workloads::UnitParams unit_params(int u) const;
+  // Every shard group member's fp32 slice (slice order), all-gathered uncounted, as a flat [N] vector.
+  std::vector<float> gather_slices(ConstTensorView mine);
 
   std::string name_;
   int stage_;
@@ -88,6 +101,7 @@ class ZeroScheduler final : public DataParallelScheduler {
   std::unique_ptr<workloads::MicroBatchContext> ctx_;
   std::vector<std::int32_t> inputs_, targets_;
   std::int64_t steps_done_ = 0;
+  std::unique_ptr<FixedPointGrads> fixed_;  // deterministic mode only
 };
 
 ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, std::string name)
@@ -110,14 +124,15 @@ ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, 
   idx_ = shard_comm_->rank();
 
   const ParamLayout& layout = model_->layout();
+  if (train_.deterministic)
+    fixed_ = std::make_unique<FixedPointGrads>(layout, train_.micro_batches(), args.fixed_point);
   shards_ = std::make_unique<ShardLayout>(ShardLayout::per_unit(layout, z_));
   engine_ = std::make_unique<GatherScatter>(*shard_comm_, *shards_, *alloc_);
   const int units = layout.num_units();
 
   params_ = zeroed(*alloc_, full_params() ? shards_->padded_total() : shards_->slice_total(), pdt_, AllocationTag::param);
-  grads_ = zeroed(*alloc_, stage_ == 1 ? shards_->padded_total() : shards_->slice_total(), DType::f32,
-                  AllocationTag::grad);
-  if (stage_ == 1) reduced_ = zeroed(*alloc_, shards_->slice_total(), DType::f32, AllocationTag::comm);
+  grads_ = zeroed(*alloc_, stage_ == 1 ? shards_->padded_total() : shards_->slice_total(), gdt(), AllocationTag::grad);
+  if (stage_ == 1) reduced_ = zeroed(*alloc_, shards_->slice_total(), gdt(), AllocationTag::comm);
 
   std::vector<TensorView> pieces;
   for (int u = 0; u < units; ++u) pieces.push_back(param_slice(u));
@@ -173,72 +188,116 @@ StepStats ZeroScheduler::step(const StepBatch& batch) {
   const double normaliser = static_cast<double>(train_.global_batch * model_->seq_len());
   const TensorView gslice = grad_slice();
 
-  double local_loss = 0;
-  for (std::size_t i = 0; i < mine.size(); ++i) {
-    const bool first = i == 0;
-    workloads::fill_micro_batch(*batch.source, plan, batch.step, mine[i], inputs_, targets_);
-    ctx_->begin(inputs_, targets_, normaliser);
-    // --- forward: zero3/hsdp gather each unit before it runs and free it after its last forward use ---
-    for (int u = 0; u < units; ++u) {
-      if (!full_params()) ensure_gathered(layout.param_blocks(u));
-      model_->forward(u, unit_params(u), *ctx_);
-      if (!full_params())
-        for (int b : layout.params_last_used_in_forward(u)) gathered_[b].reset();
-    }
-    local_loss += ctx_->loss();
-    // --- backward: gather again, write full gradient blocks, reduce-scatter each once it is final ---
-    for (int u = units - 1; u >= 0; --u) {
-      if (!full_params()) ensure_gathered(layout.param_blocks(u));
-      workloads::UnitGrads g;
-      for (int b : layout.grad_blocks(u)) {
-        const bool first_writer = u == layout.first_grad_writer(b);
-        if (stage_ == 1) {
-          // Local accumulation over micro-batches, as a single rank would do.
-          g.set(b, at(grads_, DType::f32, shards_->padded_offset(b), shards_->numel(b)), !(first && first_writer));
-        } else {
-          if (first_writer) {
-            // Padding must be zero: it takes part in the reduce-scatter.
-            grad_blocks_[b] = alloc_->allocate(static_cast<std::size_t>(shards_->padded_numel(b)) * sizeof(float),
-                                               AllocationTag::comm);
-            const std::int64_t pad = shards_->padded_numel(b) - shards_->numel(b);
-            if (pad > 0) std::memset(grad_blocks_[b].data_as<float>() + shards_->numel(b), 0, std::size_t(pad) * 4);
+  std::vector<double> losses;  // per micro-batch, in local order
+  for (bool accepted = false; !accepted;) {
+    losses.clear();
+    if (fixed_) fixed_->begin_attempt(batch.step);
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      const bool first = i == 0;
+      workloads::fill_micro_batch(*batch.source, plan, batch.step, mine[i], inputs_, targets_);
+      ctx_->begin(inputs_, targets_, normaliser);
+      // --- forward: zero3/hsdp gather each unit before it runs and free it after its last forward use ---
+      for (int u = 0; u < units; ++u) {
+        if (!full_params()) ensure_gathered(layout.param_blocks(u));
+        model_->forward(u, unit_params(u), *ctx_);
+        if (!full_params())
+          for (int b : layout.params_last_used_in_forward(u)) gathered_[b].reset();
+      }
+      losses.push_back(ctx_->loss());
+      // --- backward: gather again, write full gradient blocks, reduce-scatter each once it is final ---
+      for (int u = units - 1; u >= 0; --u) {
+        if (!full_params()) ensure_gathered(layout.param_blocks(u));
+        workloads::UnitGrads g;
+        for (int b : layout.grad_blocks(u)) {
+          const bool first_writer = u == layout.first_grad_writer(b);
+          if (stage_ == 1 && !fixed_) {
+            // Local accumulation over micro-batches, as a single rank would do.
+            g.set(b, at(grads_, DType::f32, shards_->padded_offset(b), shards_->numel(b)), !(first && first_writer));
+          } else {
+            if (first_writer) {
+              // Padding must be zero: it takes part in the reduce-scatter.
+              grad_blocks_[b] = alloc_->allocate(static_cast<std::size_t>(shards_->padded_numel(b)) * sizeof(float),
+                                                 AllocationTag::comm);
+              const std::int64_t pad = shards_->padded_numel(b) - shards_->numel(b);
+              if (pad > 0) std::memset(grad_blocks_[b].data_as<float>() + shards_->numel(b), 0, std::size_t(pad) * 4);
+            }
+            g.set(b, at(grad_blocks_[b], DType::f32, 0, shards_->numel(b)), !first_writer);
           }
-          g.set(b, at(grad_blocks_[b], DType::f32, 0, shards_->numel(b)), !first_writer);
         }
-      }
-      model_->backward(u, unit_params(u), *ctx_, g);
-      for (int b : layout.grads_final_after(u)) {
-        if (stage_ != 1) {
-          engine_->reduce_scatter(b, at(grad_blocks_[b], DType::f32, 0, shards_->padded_numel(b)),
-                                  at(grads_, DType::f32, shards_->slice_offset(b), shards_->slice_numel(b)), !first);
-          grad_blocks_[b].reset();
+        model_->backward(u, unit_params(u), *ctx_, g);
+        for (int b : layout.grads_final_after(u)) {
+          if (fixed_) {
+            fixed_block_done(b, first);
+          } else if (stage_ != 1) {
+            engine_->reduce_scatter(b, at(grad_blocks_[b], DType::f32, 0, shards_->padded_numel(b)),
+                                    at(grads_, DType::f32, shards_->slice_offset(b), shards_->slice_numel(b)), !first);
+            grad_blocks_[b].reset();
+          }
+          // A block's last backward use is its last gradient writer (grad_blocks == param_blocks).
+          if (!full_params()) gathered_[b].reset();
         }
-        // A block's last backward use is its last gradient writer (grad_blocks == param_blocks).
-        if (!full_params()) gathered_[b].reset();
       }
     }
+    // Deterministic mode: every rank's verdict on this attempt (the same everywhere); a void attempt reruns.
+    accepted = !fixed_ || conclude_fixed_point_attempt(*fixed_, *scalars_comm_);
   }
   const double compute_seconds = whole.wall();
 
   if (stage_ == 1)
     for (int u = 0; u < units; ++u)
-      engine_->reduce_scatter(u, at(grads_, DType::f32, shards_->padded_offset(u), shards_->padded_numel(u)),
-                              at(reduced_, DType::f32, shards_->slice_offset(u), shards_->slice_numel(u)), false);
+      engine_->reduce_scatter(u, at(grads_, gdt(), shards_->padded_offset(u), shards_->padded_numel(u)),
+                              at(reduced_, gdt(), shards_->slice_offset(u), shards_->slice_numel(u)), false);
   // hsdp: each shard group holds the sum over its own micro-batches; the replicas add theirs.
   if (hybrid_ && replica_comm_->size() > 1 && gslice.numel() > 0)
     replica_comm_->all_reduce(gslice, coll::ReduceOp::sum, StreamRef::host());
-  const double sq = opt_->global_sum_squares(gslice, shard_comm_.get());
+  Allocation g32;
+  ConstTensorView g = gslice;
+  if (fixed_) {
+    g32 = converted_slice();
+    g = ConstTensorView(g32.data(), Shape{shards_->slice_total()}, DType::f32);
+  }
+  const double sq = fixed_ ? fixed_->global_sum_squares(g, shard_comm_.get()) : opt_->global_sum_squares(g, shard_comm_.get());
   // The update alone: the collectives around it (reduce-scatters, the norm's all-reduce, the gathers)
   // are the harness's exposed communication, so counting them here too would break the step's closure.
   const Stopwatch update;
-  const OptimizerStepResult r = opt_->step(gslice, sq, batch.step, scheduled_learning_rate(train_, batch.step));
+  const OptimizerStepResult r = opt_->step(g, sq, batch.step, scheduled_learning_rate(train_, batch.step));
   const double optimizer_seconds = update.wall();
   if (full_params())
     for (int u = 0; u < units; ++u) engine_->gather_into(u, param_slice(u), full_param_block(u));
   ++steps_done_;
 
-  return data_parallel_step_stats(batch.step, *scalars_comm_, local_loss, r, train_.global_batch * model_->seq_len(),
-                                  compute_seconds, optimizer_seconds, whole.wall());
+  return data_parallel_step_stats(batch.step, *scalars_comm_, plan, losses, fixed_.get(), r,
+                                  train_.global_batch * model_->seq_len(), compute_seconds, optimizer_seconds,
+                                  whole.wall());
+}
+
+void ZeroScheduler::fixed_block_done(int b, bool first_micro_batch) {
+  const std::int64_t n = shards_->numel(b);
+  const ConstTensorView g(grad_blocks_[b].data(), Shape{n}, DType::f32);
+  if (stage_ == 1) {
+    // Local integer accumulation over micro-batches (padding stays zero: it is never written).
+    fixed_->to_fixed(b, g, at(grads_, DType::i64, shards_->padded_offset(b), n), !first_micro_batch);
+  } else {
+    Allocation q = zeroed(*alloc_, shards_->padded_numel(b), DType::i64, AllocationTag::comm);
+    fixed_->to_fixed(b, g, at(q, DType::i64, 0, n), false);
+    grad_blocks_[b].reset();  // before the collective: the peak holds one block's fp32 or int64, not both
+    engine_->reduce_scatter(b, at(q, DType::i64, 0, shards_->padded_numel(b)),
+                            at(grads_, DType::i64, shards_->slice_offset(b), shards_->slice_numel(b)), !first_micro_batch);
+  }
+  grad_blocks_[b].reset();
+}
+
+Allocation ZeroScheduler::converted_slice() const {
+  Allocation out = zeroed(*alloc_, shards_->slice_total(), DType::f32, AllocationTag::comm);
+  const TensorView q = grad_slice();
+  for (int u = 0; u < shards_->num_segments(); ++u) {
+    const ShardLayout::Range r = shards_->valid_range(u, idx_);
+    if (r.count > 0)
+      fixed_->to_float(u, r.begin,
+                       ConstTensorView(q.as<std::int64_t>() + shards_->slice_offset(u), Shape{r.count}, DType::i64),
+                       at(out, DType::f32, shards_->slice_offset(u), r.count));
+  }
+  return out;
 }
 
 ReplicaDigests ZeroScheduler::replicated_state() const {
@@ -253,7 +312,7 @@ ReplicaDigests ZeroScheduler::replicated_state() const {
     // hsdp: every state is a shard replicated across the W/Z groups (same position in each).
     d.replica_key = idx_;
     add("param", params_.data(), static_cast<std::size_t>(s) * dtype_size(pdt_));
-    add("grad", grads_.data(), static_cast<std::size_t>(s) * 4);
+    add("grad", grads_.data(), static_cast<std::size_t>(s) * dtype_size(gdt()));
     if (opt_->has_master()) add("master", opt_->master().data(), opt_->master().bytes());
     add("m", opt_->m().data(), opt_->m().bytes());
     add("v", opt_->v().data(), opt_->v().bytes());
@@ -265,9 +324,23 @@ ReplicaDigests ZeroScheduler::replicated_state() const {
 }
 
 std::vector<float> ZeroScheduler::gather_gradient() {
+  const Allocation g32 = fixed_ ? converted_slice() : Allocation{};
+  return gather_slices(fixed_ ? ConstTensorView(g32.data(), Shape{shards_->slice_total()}, DType::f32)
+                              : ConstTensorView(grad_slice()));
+}
+
+std::vector<float> ZeroScheduler::gather_master_params() {
+  if (opt_->has_master()) return gather_slices(opt_->master());
+  std::vector<float> mine(static_cast<std::size_t>(shards_->slice_total()));  // fp32: the pieces are the master
+  for (int u = 0; u < shards_->num_segments(); ++u)
+    std::memcpy(mine.data() + shards_->slice_offset(u), param_slice(u).data(), param_slice(u).bytes());
+  return gather_slices(ConstTensorView(mine.data(), Shape{shards_->slice_total()}, DType::f32));
+}
+
+std::vector<float> ZeroScheduler::gather_slices(ConstTensorView mine) {
   const std::int64_t s = shards_->slice_total();
   std::vector<float> all(static_cast<std::size_t>(s * z_));
-  debug_comm_->all_gather(grad_slice(), TensorView(all.data(), Shape{s * z_}, DType::f32), StreamRef::host());
+  debug_comm_->all_gather(mine, TensorView(all.data(), Shape{s * z_}, DType::f32), StreamRef::host());
   std::vector<float> out(static_cast<std::size_t>(shards_->total_numel()));
   for (int u = 0; u < shards_->num_segments(); ++u)
     for (int r = 0; r < z_; ++r) {

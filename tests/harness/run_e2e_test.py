@@ -45,7 +45,7 @@ TINY = ["--set", "model.preset=tiny", "--set", "train.warmup_steps=1"]
 # The datasets every run writes (docs/run.md "Metrics"), with their shape kind.
 STEP_SERIES = ["loss", "grad_norm", "lr", "clip_coefficient", "tokens", "step_time_s", "tokens_per_s",
                "model_flops", "mfu", "mfu_causal", "exposed_comm_frac", "rank_spread", "loss_z", "grad_norm_z",
-               "loss_spike", "grad_norm_spike", "skipped"]
+               "loss_spike", "grad_norm_spike", "skipped", "retries"]
 RANK_SERIES = ["step_time_s", "cpu_time_s", "compute_s", "forward_s", "backward_s", "recompute_s", "exposed_comm_s",
                "join_wait_s", "transfer_wait_s", "pipeline_wait_s", "optimizer_s", "other_s", "comm_time_s",
                "mem_allocated_bytes", "mem_reserved_bytes", "mem_peak_bytes", "slack", "ext_frag"]
@@ -201,6 +201,22 @@ def scenario_closure():
             with h5py.File(path, "r") as f:
                 check(attr(f, "scheduler") == name, f"ran {attr(f, 'scheduler')}")
                 closure_check(f, f"{name} at {ranks} rank(s){', links emulated' if links else ''}", first=2)
+
+
+def scenario_deterministic():
+    """train.deterministic through the CLI: zero3 at 2 ranks gives none's losses and norms bit for bit, with
+    OpenBLAS on one thread recorded and steps/retries written (docs/deterministic.md)."""
+    det = TINY + ["--set", "train.steps=3", "--set", "train.deterministic=true"]
+    _, _, _, ref = run(det + ["--set", "scheduler.name=none"], ranks=1, expect_rc=0)
+    _, _, _, got = run(det + ["--set", "scheduler.name=zero3"], ranks=2, expect_rc=0)
+    with h5py.File(ref, "r") as a, h5py.File(got, "r") as b:
+        for name in ("loss", "grad_norm", "clip_coefficient", "retries"):
+            x, y = a[f"steps/{name}"][:], b[f"steps/{name}"][:]
+            check(x.tobytes() == y.tobytes(), f"steps/{name}: none {x} vs zero3 at 2 ranks {y}")
+        for f in (a, b):
+            check(int(attr(f, "threads.openblas")) == 1, "deterministic mode runs OpenBLAS on one thread")
+            check(int(attr(f, "threads.openblas_one_thread_deterministic")) == 1, "the reason is recorded")
+        print(f"  losses bitwise equal: {b['steps/loss'][:]}")
 
 
 def scenario_collective_only():

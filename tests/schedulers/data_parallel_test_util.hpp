@@ -1,25 +1,29 @@
 // Helpers for the data-parallel scheduler tests: the configurations each registered scheduler is tested
 // in (a registered name without one fails the matrix instead of being skipped), a run of one scheduler on
 // the `tiny` preset over an MPI world, the `none` reference (with micro-batches optionally accumulated in
-// reverse order, to measure the spread of two summation orders), and small numeric helpers.
+// reverse order, to measure the spread of two summation orders), the plan-against-counters check, and small
+// numeric helpers.
 #pragma once
 
 #include <mpi.h>
 
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "hzp/collectives/counters.hpp"
 #include "hzp/collectives/mpi_communicator.hpp"
 #include "hzp/collectives/topology.hpp"
 #include "hzp/core/caching_allocator.hpp"
 #include "hzp/core/memory_backing.hpp"
 #include "hzp/schedulers/data_parallel.hpp"
 #include "hzp/schedulers/none.hpp"
+#include "hzp/schedulers/plan.hpp"
 #include "hzp/workloads/data/markov_source.hpp"
 #include "hzp/workloads/presets.hpp"
 #include "../support/mpi_test.hpp"
@@ -118,6 +122,32 @@ inline std::unique_ptr<coll::MpiCommunicator> make_world(int ranks_per_node, std
   coll::MpiCommConfig cfg;
   cfg.small_message_bytes = small_message_bytes;
   return coll::make_mpi_world(coll::Topology::virtual_nodes(world_size(), ranks_per_node, world_rank()), cfg);
+}
+
+/// The plan's collectives summed per (group, op) against a run's counter delta over one step: calls,
+/// elements and bytes per level; nothing run that was not planned, nothing planned that did not run.
+inline void expect_plan_matches_run(const schedulers::SchedulerPlan& plan, const coll::CounterSnapshot& d) {
+  std::map<std::pair<std::string, int>, coll::OpTotals> planned;
+  for (const auto& c : plan.collectives) {
+    coll::OpTotals& t = planned[{c.group, static_cast<int>(c.op)}];
+    t.calls += static_cast<std::uint64_t>(c.calls);
+    t.elements += c.elements;
+    for (int l = 0; l < coll::kNumLinkLevels; ++l) t.level[l].bytes += c.bytes[l];
+  }
+  for (std::size_t g = 0; g < d.groups.size(); ++g)
+    for (int op = 0; op < coll::kNumCollOps; ++op) {
+      const coll::OpTotals& got = d.per_group[g][op];
+      if (got.calls == 0) continue;
+      const std::string what = d.groups[g] + "/" + std::string(coll::coll_op_name(coll::CollOp(op)));
+      const auto it = planned.find({d.groups[g], op});
+      ASSERT_TRUE(it != planned.end()) << what << " ran but is not in the plan";
+      EXPECT_EQ(got.calls, it->second.calls) << what;
+      EXPECT_EQ(got.elements, it->second.elements) << what;
+      for (int l = 0; l < coll::kNumLinkLevels; ++l)
+        EXPECT_EQ(got.level[l].bytes, it->second.level[l].bytes) << what << " level " << l;
+      planned.erase(it);
+    }
+  for (const auto& [k, t] : planned) EXPECT_EQ(t.calls, 0u) << k.first << " planned but never ran";
 }
 
 inline double rel_diff(double a, double ref) { return std::abs(a - ref) / std::max(std::abs(ref), 1e-300); }

@@ -424,27 +424,7 @@ TEST(DataParallel, PlanAgreesWithRun) {
         in.rank = world_rank();
         in.small_message_bytes = world->config().small_message_bytes;
         const schedulers::SchedulerPlan plan = schedulers::plan_scheduler(v.scheduler, in);
-        // Planned totals per (group, op).
-        std::map<std::pair<std::string, int>, coll::OpTotals> planned;
-        for (const auto& c : plan.collectives) {
-          coll::OpTotals& t = planned[{c.group, static_cast<int>(c.op)}];
-          t.calls += static_cast<std::uint64_t>(c.calls);
-          t.elements += c.elements;
-          for (int l = 0; l < coll::kNumLinkLevels; ++l) t.level[l].bytes += c.bytes[l];
-        }
-        for (std::size_t g = 0; g < d.groups.size(); ++g)
-          for (int op = 0; op < coll::kNumCollOps; ++op) {
-            const coll::OpTotals& got = d.per_group[g][op];
-            if (got.calls == 0) continue;
-            const auto it = planned.find({d.groups[g], op});
-            const std::string what = d.groups[g] + "/" + std::string(coll::coll_op_name(coll::CollOp(op)));
-            ASSERT_TRUE(it != planned.end()) << what << " ran but is not in the plan";
-            EXPECT_EQ(got.calls, it->second.calls) << what;
-            EXPECT_EQ(got.elements, it->second.elements) << what;
-            for (int l = 0; l < coll::kNumLinkLevels; ++l) EXPECT_EQ(got.level[l].bytes, it->second.level[l].bytes) << what << " level " << l;
-            planned.erase(it);
-          }
-        for (const auto& [k, t] : planned) EXPECT_EQ(t.calls, 0u) << k.first << " planned but never ran";
+        expect_plan_matches_run(plan, d);
         const auto stats = run.setup.alloc->stats();
         const AllocationTag tags[5] = {AllocationTag::param, AllocationTag::grad, AllocationTag::master,
                                        AllocationTag::adam_m, AllocationTag::adam_v};

@@ -33,6 +33,9 @@ void TrainConfig::validate() const {
   for (auto [key, b] : {std::pair{"train.beta1", beta1}, std::pair{"train.beta2", beta2}})
     if (!(b >= 0 && b < 1)) add(key, " = ", b, " must lie in [0, 1)");
   if (!(eps > 0) || !std::isfinite(eps)) add("train.eps = ", eps, " must be finite and > 0");
+  if (deterministic && precision == Precision::fp64)
+    add("train.deterministic = true needs fp32 gradients; train.precision = fp64 (the test-only precision) has none: "
+        "use fp32 or bf16-mixed");
   if (problems.empty()) return;
   std::ostringstream os;
   os << "invalid training configuration:";

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "hzp/core/error.hpp"
 #include "hzp/schedulers/scheduler.hpp"
 
 namespace hzp::schedulers {
@@ -29,6 +30,12 @@ class DataParallelScheduler : public Scheduler {
   /// every micro-batch of the global batch, before clipping), as a flat fp32 [N] on every rank. Uses a
   /// private communicator whose traffic is not counted. For parity tests and debugging.
   virtual std::vector<float> gather_gradient() = 0;
+  /// Collective, like gather_gradient: the fp32 master parameters (in fp32 training the parameters
+  /// themselves), flat [N] on every rank, for parity checks (deterministic mode compares them bitwise).
+  /// The default throws UnsupportedError naming the scheduler.
+  virtual std::vector<float> gather_master_params() {
+    HZP_THROW(UnsupportedError, "scheduler ", name(), " cannot gather its master parameters yet");
+  }
 };
 
 /// FNV-1a 64 over the bytes of a buffer.

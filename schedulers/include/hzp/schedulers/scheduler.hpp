@@ -16,6 +16,7 @@
 #include "hzp/core/error.hpp"
 #include "hzp/core/ring_pool.hpp"
 #include "hzp/core/tensor.hpp"
+#include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/workloads/data_source.hpp"
 #include "hzp/workloads/train_config.hpp"
 #include "hzp/workloads/workload.hpp"
@@ -40,6 +41,9 @@ struct StepStats {
   /// Time the compute thread waited on pipeline peers (0 without pipeline parallelism). Reported apart
   /// from compute and collective waits: the harness closes the step time over these parts.
   double pipeline_wait_seconds = 0;
+  /// Deterministic mode: times this step was run again because a micro-batch gradient element exceeded
+  /// the fixed-point range (docs/deterministic.md); 0 otherwise.
+  std::int64_t retries = 0;
 };
 
 /// Receives a scheduler's state for `hzpbench run --dump-tensors` (Scheduler::visit_state).
@@ -76,6 +80,9 @@ struct SchedulerArgs {
   /// The ranks taking part; nullptr for the single-rank reference.
   coll::Communicator* world = nullptr;
   SchedulerOptions options;
+  /// Deterministic mode's scale policy (train.deterministic); its defaults are the documented ones, tests
+  /// change them to force retries.
+  FixedPointPolicy fixed_point;
 };
 
 class Scheduler {

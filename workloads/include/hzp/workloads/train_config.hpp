@@ -22,12 +22,15 @@ struct TrainConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   bool recompute = false;             ///< full activation recompute
+  /// Deterministic mode (docs/deterministic.md): gradient sums in 64-bit fixed point, exact norm, loss in
+  /// micro-batch order, so every data-parallel scheduler at any W matches `none` bitwise.
+  bool deterministic = false;
   Precision precision = Precision::fp32;
   std::uint64_t seed = 0;             ///< parameter initialisation (the data has its own seed)
 
   /// ConfigError listing every problem, each naming its key(s) and value(s): sizes not positive,
   /// micro_batch_size not dividing global_batch, warmup_steps > steps, lr_min > lr, betas outside
-  /// [0, 1), negative eps/clip/weight_decay.
+  /// [0, 1), negative eps/clip/weight_decay, deterministic with fp64.
   void validate() const;
   std::int64_t micro_batches() const noexcept { return micro_batch_size > 0 ? global_batch / micro_batch_size : 0; }
 };

@@ -28,7 +28,7 @@ class BucketedAllReduce {
   static std::vector<Bucket> make_buckets(const workloads::ParamLayout& layout, std::size_t bucket_bytes,
                                           std::size_t elem_bytes);
 
-  /// `grads` (flat [N]) and `group` must outlive this object. overlap: start non-blocking, wait in finish().
+  /// `grads` (flat [N], fp32, or int64 in deterministic mode) and `group` must outlive this object. overlap: start non-blocking, wait in finish().
   BucketedAllReduce(coll::Communicator& group, const workloads::ParamLayout& layout, TensorView grads,
                     std::size_t bucket_bytes, bool overlap);
 

@@ -32,6 +32,7 @@ class GatherScatter {
   void gather_into(int seg, ConstTensorView shard, TensorView full);
   /// Sum over ranks of `full` (fp32, padded_numel) reduce-scattered to this rank's slice: written into
   /// `out` (fp32, slice_numel), or added to it when `accumulate` (through a comm-tagged scratch slice).
+  /// int64 for both (deterministic mode's fixed-point gradients) sums exactly.
   void reduce_scatter(int seg, ConstTensorView full, TensorView out, bool accumulate);
 
   /// View of the first numel(seg) elements (the real ones) of a gathered block.
@@ -45,5 +46,7 @@ class GatherScatter {
 
 /// out[i] += in[i] over fp32 views of equal length (gradient accumulation of reduced slices).
 void add_inplace_f32(TensorView out, ConstTensorView in);
+/// out[i] += in[i] over int64 views of equal length (fixed-point gradients: exact).
+void add_inplace_i64(TensorView out, ConstTensorView in);
 
 }  // namespace hzp::schedulers

@@ -4,12 +4,15 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
 #include "hzp/collectives/communicator.hpp"
+#include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/schedulers/common/sharded_optimizer.hpp"
 #include "hzp/schedulers/scheduler.hpp"
+#include "hzp/workloads/batch_plan.hpp"
 
 namespace hzp::schedulers {
 
@@ -27,6 +30,22 @@ double all_reduce_sum(coll::Communicator& comm, double local);
 StepStats data_parallel_step_stats(std::int64_t step, coll::Communicator& scalars, double local_loss,
                                    const OptimizerStepResult& r, std::int64_t tokens, double compute_seconds,
                                    double optimizer_seconds, double seconds);
+/// The same from this rank's micro-batch losses (`losses`, in its local order) in either mode: without
+/// `fixed`, their sum all-reduced as above; in deterministic mode (`fixed` given) ordered_global_loss() and
+/// the step's retries.
+StepStats data_parallel_step_stats(std::int64_t step, coll::Communicator& scalars, const workloads::BatchPlan& plan,
+                                   std::span<const double> losses, const FixedPointGrads* fixed,
+                                   const OptimizerStepResult& r, std::int64_t tokens, double compute_seconds,
+                                   double optimizer_seconds, double seconds);
+
+/// Deterministic mode: the global loss as `none` forms it, 0 + l_0 + l_1 + ... + l_{M−1} in fp64 over the
+/// micro-batches j of the step in global order, from every rank's losses in its local order (`mine`, one per
+/// micro-batch plan.micro_batches_of(rank) lists), all-gathered over `scalars` (the data-parallel world).
+double ordered_global_loss(coll::Communicator& scalars, const workloads::BatchPlan& plan, std::span<const double> mine);
+
+/// Deterministic mode: the verdict on a step's attempt: this rank's tally combined by a MAX all-reduce
+/// (fp64) over `group` (every rank that converted micro-batch gradients), then FixedPointGrads::conclude().
+bool conclude_fixed_point_attempt(FixedPointGrads& fixed, coll::Communicator& group);
 
 /// The contiguous group (size z) and the strided replica group (stride z) holding world rank `rank`.
 std::vector<int> contiguous_group_of(int world, int z, int rank);
