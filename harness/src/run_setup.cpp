@@ -108,6 +108,11 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
   RunSetup s;
   s.world_size = world_size;
   s.opt = run_options_from(cfg);
+  // Checked first so that it still holds once the CUDA backend is accepted: the fixed-point kernels have no
+  // CUDA twin and cuBLASLt's bitwise reproducibility is not established (docs/deterministic.md).
+  if (s.opt.backend == "cuda" && cfg.get_bool("train.deterministic"))
+    HZP_THROW(ConfigError, "train.deterministic = true with backend = cuda: deterministic mode covers the CPU "
+              "backend only (docs/deterministic.md). Fix: backend = cpu, or train.deterministic = false");
   if (s.opt.backend == "cuda")
     HZP_THROW(ConfigError, "backend = cuda: the CUDA backend is not built into hzpbench yet (it arrives with "
               "issue 11). Fix: backend = cpu");
