@@ -38,7 +38,8 @@ void register_run_keys(OptionTable& t) {
                        "ZeRO family and AsyncHZP join as they are registered"));
   t.add(S::enumeration("backend", {"cpu", "cuda"}, "cpu",
                        "Where compute and communication run: cpu (OpenBLAS kernels, MPI on host "
-                       "buffers); cuda is refused until the CUDA backend lands"));
+                       "buffers); cuda = the CUDA kernels on one GPU, refused by `run` until scheduler none keeps its "
+                       "buffers in device memory (docs/cuda.md)"));
   t.add(S::real("device.peak_tflops", 0,
                 "Declared peak of one rank's device, the denominator of MFU; 0 = the device table for "
                 "known GPUs, or on the CPU a single-core sgemm measured at start (recorded)")

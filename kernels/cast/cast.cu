@@ -1,5 +1,4 @@
-// The CUDA twins of cast (cast.cpp) and of the residual add the workload uses: element-wise with 16-byte
-// loads when aligned. fp32 -> bf16 rounds to nearest even (__float2bfloat16_rn, as bf16::from_float;
+// The CUDA twin of cast (cast.cpp): element-wise with 16-byte loads when aligned. fp32 -> bf16 rounds to nearest even (__float2bfloat16_rn, as bf16::from_float;
 // NaN stays NaN, though CUDA returns its canonical quiet NaN where the host keeps the payload's sign).
 // Same-dtype casts are device-to-device copies.
 #include "common/cuda_common.cuh"
@@ -33,13 +32,6 @@ __global__ void cast_kernel(To* __restrict__ out, const From* __restrict__ in, s
   for (std::int64_t i = n / P * P + i0; i < n; i += stride) out[i] = from_f<To>(to_f(in[i]));
 }
 
-template <typename T>
-__global__ void add_kernel(T* out, const T* a, const T* b, std::int64_t n) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    out[i] = from_f<T>(to_f(a[i]) + to_f(b[i]));
-}
-
 template <typename To, typename From>
 void launch_cast(void* out, const void* in, std::int64_t n, StreamRef s) {
   constexpr int threads = 256;
@@ -70,17 +62,6 @@ void cast(TensorView out, ConstTensorView in, StreamRef s) {
   else
     HZP_THROW(UnsupportedError, "cast: ", dtype_name(in.dtype()), " -> ", dtype_name(out.dtype()),
               " has no CUDA kernel (fp32 <-> bf16 and same-dtype copies do)");
-}
-
-void add(TensorView out, ConstTensorView a, ConstTensorView b, StreamRef s) {
-  const std::int64_t n = out.numel();
-  dispatch_float("add", out.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    constexpr int threads = 256;
-    add_kernel<T><<<grid_for(n, threads, s.device().index), threads, 0, native(s)>>>(
-        static_cast<T*>(out.data()), static_cast<const T*>(a.data()), static_cast<const T*>(b.data()), n);
-    HZP_CUDA_LAUNCH_CHECK();
-  });
 }
 
 }  // namespace hzp::kernels::cuda

@@ -82,7 +82,7 @@ void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView 
                    ConstTensorView k, ConstTensorView v, ConstTensorView out, ConstTensorView lse,
                    const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s);
 
-// elementwise.cu: out = a + b (the residual add), fp32 or bf16, computed in fp32, rounded once.
+// add.cu: out = a + b (the residual add), fp32 or bf16, computed in fp32, rounded once.
 void add(TensorView out, ConstTensorView a, ConstTensorView b, StreamRef s);
 
 }  // namespace hzp::kernels::cuda

@@ -41,7 +41,9 @@ hzp_add_bad_run(NAME run_bad_warmup_beyond_steps ARGS --set train.warmup_steps=5
 hzp_add_bad_run(NAME run_bad_unknown_scheduler ARGS --set scheduler.name=zero9
   MATCH "scheduler\\.name = zero9 is not an allowed value.*Fix: use one of none")
 hzp_add_bad_run(NAME run_bad_cuda_backend ARGS --set backend=cuda
-  MATCH "backend = cuda: the CUDA backend is not built into hzpbench yet.*Fix: backend = cpu")
+  MATCH "backend = cuda: (this hzpbench was built without CUDA|scheduler none does not hold).*Fix: .*backend = cpu")
+hzp_add_bad_run(NAME run_bad_cuda_scheduler ARGS --set backend=cuda --set scheduler.name=ddp
+  MATCH "(backend = cuda runs scheduler\\.name = none only\\. scheduler\\.name = ddp.*Fix: scheduler\\.name = none|this hzpbench was built without CUDA)")
 hzp_add_bad_run(NAME run_bad_link_profile ARGS --set links.profile=b200
   MATCH "links\\.profile = b200 is not an allowed value\\. Fix: use one of none, h100-dgx, paper-npu, custom")
 hzp_add_bad_run(NAME run_bad_negative_flush ARGS --set output.flush_s=-1

@@ -10,6 +10,7 @@
 
 #include "gpu_test_util.hpp"
 #include "hzp/kernels/adamw.hpp"
+#include "hzp/kernels/add.hpp"
 #include "hzp/kernels/cast.hpp"
 #include "hzp/kernels/embedding.hpp"
 #include "hzp/kernels/grad_norm.hpp"
@@ -143,6 +144,18 @@ TYPED_TEST(CudaFloatKernels, SwigluForwardAndBackwardOnAlignedAndUnalignedViews)
     EXPECT_TRUE(close(gpu.download<T>(gg.view), dg)) << "F=" << F;
     EXPECT_TRUE(close(gpu.download<T>(gu.view), du)) << "F=" << F;
   }
+}
+
+TYPED_TEST(CudaFloatKernels, AddIsTheCpuSumInPlace) {
+  using T = TypeParam;
+  Gpu gpu;
+  auto a = random_normal<T>(5003, 30), b = random_normal<T>(5003, 31);
+  std::vector<T> out(a.size());
+  kernels::add(view(out, {5003}), cview(a, {5003}), cview(b, {5003}), kHost);
+  auto ga = gpu.upload(a, {5003});
+  auto gb = gpu.upload(b, {5003});
+  kernels::add(ga.view, ga.view, gb.view, gpu.stream());
+  EXPECT_TRUE(all_close(gpu.download<T>(ga.view), out, 0, 0));  // one fp32 add, one rounding: exact
 }
 
 TEST(CudaCast, RoundsToNearestEvenLikeTheHostAndWidensExactly) {

@@ -10,6 +10,7 @@
 #include "hzp/core/error.hpp"
 #include "hzp/core/phase_timer.hpp"
 #include "hzp/core/stream.hpp"
+#include "hzp/kernels/add.hpp"
 #include "hzp/kernels/attention.hpp"
 #include "hzp/kernels/rmsnorm.hpp"
 #include "hzp/kernels/rope.hpp"
@@ -39,51 +40,51 @@ void LlamaModel::block_compute(int unit, const UnitParams& params, LlamaContext&
   const ConstTensorView block = params.block(unit);
   auto w = [&](int t) { return tensor_in_block(layout(), unit, t, block); };
   const float eps = static_cast<float>(config_.norm_eps);
-  const StreamRef host = StreamRef::host();
+  const StreamRef stream = ctx.stream();
   HZP_CHECK(static_cast<bool>(s.x), "block ", unit - 1, ": no input held");
 
   // --- attention ---
   s.h1 = make_act(alloc, Shape{d.tokens, d.hidden}, at);
   s.rstd1 = make_act(alloc, Shape{d.tokens}, st);
-  kernels::rmsnorm_fwd(s.h1.view, s.rstd1.view, s.x.view, w(kAttnNorm), eps, host);
+  kernels::rmsnorm_fwd(s.h1.view, s.rstd1.view, s.x.view, w(kAttnNorm), eps, stream);
   s.q = make_act(alloc, Shape{d.tokens, d.heads * d.head_dim}, at);
   s.k = make_act(alloc, Shape{d.tokens, d.kv_heads * d.head_dim}, at);
   s.v = make_act(alloc, Shape{d.tokens, d.kv_heads * d.head_dim}, at);
-  linear_fwd(s.q.view, s.h1.view, w(kWq), alloc);
-  linear_fwd(s.k.view, s.h1.view, w(kWk), alloc);
-  linear_fwd(s.v.view, s.h1.view, w(kWv), alloc);
+  linear_fwd(s.q.view, s.h1.view, w(kWq), alloc, stream);
+  linear_fwd(s.k.view, s.h1.view, w(kWk), alloc, stream);
+  linear_fwd(s.v.view, s.h1.view, w(kWv), alloc, stream);
   const TensorView q3 = reshape(s.q.view, Shape{d.tokens, d.heads, d.head_dim});
   const TensorView k3 = reshape(s.k.view, Shape{d.tokens, d.kv_heads, d.head_dim});
-  kernels::rope_fwd(q3, q3, d.seq, config_.rope_base, host);  // in place: the kernel allows it
-  kernels::rope_fwd(k3, k3, d.seq, config_.rope_base, host);
+  kernels::rope_fwd(q3, q3, d.seq, config_.rope_base, stream);  // in place: the kernel allows it
+  kernels::rope_fwd(k3, k3, d.seq, config_.rope_base, stream);
 
   const kernels::AttentionDims ad = attention_dims(d);
   s.att = make_act(alloc, Shape{d.tokens, d.heads * d.head_dim}, at);
   s.lse = make_act(alloc, Shape{d.batch, d.heads, d.seq}, st);
   {
-    const std::size_t n = kernels::attention_fwd_workspace_bytes(ad, at);
+    const std::size_t n = kernels::attention_fwd_workspace_bytes(ad, at, alloc.device());
     Allocation ws = alloc.allocate(n, AllocationTag::workspace);
-    kernels::attention_fwd(s.att.view, s.lse.view, s.q.view, s.k.view, s.v.view, ad, bytes_of(ws, n), host);
+    kernels::attention_fwd(s.att.view, s.lse.view, s.q.view, s.k.view, s.v.view, ad, bytes_of(ws, n), stream);
   }
   s.x2 = make_act(alloc, Shape{d.tokens, d.hidden}, at);
-  linear_fwd(s.x2.view, s.att.view, w(kWo), alloc);
-  add(s.x2.view, s.x.view, s.x2.view);
+  linear_fwd(s.x2.view, s.att.view, w(kWo), alloc, stream);
+  kernels::add(s.x2.view, s.x.view, s.x2.view, stream);
 
   // --- MLP ---
   s.h2 = make_act(alloc, Shape{d.tokens, d.hidden}, at);
   s.rstd2 = make_act(alloc, Shape{d.tokens}, st);
-  kernels::rmsnorm_fwd(s.h2.view, s.rstd2.view, s.x2.view, w(kMlpNorm), eps, host);
+  kernels::rmsnorm_fwd(s.h2.view, s.rstd2.view, s.x2.view, w(kMlpNorm), eps, stream);
   s.g = make_act(alloc, Shape{d.tokens, d.ffn}, at);
   s.u = make_act(alloc, Shape{d.tokens, d.ffn}, at);
-  linear_fwd(s.g.view, s.h2.view, w(kWgate), alloc);
-  linear_fwd(s.u.view, s.h2.view, w(kWup), alloc);
+  linear_fwd(s.g.view, s.h2.view, w(kWgate), alloc, stream);
+  linear_fwd(s.u.view, s.h2.view, w(kWup), alloc, stream);
   s.a = make_act(alloc, Shape{d.tokens, d.ffn}, at);
-  kernels::swiglu_fwd(s.a.view, s.g.view, s.u.view, host);
+  kernels::swiglu_fwd(s.a.view, s.g.view, s.u.view, stream);
 
   if (out == nullptr) return;  // a recompute needs the saved tensors only, not y
   *out = make_act(alloc, Shape{d.tokens, d.hidden}, at);
-  linear_fwd(out->view, s.a.view, w(kWdown), alloc);
-  add(out->view, s.x2.view, out->view);
+  linear_fwd(out->view, s.a.view, w(kWdown), alloc, stream);
+  kernels::add(out->view, s.x2.view, out->view, stream);
 }
 
 void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext& ctx, const UnitGrads& grads) const {
@@ -91,7 +92,7 @@ void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext
   CachingAllocator& alloc = ctx.allocator();
   const DType at = act_dtype();
   BlockActs& s = ctx.blocks[static_cast<std::size_t>(unit - 1)];
-  const StreamRef host = StreamRef::host();
+  const StreamRef stream = ctx.stream();
   if (ctx.recompute()) {
     const profile::ScopedPhase phase(profile::Phase::recompute, layout().unit(unit).name);
     block_compute(unit, params, ctx, s, nullptr);
@@ -107,43 +108,43 @@ void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext
   Act dy = std::move(ctx.dhidden);
 
   // --- MLP: y = x2 + a·Wdᵀ ---
-  linear_bwd_weight(dw(kWdown), dy.view, s.a.view, acc, alloc);
+  linear_bwd_weight(dw(kWdown), dy.view, s.a.view, acc, alloc, stream);
   Act da = make_act(alloc, Shape{d.tokens, d.ffn}, at);
-  linear_bwd_data(da.view, dy.view, w(kWdown), false, alloc);
+  linear_bwd_data(da.view, dy.view, w(kWdown), false, alloc, stream);
   s.a.reset();
   // dgate and dup overwrite gate and up (the kernel reads each element before writing it).
-  kernels::swiglu_bwd(s.g.view, s.u.view, da.view, s.g.view, s.u.view, host);
+  kernels::swiglu_bwd(s.g.view, s.u.view, da.view, s.g.view, s.u.view, stream);
   da.reset();
   const TensorView dg = s.g.view, du = s.u.view;
-  linear_bwd_weight(dw(kWgate), dg, s.h2.view, acc, alloc);
-  linear_bwd_weight(dw(kWup), du, s.h2.view, acc, alloc);
+  linear_bwd_weight(dw(kWgate), dg, s.h2.view, acc, alloc, stream);
+  linear_bwd_weight(dw(kWup), du, s.h2.view, acc, alloc, stream);
   Act dh2 = make_act(alloc, Shape{d.tokens, d.hidden}, at);
-  linear_bwd_data(dh2.view, dg, w(kWgate), false, alloc);
-  linear_bwd_data(dh2.view, du, w(kWup), true, alloc);
+  linear_bwd_data(dh2.view, dg, w(kWgate), false, alloc, stream);
+  linear_bwd_data(dh2.view, du, w(kWup), true, alloc, stream);
   s.g.reset();
   s.u.reset();
   s.h2.reset();
   Act dx2 = make_act(alloc, Shape{d.tokens, d.hidden}, at);
-  kernels::rmsnorm_bwd(dx2.view, dw(kMlpNorm), dh2.view, s.x2.view, w(kMlpNorm), s.rstd2.view, acc, host);
+  kernels::rmsnorm_bwd(dx2.view, dw(kMlpNorm), dh2.view, s.x2.view, w(kMlpNorm), s.rstd2.view, acc, stream);
   dh2.reset();
   s.rstd2.reset();
   s.x2.reset();
-  add(dx2.view, dx2.view, dy.view);  // the residual path
+  kernels::add(dx2.view, dx2.view, dy.view, stream);  // the residual path
   dy.reset();
 
   // --- attention: x2 = x + att·Woᵀ ---
-  linear_bwd_weight(dw(kWo), dx2.view, s.att.view, acc, alloc);
+  linear_bwd_weight(dw(kWo), dx2.view, s.att.view, acc, alloc, stream);
   Act datt = make_act(alloc, Shape{d.tokens, d.heads * d.head_dim}, at);
-  linear_bwd_data(datt.view, dx2.view, w(kWo), false, alloc);
+  linear_bwd_data(datt.view, dx2.view, w(kWo), false, alloc, stream);
   Act dq = make_act(alloc, Shape{d.tokens, d.heads * d.head_dim}, at);
   Act dk = make_act(alloc, Shape{d.tokens, d.kv_heads * d.head_dim}, at);
   Act dv = make_act(alloc, Shape{d.tokens, d.kv_heads * d.head_dim}, at);
   {
     const kernels::AttentionDims ad = attention_dims(d);
-    const std::size_t n = kernels::attention_bwd_workspace_bytes(ad, at);
+    const std::size_t n = kernels::attention_bwd_workspace_bytes(ad, at, alloc.device());
     Allocation ws = alloc.allocate(n, AllocationTag::workspace);
     kernels::attention_bwd(dq.view, dk.view, dv.view, datt.view, s.q.view, s.k.view, s.v.view, s.att.view,
-                           s.lse.view, ad, bytes_of(ws, n), host);
+                           s.lse.view, ad, bytes_of(ws, n), stream);
   }
   datt.reset();
   s.att.reset();
@@ -153,23 +154,23 @@ void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext
   s.v.reset();
   const TensorView dq3 = reshape(dq.view, Shape{d.tokens, d.heads, d.head_dim});
   const TensorView dk3 = reshape(dk.view, Shape{d.tokens, d.kv_heads, d.head_dim});
-  kernels::rope_bwd(dq3, dq3, d.seq, config_.rope_base, host);
-  kernels::rope_bwd(dk3, dk3, d.seq, config_.rope_base, host);
-  linear_bwd_weight(dw(kWq), dq.view, s.h1.view, acc, alloc);
-  linear_bwd_weight(dw(kWk), dk.view, s.h1.view, acc, alloc);
-  linear_bwd_weight(dw(kWv), dv.view, s.h1.view, acc, alloc);
+  kernels::rope_bwd(dq3, dq3, d.seq, config_.rope_base, stream);
+  kernels::rope_bwd(dk3, dk3, d.seq, config_.rope_base, stream);
+  linear_bwd_weight(dw(kWq), dq.view, s.h1.view, acc, alloc, stream);
+  linear_bwd_weight(dw(kWk), dk.view, s.h1.view, acc, alloc, stream);
+  linear_bwd_weight(dw(kWv), dv.view, s.h1.view, acc, alloc, stream);
   Act dh1 = make_act(alloc, Shape{d.tokens, d.hidden}, at);
-  linear_bwd_data(dh1.view, dq.view, w(kWq), false, alloc);
-  linear_bwd_data(dh1.view, dk.view, w(kWk), true, alloc);
-  linear_bwd_data(dh1.view, dv.view, w(kWv), true, alloc);
+  linear_bwd_data(dh1.view, dq.view, w(kWq), false, alloc, stream);
+  linear_bwd_data(dh1.view, dk.view, w(kWk), true, alloc, stream);
+  linear_bwd_data(dh1.view, dv.view, w(kWv), true, alloc, stream);
   dq.reset();
   dk.reset();
   dv.reset();
   s.h1.reset();
   Act dx = make_act(alloc, Shape{d.tokens, d.hidden}, at);
-  kernels::rmsnorm_bwd(dx.view, dw(kAttnNorm), dh1.view, s.x.view, w(kAttnNorm), s.rstd1.view, acc, host);
+  kernels::rmsnorm_bwd(dx.view, dw(kAttnNorm), dh1.view, s.x.view, w(kAttnNorm), s.rstd1.view, acc, stream);
   dh1.reset();
-  add(dx.view, dx.view, dx2.view);
+  kernels::add(dx.view, dx.view, dx2.view, stream);
   s.reset_all();
   ctx.dhidden = std::move(dx);
   static_assert(kNumBlockTensors == 9, "llama_layout lists nine tensors per block");

@@ -13,10 +13,6 @@
 namespace hzp::workloads::llama {
 namespace {
 
-ConstTensorView tokens_view(std::span<const std::int32_t> t) {
-  return ConstTensorView(t.data(), Shape{static_cast<std::int64_t>(t.size())}, DType::i32);
-}
-
 // Our data never ignores a target; -1 keeps the kernel's "ignore" branch unreachable.
 constexpr std::int32_t kNoIgnore = -1;
 
@@ -26,14 +22,14 @@ void LlamaModel::embedding_forward(const UnitParams& params, LlamaContext& ctx) 
   const Dims d = dims(ctx);
   const ConstTensorView table = tensor_in_block(layout(), 0, 0, params.block(0));
   ctx.hidden = make_act(ctx.allocator(), Shape{d.tokens, d.hidden}, act_dtype());
-  kernels::embedding_fwd(ctx.hidden.view, tokens_view(ctx.inputs()), table, StreamRef::host());
+  kernels::embedding_fwd(ctx.hidden.view, ctx.input_tokens(), table, ctx.stream());
 }
 
 void LlamaModel::embedding_backward(LlamaContext& ctx, const UnitGrads& grads) const {
   HZP_CHECK(static_cast<bool>(ctx.dhidden), "embedding backward: no gradient of its output is held");
   const UnitGrads::Block& g = grads.block(0);
-  kernels::embedding_bwd(tensor_in_block(layout(), 0, 0, g.view), tokens_view(ctx.inputs()), ctx.dhidden.view,
-                         g.accumulate, StreamRef::host());
+  kernels::embedding_bwd(tensor_in_block(layout(), 0, 0, g.view), ctx.input_tokens(), ctx.dhidden.view,
+                         g.accumulate, ctx.stream());
   ctx.dhidden.reset();
 }
 
@@ -52,14 +48,14 @@ void LlamaModel::head_forward(const UnitParams& params, LlamaContext& ctx, bool 
   s.h = make_act(alloc, Shape{d.tokens, d.hidden}, act_dtype());
   s.rstd = make_act(alloc, Shape{d.tokens}, stat_dtype());
   kernels::rmsnorm_fwd(s.h.view, s.rstd.view, s.x.view, norm_w, static_cast<float>(config_.norm_eps),
-                       StreamRef::host());
+                       ctx.stream());
   s.logits = make_act(alloc, Shape{d.tokens, d.vocab}, act_dtype());
-  linear_fwd(s.logits.view, s.h.view, w, alloc);
+  linear_fwd(s.logits.view, s.h.view, w, alloc, ctx.stream());
   if (!recomputing) {
     // The loss is computed on the first run only; a recompute in backward rebuilds identical logits.
     Act losses = make_act(alloc, Shape{d.tokens}, stat_dtype());
     const kernels::CrossEntropyResult r = kernels::cross_entropy_fwd(
-        losses.view, s.logits.view, tokens_view(ctx.targets()), kNoIgnore, StreamRef::host());
+        losses.view, s.logits.view, ctx.target_tokens(), kNoIgnore, ctx.stream());
     set_loss_sum(ctx, r.loss_sum);
   }
   if (!keep) {
@@ -85,7 +81,7 @@ void LlamaModel::head_backward(const UnitParams& params, LlamaContext& ctx, cons
   cg.ignore_index = kNoIgnore;
   cg.normaliser = ctx.normaliser();
   cg.dloss = 1.0;
-  kernels::cross_entropy_bwd(s.logits.view, s.logits.view, tokens_view(ctx.targets()), cg, StreamRef::host());
+  kernels::cross_entropy_bwd(s.logits.view, s.logits.view, ctx.target_tokens(), cg, ctx.stream());
 
   const UnitGrads::Block& gh = grads.block(hu);
   const ConstTensorView norm_w = tensor_in_block(layout(), hu, 0, params.block(hu));
@@ -94,15 +90,15 @@ void LlamaModel::head_backward(const UnitParams& params, LlamaContext& ctx, cons
   const UnitGrads::Block& gw = config_.tied_embeddings ? grads.block(0) : gh;
   const TensorView dw = config_.tied_embeddings ? tensor_in_block(layout(), 0, 0, gw.view)
                                                 : tensor_in_block(layout(), hu, 1, gw.view);
-  linear_bwd_weight(dw, s.logits.view, s.h.view, gw.accumulate, alloc);
+  linear_bwd_weight(dw, s.logits.view, s.h.view, gw.accumulate, alloc, ctx.stream());
   Act dh = make_act(alloc, Shape{d.tokens, d.hidden}, act_dtype());
-  linear_bwd_data(dh.view, s.logits.view, w, false, alloc);
+  linear_bwd_data(dh.view, s.logits.view, w, false, alloc, ctx.stream());
   s.logits.reset();
   s.h.reset();
 
   ctx.dhidden = make_act(alloc, Shape{d.tokens, d.hidden}, act_dtype());
   kernels::rmsnorm_bwd(ctx.dhidden.view, tensor_in_block(layout(), hu, 0, gh.view), dh.view, s.x.view, norm_w,
-                       s.rstd.view, gh.accumulate, StreamRef::host());
+                       s.rstd.view, gh.accumulate, ctx.stream());
   s.reset_all();
 }
 

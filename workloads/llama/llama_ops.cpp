@@ -1,4 +1,4 @@
-// Activation tensors, linear layers over kernels::gemm, and the residual add (llama_ops.hpp).
+// Activation tensors and linear layers over kernels::gemm (llama_ops.hpp).
 #include "llama/llama_ops.hpp"
 
 #include <cstddef>
@@ -7,7 +7,6 @@
 #include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/kernels/gemm.hpp"
-#include "hzp/kernels/scalar.hpp"
 
 namespace hzp::workloads::llama {
 
@@ -33,51 +32,32 @@ ConstTensorView reshape(ConstTensorView v, Shape shape) {
 
 namespace {
 
-// One GEMM with its scratch (only bf16 operands need any) taken from the caching allocator for the
-// duration of the call, tagged `workspace` so memory reports separate it from activations.
+// One GEMM with its scratch (CPU: only bf16 operands need any; CUDA: cuBLASLt's) taken from the caching
+// allocator for the duration of the call, tagged `workspace` so memory reports separate it from
+// activations. On a CUDA stream the block returns to the allocator while the GEMM may still run: safe,
+// because every later user of the block is enqueued on the same stream.
 void gemm_with_workspace(TensorView c, ConstTensorView a, ConstTensorView b, bool ta, bool tb, float beta,
-                         CachingAllocator& alloc) {
+                         CachingAllocator& alloc, StreamRef s) {
   const std::size_t ws = kernels::gemm_workspace_bytes(c, a, b, ta, tb);
   Allocation scratch = alloc.allocate(ws, AllocationTag::workspace);
   kernels::gemm(c, a, b, ta, tb, 1.0f, beta,
-                std::span<std::byte>(static_cast<std::byte*>(scratch.data()), scratch ? ws : 0), StreamRef::host());
+                std::span<std::byte>(static_cast<std::byte*>(scratch.data()), scratch ? ws : 0), s);
 }
 
 }  // namespace
 
-void linear_fwd(TensorView y, ConstTensorView x, ConstTensorView w, CachingAllocator& alloc) {
-  gemm_with_workspace(y, x, w, false, true, 0.0f, alloc);
+void linear_fwd(TensorView y, ConstTensorView x, ConstTensorView w, CachingAllocator& alloc, StreamRef s) {
+  gemm_with_workspace(y, x, w, false, true, 0.0f, alloc, s);
 }
 
-void linear_bwd_data(TensorView dx, ConstTensorView dy, ConstTensorView w, bool accumulate, CachingAllocator& alloc) {
-  gemm_with_workspace(dx, dy, w, false, false, accumulate ? 1.0f : 0.0f, alloc);
+void linear_bwd_data(TensorView dx, ConstTensorView dy, ConstTensorView w, bool accumulate, CachingAllocator& alloc,
+                     StreamRef s) {
+  gemm_with_workspace(dx, dy, w, false, false, accumulate ? 1.0f : 0.0f, alloc, s);
 }
 
-void linear_bwd_weight(TensorView dw, ConstTensorView dy, ConstTensorView x, bool accumulate, CachingAllocator& alloc) {
-  gemm_with_workspace(dw, dy, x, true, false, accumulate ? 1.0f : 0.0f, alloc);
-}
-
-namespace {
-
-template <typename T>
-void add_typed(T* out, const T* a, const T* b, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i)
-    out[i] = kernels::store<T>(kernels::load<T>(a[i]) + kernels::load<T>(b[i]));
-}
-
-}  // namespace
-
-void add(TensorView out, ConstTensorView a, ConstTensorView b) {
-  HZP_CHECK(out.dtype() == a.dtype() && a.dtype() == b.dtype(), "add: dtypes ", dtype_name(out.dtype()), ", ",
-            dtype_name(a.dtype()), ", ", dtype_name(b.dtype()), " differ");
-  HZP_CHECK(out.numel() == a.numel() && a.numel() == b.numel(), "add: element counts ", out.numel(), ", ",
-            a.numel(), ", ", b.numel(), " differ");
-  switch (out.dtype()) {
-    case DType::f64: add_typed(out.as<double>(), a.as<double>(), b.as<double>(), out.numel()); break;
-    case DType::f32: add_typed(out.as<float>(), a.as<float>(), b.as<float>(), out.numel()); break;
-    case DType::bf16: add_typed(out.as<bf16>(), a.as<bf16>(), b.as<bf16>(), out.numel()); break;
-    default: HZP_THROW(PreconditionError, "add: unsupported dtype ", dtype_name(out.dtype()));
-  }
+void linear_bwd_weight(TensorView dw, ConstTensorView dy, ConstTensorView x, bool accumulate, CachingAllocator& alloc,
+                       StreamRef s) {
+  gemm_with_workspace(dw, dy, x, true, false, accumulate ? 1.0f : 0.0f, alloc, s);
 }
 
 }  // namespace hzp::workloads::llama

@@ -1,11 +1,12 @@
 // Building blocks of the Llama units (private to hzp_workloads): activation tensors owned by caching-
-// allocator blocks, linear layers over the GEMM launcher with their workspace, and the residual add
-// (the one element-wise op the kernels layer has no launcher for). Every op runs on the host stream.
+// allocator blocks, and linear layers over the GEMM launcher with their workspace, on the context's
+// stream (the residual add is kernels::add).
 #pragma once
 
 #include <cstdint>
 
 #include "hzp/core/caching_allocator.hpp"
+#include "hzp/core/stream.hpp"
 #include "hzp/core/tensor.hpp"
 
 namespace hzp::workloads::llama {
@@ -31,14 +32,12 @@ TensorView reshape(TensorView v, Shape shape);
 ConstTensorView reshape(ConstTensorView v, Shape shape);
 
 /// y = x·Wᵀ: x [N, in], W [out, in], y [N, out]; activation dtypes as the kernels allow.
-void linear_fwd(TensorView y, ConstTensorView x, ConstTensorView w, CachingAllocator& alloc);
+void linear_fwd(TensorView y, ConstTensorView x, ConstTensorView w, CachingAllocator& alloc, StreamRef s);
 /// dx (+)= dy·W: dy [N, out], W [out, in], dx [N, in] (accumulate adds, rounding once in bf16).
-void linear_bwd_data(TensorView dx, ConstTensorView dy, ConstTensorView w, bool accumulate, CachingAllocator& alloc);
+void linear_bwd_data(TensorView dx, ConstTensorView dy, ConstTensorView w, bool accumulate, CachingAllocator& alloc,
+                     StreamRef s);
 /// dW (+)= dyᵀ·x: dy [N, out], x [N, in], dW [out, in] in the gradient dtype (fp32 for bf16 activations).
-void linear_bwd_weight(TensorView dw, ConstTensorView dy, ConstTensorView x, bool accumulate, CachingAllocator& alloc);
-
-/// out = a + b element-wise, computed in fp32 (fp64 for fp64) and rounded once; out may be a or b.
-/// All three have one dtype (f64, f32 or bf16) and one element count.
-void add(TensorView out, ConstTensorView a, ConstTensorView b);
+void linear_bwd_weight(TensorView dw, ConstTensorView dy, ConstTensorView x, bool accumulate, CachingAllocator& alloc,
+                       StreamRef s);
 
 }  // namespace hzp::workloads::llama

@@ -2,6 +2,8 @@
 // a call, the micro-batch order check every model gets for free, and the flat-buffer conveniences.
 #include "hzp/workloads/workload.hpp"
 
+#include "hzp/core/cuda_backing.hpp"
+
 #include <algorithm>
 
 #include "hzp/core/error.hpp"
@@ -76,6 +78,8 @@ MicroBatchContext::MicroBatchContext(CachingAllocator& allocator, const ContextO
                                      std::int64_t seq_len, int num_units)
     : allocator_(&allocator), options_(options), seq_len_(seq_len), num_units_(num_units) {
   HZP_CHECK(options.micro_batch_size > 0, "micro_batch_size = ", options.micro_batch_size, " must be positive");
+  HZP_CHECK(allocator.device() == options.stream.device(), "a context on ", to_string(options.stream.device()),
+            " needs an allocator of that device, got one of ", to_string(allocator.device()));
 }
 
 MicroBatchContext::~MicroBatchContext() = default;
@@ -89,10 +93,30 @@ void MicroBatchContext::begin(std::span<const std::int32_t> inputs, std::span<co
   release_all();
   inputs_ = inputs;
   targets_ = targets;
+  if (options_.stream.device().is_cuda()) {
+    const std::size_t bytes = n * sizeof(std::int32_t);
+    if (!device_tokens_) device_tokens_ = allocator_->allocate(2 * bytes, AllocationTag::activation);
+    const Device dev = options_.stream.device();
+    copy_bytes(device_tokens_.data(), dev, inputs.data(), Device::cpu(), bytes, options_.stream);
+    copy_bytes(device_tokens_.data_as<std::int32_t>() + n, dev, targets.data(), Device::cpu(), bytes, options_.stream);
+  }
   normaliser_ = normaliser;
   loss_sum_ = 0;
   forwards_done_ = 0;
   next_backward_ = num_units_ - 1;
+}
+
+ConstTensorView MicroBatchContext::input_tokens() const {
+  const Shape shape{tokens()};
+  if (options_.stream.device().is_cpu()) return ConstTensorView(inputs_.data(), shape, DType::i32);
+  return ConstTensorView(device_tokens_.data(), shape, DType::i32, options_.stream.device());
+}
+
+ConstTensorView MicroBatchContext::target_tokens() const {
+  const Shape shape{tokens()};
+  if (options_.stream.device().is_cpu()) return ConstTensorView(targets_.data(), shape, DType::i32);
+  return ConstTensorView(device_tokens_.data_as<std::int32_t>() + tokens(), shape, DType::i32,
+                         options_.stream.device());
 }
 
 double MicroBatchContext::loss_sum() const {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "hzp/core/caching_allocator.hpp"
+#include "hzp/core/stream.hpp"
 #include "hzp/core/tensor.hpp"
 #include "hzp/workloads/param_layout.hpp"
 #include "hzp/workloads/precision.hpp"
@@ -71,6 +72,11 @@ struct ContextOptions {
   /// Full activation recompute (train.recompute): forward keeps only each unit's input; backward
   /// re-runs that unit's forward first. Results are bitwise identical either way.
   bool recompute = false;
+  /// Where every kernel of the context runs; the training loop owns it. The host stream runs them
+  /// synchronously on the calling thread. A CUDA stream needs an allocator of that device (activations,
+  /// parameters and gradients all live there) and enqueues the kernels on it: forward and backward then
+  /// return before the device has finished, except that the last forward waits for the loss.
+  StreamRef stream = StreamRef::host();
 };
 
 /// Per-micro-batch state: the tokens, every activation forward saves for backward (allocated from the
@@ -88,7 +94,8 @@ class MicroBatchContext {
   MicroBatchContext& operator=(const MicroBatchContext&) = delete;
 
   /// Starts a micro-batch. inputs and targets are row-major [micro_batch_size, seq_len] int32 (held by
-  /// reference until the next begin()). normaliser (> 0) is the number of target tokens of the whole
+  /// reference until the next begin(); on a CUDA stream also copied to the device, enqueued, so the
+  /// caller may refill its host buffers as soon as begin() returns). normaliser (> 0) is the number of target tokens of the whole
   /// GLOBAL batch, so that the micro-batch losses loss_sum()/normaliser add up to the global mean at
   /// any world size, and backward's gradients to the gradient of that mean.
   void begin(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets, double normaliser);
@@ -109,6 +116,11 @@ class MicroBatchContext {
   CachingAllocator& allocator() const noexcept { return *allocator_; }
   std::span<const std::int32_t> inputs() const noexcept { return inputs_; }
   std::span<const std::int32_t> targets() const noexcept { return targets_; }
+  StreamRef stream() const noexcept { return options_.stream; }
+  /// The inputs and targets as int32 [tokens] views on the stream's device: the host spans themselves
+  /// on the host, or the context's device copy (made by begin()) on a GPU.
+  ConstTensorView input_tokens() const;
+  ConstTensorView target_tokens() const;
 
  protected:
   MicroBatchContext(CachingAllocator& allocator, const ContextOptions& options, std::int64_t seq_len,
@@ -124,6 +136,7 @@ class MicroBatchContext {
   std::int64_t seq_len_;
   int num_units_;
   std::span<const std::int32_t> inputs_, targets_;
+  Allocation device_tokens_;  // CUDA contexts: inputs then targets, allocated at the first begin()
   double normaliser_ = 0;
   double loss_sum_ = 0;
   // The order check: forwards done so far this micro-batch, and the next backward expected.
