@@ -1,0 +1,450 @@
+// NcclCommunicator (nccl_communicator.hpp): setup through the Bootstrap, NCCL calls on an owned
+// communication stream ordered against the caller's stream with events, requests completed by polling
+// an event and NCCL's async error under a deadline, per-call counters with ring-model bytes, and the
+// GPU link emulation hold. The NCCL communicator is created non-blocking (config.blocking = 0) so that
+// initialisation and every enqueue can be polled under the deadline instead of hanging.
+#include "hzp/collectives/nccl_communicator.hpp"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "hzp/collectives/counters.hpp"
+#include "hzp/core/clock.hpp"
+#include "hzp/core/cuda_check.hpp"
+
+namespace hzp::coll {
+namespace {
+
+const char* describe_nccl(ncclResult_t r) { return ncclGetErrorString(r); }
+#define HZP_NCCL_CHECK(stmt) \
+  HZP_CHECK_CALL(stmt, ::hzp::NcclError, hzp_status == ncclSuccess || hzp_status == ncclInProgress, describe_nccl)
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::f32: return ncclFloat32;
+    case DType::bf16: return ncclBfloat16;
+    case DType::f64: return ncclFloat64;
+    case DType::i32: return ncclInt32;
+    case DType::i64: return ncclInt64;
+    case DType::u8: return ncclUint8;
+    default: HZP_THROW(PreconditionError, "nccl: dtype ", dtype_name(t), " has no NCCL type");
+  }
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::max: return ncclMax;
+    case ReduceOp::min: return ncclMin;
+  }
+  return ncclSum;
+}
+
+std::uint64_t this_thread_id() noexcept { return static_cast<std::uint64_t>(syscall(SYS_gettid)); }
+
+}  // namespace
+
+bool nccl_available() noexcept { return true; }
+
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "unknown";
+  // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
+  return std::to_string(v / 10000) + "." + std::to_string((v % 10000) / 100) + "." + std::to_string(v % 100);
+}
+
+struct NcclCommunicator::State {
+  ncclComm_t comm = nullptr;
+  int rank = 0, size = 1;
+  NcclCommConfig config;
+  Stream stream;
+  Event ready;
+  std::shared_ptr<CommCounters> counters;
+  int group = -1;
+  bool spans_nodes = false;
+  std::uint64_t seq = 0;
+  bool poisoned = false;
+  void* scratch = nullptr;  // 4 device bytes for the barrier's all-reduce
+
+  State(const NcclCommConfig& c, std::shared_ptr<CommCounters> ctr)
+      : config(c), stream(Device::cuda(c.device)), ready(Device::cuda(c.device)), counters(std::move(ctr)) {}
+  ~State() {
+    if (comm != nullptr) {
+      // A poisoned communicator may have peers stuck mid-protocol: abort rather than destroy.
+      if (poisoned)
+        (void)ncclCommAbort(comm);
+      else
+        (void)ncclCommDestroy(comm);
+    }
+    if (scratch != nullptr) (void)cudaFree(scratch);
+  }
+
+  Device device() const { return Device::cuda(config.device); }
+
+  void check_usable(const char* what) const {
+    if (poisoned)
+      HZP_THROW(NcclError, "nccl communicator '", config.name, "' (rank ", rank, ") is unusable after an earlier "
+                "timeout or error; ", what, " refused");
+  }
+
+  /// Polls an operation that returned ncclInProgress (non-blocking communicator) until it settles.
+  void settle(const char* what) {
+    const double deadline = wall_seconds() + config.timeout_s;
+    for (;;) {
+      ncclResult_t st = ncclSuccess;
+      HZP_NCCL_CHECK(ncclCommGetAsyncError(comm, &st));
+      if (st == ncclSuccess) return;
+      if (st != ncclInProgress) {
+        poisoned = true;
+        HZP_THROW(NcclError, "nccl ", what, " on '", config.name, "' (rank ", rank, "): ", ncclGetErrorString(st));
+      }
+      if (wall_seconds() > deadline) {
+        poisoned = true;
+        (void)ncclCommAbort(comm);
+        comm = nullptr;
+        HZP_THROW(TimeoutError, "nccl ", what, " on '", config.name, "' (rank ", rank, ") did not settle within ",
+                  config.timeout_s, " s (collectives.timeout_s)");
+      }
+      std::this_thread::yield();
+    }
+  }
+
+  void finish_init() {
+    HZP_CUDA_CHECK(cudaSetDevice(config.device));
+    settle("initialisation");
+    HZP_NCCL_CHECK(ncclCommCount(comm, &size));
+    HZP_NCCL_CHECK(ncclCommUserRank(comm, &rank));
+    group = counters->intern_group(config.name);
+    HZP_CUDA_CHECK(cudaMalloc(&scratch, 4));
+    for (std::size_t i = 1; i < config.node_of_rank.size(); ++i)
+      spans_nodes |= config.node_of_rank[i] != config.node_of_rank[0];
+  }
+};
+
+namespace {
+
+ncclConfig_t nonblocking_config() {
+  ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+  c.blocking = 0;
+  return c;
+}
+
+/// One enqueued call: its completion event, the optional link hold, and what the counters record.
+class NcclRequest final : public Request::Impl {
+ public:
+  NcclRequest(NcclCommunicator::State& s, CallRecord rec, std::unique_ptr<GpuLinkHold> hold)
+      : s_(s), rec_(rec), hold_(std::move(hold)), done_(s.device()) {
+    done_.record(s.stream);
+  }
+  ~NcclRequest() override = default;
+  Event& done() { return done_; }
+
+  bool test() override {
+    if (finished_) return true;
+    if (!done_.query()) {
+      ncclResult_t st = ncclSuccess;
+      if (s_.comm != nullptr && ncclCommGetAsyncError(s_.comm, &st) == ncclSuccess && st != ncclSuccess &&
+          st != ncclInProgress) {
+        s_.poisoned = true;
+        HZP_THROW(NcclError, "nccl ", coll_op_name(rec_.op), " #", rec_.seq, " on '", s_.config.name, "' (rank ",
+                  s_.rank, "): ", ncclGetErrorString(st));
+      }
+      return false;
+    }
+    complete();
+    return true;
+  }
+
+  void wait() override {
+    const double t0 = wall_seconds();
+    const double deadline = t0 + s_.config.timeout_s;
+    int spins = 0;
+    while (!test()) {
+      if (wall_seconds() > deadline) {
+        s_.poisoned = true;
+        if (s_.comm != nullptr) (void)ncclCommAbort(s_.comm);
+        s_.comm = nullptr;
+        HZP_THROW(TimeoutError, "nccl ", coll_op_name(rec_.op), " #", rec_.seq, " on '", s_.config.name, "' (rank ",
+                  s_.rank, " of ", s_.size, ") did not complete within ", s_.config.timeout_s,
+                  " s (collectives.timeout_s); the communicator was aborted");
+      }
+      // Yield first, then sleep briefly: a long collective should not burn a core the host may need.
+      if (++spins < 1000)
+        sched_yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    rec_.wait_s += wall_seconds() - t0;
+  }
+
+ private:
+  void complete() {
+    finished_ = true;
+    rec_.end_s = wall_seconds();
+    if (hold_) {
+      rec_.emulated_s = hold_->slept_s();
+      rec_.last_join_s = hold_->start_s();
+    }
+    rec_.transfer_wait_s = rec_.wait_s;
+    s_.counters->record(rec_);
+  }
+
+  NcclCommunicator::State& s_;
+  CallRecord rec_;
+  std::unique_ptr<GpuLinkHold> hold_;
+  Event done_;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(Bootstrap& bootstrap, NcclCommConfig config) {
+  HZP_CHECK(config.timeout_s > 0, "nccl communicator: timeout_s = ", config.timeout_s, " must be positive");
+  config.links.validate();
+  if (!config.node_of_rank.empty())
+    HZP_CHECK(static_cast<int>(config.node_of_rank.size()) == bootstrap.size(), "nccl communicator: node_of_rank has ",
+              config.node_of_rank.size(), " entries for ", bootstrap.size(), " ranks");
+  HZP_CUDA_CHECK(cudaSetDevice(config.device));
+  s_ = std::make_unique<State>(config, std::make_shared<CommCounters>());
+  ncclUniqueId id{};
+  if (bootstrap.rank() == 0) HZP_NCCL_CHECK(ncclGetUniqueId(&id));
+  bootstrap.broadcast(std::span<std::byte>(reinterpret_cast<std::byte*>(&id), sizeof(id)), 0);
+  ncclConfig_t c = nonblocking_config();
+  HZP_NCCL_CHECK(ncclCommInitRankConfig(&s_->comm, bootstrap.size(), id, bootstrap.rank(), &c));
+  s_->finish_init();
+}
+
+NcclCommunicator::NcclCommunicator(std::unique_ptr<State> state) : s_(std::move(state)) {}
+NcclCommunicator::~NcclCommunicator() = default;
+
+int NcclCommunicator::rank() const noexcept { return s_->rank; }
+int NcclCommunicator::size() const noexcept { return s_->size; }
+const std::string& NcclCommunicator::name() const noexcept { return s_->config.name; }
+Device NcclCommunicator::device() const noexcept { return s_->device(); }
+CommCounters& NcclCommunicator::counters() noexcept { return *s_->counters; }
+StreamRef NcclCommunicator::comm_stream() const noexcept { return s_->stream.ref(); }
+
+namespace {
+
+// Everything a start_X shares: argument checks, ordering after the caller's stream, the link hold
+// around the NCCL call(s), the completion event and ordering of the caller's stream after it.
+// `bytes` is what this rank sends under NCCL's ring algorithms; `rounds` how many steps the ring takes.
+template <typename Enqueue>
+Request launch(NcclCommunicator::State& s, CollOp op, DType dtype, std::int64_t count, int peer, StreamRef caller,
+               std::uint64_t bytes, int rounds, Enqueue&& enqueue) {
+  s.check_usable(coll_op_name(op).data());
+  HZP_CHECK(caller.device() == s.device(), "nccl ", coll_op_name(op), " on '", s.config.name, "': the stream is on ",
+            to_string(caller.device()), " but the communicator on ", to_string(s.device()));
+  CallRecord rec;
+  rec.op = op;
+  rec.dtype = dtype;
+  rec.count = count;
+  rec.group = s.group;
+  rec.group_size = s.size;
+  rec.peer = peer;
+  rec.thread_id = this_thread_id();
+  rec.seq = s.seq++;
+  rec.start_s = wall_seconds();
+  rec.algorithm = "nccl";
+  rec.bytes_modelled = true;
+  const LinkLevel level = s.spans_nodes ? LinkLevel::inter : LinkLevel::intra;
+  rec.bytes[static_cast<int>(level)] = bytes;
+
+  s.ready.record(caller);
+  s.ready.wait(s.stream);
+  std::unique_ptr<GpuLinkHold> hold;
+  if (s.config.links.enabled) {
+    hold = std::make_unique<GpuLinkHold>();
+    hold->start(s.stream);
+  }
+  enqueue(static_cast<cudaStream_t>(s.stream.ref().native()));
+  s.settle(coll_op_name(op).data());
+  if (hold) {
+    const LinkModel& link = s.config.links.at(level);
+    rec.modelled_s = rounds == 0 ? 0.0 : rounds * link.seconds(bytes / static_cast<std::uint64_t>(rounds));
+    hold->finish(s.stream, rec.modelled_s);
+  }
+  auto req = std::make_unique<NcclRequest>(s, rec, std::move(hold));
+  req->done().wait(caller);  // the caller's later work sees the result
+  return Request(std::move(req));
+}
+
+void check_on(const NcclCommunicator::State& s, const char* arg, Device d) {
+  HZP_CHECK(d == s.device(), "nccl communicator '", s.config.name, "': ", arg, " is on ", to_string(d),
+            ", expected ", to_string(s.device()), " (NCCL moves device buffers)");
+}
+
+std::uint64_t elem_bytes(std::int64_t n, DType t) { return static_cast<std::uint64_t>(n) * dtype_size(t); }
+
+}  // namespace
+
+Request NcclCommunicator::start_all_gather(ConstTensorView in, TensorView out, StreamRef s) {
+  State& st = *s_;
+  check_on(st, "in", in.device());
+  check_on(st, "out", out.device());
+  HZP_CHECK(in.dtype() == out.dtype() && out.numel() == in.numel() * st.size, "nccl all_gather on '", st.config.name,
+            "': out has ", out.numel(), " ", dtype_name(out.dtype()), " elements, expected ", st.size, " x ",
+            in.numel(), " ", dtype_name(in.dtype()));
+  const std::int64_t n = in.numel();
+  return launch(st, CollOp::all_gather, in.dtype(), n, -1, s, elem_bytes(n, in.dtype()) * (st.size - 1), st.size - 1,
+                [&](cudaStream_t cs) {
+                  HZP_NCCL_CHECK(ncclAllGather(in.data(), out.data(), static_cast<std::size_t>(n), nccl_type(in.dtype()),
+                                               st.comm, cs));
+                });
+}
+
+Request NcclCommunicator::start_reduce_scatter(ConstTensorView in, TensorView out, ReduceOp op, StreamRef s) {
+  State& st = *s_;
+  check_on(st, "in", in.device());
+  check_on(st, "out", out.device());
+  HZP_CHECK(in.dtype() == out.dtype() && in.numel() == out.numel() * st.size, "nccl reduce_scatter on '",
+            st.config.name, "': in has ", in.numel(), " elements, expected ", st.size, " x ", out.numel());
+  const std::int64_t n = out.numel();
+  return launch(st, CollOp::reduce_scatter, in.dtype(), in.numel(), -1, s, elem_bytes(n, in.dtype()) * (st.size - 1),
+                st.size - 1, [&](cudaStream_t cs) {
+                  HZP_NCCL_CHECK(ncclReduceScatter(in.data(), out.data(), static_cast<std::size_t>(n),
+                                                   nccl_type(in.dtype()), nccl_op(op), st.comm, cs));
+                });
+}
+
+Request NcclCommunicator::start_all_reduce(TensorView buf, ReduceOp op, StreamRef s) {
+  State& st = *s_;
+  check_on(st, "buf", buf.device());
+  const std::int64_t n = buf.numel();
+  // Ring all-reduce: a reduce-scatter and an all-gather, each sending (W-1)/W of the buffer.
+  const std::uint64_t bytes = st.size > 1 ? 2 * elem_bytes(n, buf.dtype()) * (st.size - 1) / st.size : 0;
+  return launch(st, CollOp::all_reduce, buf.dtype(), n, -1, s, bytes, 2 * (st.size - 1), [&](cudaStream_t cs) {
+    HZP_NCCL_CHECK(ncclAllReduce(buf.data(), buf.data(), static_cast<std::size_t>(n), nccl_type(buf.dtype()),
+                                 nccl_op(op), st.comm, cs));
+  });
+}
+
+Request NcclCommunicator::start_all_to_all(ConstTensorView in, TensorView out, StreamRef s) {
+  State& st = *s_;
+  check_on(st, "in", in.device());
+  check_on(st, "out", out.device());
+  HZP_CHECK(in.dtype() == out.dtype() && in.numel() == out.numel() && in.numel() % st.size == 0, "nccl all_to_all on '",
+            st.config.name, "': in and out must hold the same multiple of ", st.size, " elements (got ", in.numel(),
+            " and ", out.numel(), ")");
+  const std::int64_t n = in.numel() / st.size;
+  const std::size_t eb = dtype_size(in.dtype());
+  return launch(st, CollOp::all_to_all, in.dtype(), in.numel(), -1, s, elem_bytes(n, in.dtype()) * (st.size - 1),
+                st.size > 1 ? 1 : 0, [&](cudaStream_t cs) {
+                  HZP_NCCL_CHECK(ncclGroupStart());
+                  for (int r = 0; r < st.size; ++r) {
+                    HZP_NCCL_CHECK(ncclSend(static_cast<const std::byte*>(in.data()) + r * n * eb,
+                                            static_cast<std::size_t>(n), nccl_type(in.dtype()), r, st.comm, cs));
+                    HZP_NCCL_CHECK(ncclRecv(static_cast<std::byte*>(out.data()) + r * n * eb,
+                                            static_cast<std::size_t>(n), nccl_type(in.dtype()), r, st.comm, cs));
+                  }
+                  HZP_NCCL_CHECK(ncclGroupEnd());
+                });
+}
+
+Request NcclCommunicator::start_all_to_allv(ConstTensorView in, std::span<const std::int64_t> send_counts,
+                                            TensorView out, std::span<const std::int64_t> recv_counts, StreamRef s) {
+  State& st = *s_;
+  check_on(st, "in", in.device());
+  check_on(st, "out", out.device());
+  HZP_CHECK(static_cast<int>(send_counts.size()) == st.size && static_cast<int>(recv_counts.size()) == st.size,
+            "nccl all_to_allv on '", st.config.name, "': ", send_counts.size(), " send and ", recv_counts.size(),
+            " receive counts for ", st.size, " ranks");
+  std::int64_t total_send = 0, total_recv = 0, sent_off_rank = 0;
+  for (int r = 0; r < st.size; ++r) {
+    total_send += send_counts[static_cast<std::size_t>(r)];
+    total_recv += recv_counts[static_cast<std::size_t>(r)];
+    if (r != st.rank) sent_off_rank += send_counts[static_cast<std::size_t>(r)];
+  }
+  HZP_CHECK(total_send <= in.numel() && total_recv <= out.numel() && in.dtype() == out.dtype(), "nccl all_to_allv on '",
+            st.config.name, "': counts sum to ", total_send, " sent and ", total_recv, " received but in holds ",
+            in.numel(), " and out ", out.numel());
+  const std::size_t eb = dtype_size(in.dtype());
+  return launch(st, CollOp::all_to_allv, in.dtype(), total_send, -1, s, elem_bytes(sent_off_rank, in.dtype()),
+                st.size > 1 ? 1 : 0, [&](cudaStream_t cs) {
+                  HZP_NCCL_CHECK(ncclGroupStart());
+                  std::int64_t so = 0, ro = 0;
+                  for (int r = 0; r < st.size; ++r) {
+                    const auto sc = send_counts[static_cast<std::size_t>(r)], rc = recv_counts[static_cast<std::size_t>(r)];
+                    if (sc > 0)
+                      HZP_NCCL_CHECK(ncclSend(static_cast<const std::byte*>(in.data()) + so * eb,
+                                              static_cast<std::size_t>(sc), nccl_type(in.dtype()), r, st.comm, cs));
+                    if (rc > 0)
+                      HZP_NCCL_CHECK(ncclRecv(static_cast<std::byte*>(out.data()) + ro * eb,
+                                              static_cast<std::size_t>(rc), nccl_type(in.dtype()), r, st.comm, cs));
+                    so += sc;
+                    ro += rc;
+                  }
+                  HZP_NCCL_CHECK(ncclGroupEnd());
+                });
+}
+
+Request NcclCommunicator::start_broadcast(TensorView buf, int root, StreamRef s) {
+  State& st = *s_;
+  check_on(st, "buf", buf.device());
+  HZP_CHECK(root >= 0 && root < st.size, "nccl broadcast on '", st.config.name, "': root ", root, " outside [0, ",
+            st.size, ")");
+  const std::int64_t n = buf.numel();
+  return launch(st, CollOp::broadcast, buf.dtype(), n, root, s,
+                st.size > 1 && st.rank != (root + st.size - 1) % st.size ? elem_bytes(n, buf.dtype()) : 0,
+                st.size > 1 ? 1 : 0, [&](cudaStream_t cs) {
+                  HZP_NCCL_CHECK(ncclBroadcast(buf.data(), buf.data(), static_cast<std::size_t>(n), nccl_type(buf.dtype()),
+                                               root, st.comm, cs));
+                });
+}
+
+Request NcclCommunicator::start_send(ConstTensorView buf, int peer, int tag, StreamRef s) {
+  State& st = *s_;
+  check_on(st, "buf", buf.device());
+  HZP_CHECK(peer >= 0 && peer < st.size, "nccl send on '", st.config.name, "': peer ", peer, " outside [0, ", st.size, ")");
+  (void)tag;
+  const std::int64_t n = buf.numel();
+  return launch(st, CollOp::send, buf.dtype(), n, peer, s, elem_bytes(n, buf.dtype()), 1, [&](cudaStream_t cs) {
+    HZP_NCCL_CHECK(ncclSend(buf.data(), static_cast<std::size_t>(n), nccl_type(buf.dtype()), peer, st.comm, cs));
+  });
+}
+
+Request NcclCommunicator::start_recv(TensorView buf, int peer, int tag, StreamRef s) {
+  State& st = *s_;
+  check_on(st, "buf", buf.device());
+  HZP_CHECK(peer >= 0 && peer < st.size, "nccl recv on '", st.config.name, "': peer ", peer, " outside [0, ", st.size, ")");
+  (void)tag;
+  const std::int64_t n = buf.numel();
+  return launch(st, CollOp::recv, buf.dtype(), n, peer, s, 0, 0, [&](cudaStream_t cs) {
+    HZP_NCCL_CHECK(ncclRecv(buf.data(), static_cast<std::size_t>(n), nccl_type(buf.dtype()), peer, st.comm, cs));
+  });
+}
+
+Request NcclCommunicator::start_barrier() {
+  State& st = *s_;
+  // A 1-element all-reduce on the communication stream; the request completes when every rank joined.
+  return launch(st, CollOp::barrier, DType::i32, 0, -1, st.stream.ref(), 0, 0, [&](cudaStream_t cs) {
+    HZP_NCCL_CHECK(ncclAllReduce(st.scratch, st.scratch, 1, ncclInt32, ncclSum, st.comm, cs));
+  });
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, std::string name, bool share_counters) {
+  State& st = *s_;
+  st.check_usable("split");
+  NcclCommConfig c = st.config;
+  c.name = std::move(name);
+  c.node_of_rank.clear();  // the sub-group's nodes are not known here: modelled as one node
+  auto ns = std::make_unique<State>(c, share_counters ? st.counters : std::make_shared<CommCounters>());
+  ncclConfig_t cfg = nonblocking_config();
+  HZP_NCCL_CHECK(ncclCommSplit(st.comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &ns->comm, &cfg));
+  st.settle("split");
+  if (color < 0) return nullptr;
+  ns->finish_init();
+  return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(ns)));
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::duplicate(std::string name, bool share_counters) {
+  return split(0, s_->rank, std::move(name), share_counters);
+}
+
+}  // namespace hzp::coll
