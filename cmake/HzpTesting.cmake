@@ -52,10 +52,11 @@ function(hzp_add_gpu_test)
                        RESOURCE_GROUPS "gpus:1")
 endfunction()
 
-# hzp_add_bench(NAME <target> SOURCES ... [LIBS ...] [ARGS ...] [MPI_RANKS n])
+# hzp_add_bench(NAME <target> SOURCES ... [LIBS ...] [ARGS ...] [MPI_RANKS n] [GPU])
 # Each benchmark binary runs once in CTest with a tiny min time (label bench), so it at least runs in CI.
+# GPU: labels bench;gpu and exit code 77 (no usable device) is a skip.
 function(hzp_add_bench)
-  cmake_parse_arguments(A "" "NAME;MPI_RANKS" "SOURCES;LIBS;ARGS" ${ARGN})
+  cmake_parse_arguments(A "GPU" "NAME;MPI_RANKS" "SOURCES;LIBS;ARGS" ${ARGN})
   add_executable(${A_NAME} ${A_SOURCES})
   target_link_libraries(${A_NAME} PRIVATE ${A_LIBS} benchmark::benchmark hzp_options)
   set(_args --benchmark_min_time=0.01 ${A_ARGS})
@@ -68,6 +69,10 @@ function(hzp_add_bench)
   else()
     add_test(NAME ${A_NAME} COMMAND ${A_NAME} ${_args})
     set_tests_properties(${A_NAME} PROPERTIES LABELS "bench" TIMEOUT 300)
+    if(A_GPU)
+      set_tests_properties(${A_NAME} PROPERTIES LABELS "bench;gpu" SKIP_RETURN_CODE 77 RESOURCE_GROUPS "gpus:1"
+                           TIMEOUT 900)
+    endif()
   endif()
 endfunction()
 

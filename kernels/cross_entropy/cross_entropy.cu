@@ -107,7 +107,8 @@ CrossEntropyResult cross_entropy(TensorView* losses, TensorView* dlogits, ConstT
   HZP_CUDA_CHECK(cudaStreamSynchronize(native(s)));
   for (std::size_t n = 0; n < host_losses.size(); ++n) {
     r.loss_sum += static_cast<double>(host_losses[n]);
-    r.n_valid += host_targets[n] != ignore_index ? 1 : 0;
+    const std::int32_t t = host_targets[n];
+    r.n_valid += t != ignore_index && t >= 0 && t < V ? 1 : 0;  // the kernel ignores out-of-range targets too
   }
   return r;
 }

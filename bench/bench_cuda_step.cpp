@@ -1,0 +1,56 @@
+// A whole training step of the `1b` preset (sequence 4096, bf16-mixed, the preset's micro-batch of 1) on
+// one GPU through the device training loop of the GPU tests (tests/support/device_training.hpp: every
+// kernel's CUDA twin, parameters, gradients and Adam state in device memory): tokens/s and MFU under both
+// FLOP conventions (causal attention counted in full, and halved) against 989 TFLOP/s, the dense bf16
+// peak of an H100 SXM (state.counters name it). Arg: micro-batches per step (the preset's 256 would take
+// minutes per step; 8 gives the same per-token rate, the optimizer amortised over 8 sequences).
+#include <benchmark/benchmark.h>
+
+#include <memory>
+
+#include "device_training.hpp"
+#include "gpu_bench_main.hpp"
+#include "hzp/workloads/data/markov_source.hpp"
+#include "hzp/workloads/presets.hpp"
+
+namespace {
+
+using namespace hzp;
+
+constexpr double kPeakTflops = 989.0;  // H100 SXM dense bf16
+
+void BM_Step1b(benchmark::State& state) {
+  const auto& preset = workloads::model_preset("1b");
+  workloads::TrainConfig train = preset.train;
+  train.global_batch = state.range(0) * train.micro_batch_size;
+  CudaBacking backing(0);
+  CachingAllocator alloc(backing);
+  Stream stream(Device::cuda(0));
+  const auto model = workloads::make_llama(preset.model, train.precision);
+  workloads::MarkovChainParams chain = preset.chain;
+  if (chain.vocab == 0) chain.vocab = preset.model.vocab;
+  const workloads::MarkovSource source(chain, preset.model.seq_len);
+  test::DeviceTraining trainer(*model, train, alloc, stream);
+  std::int64_t step = 0;
+  trainer.step(source, step++);  // warm-up: cuBLASLt heuristics, the allocator's segments
+  TimedEvent t0(Device::cuda(0)), t1(Device::cuda(0));
+  for (auto _ : state) {
+    t0.record(stream);
+    trainer.step(source, step++);
+    t1.record(stream);
+    t1.synchronize();
+    state.SetIterationTime(TimedEvent::elapsed_ms(t0, t1) * 1e-3);
+  }
+  const double tokens = static_cast<double>(train.global_batch * preset.model.seq_len);
+  const workloads::FlopsPerToken f = model->flops_per_token();
+  state.counters["tokens_per_second"] = benchmark::Counter(tokens, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["MFU_full_attention"] =
+      benchmark::Counter(tokens * f.full_attention / (kPeakTflops * 1e12), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["MFU_causal_attention"] = benchmark::Counter(
+      tokens * f.causal_attention / (kPeakTflops * 1e12), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak_TFLOPs_used"] = kPeakTflops;
+  state.counters["peak_reserved_GiB"] = static_cast<double>(alloc.stats().peak_reserved_bytes) / (1 << 30);
+}
+BENCHMARK(BM_Step1b)->Arg(8)->ArgName("micro_batches")->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+
+}  // namespace
