@@ -16,7 +16,8 @@ void check_float(std::string_view kernel, std::string_view arg, const ConstTenso
   if (t.dtype() != DType::f32 && t.dtype() != DType::f64)
     HZP_THROW(PreconditionError, kernel, ": ", arg, " has dtype ", dtype_name(t.dtype()), ", expected fp32 (or fp64)");
   check_device(kernel, arg, t.device(), s);
-  if (s.device().is_cuda()) HZP_THROW(UnsupportedError, kernel, ": CUDA twin arrives with the CUDA backend");
+  if (s.device().is_cuda())
+    HZP_THROW(UnsupportedError, kernel, ": has no CUDA twin; deterministic mode is CPU-only (docs/deterministic.md)");
 }
 
 void check_pair(std::string_view kernel, const ConstTensorView& q, const ConstTensorView& x, int exponent,
