@@ -81,6 +81,20 @@ void FixedPointGrads::to_float(int unit, std::int64_t begin, ConstTensorView q, 
   });
 }
 
+void FixedPointGrads::to_float_at(std::int64_t global_begin, ConstTensorView q, TensorView out) const {
+  HZP_CHECK(q.numel() == out.numel() && global_begin >= 0 && global_begin + q.numel() <= layout_->total_numel(),
+            "FixedPointGrads::to_float_at: elements [", global_begin, ", ", global_begin + q.numel(), ") of ",
+            layout_->total_numel());
+  std::int64_t done = 0;
+  while (done < q.numel()) {
+    const workloads::ParamLayout::Location loc = layout_->locate(global_begin + done);
+    const std::int64_t in_unit = global_begin + done - layout_->unit_offset(loc.unit);
+    const std::int64_t n = std::min(q.numel() - done, layout_->unit_numel(loc.unit) - in_unit);
+    to_float(loc.unit, in_unit, range(q, done, n), range(out, done, n));
+    done += n;
+  }
+}
+
 std::vector<double> FixedPointGrads::tally() const {
   std::vector<double> v = max_abs_;
   v.push_back(static_cast<double>(over_));

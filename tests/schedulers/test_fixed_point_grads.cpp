@@ -3,7 +3,7 @@
 // step 0 uses the fixed exponent; later e = floor(log2((2^63 − 1)/M)) − headroom − k with 2^(k−1) <= max|g|
 // < 2^k; zero tensors keep theirs; an element beyond the limit voids the attempt and sets exponents from the
 // attempt's maxima (one retry then suffices); NaN stops the run with a message; retries are bounded; each
-// tensor of a unit converts with its own exponent, also for sub-ranges crossing tensor boundaries; the norm's
+// tensor of a unit converts with its own exponent, also for sub-ranges crossing tensor and unit boundaries; the norm's
 // sum of squares equals the exact value on its grid.
 #include <gtest/gtest.h>
 
@@ -136,6 +136,15 @@ TEST(FixedPointGrads, EachTensorConvertsWithItsOwnExponentAlsoInSubRanges) {
   f.to_float(0, 2, ConstTensorView(q0.data() + 2, Shape{4}, DType::i64), TensorView(back.data(), Shape{4}, DType::f32));
   for (int i = 0; i < 4; ++i)
     EXPECT_EQ(back[i], static_cast<float>(std::ldexp(static_cast<double>(q0[2 + i]), i == 0 ? -ea : -eb))) << i;
+  // Flat elements [6, 10): the last two of unit 0 (tensor b) and the first two of unit 1 (tensor c).
+  f.to_fixed(1, f32({1, 2, 3, 4}), i64(q1), false);
+  const std::vector<std::int64_t> span = {q0[6], q0[7], q1[0], q1[1]};
+  std::vector<float> flat(4);
+  f.to_float_at(6, ConstTensorView(span.data(), Shape{4}, DType::i64), TensorView(flat.data(), Shape{4}, DType::f32));
+  EXPECT_EQ(flat[0], 0.0f);
+  EXPECT_EQ(flat[1], 1.0f);
+  EXPECT_EQ(flat[2], 1.0f);
+  EXPECT_EQ(flat[3], 2.0f);
 }
 
 TEST(FixedPointGrads, NormSumOfSquaresIsExactOnItsGrid) {

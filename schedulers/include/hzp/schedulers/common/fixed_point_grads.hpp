@@ -59,6 +59,9 @@ class FixedPointGrads {
   void to_fixed(int unit, ConstTensorView grad, TensorView q, bool accumulate);
   /// Elements [begin, begin + q.numel()) of unit `unit` back to fp32 (out, same length as q).
   void to_float(int unit, std::int64_t begin, ConstTensorView q, TensorView out) const;
+  /// The same for flat elements [global_begin, global_begin + q.numel()) of the model, which may span units
+  /// (segments that are not units: asynchzp's per-tensor launch).
+  void to_float_at(std::int64_t global_begin, ConstTensorView q, TensorView out) const;
 
   /// This rank's tally, to be combined with a MAX all-reduce (fp64) over every rank that converted
   /// micro-batch gradients before conclude(): per-tensor max |g|, then over-limit and non-finite flags.
