@@ -16,6 +16,7 @@
 #include <bit>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include "data_parallel_test_util.hpp"
 #include "hzp/collectives/counters.hpp"
@@ -120,6 +121,17 @@ bool in_sample(const Variant& v) {
          v.scheduler == "zero3" || (v.scheduler == "hsdp" && v.options.group_size == world_size() / 2) ||
          v.scheduler == "asynchzp";
 }
+// The schedulers wired for deterministic mode. A registered scheduler outside this list is reported (not
+// compared) by every test below, so that a scheduler landing before its deterministic path does not turn
+// this test red for the wrong reason; the list is the statement of coverage (docs/deterministic.md).
+bool wired(const Variant& v) {
+  static const std::set<std::string> kWired = {"ddp", "zero1", "zero2", "zero3", "hsdp"};
+  if (kWired.count(v.scheduler) > 0) return true;
+  if (world_rank() == 0)
+    std::printf("[deterministic] %s: not wired for train.deterministic yet, not compared\n", v.label.c_str());
+  return false;
+}
+
 // The configurations the matrix runs in CI (see the file comment); the full matrix runs all.
 bool in_ci_sample(const Variant& v) { return world_size() < 8 || in_sample(v); }
 
@@ -132,7 +144,7 @@ void matrix(Precision p) {
   ASSERT_TRUE(shape.model_config.tied_embeddings) << "the matrix is meant to cover tied embeddings";
   std::string last;
   for (const Variant& v : all_variants(world_size())) {
-    if (!full && !in_ci_sample(v)) continue;
+    if ((!full && !in_ci_sample(v)) || !wired(v)) continue;
     if (!full && p == Precision::bf16_mixed && v.scheduler == last) continue;
     last = v.scheduler;
     SCOPED_TRACE(v.label + " " + std::string(workloads::to_string(p)) + " W=" + std::to_string(world_size()));
@@ -156,7 +168,7 @@ TEST(Deterministic, ClippingOnEveryStep) {
     for (double c : ref.clips) ASSERT_LT(c, 1.0) << "the clip must be active on every step";
     auto world = make_world(ranks_per_node());
     for (const Variant& v : all_variants(world_size())) {
-      if (!in_sample(v)) continue;
+      if (!in_sample(v) || !wired(v)) continue;
       SCOPED_TRACE(v.label);
       compare_bitwise(ref, Precision::fp32, v, *world, clip);
     }
@@ -185,7 +197,7 @@ TEST(Deterministic, RetriesAreIdenticalEverywhere) {
     }
     auto world = make_world(ranks_per_node());
     for (const Variant& v : all_variants(world_size())) {
-      if (!in_sample(v)) continue;
+      if (!in_sample(v) || !wired(v)) continue;
       SCOPED_TRACE(v.label);
       EXPECT_EQ(compare_bitwise(ref, Precision::fp32, v, *world, hot, policy), total);
     }
@@ -199,6 +211,7 @@ TEST(Deterministic, GradientBytesAndPlan) {
     const int w = world_size();
     auto world = make_world(ranks_per_node());
     for (const Variant& v : all_variants(w)) {
+      if (!wired(v)) continue;
       SCOPED_TRACE(v.label);
       DetRun run(Precision::fp32, v, *world);
       run.sched->step({0, run.setup.source.get()});
