@@ -30,9 +30,27 @@ cudaDataType_t cuda_type(DType t) {
   }
 }
 
-// Problem key for the algorithm cache: everything the heuristic's answer depends on.
+// Problem key for the algorithm cache: everything the heuristic's answer depends on, pointer alignment
+// included (an algorithm chosen for 256-byte aligned operands may require it).
 using Key = std::tuple<int, int, int, int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                        std::int64_t, int, bool, bool, std::int64_t, std::int64_t, std::int64_t, bool>;
+
+/// The largest power of two (at most 256) dividing the address: what the heuristic may assume.
+std::uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::uint32_t al = 256;
+  while (al > 1 && (a % al) != 0) al >>= 1;
+  return al;
+}
+
+/// The alignment every matrix of a strided batch has: its base's and its stride's in bytes.
+std::uint32_t alignment_of(const MatrixDesc& d, int batch) {
+  const std::uint32_t base = alignment_of(d.data);
+  if (batch <= 1) return base;
+  const auto stride = static_cast<std::uintptr_t>(d.batch_stride) * dtype_size(d.dtype);
+  const std::uint32_t st = alignment_of(reinterpret_cast<const void*>(stride == 0 ? 256 : stride));
+  return base < st ? base : st;
+}
 
 struct DeviceState {
   cublasLtHandle_t handle = nullptr;
@@ -96,13 +114,20 @@ void gemm_strided_batched(const MatrixDesc& c, const MatrixDesc& a, const Matrix
     if (ds.handle == nullptr) HZP_CUBLAS_CHECK(cublasLtCreate(&ds.handle));
     handle = ds.handle;
     const Key key{device, static_cast<int>(a.dtype), static_cast<int>(c.dtype), batch, m, n, k, a.ld, b.ld, c.ld,
-                  0, trans_a, trans_b, a.batch_stride, b.batch_stride, c.batch_stride, beta != 0.0f};
+                  static_cast<int>(alignment_of(a, batch) | (alignment_of(b, batch) << 9) | (alignment_of(c, batch) << 18)),
+                  trans_a, trans_b, a.batch_stride, b.batch_stride, c.batch_stride, beta != 0.0f};
     auto it = ds.algos.find(key);
     if (it == ds.algos.end()) {
       cublasLtMatmulPreference_t pref = nullptr;
       HZP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
       const std::uint64_t ws = kWorkspace;
       (void)cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+      // cuBLASLt's A is our B (see the file comment); C and D are the same buffer.
+      const std::uint32_t al_a = alignment_of(b, batch), al_b = alignment_of(a, batch), al_c = alignment_of(c, batch);
+      (void)cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a));
+      (void)cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b));
+      (void)cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c));
+      (void)cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c));
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
       const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, op, la.h, lb.h, lc.h, lc.h, pref, 1, &result,
