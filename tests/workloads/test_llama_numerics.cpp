@@ -192,6 +192,20 @@ TEST(LlamaNumerics, Bf16GradientsTrackFp32) {
   EXPECT_GT(cosine, 0.99);
 }
 
+// A context's stream and its allocator must be on one device: host activations with a CUDA stream (or
+// the reverse) would hand kernels memory they cannot touch.
+TEST(LlamaNumerics, ContextRefusesAStreamOnAnotherDeviceThanItsAllocator) {
+  HostBacking backing;
+  CachingAllocator alloc(backing);
+  const auto model = workloads::make_llama(tiny(), Precision::fp32);
+  EXPECT_TRUE(throws_with<PreconditionError>(
+      [&] {
+        (void)model->make_context(alloc, {.micro_batch_size = 1, .recompute = false,
+                                          .stream = StreamRef::wrap(Device::cuda(0), nullptr)});
+      },
+      {"a context on cuda:0 needs an allocator of that device, got one of cpu"}));
+}
+
 TEST(LlamaNumerics, RefusesCallsOutOfOrderOrWithoutTheirBlocks) {
   HostBacking backing;
   CachingAllocator alloc(backing);
