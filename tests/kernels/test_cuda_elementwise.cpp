@@ -70,7 +70,7 @@ TYPED_TEST(CudaFloatKernels, EmbeddingForwardCopiesRowsAndBackwardSumsRepeatedId
 TYPED_TEST(CudaFloatKernels, RmsnormForwardAndBackwardMatchTheCpu) {
   using T = TypeParam;
   Gpu gpu;
-  for (std::int64_t D : {64, 200, 2048}) {
+  for (std::int64_t D : {64, 200, 2048, 203}) {  // 203: the scalar (unpacked) row path
     const std::int64_t R = 37;
     auto x = random_normal<T>(static_cast<std::size_t>(R * D), 5);
     auto w = random_normal<T>(static_cast<std::size_t>(D), 6, 1.0, 0.2);
