@@ -263,8 +263,14 @@ Request launch(NcclCommunicator::State& s, CollOp op, DType dtype, std::int64_t 
     hold = std::make_unique<GpuLinkHold>();
     hold->start(s.stream);
   }
-  enqueue(static_cast<cudaStream_t>(s.stream.ref().native()));
-  s.settle(coll_op_name(op).data());
+  try {
+    enqueue(static_cast<cudaStream_t>(s.stream.ref().native()));
+    s.settle(coll_op_name(op).data());
+  } catch (...) {
+    // The stamp host function points at `hold`: let the stream pass it before `hold` is freed.
+    if (hold) (void)cudaStreamSynchronize(static_cast<cudaStream_t>(s.stream.ref().native()));
+    throw;
+  }
   if (hold) {
     const LinkModel& link = s.config.links.at(level);
     rec.modelled_s = rounds == 0 ? 0.0 : rounds * link.seconds(bytes / static_cast<std::uint64_t>(rounds));
