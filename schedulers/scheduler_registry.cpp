@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "hzp/core/error.hpp"
+#include "hzp/schedulers/asynchzp.hpp"
 #include "hzp/schedulers/data_parallel.hpp"
 #include "hzp/schedulers/none.hpp"
 #include "hzp/schedulers/plan.hpp"
@@ -18,6 +19,7 @@ namespace detail {
 SchedulerPlan plan_none(const PlanInputs& in);
 SchedulerPlan plan_ddp(const PlanInputs& in);
 SchedulerPlan plan_zero(const PlanInputs& in, int stage, bool hybrid);
+SchedulerPlan plan_asynchzp(const PlanInputs& in);
 }  // namespace detail
 
 namespace {
@@ -42,6 +44,7 @@ constexpr std::array kEntries = {
     Entry{"zero2", &make_zero2_scheduler, &plan_zero2},
     Entry{"zero3", &make_zero3_scheduler, &plan_zero3},
     Entry{"hsdp", &make_hsdp_scheduler, &plan_hsdp},
+    Entry{"asynchzp", &make_asynchzp_scheduler, &detail::plan_asynchzp},
 };
 
 }  // namespace

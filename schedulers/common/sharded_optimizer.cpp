@@ -120,4 +120,17 @@ double scheduled_learning_rate(const workloads::TrainConfig& t, std::int64_t ste
   return t.lr_min + 0.5 * (t.lr - t.lr_min) * (1.0 + std::cos(std::numbers::pi * x));
 }
 
+ShardedOptimizer::InitFn slice_initializer(const workloads::Workload& model, const ShardLayout& layout, int index,
+                                           std::uint64_t seed) {
+  return [&model, &layout, index, seed](std::span<float> master) {
+    for (int s = 0; s < layout.num_segments(); ++s) {
+      const ShardLayout::Range r = layout.valid_range(s, index);
+      if (r.count > 0)
+        model.init_params(layout.global_offset(s) + r.begin,
+                          master.subspan(static_cast<std::size_t>(layout.slice_offset(s)), static_cast<std::size_t>(r.count)),
+                          seed);
+    }
+  };
+}
+
 }  // namespace hzp::schedulers

@@ -9,7 +9,9 @@
 #include <sstream>
 
 #include "hzp/core/error.hpp"
+#include "asynchzp/asynchzp_segments.hpp"
 #include "hzp/schedulers/common/bucketed_all_reduce.hpp"
+#include "hzp/schedulers/common/nested_groups.hpp"
 #include "hzp/schedulers/common/shard_layout.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
 
@@ -163,6 +165,7 @@ namespace detail {
 SchedulerPlan plan_none(const PlanInputs& in);
 SchedulerPlan plan_ddp(const PlanInputs& in);
 SchedulerPlan plan_zero(const PlanInputs& in, int stage, bool hybrid);
+SchedulerPlan plan_asynchzp(const PlanInputs& in);
 
 namespace {
 SchedulerPlan base(const char* name, const PlanInputs& in) {
@@ -292,6 +295,56 @@ SchedulerPlan plan_zero(const PlanInputs& in, int stage, bool hybrid) {
     for (int u = 0; u < sl.num_segments(); ++u)
       b.all_gather("shard", shard, sl.slice_numel(u), pdt, 1, "per step (updated parameters)");
   add_scalars(b, in, m);
+  return p;
+}
+
+SchedulerPlan plan_asynchzp(const PlanInputs& in) {
+  SchedulerPlan p = base("asynchzp", in);
+  check_batches("asynchzp", in, 0);
+  const int w = in.world_size;
+  const NestedGroups g = nested_groups_from(in.options, w);
+  const bool rs_end = in.options.step_end == SchedulerOptions::StepEnd::reduce_scatter;
+  const Segments seg(*in.layout, in.options.launch, g, rs_end ? w : g.z1());
+  const DType pdt = workloads::param_dtype(in.train.precision);
+  const bool mixed = workloads::has_separate_master(in.train.precision);
+  const auto s3 = static_cast<std::uint64_t>(seg.l3.slice_total()), s2 = static_cast<std::uint64_t>(seg.l2.slice_total()),
+             s1 = static_cast<std::uint64_t>(seg.l1.slice_total());
+  p.micro_batches_per_rank = in.train.micro_batches() / w;
+  p.state_bytes = {s3 * dtype_size(pdt), s2 * 4, mixed ? s1 * 4 : 0, s1 * 4, s1 * 4};
+  Builder b(p, in.small_message_bytes);
+  auto geo = [&](auto slot_of) { return geometry(g.members(in.rank, slot_of), in.rank, in.ranks_per_node); };
+  const Geometry z3 = geo([&](int r) { return g.z3_group(r); });
+  const Geometry z2 = geo([&](int r) { return g.z2_group(r); });
+  const Geometry z1 = geo([&](int r) { return g.z1_group(r); });
+  const Geometry replica = geo([&](int r) { return g.replica_group(r); });
+  const Geometry opt_replica = geo([&](int r) { return g.opt_replica_group(r); });
+  const Geometry refresh = geo([&](int r) { return g.refresh_group(r); });
+  const std::int64_t m = p.micro_batches_per_rank;
+  for (int s = 0; s < seg.l3.num_segments(); ++s) {
+    b.all_gather("z3", z3, seg.l3.slice_numel(s), pdt, 2 * m, "per micro-batch (forward + backward)");
+    if (seg.l2.slice_numel(s) > 0)
+      b.reduce_scatter("z2", z2, seg.l2.padded_numel(s), DType::f32, m, "per micro-batch (gradients)");
+  }
+  if (z1.size() > 1) b.all_reduce("z1", z1, 1, DType::f64, 1, "per step (norm)");
+  if (!rs_end) {
+    if (replica.size() > 1 && s2 > 0)
+      b.all_reduce("replica", replica, seg.l2.slice_total(), DType::f32, 1, "per step (gradient shards)");
+  } else {
+    for (int s = 0; s < seg.l3.num_segments(); ++s) {
+      if (replica.size() > 1 && seg.in_grad_slice.slice_numel(s) > 0)
+        b.reduce_scatter("replica", replica, seg.l2.slice_numel(s), DType::f32, 1, "per step (gradient shards)");
+      if (opt_replica.size() > 1 && seg.l1.slice_numel(s) > 0)
+        b.all_gather("opt_replica", opt_replica, seg.in_opt_slice.slice_numel(s), DType::f32, 1,
+                     "per step (optimizer-slice gradients)");
+    }
+  }
+  if (refresh.size() > 1)
+    for (int s = 0; s < seg.l3.num_segments(); ++s)
+      if (seg.l3.slice_numel(s) > 0)
+        b.all_gather("refresh", refresh, seg.in_shard.slice_numel(s), pdt, 1, "per step (updated parameters)");
+  std::vector<int> all;
+  for (int r = 0; r < w; ++r) all.push_back(r);
+  b.all_reduce("scalars", geometry(all, in.rank, in.ranks_per_node), 1, DType::f64, 1, "per step (loss)");
   return p;
 }
 

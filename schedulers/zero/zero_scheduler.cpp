@@ -136,19 +136,8 @@ ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, 
 
   std::vector<TensorView> pieces;
   for (int u = 0; u < units; ++u) pieces.push_back(param_slice(u));
-  const ShardLayout& sl = *shards_;
-  const int idx = idx_;
-  opt_ = std::make_unique<ShardedOptimizer>(train_, std::move(pieces), *alloc_, [&](std::span<float> master) {
-    // The counter-based initialiser gives each element its value from (seed, global index) alone, so every
-    // shard starts from exactly the parameters `none` starts from.
-    for (int u = 0; u < units; ++u) {
-      const ShardLayout::Range r = sl.valid_range(u, idx);
-      if (r.count > 0)
-        model_->init_params(sl.global_offset(u) + r.begin,
-                            master.subspan(static_cast<std::size_t>(sl.slice_offset(u)), static_cast<std::size_t>(r.count)),
-                            train_.seed);
-    }
-  });
+  opt_ = std::make_unique<ShardedOptimizer>(train_, std::move(pieces), *alloc_,
+                                            slice_initializer(*model_, *shards_, idx_, train_.seed));
   // Stages 1-2 hold full parameters: gather every unit's initial slices once.
   if (full_params())
     for (int u = 0; u < units; ++u) engine_->gather_into(u, param_slice(u), full_param_block(u));

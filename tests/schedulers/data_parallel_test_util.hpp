@@ -7,7 +7,9 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
@@ -52,6 +54,29 @@ inline std::vector<Variant> variants_for(const std::string& name, int w) {
   } else if (name == "hsdp") {
     v.push_back({name, {.bucket_mb = 25, .overlap = true, .group_size = w / 2}, "hsdp Z=" + std::to_string(w / 2)});
     v.push_back({name, {.bucket_mb = 25, .overlap = true, .group_size = w}, "hsdp Z=W=" + std::to_string(w)});
+  } else if (name == "asynchzp") {
+    // CI: z3 < z2 < z1 inline with the all-reduce step end, and async (prefetch 2) with the reduce-scatter
+    // step end over z3 <= z2 < z1, per tensor below 8 ranks; the full matrix adds the hsdp-like layout
+    // z1 = z2 = z3 = W/2 async per unit, prefetch 1, and the two step ends swapped.
+    using SO = schedulers::SchedulerOptions;
+    const int h = std::max(1, w / 2), q = std::max(1, w / 4);
+    auto add = [&](int z1, int z2, int z3, SO::StepEnd end, bool async, int prefetch, SO::Launch launch) {
+      SO o;
+      o.z1 = z1, o.z2 = z2, o.z3 = z3, o.step_end = end, o.async = async, o.prefetch = prefetch, o.launch = launch;
+      std::string label = "asynchzp " + std::to_string(z1) + "/" + std::to_string(z2) + "/" + std::to_string(z3) +
+                          (end == SO::StepEnd::all_reduce ? " allreduce" : " reduce_scatter") +
+                          (async ? " async p" + std::to_string(prefetch) : " inline") +
+                          (launch == SO::Launch::unit ? " unit" : " tensor");
+      v.push_back({name, o, label});
+    };
+    add(w, h, q, SO::StepEnd::all_reduce, false, 1, SO::Launch::unit);
+    add(h, q, std::max(1, w / 8), SO::StepEnd::reduce_scatter, true, 2, w >= 8 ? SO::Launch::unit : SO::Launch::tensor);
+    const char* e = std::getenv("HZP_DP_MATRIX");
+    if (e != nullptr && std::string(e) == "full") {
+      add(h, h, h, SO::StepEnd::all_reduce, true, 1, SO::Launch::unit);
+      add(w, h, q, SO::StepEnd::reduce_scatter, false, 1, SO::Launch::tensor);
+      add(h, q, q, SO::StepEnd::all_reduce, true, 2, SO::Launch::tensor);
+    }
   } else {
     ADD_FAILURE() << "scheduler \"" << name << "\" is registered but has no test configuration in variants_for() "
                   << "(data_parallel_test_util.hpp): add its configurations, or state there why it cannot run at W = "

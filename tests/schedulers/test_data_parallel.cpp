@@ -245,6 +245,39 @@ TEST(DataParallel, StateBytesMatchFormulas) {
         const int units = layout.num_units();
         const bool mixed = p == Precision::bf16_mixed;
         const double pe = mixed ? 2 : 4;
+        const AllocationTag tags[5] = {AllocationTag::param, AllocationTag::grad, AllocationTag::master,
+                                       AllocationTag::adam_m, AllocationTag::adam_v};
+        if (v.scheduler == "asynchzp") {
+          // 12N/z1 + 4N/z2 + 2N/z3 (bf16-mixed), 8N/z1 + 4N/z2 + 4N/z3 (fp32). Padding: every segment (unit or
+          // tensor) is padded to a multiple of pad = z1 (W for the reduce-scatter step end), so a slice of
+          // 1/z of it carries fewer than pad/z padding elements.
+          const auto& o = v.options;
+          const int z1 = o.z1 > 0 ? o.z1 : w, z2 = o.z2 > 0 ? o.z2 : z1, z3 = o.z3 > 0 ? o.z3 : z2;
+          const int pad = o.step_end == schedulers::SchedulerOptions::StepEnd::reduce_scatter ? w : z1;
+          int segs = units;
+          if (o.launch == schedulers::SchedulerOptions::Launch::tensor) {
+            segs = 0;
+            for (int u = 0; u < units; ++u) segs += static_cast<int>(layout.unit(u).tensors.size());
+          }
+          const double want[5] = {pe * n / z3, 4 * n / z2, mixed ? 4 * n / z1 : 0, 4 * n / z1, 4 * n / z1};
+          const double zs[5] = {double(z3), double(z2), double(z1), double(z1), double(z1)};
+          const double es[5] = {pe, 4, 4, 4, 4};
+          double total = 0, bound = 0;
+          for (int c = 0; c < 5; ++c) {
+            const double got = static_cast<double>(stats.tag(tags[c]).requested_bytes);
+            const double b = want[c] > 0 ? es[c] * segs * pad / zs[c] : 0;
+            EXPECT_GE(got, want[c]) << schedulers::kStateComponents[c];
+            EXPECT_LT(got - want[c], b + 1e-9) << schedulers::kStateComponents[c] << ": " << got << " vs " << want[c];
+            total += got;
+            bound += b;
+          }
+          const double headline = mixed ? 12 * n / z1 + 4 * n / z2 + 2 * n / z3 : 8 * n / z1 + 4 * n / z2 + 4 * n / z3;
+          EXPECT_NEAR(total, headline, bound);
+          if (world_rank() == 0)
+            std::printf("[state] W=%d %-34s %-10s %12.0f bytes, formula %12.0f, padding bound %.0f\n", w,
+                        v.label.c_str(), std::string(workloads::to_string(p)).c_str(), total, headline, bound);
+          continue;
+        }
         // Which state is divided by how many ranks: g = the sharding group (W, or Z for hsdp).
         const int g = v.scheduler == "hsdp" ? v.options.group_size : w;
         const bool ps = v.scheduler == "zero3" || v.scheduler == "hsdp";
@@ -258,8 +291,6 @@ TEST(DataParallel, StateBytesMatchFormulas) {
           return v.scheduler == "ddp" ? 0.0 : e * (sharded ? units : units * (g - 1));
         };
         const double bounds[5] = {bound(ps, pe), bound(gs, 4), mixed ? bound(os, 4) : 0, bound(os, 4), bound(os, 4)};
-        const AllocationTag tags[5] = {AllocationTag::param, AllocationTag::grad, AllocationTag::master,
-                                       AllocationTag::adam_m, AllocationTag::adam_v};
         double total = 0, total_want = 0, total_bound = 0;
         for (int c = 0; c < 5; ++c) {
           const double got = static_cast<double>(stats.tag(tags[c]).requested_bytes);
@@ -299,6 +330,63 @@ std::uint64_t ring_ar(int p, int pos, std::int64_t n, std::size_t e) {
   return b;
 }
 
+// asynchzp's bytes per step (ring everywhere), from the closed forms: per segment (unit or tensor)
+// of n elements padded to P (a multiple of pad = z1, or W for the reduce-scatter step end), two all-gathers
+// of the bf16 z3 shard per micro-batch, one fp32 reduce-scatter of P in the z2 group per micro-batch; at the
+// step end, with R = W/z2, Q = W/z1, S = 4·Σ P/z2 bytes: all-reduce 2(R−1)/R·S, or (R−1)/R·S + (Q−1)/Q·4·Σ P/z1;
+// then the updated parameters all-gathered among z1/z3 ranks ((z1/z3 − 1)·Σ P/z1 elements).
+void check_asynchzp_bytes(const Variant& v, const workloads::ParamLayout& layout, std::int64_t m, std::size_t pe,
+                          const coll::CounterSnapshot& d) {
+  using coll::CollOp;
+  using SO = schedulers::SchedulerOptions;
+  const int w = world_size(), r = world_rank(), rpn = ranks_per_node();
+  const SO& o = v.options;
+  const int z1 = o.z1 > 0 ? o.z1 : w, z2 = o.z2 > 0 ? o.z2 : z1, z3 = o.z3 > 0 ? o.z3 : z2;
+  const int R = w / z2, Q = w / z1, pad = o.step_end == SO::StepEnd::reduce_scatter ? w : z1;
+  std::vector<std::int64_t> segs;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    if (o.launch == SO::Launch::unit) segs.push_back(layout.unit_numel(u));
+    else
+      for (const auto& t : layout.unit(u).tensors) segs.push_back(t.numel());
+  }
+  std::uint64_t ag = 0, rs = 0, end_rs = 0, end_ag = 0, refresh = 0;
+  std::int64_t s2_total = 0, s1_total = 0;
+  for (std::int64_t n : segs) {
+    const std::int64_t P = (n + pad - 1) / pad * pad;
+    ag += ring_ag(z3, P / z3, pe);
+    rs += ring_ag(z2, P / z2, 4);
+    end_rs += std::uint64_t(R - 1) * (P / z2 / R) * 4;
+    end_ag += std::uint64_t(Q - 1) * (P / z1 / Q) * 4;
+    refresh += std::uint64_t(z1 / z3 - 1) * (P / z1) * pe;
+    s2_total += P / z2;
+    s1_total += P / z1;
+  }
+  auto bytes = [&](const char* g, CollOp op) {
+    const coll::OpTotals t = d.total(g, op);
+    return t.level[0].bytes + t.level[1].bytes;
+  };
+  const auto nseg = static_cast<std::uint64_t>(segs.size());
+  EXPECT_EQ(d.total("z3", CollOp::all_gather).calls, 2 * nseg * std::uint64_t(m));
+  EXPECT_EQ(bytes("z3", CollOp::all_gather), 2 * ag * std::uint64_t(m));
+  EXPECT_EQ(d.total("z2", CollOp::reduce_scatter).calls, nseg * std::uint64_t(m));
+  EXPECT_EQ(bytes("z2", CollOp::reduce_scatter), rs * std::uint64_t(m));
+  const double S = 4.0 * double(s2_total);
+  if (o.step_end == SO::StepEnd::all_reduce) {
+    const int pos = ((r % z1) / z2) * Q + r / z1;  // the replica group's order (c·Q + d)
+    EXPECT_EQ(bytes("replica", CollOp::all_reduce), R > 1 ? ring_ar(R, pos, s2_total, 4) : 0u);
+    EXPECT_NEAR(double(bytes("replica", CollOp::all_reduce)), 2.0 * (R - 1) / R * S, 8.0 * R);
+  } else {
+    EXPECT_EQ(bytes("replica", CollOp::reduce_scatter), end_rs);
+    EXPECT_EQ(bytes("opt_replica", CollOp::all_gather), end_ag);
+    EXPECT_DOUBLE_EQ(double(end_rs + end_ag), double(R - 1) / R * S + double(Q - 1) / Q * 4.0 * double(s1_total));
+  }
+  EXPECT_EQ(bytes("refresh", CollOp::all_gather), refresh);
+  if (z3 == rpn && z2 == rpn) {  // every per-micro-batch collective stays inside the node
+    EXPECT_EQ(d.total("z3", CollOp::all_gather).level[1].bytes, 0u);
+    EXPECT_EQ(d.total("z2", CollOp::reduce_scatter).level[1].bytes, 0u);
+  }
+}
+
 TEST(DataParallel, CollectiveBytesMatchFormulas) {
   run_then_barrier([] {
     const int w = world_size(), r = world_rank(), rpn = ranks_per_node();
@@ -316,6 +404,10 @@ TEST(DataParallel, CollectiveBytesMatchFormulas) {
         const int units = layout.num_units();
         const std::int64_t m = run.setup.train.micro_batches() / w;
         const std::size_t pe = p == Precision::bf16_mixed ? 2 : 4;
+        if (v.scheduler == "asynchzp") {
+          check_asynchzp_bytes(v, layout, m, pe, d);
+          continue;
+        }
         const int z = v.scheduler == "hsdp" ? v.options.group_size : w;
         std::int64_t slice_total = 0;
         std::uint64_t ag_one = 0, rs_one = 0;  // bytes of one all-gather / reduce-scatter of every unit
@@ -391,7 +483,7 @@ TEST(DataParallel, RecomputeAddsNoCollectives) {
         deltas.push_back(world->counters().delta(before));
       }
       EXPECT_EQ(losses[0], losses[1]);
-      for (const auto& g : {"dp", "shard", "replica"})
+      for (const auto& g : {"dp", "shard", "replica", "z3", "z2", "z1", "opt_replica", "refresh"})
         for (int op = 0; op < coll::kNumCollOps; ++op) {
           const coll::OpTotals a = deltas[0].total(g, coll::CollOp(op)), b = deltas[1].total(g, coll::CollOp(op));
           EXPECT_EQ(a.calls, b.calls) << g << " " << coll::coll_op_name(coll::CollOp(op));

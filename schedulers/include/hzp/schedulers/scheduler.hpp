@@ -68,6 +68,20 @@ struct SchedulerOptions {
   double bucket_mb = 25;  ///< ddp: gradient bucket size in MiB (> 0)
   bool overlap = true;    ///< ddp: start bucket all-reduces non-blocking and wait at the end of backward
   int group_size = 0;     ///< hsdp: sharding group size Z (contiguous ranks); 0 = the world (zero3)
+  // --- asynchzp (design.md §4) ---
+  int z1 = 0;  ///< optimizer-state group (fp32 master, m, v); 0 = the world
+  int z2 = 0;  ///< gradient group (fp32 reduce-scatter per micro-batch); 0 = z1
+  int z3 = 0;  ///< parameter group (all-gather per unit per micro-batch); 0 = z2
+  /// How gradient shards are combined across the W/z2 replicas at the end of a step.
+  enum class StepEnd { all_reduce, reduce_scatter };
+  StepEnd step_end = StepEnd::all_reduce;
+  bool async = true;  ///< collectives issued by two background threads (false: inline, the paper's Table 3)
+  int prefetch = 2;   ///< parameter all-gathers issued ahead of use, in units (>= 1; bounded by the pool)
+  enum class Launch { unit, tensor };
+  Launch launch = Launch::unit;  ///< one collective per unit, or per parameter tensor (the paper's)
+  double pool_mb = 0;            ///< communication ring pool in MiB; 0 = sized from prefetch and the units
+  enum class PoolFallback { error, inline_alloc };
+  PoolFallback pool_fallback = PoolFallback::error;  ///< a block larger than its ring: error, or inline + counted
 };
 
 /// Everything a scheduler is built from. The model, allocator and communicator must outlive it.

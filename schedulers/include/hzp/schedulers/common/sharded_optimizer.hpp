@@ -12,7 +12,9 @@
 
 #include "hzp/core/caching_allocator.hpp"
 #include "hzp/core/tensor.hpp"
+#include "hzp/schedulers/common/shard_layout.hpp"
 #include "hzp/workloads/train_config.hpp"
+#include "hzp/workloads/workload.hpp"
 
 namespace hzp::coll {
 class Communicator;
@@ -69,6 +71,12 @@ class ShardedOptimizer {
   std::int64_t numel_ = 0;
   Allocation master_, m_, v_;
 };
+
+/// The InitFn of slice `index` of every segment of `layout` (a slice buffer): each slice's real elements
+/// from the model's counter-based initialiser, whose values depend on (seed, global index) alone, so every
+/// shard starts from exactly the parameters `none` starts from. `model` and `layout` must outlive the call.
+ShardedOptimizer::InitFn slice_initializer(const workloads::Workload& model, const ShardLayout& layout, int index,
+                                           std::uint64_t seed);
 
 /// The learning rate of step `step` (0-based): linear warm-up over warmup_steps from lr/warmup_steps to
 /// lr, then cosine to lr_min at `steps`, lr_min after. Written separately from `none`'s on purpose: the

@@ -1,0 +1,327 @@
+// AsyncComm and CommThread (async_comm.hpp): asynchzp's background threads, gather schedule and pool.
+#include "asynchzp/async_comm.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "hzp/core/clock.hpp"
+#include "hzp/core/error.hpp"
+
+namespace hzp::schedulers {
+
+// --- Ticket / CommThread ------------------------------------------------------------------------------
+
+void Ticket::wait(std::chrono::nanoseconds deadline, const char* what) const {
+  if (!state_) return;
+  std::unique_lock lock(state_->m);
+  if (!state_->cv.wait_for(lock, deadline, [&] { return state_->done; }))
+    HZP_THROW(TimeoutError, "asynchzp: the compute thread waited ",
+              std::chrono::duration<double>(deadline).count(), " s for ", what,
+              " from a background thread; it never completed (a peer rank failed or stopped?)");
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+CommThread::CommThread(std::string name) : name_(std::move(name)), thread_([this] { run(); }) {}
+
+CommThread::~CommThread() {
+  std::deque<std::pair<std::function<void()>, std::shared_ptr<Ticket::State>>> dropped;
+  {
+    std::lock_guard lock(m_);
+    stop_ = true;
+    // Tasks not started are dropped: a scheduler being destroyed after a failed step must not start
+    // collectives its peers will never join.
+    dropped.swap(queue_);
+  }
+  cv_.notify_all();
+  thread_.join();
+  for (auto& [task, st] : dropped) {
+    std::lock_guard lock(st->m);
+    st->done = true;
+    st->error = std::make_exception_ptr(PreconditionError("asynchzp: " + name_ + " stopped before this task ran"));
+    st->cv.notify_all();
+  }
+}
+
+Ticket CommThread::submit(std::function<void()> task) {
+  Ticket t;
+  t.state_ = std::make_shared<Ticket::State>();
+  {
+    std::lock_guard lock(m_);
+    queue_.emplace_back(std::move(task), t.state_);
+  }
+  cv_.notify_one();
+  return t;
+}
+
+void CommThread::run() {
+  for (;;) {
+    std::function<void()> task;
+    std::shared_ptr<Ticket::State> st;
+    {
+      std::unique_lock lock(m_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front().first);
+      st = std::move(queue_.front().second);
+      queue_.pop_front();
+    }
+    // After a failure nothing more is communicated: the first error answers every later ticket.
+    std::exception_ptr err = failed_;
+    if (!err) {
+      try {
+        task();
+      } catch (...) {
+        err = std::current_exception();
+        failed_ = err;
+      }
+    }
+    task = nullptr;  // captured buffers (ring slots) are released before the ticket completes
+    std::lock_guard lock(st->m);
+    st->done = true;
+    st->error = err;
+    st->cv.notify_all();
+  }
+}
+
+// --- AsyncComm -------------------------------------------------------------------------------------------
+
+namespace {
+std::size_t align_up(std::size_t b, std::size_t a) { return (b + a - 1) / a * a; }
+constexpr std::size_t kAlign = 256;
+}  // namespace
+
+AsyncComm::AsyncComm(const Setup& s) : s_(s) {
+  const workloads::ParamLayout& layout = *s.layout;
+  const int units = layout.num_units();
+  // The gather schedule of one micro-batch, exactly as the step consumes it: a unit's blocks are
+  // gathered when absent and dropped after their last use in forward, and after their final gradient.
+  std::vector<bool> held(static_cast<std::size_t>(units), false);
+  for (int u = 0; u < units; ++u) {
+    for (int b : layout.param_blocks(u))
+      if (!held[b]) schedule_.push_back(b), held[b] = true;
+    for (int b : layout.params_last_used_in_forward(u)) held[b] = false;
+  }
+  for (int u = units - 1; u >= 0; --u) {
+    for (int b : layout.param_blocks(u))
+      if (!held[b]) schedule_.push_back(b), held[b] = true;
+    for (int b : layout.grads_final_after(u)) held[b] = false;
+  }
+  shared_.assign(static_cast<std::size_t>(units), false);
+  for (int u = 0; u < units; ++u)
+    for (int b : layout.param_blocks(u))
+      if (b != u) shared_[b] = true;
+
+  // Rings: one per operation type, blocks held across units (a tied embedding) in a ring of their own
+  // so that they never hold back the FIFO reuse of the per-unit ring.
+  const std::size_t pe = dtype_size(s.param_dtype);
+  std::size_t ag = 0, ags = 0, rs = 0, rss = 0;
+  for (int u = 0; u < units; ++u) {
+    const auto n = static_cast<std::size_t>(s.seg->unit_block_numel(u));
+    if (shared_[u]) {
+      ags += align_up(n * pe, kAlign);
+      rss += align_up(n * 4, kAlign);
+    } else {
+      ag = std::max(ag, align_up(n * pe, kAlign));
+      rs = std::max(rs, align_up(n * 4, kAlign));
+    }
+  }
+  // Auto size: the unit in use, `prefetch` gathered ahead, the one being filled, and one block of
+  // wrap waste; a shared block has at most two live copies (one micro-batch's backward, the next's forward).
+  const auto depth = static_cast<std::size_t>(s.prefetch) + 3;
+  std::vector<std::size_t> cap = {std::max(ag * depth, kAlign), std::max(ags * 2, kAlign),
+                                  std::max(rs * depth, kAlign), std::max(rss * 2, kAlign)};
+  if (s.pool_mb > 0) {
+    // A given pool is split in the proportions of the automatic one.
+    const double total = static_cast<double>(cap[0] + cap[1] + cap[2] + cap[3]);
+    const double want = s.pool_mb * 1024.0 * 1024.0;
+    for (std::size_t& c : cap) c = std::max(kAlign, align_up(static_cast<std::size_t>(double(c) / total * want), kAlign));
+  }
+  pool_ = std::make_unique<RingPool>(*s.alloc, std::vector<RingSpec>{{"all_gather", cap[0]},
+                                                                    {"all_gather.shared", cap[1]},
+                                                                    {"reduce_scatter", cap[2]},
+                                                                    {"reduce_scatter.shared", cap[3]}},
+                                     RingPoolOptions{.alignment = kAlign});
+  ag_ring_ = pool_->ring_id("all_gather");
+  ag_shared_ring_ = pool_->ring_id("all_gather.shared");
+  rs_ring_ = pool_->ring_id("reduce_scatter");
+  rs_shared_ring_ = pool_->ring_id("reduce_scatter.shared");
+  deadline_ = 5 * RingPoolOptions{}.default_timeout;
+
+  if (s.fallback == SchedulerOptions::PoolFallback::error) {
+    std::ostringstream bad;
+    for (int u = 0; u < units; ++u) {
+      const auto n = static_cast<std::size_t>(s.seg->unit_block_numel(u));
+      const RingId a = shared_[u] ? ag_shared_ring_ : ag_ring_, r = shared_[u] ? rs_shared_ring_ : rs_ring_;
+      if (!fits(a, n * pe))
+        bad << "\n  unit " << u << " (" << layout.unit(u).name << "): its parameter block of " << n * pe
+            << " bytes needs a ring \"" << pool_->ring_name(a) << "\" of at least " << (shared_[u] ? 2 : 3)
+            << " x its aligned size; the ring has " << pool_->ring_capacity(a) << " bytes";
+      if (!fits(r, n * 4))
+        bad << "\n  unit " << u << " (" << layout.unit(u).name << "): its gradient block of " << n * 4
+            << " bytes needs a ring \"" << pool_->ring_name(r) << "\" of at least " << (shared_[u] ? 2 : 3)
+            << " x its aligned size; the ring has " << pool_->ring_capacity(r) << " bytes";
+    }
+    if (!bad.str().empty())
+      HZP_THROW(ConfigError, "scheduler.pool_mb = ", s.pool_mb, " is too small for asynchzp:", bad.str(),
+                "\n  fix: raise scheduler.pool_mb, set it to 0 (sized from scheduler.prefetch = ", s.prefetch,
+                " and the units), or set scheduler.pool_fallback = \"inline\"");
+  }
+
+  z3_ = s.z3->duplicate("z3");
+  z2_ = s.z2->duplicate("z2");
+  gather_ = std::make_unique<GatherScatter>(*z3_, s.seg->l3, *s.alloc);
+  rs_ = std::make_unique<GatherScatter>(*z2_, s.seg->l2, *s.alloc);
+  gather_inline_ = std::make_unique<GatherScatter>(*s.z3, s.seg->l3, *s.alloc);
+  rs_inline_ = std::make_unique<GatherScatter>(*s.z2, s.seg->l2, *s.alloc);
+  param_thread_ = std::make_unique<CommThread>("parameter thread");
+  grad_thread_ = std::make_unique<CommThread>("gradient thread");
+}
+
+AsyncComm::~AsyncComm() {
+  // Threads first (dropping what has not started), then the blocks they filled, then the pool.
+  param_thread_.reset();
+  grad_thread_.reset();
+  gathers_.clear();
+  scatters_.clear();
+}
+
+bool AsyncComm::fits(RingId ring, std::size_t bytes) const {
+  const bool shared = ring == ag_shared_ring_ || ring == rs_shared_ring_;
+  return align_up(bytes, kAlign) * (shared ? 2 : 3) <= pool_->ring_capacity(ring);
+}
+
+AsyncHzpStats AsyncComm::stats() const {
+  std::lock_guard lock(stats_m_);
+  return stats_;
+}
+
+void AsyncComm::begin_step(int micro_batches, TensorView params, TensorView grads) {
+  HZP_CHECK(gathers_.empty() && scatters_.empty(), "asynchzp: a step began with collectives of the last one queued");
+  params_ = params;
+  grads_ = grads;
+  micro_batches_ = micro_batches;
+  next_queue_ = next_consume_ = 0;
+  const std::size_t total = schedule_.size() * static_cast<std::size_t>(micro_batches);
+  {
+    std::lock_guard lock(stats_m_);
+    stats_.gather_issued_s.assign(total, 0.0);
+    stats_.gather_wanted_s.assign(total, 0.0);
+    stats_.gather_wait_s = stats_.scatter_wait_s = 0;
+  }
+  while (next_queue_ < std::min<std::size_t>(total, static_cast<std::size_t>(s_.prefetch))) queue_gather(next_queue_++);
+}
+
+void AsyncComm::queue_gather(std::size_t k) {
+  const int u = schedule_[k % schedule_.size()];
+  const std::size_t bytes = static_cast<std::size_t>(s_.seg->unit_block_numel(u)) * dtype_size(s_.param_dtype);
+  const RingId ring = shared_[u] ? ag_shared_ring_ : ag_ring_;
+  Pending p;
+  p.unit = u;
+  if (!fits(ring, bytes)) {  // pool_fallback = inline (validated at construction): gathered when consumed
+    gathers_.push_back(std::move(p));
+    return;
+  }
+  p.block = std::make_shared<Block>();
+  const Segments* seg = s_.seg;
+  const TensorView shard = params_;
+  const DType t = s_.param_dtype;
+  p.ticket = param_thread_->submit([this, u, k, ring, bytes, seg, shard, t, blk = p.block] {
+    *blk = Block(pool_->acquire(ring, bytes));
+    {
+      std::lock_guard lock(stats_m_);
+      stats_.gather_issued_s[k] = wall_seconds();
+      ++stats_.gathers;
+    }
+    auto* base = static_cast<std::byte*>(blk->data());
+    for (int sg = seg->first(u); sg < seg->end(u); ++sg) {
+      const ConstTensorView piece(static_cast<const std::byte*>(shard.data()) +
+                                      seg->l3.slice_offset(sg) * std::int64_t(dtype_size(t)),
+                                  Shape{seg->l3.slice_numel(sg)}, t);
+      seg->gather_segment(*gather_, sg, piece, base, t);
+    }
+  });
+  gathers_.push_back(std::move(p));
+}
+
+Block AsyncComm::next_gathered(int unit) {
+  const std::size_t total = schedule_.size() * static_cast<std::size_t>(micro_batches_);
+  HZP_CHECK(next_consume_ < total && !gathers_.empty() && gathers_.front().unit == unit,
+            "asynchzp: the step asked for unit ", unit, " as gather ", next_consume_, " of ", total,
+            ", which the gather schedule does not have there");
+  {
+    std::lock_guard lock(stats_m_);
+    stats_.gather_wanted_s[next_consume_] = wall_seconds();
+  }
+  ++next_consume_;
+  // Keep `prefetch` gathers queued beyond the one consumed now.
+  while (next_queue_ < std::min(total, next_consume_ + static_cast<std::size_t>(s_.prefetch))) queue_gather(next_queue_++);
+  Pending p = std::move(gathers_.front());
+  gathers_.pop_front();
+  if (!p.block) {
+    Block b(s_.alloc->allocate(static_cast<std::size_t>(s_.seg->unit_block_numel(unit)) * dtype_size(s_.param_dtype),
+                               AllocationTag::comm));
+    for (int sg = s_.seg->first(unit); sg < s_.seg->end(unit); ++sg) {
+      const ConstTensorView piece(static_cast<const std::byte*>(params_.data()) +
+                                      s_.seg->l3.slice_offset(sg) * std::int64_t(dtype_size(s_.param_dtype)),
+                                  Shape{s_.seg->l3.slice_numel(sg)}, s_.param_dtype);
+      s_.seg->gather_segment(*gather_inline_, sg, piece, static_cast<std::byte*>(b.data()), s_.param_dtype);
+    }
+    std::lock_guard lock(stats_m_);
+    ++stats_.gather_fallbacks;
+    return b;
+  }
+  const Stopwatch waited;
+  p.ticket.wait(deadline_, "a parameter all-gather");
+  {
+    std::lock_guard lock(stats_m_);
+    stats_.gather_wait_s += waited.wall();
+  }
+  return std::move(*p.block);
+}
+
+Block AsyncComm::grad_block(int unit) {
+  const std::int64_t n = s_.seg->unit_block_numel(unit), real = s_.layout->unit_numel(unit);
+  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
+  const RingId ring = shared_[unit] ? rs_shared_ring_ : rs_ring_;
+  if (!fits(ring, bytes)) return Block(s_.seg->new_grad_block(unit, *s_.alloc));
+  Block b(pool_->acquire(ring, bytes));
+  if (n > real) std::memset(b.data_as<float>() + real, 0, static_cast<std::size_t>(n - real) * sizeof(float));
+  return b;
+}
+
+void AsyncComm::reduce_scatter(int unit, Block block, bool accumulate) {
+  const Segments* seg = s_.seg;
+  const TensorView grads = grads_;
+  auto scatter = [seg, grads, unit, accumulate, this](GatherScatter& gs, const Block& b) {
+    for (int sg = seg->first(unit); sg < seg->end(unit); ++sg) {
+      const TensorView out(grads.as<float>() + seg->l2.slice_offset(sg), Shape{seg->l2.slice_numel(sg)}, DType::f32);
+      seg->reduce_scatter_segment(gs, sg, b.data_as<const float>(), out, accumulate, *s_.alloc);
+    }
+  };
+  const std::size_t bytes = static_cast<std::size_t>(seg->unit_block_numel(unit)) * sizeof(float);
+  if (!fits(shared_[unit] ? rs_shared_ring_ : rs_ring_, bytes)) {
+    scatter(*rs_inline_, block);
+    std::lock_guard lock(stats_m_);
+    ++stats_.scatter_fallbacks;
+    return;
+  }
+  auto blk = std::make_shared<Block>(std::move(block));
+  scatters_.push_back(grad_thread_->submit([this, scatter, blk] {
+    scatter(*rs_, *blk);
+    blk->reset();  // gradient memory back to the ring as soon as the reduce-scatter is done
+    std::lock_guard lock(stats_m_);
+    ++stats_.scatters;
+  }));
+}
+
+void AsyncComm::finish_reduce_scatters() {
+  const Stopwatch waited;
+  std::vector<Ticket> pending;
+  pending.swap(scatters_);
+  for (const Ticket& t : pending) t.wait(deadline_, "a gradient reduce-scatter");
+  std::lock_guard lock(stats_m_);
+  stats_.scatter_wait_s += waited.wall();
+}
+
+}  // namespace hzp::schedulers

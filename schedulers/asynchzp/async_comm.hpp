@@ -1,0 +1,166 @@
+// asynchzp's asynchronous scheduling (paper.md §3, design.md §4): two background threads, each with its
+// own duplicated communicators, and the persistent ring pool their buffers come from.
+//   - the parameter thread issues the all-gathers of the step's gather schedule ahead of use (at most
+//     scheduler.prefetch units ahead of the compute thread, and never more than its ring holds) and the
+//     step-end parameter all-gather;
+//   - the gradient thread issues and drains the per-micro-batch reduce-scatters and the step-end
+//     gradient exchange, releasing each gradient block as soon as its reduce-scatter completes.
+// The compute thread only queues work and waits where it consumes data (the parameters of the unit it is
+// about to run; the reduced gradients before the optimizer). An exception on a background thread is kept,
+// every later task on that thread fails with it without communicating, and the compute thread rethrows it
+// at its next wait: one clear error. Every wait has a deadline.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hzp/collectives/communicator.hpp"
+#include "hzp/core/caching_allocator.hpp"
+#include "hzp/core/ring_pool.hpp"
+#include "hzp/schedulers/asynchzp.hpp"
+#include "asynchzp/asynchzp_segments.hpp"
+
+namespace hzp::schedulers {
+
+/// Completion of one task run by a CommThread. Copyable handle; wait() rethrows the task's exception.
+class Ticket {
+ public:
+  Ticket() = default;
+  bool valid() const noexcept { return static_cast<bool>(state_); }
+  /// Blocks until the task has run (at most `deadline`, then TimeoutError naming `what`); rethrows its
+  /// exception. A default-constructed ticket returns at once.
+  void wait(std::chrono::nanoseconds deadline, const char* what) const;
+
+ private:
+  friend class CommThread;
+  struct State {
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false;
+    std::exception_ptr error;
+  };
+  std::shared_ptr<State> state_;
+};
+
+/// One background thread running queued tasks in order. After a task throws, later tasks are not run:
+/// their tickets complete with the first error.
+class CommThread {
+ public:
+  explicit CommThread(std::string name);
+  /// Runs what is queued, then joins.
+  ~CommThread();
+  CommThread(const CommThread&) = delete;
+  CommThread& operator=(const CommThread&) = delete;
+  Ticket submit(std::function<void()> task);
+  const std::string& name() const noexcept { return name_; }
+
+ private:
+  void run();
+  std::string name_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::pair<std::function<void()>, std::shared_ptr<Ticket::State>>> queue_;
+  bool stop_ = false;
+  std::exception_ptr failed_;
+  std::thread thread_;
+};
+
+/// A unit's full block: a ring slot, or a caching-allocator block (fallback and inline paths).
+class Block {
+ public:
+  Block() = default;
+  explicit Block(Allocation a) : alloc_(std::move(a)) {}
+  explicit Block(RingSlot s) : slot_(std::move(s)) {}
+  void* data() const noexcept { return slot_ ? slot_.data() : alloc_.data(); }
+  template <typename T>
+  T* data_as() const noexcept {
+    return static_cast<T*>(data());
+  }
+  explicit operator bool() const noexcept { return static_cast<bool>(slot_) || static_cast<bool>(alloc_); }
+  void reset() noexcept {
+    slot_.release();
+    alloc_.reset();
+  }
+
+ private:
+  Allocation alloc_;
+  RingSlot slot_;
+};
+
+class AsyncComm {
+ public:
+  struct Setup {
+    const workloads::ParamLayout* layout = nullptr;
+    const Segments* seg = nullptr;
+    coll::Communicator* z3 = nullptr;  ///< duplicated here for the parameter thread
+    coll::Communicator* z2 = nullptr;  ///< duplicated here for the gradient thread
+    CachingAllocator* alloc = nullptr;
+    DType param_dtype = DType::f32;
+    int prefetch = 1;
+    double pool_mb = 0;
+    SchedulerOptions::PoolFallback fallback = SchedulerOptions::PoolFallback::error;
+  };
+  /// Builds the pool (ConfigError naming the sizes when a unit does not fit and fallback is error) and
+  /// starts the threads. Collective over the groups (duplicates the communicators).
+  explicit AsyncComm(const Setup& s);
+  ~AsyncComm();
+
+  RingPool* pool() noexcept { return pool_.get(); }
+  /// Starts a step of `micro_batches` over the shards `params` (param dtype, l3 slices) and `grads`
+  /// (fp32, l2 slices): queues the first `prefetch` gathers.
+  void begin_step(int micro_batches, TensorView params, TensorView grads);
+  /// The next gathered block of the schedule, which must be `unit` (PreconditionError otherwise); waits
+  /// for it and queues the next gather.
+  Block next_gathered(int unit);
+  /// A zero-padded fp32 gradient block for `unit` from the gradient ring (waits for room).
+  Block grad_block(int unit);
+  /// Queues the reduce-scatter of `unit`'s final gradient into the gradient shard.
+  void reduce_scatter(int unit, Block block, bool accumulate);
+  /// Waits for every queued reduce-scatter.
+  void finish_reduce_scatters();
+  /// Runs `task` on the parameter / gradient thread (after what is queued there).
+  Ticket on_param_thread(std::function<void()> task) { return param_thread_->submit(std::move(task)); }
+  Ticket on_grad_thread(std::function<void()> task) { return grad_thread_->submit(std::move(task)); }
+  /// The deadline of every wait of the compute thread on a background thread.
+  std::chrono::nanoseconds deadline() const noexcept { return deadline_; }
+  /// The gather schedule of one micro-batch (units in the order they are gathered).
+  const std::vector<int>& gathers_per_micro_batch() const noexcept { return schedule_; }
+  AsyncHzpStats stats() const;
+
+ private:
+  void queue_gather(std::size_t k);
+  bool fits(RingId ring, std::size_t bytes) const;
+  Setup s_;
+  std::vector<int> schedule_;
+  std::vector<bool> shared_;  // per unit: used by another unit (held across units)
+  std::unique_ptr<coll::Communicator> z3_, z2_;
+  std::unique_ptr<GatherScatter> gather_, rs_;                // on the threads' duplicates
+  std::unique_ptr<GatherScatter> gather_inline_, rs_inline_;  // fallbacks, on the compute thread's groups
+  std::unique_ptr<RingPool> pool_;
+  RingId ag_ring_, ag_shared_ring_, rs_ring_, rs_shared_ring_;
+  std::chrono::nanoseconds deadline_;
+  TensorView params_, grads_;
+  int micro_batches_ = 0;
+  std::size_t next_queue_ = 0, next_consume_ = 0;
+  struct Pending {
+    Ticket ticket;
+    std::shared_ptr<Block> block;
+    int unit = -1;
+  };
+  std::deque<Pending> gathers_;
+  std::vector<Ticket> scatters_;
+  mutable std::mutex stats_m_;
+  AsyncHzpStats stats_;
+  std::unique_ptr<CommThread> param_thread_, grad_thread_;  // last: joined first
+};
+
+}  // namespace hzp::schedulers

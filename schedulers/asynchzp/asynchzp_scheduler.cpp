@@ -1,0 +1,388 @@
+// asynchzp: hierarchical ZeRO sharding (paper.md §2, design.md §4). bf16 parameters sharded over z3
+// ranks, fp32 gradients over z2, fp32 master + m + v over z1 (z3 | z2 | z1 | W, contiguous groups laid
+// out by NestedGroups so every exchange is an all-gather or a reduce-scatter). Per micro-batch: each unit's
+// parameters all-gathered in its z3 group before forward and again before backward, freed after use; its
+// fp32 gradient reduce-scattered in the z2 group as soon as final. End of step: gradient shards combined
+// across the W/z2 replicas (all-reduce, or reduce-scatter + all-gather over the W/z1 holders of a slice),
+// AdamW on the z1 slice, the updated slices all-gathered back into the z3 shards.
+//
+// The collectives run inline on the calling thread (scheduler.async = false, the paper's Table 3) or on
+// two background threads (async_comm.hpp). The gradient path is two functions, reduce_scatter_grad() per
+// micro-batch and combine_gradients() at the step end, so a different summation (deterministic mode) can
+// replace exactly those.
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "hzp/core/clock.hpp"
+#include "hzp/core/error.hpp"
+#include "hzp/core/stream.hpp"
+#include "hzp/schedulers/common/gather_scatter.hpp"
+#include "hzp/schedulers/common/nested_groups.hpp"
+#include "hzp/schedulers/common/shard_layout.hpp"
+#include "hzp/schedulers/common/sharded_optimizer.hpp"
+#include "hzp/schedulers/common/step_support.hpp"
+#include "hzp/schedulers/asynchzp.hpp"
+#include "hzp/workloads/batch_plan.hpp"
+#include "asynchzp/async_comm.hpp"
+#include "asynchzp/asynchzp_segments.hpp"
+
+namespace hzp::schedulers {
+namespace {
+
+using workloads::ParamLayout;
+using StepEnd = SchedulerOptions::StepEnd;
+
+TensorView at(const Allocation& a, DType t, std::int64_t offset, std::int64_t n) {
+  return TensorView(static_cast<std::byte*>(a.data()) + offset * static_cast<std::int64_t>(dtype_size(t)), Shape{n},
+                    t);
+}
+
+Allocation zeroed(CachingAllocator& a, std::int64_t n, DType t, AllocationTag tag) {
+  const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(t);
+  Allocation r = a.allocate(bytes, tag);
+  if (r) std::memset(r.data(), 0, bytes);
+  return r;
+}
+
+class AsyncHzp final : public AsyncHzpScheduler {
+ public:
+  explicit AsyncHzp(const SchedulerArgs& args);
+  ~AsyncHzp() override;
+  AsyncHzpStats async_stats() const override { return async_ ? async_->stats() : AsyncHzpStats{}; }
+  std::string_view name() const override { return "asynchzp"; }
+  StepStats step(const StepBatch& batch) override;
+  ReplicaDigests replicated_state() const override;
+  std::vector<float> gather_gradient() override;
+  RingPool* ring_pool() noexcept override { return async_ ? async_->pool() : nullptr; }
+
+ private:
+  TensorView param_shard(int s) const { return at(params_, pdt_, l3().slice_offset(s), l3().slice_numel(s)); }
+  TensorView opt_piece(int s) const {
+    return at(params_, pdt_, l3().slice_offset(s) + (o_ % (g_.z1() / g_.z3())) * l1().slice_numel(s),
+              l1().slice_numel(s));
+  }
+  TensorView grad_shard(int s) const { return at(grads_, DType::f32, l2().slice_offset(s), l2().slice_numel(s)); }
+  const ShardLayout& l3() const { return seg_->l3; }
+  const ShardLayout& l2() const { return seg_->l2; }
+  const ShardLayout& l1() const { return seg_->l1; }
+
+  // --- the collectives (inline here; forwarded to the background threads when async) -----------------
+  // The full parameter block of unit u for the next consumer, gathered from the z3 shards.
+  Block gather_unit(int u);
+  // The final gradient of unit u for this micro-batch (block of the unit's padded size) into the shard.
+  void reduce_scatter_grad(int u, const Block& block, bool accumulate);
+  // The step-end groups, on the compute thread (inline) or on the background threads' duplicates.
+  struct EndGroups {
+    std::unique_ptr<coll::Communicator> replica_dup, opt_replica_dup, refresh_dup;  // async only
+    coll::Communicator *replica = nullptr, *opt_replica = nullptr, *refresh = nullptr;
+    std::unique_ptr<GatherScatter> replica_rs, opt_ag, refresh_ag;
+  };
+  void make_end_groups(EndGroups& e, bool duplicate);
+  // Gradient shards summed over the replicas; returns the optimizer slice's gradient ([l1 slice_total]).
+  ConstTensorView combine_gradients(EndGroups& e);
+  ConstTensorView opt_grad_view() const;
+  // The updated optimizer slices all-gathered back into the parameter shards.
+  void refresh_params(EndGroups& e);
+  void wait_refresh();
+
+  workloads::UnitParams unit_params(int u) const;
+
+  const workloads::Workload* model_;
+  workloads::TrainConfig train_;
+  SchedulerOptions opts_;
+  CachingAllocator* alloc_;
+  coll::Communicator* world_;
+  DType pdt_;
+  NestedGroups g_;
+  int o_ = 0;
+  std::unique_ptr<coll::Communicator> z3_comm_, z2_comm_, z1_comm_, replica_comm_, opt_replica_comm_, refresh_comm_,
+      scalars_comm_, debug_comm_;
+  std::unique_ptr<Segments> seg_;
+  std::unique_ptr<GatherScatter> gather_, rs_;
+  EndGroups end_inline_, end_bg_;
+  Allocation params_;    // this rank's z3 shard (param dtype, tag param)
+  Allocation grads_;     // this rank's z2 gradient slice (fp32, tag grad)
+  Allocation opt_grad_;  // the optimizer slice's gradient when it is not a view of grads_ (fp32, tag comm)
+  std::unique_ptr<ShardedOptimizer> opt_;
+  std::unique_ptr<AsyncComm> async_;  // before the blocks: they may hold its ring slots
+  Ticket refresh_pending_;            // async: the step-end parameter all-gather not yet waited for
+  std::vector<Block> gathered_;       // full parameter blocks held now, per unit
+  std::vector<Block> grad_blocks_;    // full gradient blocks being written, per unit
+  std::unique_ptr<workloads::MicroBatchContext> ctx_;
+  std::vector<std::int32_t> inputs_, targets_;
+  std::int64_t steps_done_ = 0;
+};
+
+NestedGroups validated_groups(const SchedulerArgs& args) {
+  validate_data_parallel("asynchzp", args, 0);
+  return nested_groups_from(args.options, args.world->size());
+}
+
+AsyncHzp::AsyncHzp(const SchedulerArgs& args)
+    : model_(args.model),
+      train_(args.train),
+      opts_(args.options),
+      alloc_(args.allocator),
+      world_(args.world),
+      pdt_(workloads::param_dtype(args.train.precision)),
+      g_(validated_groups(args)) {
+  const int r = world_->rank(), w = world_->size();
+  auto split = [&](GroupSlot s, const char* name) { return world_->split(s.color, s.key, name); };
+  z3_comm_ = split(g_.z3_group(r), "z3");
+  z2_comm_ = split(g_.z2_group(r), "z2");
+  z1_comm_ = split(g_.z1_group(r), "z1");
+  replica_comm_ = split(g_.replica_group(r), "replica");
+  opt_replica_comm_ = split(g_.opt_replica_group(r), "opt_replica");
+  refresh_comm_ = split(g_.refresh_group(r), "refresh");
+  scalars_comm_ = world_->duplicate("scalars");
+  debug_comm_ = world_->duplicate("debug", /*share_counters=*/false);
+  o_ = g_.opt_index(r);
+
+  const ParamLayout& layout = model_->layout();
+  // The reduce-scatter step end cuts every gradient slice into R pieces of W-th size: pad to W.
+  const int pad = opts_.step_end == StepEnd::reduce_scatter ? w : g_.z1();
+  seg_ = std::make_unique<Segments>(layout, opts_.launch, g_, pad);
+  gather_ = std::make_unique<GatherScatter>(*z3_comm_, l3(), *alloc_);
+  rs_ = std::make_unique<GatherScatter>(*z2_comm_, l2(), *alloc_);
+  make_end_groups(end_inline_, false);
+  const int segs = l3().num_segments();
+
+  params_ = zeroed(*alloc_, l3().slice_total(), pdt_, AllocationTag::param);
+  grads_ = zeroed(*alloc_, l2().slice_total(), DType::f32, AllocationTag::grad);
+  if (g_.z1() > g_.z2() || opts_.step_end == StepEnd::reduce_scatter)
+    opt_grad_ = zeroed(*alloc_, l1().slice_total(), DType::f32, AllocationTag::comm);
+
+  std::vector<TensorView> pieces;
+  for (int s = 0; s < segs; ++s) pieces.push_back(opt_piece(s));
+  opt_ = std::make_unique<ShardedOptimizer>(train_, std::move(pieces), *alloc_,
+                                            slice_initializer(*model_, l1(), o_, train_.seed));
+  refresh_params(end_inline_);  // the rest of the shard comes from the other optimizer slices inside it
+
+  gathered_.resize(static_cast<std::size_t>(layout.num_units()));
+  grad_blocks_.resize(static_cast<std::size_t>(layout.num_units()));
+  if (opts_.async) async_ = std::make_unique<AsyncComm>(AsyncComm::Setup{
+                         .layout = &layout, .seg = seg_.get(), .z3 = z3_comm_.get(), .z2 = z2_comm_.get(),
+                         .alloc = alloc_, .param_dtype = pdt_, .prefetch = opts_.prefetch, .pool_mb = opts_.pool_mb,
+                         .fallback = opts_.pool_fallback});
+  if (async_) make_end_groups(end_bg_, true);
+  ctx_ = model_->make_context(*alloc_, {.micro_batch_size = train_.micro_batch_size, .recompute = train_.recompute});
+  inputs_.resize(static_cast<std::size_t>(train_.micro_batch_size * model_->seq_len()));
+  targets_.resize(inputs_.size());
+}
+
+AsyncHzp::~AsyncHzp() {
+  // Peers run the same step-end all-gather: finish it before the threads go (errors were reported).
+  try {
+    wait_refresh();
+  } catch (const std::exception&) {
+  }
+}
+
+void AsyncHzp::make_end_groups(EndGroups& e, bool duplicate) {
+  e.replica = replica_comm_.get();
+  e.opt_replica = opt_replica_comm_.get();
+  e.refresh = refresh_comm_.get();
+  if (duplicate) {
+    e.replica_dup = replica_comm_->duplicate("replica");
+    e.opt_replica_dup = opt_replica_comm_->duplicate("opt_replica");
+    e.refresh_dup = refresh_comm_->duplicate("refresh");
+    e.replica = e.replica_dup.get();
+    e.opt_replica = e.opt_replica_dup.get();
+    e.refresh = e.refresh_dup.get();
+  }
+  e.refresh_ag = std::make_unique<GatherScatter>(*e.refresh, seg_->in_shard, *alloc_);
+  if (opts_.step_end == StepEnd::reduce_scatter) {
+    e.replica_rs = std::make_unique<GatherScatter>(*e.replica, seg_->in_grad_slice, *alloc_);
+    e.opt_ag = std::make_unique<GatherScatter>(*e.opt_replica, seg_->in_opt_slice, *alloc_);
+  }
+}
+
+void AsyncHzp::wait_refresh() {
+  if (!refresh_pending_.valid()) return;
+  const Ticket t = refresh_pending_;
+  refresh_pending_ = Ticket{};
+  t.wait(async_->deadline(), "the step-end parameter all-gather");
+}
+
+ConstTensorView AsyncHzp::opt_grad_view() const {
+  return opt_grad_ ? at(opt_grad_, DType::f32, 0, l1().slice_total()) : at(grads_, DType::f32, 0, l1().slice_total());
+}
+
+Block AsyncHzp::gather_unit(int u) {
+  Block block(
+      alloc_->allocate(static_cast<std::size_t>(seg_->unit_block_numel(u)) * dtype_size(pdt_), AllocationTag::comm));
+  for (int s = seg_->first(u); s < seg_->end(u); ++s)
+    seg_->gather_segment(*gather_, s, param_shard(s), static_cast<std::byte*>(block.data()), pdt_);
+  return block;
+}
+
+void AsyncHzp::reduce_scatter_grad(int u, const Block& block, bool accumulate) {
+  for (int s = seg_->first(u); s < seg_->end(u); ++s)
+    seg_->reduce_scatter_segment(*rs_, s, block.data_as<const float>(), grad_shard(s), accumulate, *alloc_);
+}
+
+ConstTensorView AsyncHzp::combine_gradients(EndGroups& e) {
+  const int segs = l3().num_segments();
+  if (opts_.step_end == StepEnd::all_reduce) {
+    // One all-reduce of the whole gradient slice across the R replicas (the paper's "DZP Allreduce").
+    if (e.replica->size() > 1 && l2().slice_total() > 0)
+      e.replica->all_reduce(at(grads_, DType::f32, 0, l2().slice_total()), coll::ReduceOp::sum, StreamRef::host());
+    if (!opt_grad_) return at(grads_, DType::f32, 0, l2().slice_total());
+    const int f1 = g_.z1() / g_.z2();
+    float* dst = opt_grad_.data_as<float>();
+    for (int s = 0; s < segs; ++s)
+      std::memcpy(dst + l1().slice_offset(s),
+                  grads_.data_as<float>() + l2().slice_offset(s) + (o_ % f1) * l1().slice_numel(s),
+                  static_cast<std::size_t>(l1().slice_numel(s)) * sizeof(float));
+    return at(opt_grad_, DType::f32, 0, l1().slice_total());
+  }
+  // Reduce-scatter over the replicas to W-th pieces, then all-gather the pieces of the optimizer slice
+  // among the Q ranks that hold it.
+  Allocation pieces = zeroed(*alloc_, seg_->in_grad_slice.slice_total(), DType::f32, AllocationTag::comm);
+  for (int s = 0; s < segs; ++s) {
+    const ShardLayout& in = seg_->in_grad_slice;
+    const TensorView piece = at(pieces, DType::f32, in.slice_offset(s), in.slice_numel(s));
+    if (e.replica->size() > 1)
+      e.replica_rs->reduce_scatter(s, grad_shard(s), piece, false);
+    else
+      std::memcpy(piece.data(), grad_shard(s).data(), static_cast<std::size_t>(piece.numel()) * sizeof(float));
+    const TensorView out = at(opt_grad_, DType::f32, l1().slice_offset(s), l1().slice_numel(s));
+    if (e.opt_replica->size() > 1)
+      e.opt_ag->gather_into(s, piece, out);
+    else
+      std::memcpy(out.data(), piece.data(), static_cast<std::size_t>(piece.numel()) * sizeof(float));
+  }
+  return at(opt_grad_, DType::f32, 0, l1().slice_total());
+}
+
+void AsyncHzp::refresh_params(EndGroups& e) {
+  if (e.refresh->size() == 1) return;
+  for (int s = 0; s < l3().num_segments(); ++s) e.refresh_ag->gather_into(s, opt_piece(s), param_shard(s));
+}
+
+workloads::UnitParams AsyncHzp::unit_params(int u) const {
+  workloads::UnitParams p;
+  for (int b : model_->layout().param_blocks(u))
+    p.set(b, ConstTensorView(gathered_[b].data(), Shape{model_->layout().unit_numel(b)}, pdt_));
+  return p;
+}
+
+StepStats AsyncHzp::step(const StepBatch& batch) {
+  const Stopwatch whole;
+  HZP_CHECK(batch.source != nullptr, "asynchzp: step ", batch.step, " has no data source");
+  HZP_CHECK(batch.step == steps_done_, "asynchzp: steps run in order; expected step ", steps_done_, ", got ",
+            batch.step);
+  const ParamLayout& layout = model_->layout();
+  const int units = layout.num_units();
+  const workloads::BatchPlan plan(train_.global_batch, train_.micro_batch_size, world_->size());
+  const std::vector<std::int64_t> mine = plan.micro_batches_of(world_->rank());
+  const double normaliser = static_cast<double>(train_.global_batch * model_->seq_len());
+  if (async_)
+    async_->begin_step(static_cast<int>(mine.size()), at(params_, pdt_, 0, l3().slice_total()),
+                       at(grads_, DType::f32, 0, l2().slice_total()));
+  auto ensure_gathered = [&](int u) {
+    for (int b : layout.param_blocks(u))
+      if (!gathered_[b]) gathered_[b] = async_ ? async_->next_gathered(b) : gather_unit(b);
+  };
+
+  double local_loss = 0;
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    const bool first = i == 0;
+    workloads::fill_micro_batch(*batch.source, plan, batch.step, mine[i], inputs_, targets_);
+    ctx_->begin(inputs_, targets_, normaliser);
+    for (int u = 0; u < units; ++u) {
+      ensure_gathered(u);
+      model_->forward(u, unit_params(u), *ctx_);
+      for (int b : layout.params_last_used_in_forward(u)) gathered_[b].reset();
+    }
+    local_loss += ctx_->loss();
+    for (int u = units - 1; u >= 0; --u) {
+      ensure_gathered(u);
+      workloads::UnitGrads gr;
+      for (int b : layout.grad_blocks(u)) {
+        const bool first_writer = u == layout.first_grad_writer(b);
+        if (first_writer) grad_blocks_[b] = async_ ? async_->grad_block(b) : Block(seg_->new_grad_block(b, *alloc_));
+        gr.set(b, TensorView(grad_blocks_[b].data(), Shape{layout.unit_numel(b)}, DType::f32), !first_writer);
+      }
+      model_->backward(u, unit_params(u), *ctx_, gr);
+      for (int b : layout.grads_final_after(u)) {
+        if (async_)
+          async_->reduce_scatter(b, std::move(grad_blocks_[b]), !first);
+        else
+          reduce_scatter_grad(b, grad_blocks_[b], !first);
+        grad_blocks_[b].reset();
+        gathered_[b].reset();  // a block's last backward use is its last gradient writer
+      }
+    }
+  }
+  const double compute_seconds = whole.wall();
+  ConstTensorView gslice;
+  if (async_) {
+    // The gradient thread drains its reduce-scatters, then runs the step-end exchange after them.
+    async_->finish_reduce_scatters();
+    async_->on_grad_thread([this] { combine_gradients(end_bg_); }).wait(async_->deadline(), "the step-end gradient exchange");
+    gslice = opt_grad_view();
+  } else {
+    gslice = combine_gradients(end_inline_);
+  }
+  const double sq = opt_->global_sum_squares(gslice, z1_comm_.get());
+  const Stopwatch update;
+  const OptimizerStepResult res = opt_->step(gslice, sq, batch.step, scheduled_learning_rate(train_, batch.step));
+  const double optimizer_seconds = update.wall();
+  // Async: the parameter thread rebuilds the shards while the compute thread reduces the loss. It is
+  // waited for before the step returns: the next step's first unit needs it anyway, and the step's
+  // collectives are then all complete (and counted) when it returns.
+  if (async_)
+    refresh_pending_ = async_->on_param_thread([this] { refresh_params(end_bg_); });
+  else
+    refresh_params(end_inline_);
+  ++steps_done_;
+  StepStats st = data_parallel_step_stats(batch.step, *scalars_comm_, local_loss, res,
+                                          train_.global_batch * model_->seq_len(), compute_seconds, optimizer_seconds, 0);
+  wait_refresh();
+  st.seconds = whole.wall();
+  return st;
+}
+
+ReplicaDigests AsyncHzp::replicated_state() const {
+  const_cast<AsyncHzp*>(this)->wait_refresh();
+  // Ranks with the same optimizer slice hold identical optimizer state and (after the refresh) identical
+  // parameter shards; the gradient slice is a replica only after an all-reduce step end.
+  ReplicaDigests d;
+  d.replica_key = o_;
+  auto add = [&](const char* name, const void* p, std::size_t bytes) { d.digests.emplace_back(name, state_digest(p, bytes)); };
+  add("param", params_.data(), static_cast<std::size_t>(l3().slice_total()) * dtype_size(pdt_));
+  if (opts_.step_end == StepEnd::all_reduce) add("grad", grads_.data(), static_cast<std::size_t>(l2().slice_total()) * 4);
+  if (opt_->has_master()) add("master", opt_->master().data(), opt_->master().bytes());
+  add("m", opt_->m().data(), opt_->m().bytes());
+  add("v", opt_->v().data(), opt_->v().bytes());
+  return d;
+}
+
+std::vector<float> AsyncHzp::gather_gradient() {
+  wait_refresh();
+  // Every rank's optimizer-slice gradient; slice o of every segment taken from any rank that holds it.
+  const int w = world_->size();
+  const std::int64_t s1 = l1().slice_total();
+  const ConstTensorView mine = opt_grad_view();
+  std::vector<float> all(static_cast<std::size_t>(s1 * w));
+  debug_comm_->all_gather(mine, TensorView(all.data(), Shape{s1 * w}, DType::f32), StreamRef::host());
+  std::vector<float> out(static_cast<std::size_t>(l1().total_numel()));
+  for (int r = 0; r < w; ++r)
+    for (int s = 0; s < l1().num_segments(); ++s) {
+      const ShardLayout::Range v = l1().valid_range(s, g_.opt_index(r));
+      if (v.count > 0)
+        std::memcpy(out.data() + l1().global_offset(s) + v.begin, all.data() + r * s1 + l1().slice_offset(s),
+                    static_cast<std::size_t>(v.count) * sizeof(float));
+    }
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Scheduler> make_asynchzp_scheduler(const SchedulerArgs& a) {
+  return std::make_unique<AsyncHzp>(a);
+}
+
+}  // namespace hzp::schedulers
