@@ -45,6 +45,39 @@ constexpr AllocationTag kStateTags[] = {AllocationTag::param, AllocationTag::gra
 
 }  // namespace
 
+BackgroundWait background_wait(const std::vector<std::pair<double, double>>& waits,
+                               const std::vector<coll::CallRecord>& records, std::uint64_t compute_thread) {
+  BackgroundWait out;
+  std::vector<const coll::CallRecord*> bg;
+  for (const coll::CallRecord& r : records)
+    if (r.thread_id != compute_thread) bg.push_back(&r);
+  for (const auto& [b, e] : waits) {
+    if (e <= b) continue;
+    out.wait += e - b;
+    // Elementary pieces between every record boundary inside [b, e]: a piece under some call's transfer
+    // (after its last join) is transfer, else under some call's join phase is join, else neither (the
+    // hand-off between threads).
+    std::vector<double> cuts = {b, e};
+    for (const coll::CallRecord* r : bg)
+      for (double t : {r->start_s, std::max(r->start_s, r->last_join_s), r->end_s})
+        if (t > b && t < e) cuts.push_back(t);
+    std::sort(cuts.begin(), cuts.end());
+    for (std::size_t i = 0; i + 1 < cuts.size(); ++i) {
+      const double lo = cuts[i], hi = cuts[i + 1], mid = 0.5 * (lo + hi);
+      if (hi <= lo) continue;
+      bool in_transfer = false, in_join = false;
+      for (const coll::CallRecord* r : bg) {
+        const double joined = std::max(r->start_s, r->last_join_s);
+        if (mid > joined && mid < r->end_s) in_transfer = true;
+        else if (mid > r->start_s && mid < joined) in_join = true;
+      }
+      if (in_transfer) out.transfer += hi - lo;
+      else if (in_join) out.join += hi - lo;
+    }
+  }
+  return out;
+}
+
 const FieldInfo& field_info(RankField f) { return kFields[static_cast<int>(f)]; }
 
 StepMeter::StepMeter(CachingAllocator& allocator, coll::CommCounters* counters, RingPool* pool)
@@ -109,6 +142,12 @@ RankSample StepMeter::end(const schedulers::StepStats& st) {
         join += t.join_wait_s;
         transfer += t.transfer_wait_s;
       }
+    }
+    if (!st.background_waits.empty()) {
+      const BackgroundWait b = background_wait(st.background_waits, d.records, thread_id_);
+      wait += b.wait;
+      join += b.join;
+      transfer += b.transfer;
     }
     s[RankField::exposed_comm_s] = wait;
     s[RankField::join_wait_s] = join;

@@ -81,6 +81,15 @@ struct RankSample {
   }
 };
 
+/// The compute thread's waits on background communication threads (StepStats::background_waits): their
+/// total, and the parts during which some background call (a record of another thread than
+/// `compute_thread`) was transferring (after its last peer joined) or, failing that, waiting for peers.
+struct BackgroundWait {
+  double wait = 0, join = 0, transfer = 0;
+};
+BackgroundWait background_wait(const std::vector<std::pair<double, double>>& waits,
+                               const std::vector<coll::CallRecord>& records, std::uint64_t compute_thread);
+
 /// Takes the readings before a step and turns the differences after it into a RankSample. Runs on the
 /// thread that calls Scheduler::step (the compute thread, whose phases and waits are the exposed ones).
 class StepMeter {

@@ -202,6 +202,7 @@ void AsyncComm::begin_step(int micro_batches, TensorView params, TensorView grad
   grads_ = grads;
   micro_batches_ = micro_batches;
   next_queue_ = next_consume_ = 0;
+  waits_.clear();
   const std::size_t total = schedule_.size() * static_cast<std::size_t>(micro_batches);
   {
     std::lock_guard lock(stats_m_);
@@ -272,7 +273,7 @@ Block AsyncComm::next_gathered(int unit) {
     return b;
   }
   const Stopwatch waited;
-  p.ticket.wait(deadline_, "a parameter all-gather");
+  wait(p.ticket, "a parameter all-gather");
   {
     std::lock_guard lock(stats_m_);
     stats_.gather_wait_s += waited.wall();
@@ -315,11 +316,17 @@ void AsyncComm::reduce_scatter(int unit, Block block, bool accumulate) {
   }));
 }
 
+void AsyncComm::wait(const Ticket& t, const char* what) {
+  const double begin = wall_seconds();
+  t.wait(deadline_, what);
+  waits_.emplace_back(begin, wall_seconds());
+}
+
 void AsyncComm::finish_reduce_scatters() {
   const Stopwatch waited;
   std::vector<Ticket> pending;
   pending.swap(scatters_);
-  for (const Ticket& t : pending) t.wait(deadline_, "a gradient reduce-scatter");
+  for (const Ticket& t : pending) wait(t, "a gradient reduce-scatter");
   std::lock_guard lock(stats_m_);
   stats_.scatter_wait_s += waited.wall();
 }

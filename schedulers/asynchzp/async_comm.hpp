@@ -135,6 +135,10 @@ class AsyncComm {
   /// The gather schedule of one micro-batch (units in the order they are gathered).
   const std::vector<int>& gathers_per_micro_batch() const noexcept { return schedule_; }
   AsyncHzpStats stats() const;
+  /// Waits for `t` (deadline()) and records the interval as a background wait of this step.
+  void wait(const Ticket& t, const char* what);
+  /// This step's background waits (StepStats::background_waits); cleared by begin_step().
+  const std::vector<std::pair<double, double>>& background_waits() const noexcept { return waits_; }
 
  private:
   void queue_gather(std::size_t k);
@@ -158,6 +162,7 @@ class AsyncComm {
   };
   std::deque<Pending> gathers_;
   std::vector<Ticket> scatters_;
+  std::vector<std::pair<double, double>> waits_;  // compute thread only
   mutable std::mutex stats_m_;
   AsyncHzpStats stats_;
   std::unique_ptr<CommThread> param_thread_, grad_thread_;  // last: joined first

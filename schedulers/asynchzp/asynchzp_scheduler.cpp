@@ -202,7 +202,7 @@ void AsyncHzp::wait_refresh() {
   if (!refresh_pending_.valid()) return;
   const Ticket t = refresh_pending_;
   refresh_pending_ = Ticket{};
-  t.wait(async_->deadline(), "the step-end parameter all-gather");
+  async_->wait(t, "the step-end parameter all-gather");
 }
 
 ConstTensorView AsyncHzp::opt_grad_view() const {
@@ -321,7 +321,7 @@ StepStats AsyncHzp::step(const StepBatch& batch) {
   if (async_) {
     // The gradient thread drains its reduce-scatters, then runs the step-end exchange after them.
     async_->finish_reduce_scatters();
-    async_->on_grad_thread([this] { combine_gradients(end_bg_); }).wait(async_->deadline(), "the step-end gradient exchange");
+    async_->wait(async_->on_grad_thread([this] { combine_gradients(end_bg_); }), "the step-end gradient exchange");
     gslice = opt_grad_view();
   } else {
     gslice = combine_gradients(end_inline_);
@@ -341,6 +341,7 @@ StepStats AsyncHzp::step(const StepBatch& batch) {
   StepStats st = data_parallel_step_stats(batch.step, *scalars_comm_, local_loss, res,
                                           train_.global_batch * model_->seq_len(), compute_seconds, optimizer_seconds, 0);
   wait_refresh();
+  if (async_) st.background_waits = async_->background_waits();
   st.seconds = whole.wall();
   return st;
 }

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "hzp/core/caching_allocator.hpp"
@@ -44,6 +45,11 @@ struct StepStats {
   /// Deterministic mode: times this step was run again because a micro-batch gradient element exceeded
   /// the fixed-point range (docs/deterministic.md); 0 otherwise.
   std::int64_t retries = 0;
+  /// Intervals [begin, end] (wall_seconds()) in which the compute thread waited for work of the scheduler's
+  /// background communication threads (asynchzp): their collectives are not the compute thread's calls,
+  /// so the harness counts these waits as exposed communication, split into join and transfer where they
+  /// overlap those collectives' call records.
+  std::vector<std::pair<double, double>> background_waits;
 };
 
 /// Receives a scheduler's state for `hzpbench run --dump-tensors` (Scheduler::visit_state).
