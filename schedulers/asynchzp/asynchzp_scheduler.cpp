@@ -116,6 +116,9 @@ class AsyncHzp final : public AsyncHzpScheduler {
 
 NestedGroups validated_groups(const SchedulerArgs& args) {
   validate_data_parallel("asynchzp", args, 0);
+  if (args.train.deterministic)
+    HZP_THROW(ConfigError, "train.deterministic = true is not supported by scheduler.name = asynchzp yet (its "
+              "gradient sums are fp32); use none, ddp, zero1/2/3 or hsdp for a deterministic run");
   return nested_groups_from(args.options, args.world->size());
 }
 
