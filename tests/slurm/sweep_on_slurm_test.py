@@ -58,7 +58,9 @@ def flushed_steps(path):
     try:
         with h5py.File(path, "r", locking=False) as f:
             return f["steps/loss"].shape[0] if "steps/loss" in f else 0
-    except (OSError, KeyError):
+    except (OSError, KeyError, RuntimeError):
+        # The writer may be mid-flush: h5py then sees metadata past the end of what is on disk ("addr
+        # overflow", a RuntimeError) — not an error of the run, just a read too early. Poll again.
         return -1
 
 
