@@ -294,10 +294,13 @@ Block AsyncComm::grad_block(int unit) {
 void AsyncComm::reduce_scatter(int unit, Block block, bool accumulate) {
   const Segments* seg = s_.seg;
   const TensorView grads = grads_;
+  // The shard's dtype is the block's: fp32, or int64 fixed point in deterministic mode.
   auto scatter = [seg, grads, unit, accumulate, this](GatherScatter& gs, const Block& b) {
+    const std::size_t e = dtype_size(grads.dtype());
     for (int sg = seg->first(unit); sg < seg->end(unit); ++sg) {
-      const TensorView out(grads.as<float>() + seg->l2.slice_offset(sg), Shape{seg->l2.slice_numel(sg)}, DType::f32);
-      seg->reduce_scatter_segment(gs, sg, b.data_as<const float>(), out, accumulate, *s_.alloc);
+      const TensorView out(static_cast<std::byte*>(grads.data()) + seg->l2.slice_offset(sg) * std::int64_t(e),
+                           Shape{seg->l2.slice_numel(sg)}, grads.dtype());
+      seg->reduce_scatter_segment(gs, sg, b.data(), out, accumulate, *s_.alloc);
     }
   };
   const std::size_t bytes = static_cast<std::size_t>(seg->unit_block_numel(unit)) * sizeof(float);

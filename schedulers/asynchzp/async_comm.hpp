@@ -116,14 +116,15 @@ class AsyncComm {
 
   RingPool* pool() noexcept { return pool_.get(); }
   /// Starts a step of `micro_batches` over the shards `params` (param dtype, l3 slices) and `grads`
-  /// (fp32, l2 slices): queues the first `prefetch` gathers.
+  /// (fp32, l2 slices; int64 in deterministic mode): queues the first `prefetch` gathers.
   void begin_step(int micro_batches, TensorView params, TensorView grads);
   /// The next gathered block of the schedule, which must be `unit` (PreconditionError otherwise); waits
   /// for it and queues the next gather.
   Block next_gathered(int unit);
   /// A zero-padded fp32 gradient block for `unit` from the gradient ring (waits for room).
   Block grad_block(int unit);
-  /// Queues the reduce-scatter of `unit`'s final gradient into the gradient shard.
+  /// Queues the reduce-scatter of `unit`'s final gradient into the gradient shard (the block holds the
+  /// shard's dtype: fp32 from grad_block(), or int64 fixed point in deterministic mode).
   void reduce_scatter(int unit, Block block, bool accumulate);
   /// Waits for every queued reduce-scatter.
   void finish_reduce_scatters();

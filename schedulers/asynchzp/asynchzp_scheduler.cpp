@@ -8,8 +8,10 @@
 //
 // The collectives run inline on the calling thread (scheduler.async = false, the paper's Table 3) or on
 // two background threads (async_comm.hpp). The gradient path is two functions, reduce_scatter_grad() per
-// micro-batch and combine_gradients() at the step end, so a different summation (deterministic mode) can
-// replace exactly those.
+// micro-batch and combine_gradients() at the step end. Deterministic mode (train.deterministic,
+// docs/deterministic.md) gives them int64 fixed-point blocks and shards: each micro-batch's final fp32 block
+// is converted on the compute thread, the reduce-scatters (inline or on the gradient thread) and the step-end
+// exchange sum int64 exactly, and the optimizer slice is converted back once.
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
+#include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/schedulers/common/gather_scatter.hpp"
 #include "hzp/schedulers/common/nested_groups.hpp"
 #include "hzp/schedulers/common/shard_layout.hpp"
@@ -54,6 +57,7 @@ class AsyncHzp final : public AsyncHzpScheduler {
   StepStats step(const StepBatch& batch) override;
   ReplicaDigests replicated_state() const override;
   std::vector<float> gather_gradient() override;
+  std::vector<float> gather_master_params() override;
   RingPool* ring_pool() noexcept override { return async_ ? async_->pool() : nullptr; }
 
  private:
@@ -62,7 +66,13 @@ class AsyncHzp final : public AsyncHzpScheduler {
     return at(params_, pdt_, l3().slice_offset(s) + (o_ % (g_.z1() / g_.z3())) * l1().slice_numel(s),
               l1().slice_numel(s));
   }
-  TensorView grad_shard(int s) const { return at(grads_, DType::f32, l2().slice_offset(s), l2().slice_numel(s)); }
+  // Gradient element type: fp32, or the int64 fixed-point sum in deterministic mode.
+  DType gdt() const { return fixed_ ? DType::i64 : DType::f32; }
+  TensorView grad_shard(int s) const { return at(grads_, gdt(), l2().slice_offset(s), l2().slice_numel(s)); }
+  // Deterministic mode: the optimizer slice's fixed-point gradient as fp32 (padding zero; tag comm).
+  Allocation converted_opt_grad() const;
+  // Every rank's optimizer slice (fp32, l1 slice order), all-gathered uncounted, as a flat [N] vector.
+  std::vector<float> gather_opt_slices(ConstTensorView mine);
   const ShardLayout& l3() const { return seg_->l3; }
   const ShardLayout& l2() const { return seg_->l2; }
   const ShardLayout& l1() const { return seg_->l1; }
@@ -102,8 +112,9 @@ class AsyncHzp final : public AsyncHzpScheduler {
   std::unique_ptr<GatherScatter> gather_, rs_;
   EndGroups end_inline_, end_bg_;
   Allocation params_;    // this rank's z3 shard (param dtype, tag param)
-  Allocation grads_;     // this rank's z2 gradient slice (fp32, tag grad)
-  Allocation opt_grad_;  // the optimizer slice's gradient when it is not a view of grads_ (fp32, tag comm)
+  Allocation grads_;     // this rank's z2 gradient slice (fp32, tag grad; int64 in deterministic mode)
+  Allocation opt_grad_;  // the optimizer slice's gradient when it is not a view of grads_ (as grads_, tag comm)
+  std::unique_ptr<FixedPointGrads> fixed_;  // deterministic mode only
   std::unique_ptr<ShardedOptimizer> opt_;
   std::unique_ptr<AsyncComm> async_;  // before the blocks: they may hold its ring slots
   Ticket refresh_pending_;            // async: the step-end parameter all-gather not yet waited for
@@ -116,9 +127,6 @@ class AsyncHzp final : public AsyncHzpScheduler {
 
 NestedGroups validated_groups(const SchedulerArgs& args) {
   validate_data_parallel("asynchzp", args, 0);
-  if (args.train.deterministic)
-    HZP_THROW(ConfigError, "train.deterministic = true is not supported by scheduler.name = asynchzp yet (its "
-              "gradient sums are fp32); use none, ddp, zero1/2/3 or hsdp for a deterministic run");
   return nested_groups_from(args.options, args.world->size());
 }
 
@@ -143,6 +151,8 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
   o_ = g_.opt_index(r);
 
   const ParamLayout& layout = model_->layout();
+  if (train_.deterministic)
+    fixed_ = std::make_unique<FixedPointGrads>(layout, train_.micro_batches(), args.fixed_point);
   // The reduce-scatter step end cuts every gradient slice into R pieces of W-th size: pad to W.
   const int pad = opts_.step_end == StepEnd::reduce_scatter ? w : g_.z1();
   seg_ = std::make_unique<Segments>(layout, opts_.launch, g_, pad);
@@ -152,9 +162,9 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
   const int segs = l3().num_segments();
 
   params_ = zeroed(*alloc_, l3().slice_total(), pdt_, AllocationTag::param);
-  grads_ = zeroed(*alloc_, l2().slice_total(), DType::f32, AllocationTag::grad);
+  grads_ = zeroed(*alloc_, l2().slice_total(), gdt(), AllocationTag::grad);
   if (g_.z1() > g_.z2() || opts_.step_end == StepEnd::reduce_scatter)
-    opt_grad_ = zeroed(*alloc_, l1().slice_total(), DType::f32, AllocationTag::comm);
+    opt_grad_ = zeroed(*alloc_, l1().slice_total(), gdt(), AllocationTag::comm);
 
   std::vector<TensorView> pieces;
   for (int s = 0; s < segs; ++s) pieces.push_back(opt_piece(s));
@@ -209,7 +219,7 @@ void AsyncHzp::wait_refresh() {
 }
 
 ConstTensorView AsyncHzp::opt_grad_view() const {
-  return opt_grad_ ? at(opt_grad_, DType::f32, 0, l1().slice_total()) : at(grads_, DType::f32, 0, l1().slice_total());
+  return opt_grad_ ? at(opt_grad_, gdt(), 0, l1().slice_total()) : at(grads_, gdt(), 0, l1().slice_total());
 }
 
 Block AsyncHzp::gather_unit(int u) {
@@ -222,7 +232,7 @@ Block AsyncHzp::gather_unit(int u) {
 
 void AsyncHzp::reduce_scatter_grad(int u, const Block& block, bool accumulate) {
   for (int s = seg_->first(u); s < seg_->end(u); ++s)
-    seg_->reduce_scatter_segment(*rs_, s, block.data_as<const float>(), grad_shard(s), accumulate, *alloc_);
+    seg_->reduce_scatter_segment(*rs_, s, block.data(), grad_shard(s), accumulate, *alloc_);
 }
 
 ConstTensorView AsyncHzp::combine_gradients(EndGroups& e) {
@@ -230,33 +240,32 @@ ConstTensorView AsyncHzp::combine_gradients(EndGroups& e) {
   if (opts_.step_end == StepEnd::all_reduce) {
     // One all-reduce of the whole gradient slice across the R replicas (the paper's "DZP Allreduce").
     if (e.replica->size() > 1 && l2().slice_total() > 0)
-      e.replica->all_reduce(at(grads_, DType::f32, 0, l2().slice_total()), coll::ReduceOp::sum, StreamRef::host());
-    if (!opt_grad_) return at(grads_, DType::f32, 0, l2().slice_total());
+      e.replica->all_reduce(at(grads_, gdt(), 0, l2().slice_total()), coll::ReduceOp::sum, StreamRef::host());
+    if (!opt_grad_) return at(grads_, gdt(), 0, l2().slice_total());
     const int f1 = g_.z1() / g_.z2();
-    float* dst = opt_grad_.data_as<float>();
     for (int s = 0; s < segs; ++s)
-      std::memcpy(dst + l1().slice_offset(s),
-                  grads_.data_as<float>() + l2().slice_offset(s) + (o_ % f1) * l1().slice_numel(s),
-                  static_cast<std::size_t>(l1().slice_numel(s)) * sizeof(float));
-    return at(opt_grad_, DType::f32, 0, l1().slice_total());
+      std::memcpy(at(opt_grad_, gdt(), l1().slice_offset(s), 0).data(),
+                  at(grads_, gdt(), l2().slice_offset(s) + (o_ % f1) * l1().slice_numel(s), 0).data(),
+                  static_cast<std::size_t>(l1().slice_numel(s)) * dtype_size(gdt()));
+    return at(opt_grad_, gdt(), 0, l1().slice_total());
   }
   // Reduce-scatter over the replicas to W-th pieces, then all-gather the pieces of the optimizer slice
   // among the Q ranks that hold it.
-  Allocation pieces = zeroed(*alloc_, seg_->in_grad_slice.slice_total(), DType::f32, AllocationTag::comm);
+  Allocation pieces = zeroed(*alloc_, seg_->in_grad_slice.slice_total(), gdt(), AllocationTag::comm);
   for (int s = 0; s < segs; ++s) {
     const ShardLayout& in = seg_->in_grad_slice;
-    const TensorView piece = at(pieces, DType::f32, in.slice_offset(s), in.slice_numel(s));
+    const TensorView piece = at(pieces, gdt(), in.slice_offset(s), in.slice_numel(s));
     if (e.replica->size() > 1)
       e.replica_rs->reduce_scatter(s, grad_shard(s), piece, false);
     else
-      std::memcpy(piece.data(), grad_shard(s).data(), static_cast<std::size_t>(piece.numel()) * sizeof(float));
-    const TensorView out = at(opt_grad_, DType::f32, l1().slice_offset(s), l1().slice_numel(s));
+      std::memcpy(piece.data(), grad_shard(s).data(), piece.bytes());
+    const TensorView out = at(opt_grad_, gdt(), l1().slice_offset(s), l1().slice_numel(s));
     if (e.opt_replica->size() > 1)
       e.opt_ag->gather_into(s, piece, out);
     else
-      std::memcpy(out.data(), piece.data(), static_cast<std::size_t>(piece.numel()) * sizeof(float));
+      std::memcpy(out.data(), piece.data(), piece.bytes());
   }
-  return at(opt_grad_, DType::f32, 0, l1().slice_total());
+  return at(opt_grad_, gdt(), 0, l1().slice_total());
 }
 
 void AsyncHzp::refresh_params(EndGroups& e) {
@@ -281,43 +290,61 @@ StepStats AsyncHzp::step(const StepBatch& batch) {
   const workloads::BatchPlan plan(train_.global_batch, train_.micro_batch_size, world_->size());
   const std::vector<std::int64_t> mine = plan.micro_batches_of(world_->rank());
   const double normaliser = static_cast<double>(train_.global_batch * model_->seq_len());
-  if (async_)
-    async_->begin_step(static_cast<int>(mine.size()), at(params_, pdt_, 0, l3().slice_total()),
-                       at(grads_, DType::f32, 0, l2().slice_total()));
   auto ensure_gathered = [&](int u) {
     for (int b : layout.param_blocks(u))
       if (!gathered_[b]) gathered_[b] = async_ ? async_->next_gathered(b) : gather_unit(b);
   };
 
-  double local_loss = 0;
-  for (std::size_t i = 0; i < mine.size(); ++i) {
-    const bool first = i == 0;
-    workloads::fill_micro_batch(*batch.source, plan, batch.step, mine[i], inputs_, targets_);
-    ctx_->begin(inputs_, targets_, normaliser);
-    for (int u = 0; u < units; ++u) {
-      ensure_gathered(u);
-      model_->forward(u, unit_params(u), *ctx_);
-      for (int b : layout.params_last_used_in_forward(u)) gathered_[b].reset();
-    }
-    local_loss += ctx_->loss();
-    for (int u = units - 1; u >= 0; --u) {
-      ensure_gathered(u);
-      workloads::UnitGrads gr;
-      for (int b : layout.grad_blocks(u)) {
-        const bool first_writer = u == layout.first_grad_writer(b);
-        if (first_writer) grad_blocks_[b] = async_ ? async_->grad_block(b) : Block(seg_->new_grad_block(b, *alloc_));
-        gr.set(b, TensorView(grad_blocks_[b].data(), Shape{layout.unit_numel(b)}, DType::f32), !first_writer);
+  std::vector<double> losses;  // per micro-batch, in local order
+  // Deterministic mode: an attempt whose fixed-point tally overflowed anywhere is run again (same verdict on
+  // every rank); otherwise the loop body runs once.
+  for (bool accepted = false; !accepted;) {
+    losses.clear();
+    if (fixed_) fixed_->begin_attempt(batch.step);
+    if (async_)
+      async_->begin_step(static_cast<int>(mine.size()), at(params_, pdt_, 0, l3().slice_total()),
+                         at(grads_, gdt(), 0, l2().slice_total()));
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      const bool first = i == 0;
+      workloads::fill_micro_batch(*batch.source, plan, batch.step, mine[i], inputs_, targets_);
+      ctx_->begin(inputs_, targets_, normaliser);
+      for (int u = 0; u < units; ++u) {
+        ensure_gathered(u);
+        model_->forward(u, unit_params(u), *ctx_);
+        for (int b : layout.params_last_used_in_forward(u)) gathered_[b].reset();
       }
-      model_->backward(u, unit_params(u), *ctx_, gr);
-      for (int b : layout.grads_final_after(u)) {
-        if (async_)
-          async_->reduce_scatter(b, std::move(grad_blocks_[b]), !first);
-        else
-          reduce_scatter_grad(b, grad_blocks_[b], !first);
-        grad_blocks_[b].reset();
-        gathered_[b].reset();  // a block's last backward use is its last gradient writer
+      losses.push_back(ctx_->loss());
+      for (int u = units - 1; u >= 0; --u) {
+        ensure_gathered(u);
+        workloads::UnitGrads gr;
+        for (int b : layout.grad_blocks(u)) {
+          const bool first_writer = u == layout.first_grad_writer(b);
+          if (first_writer) grad_blocks_[b] = async_ ? async_->grad_block(b) : Block(seg_->new_grad_block(b, *alloc_));
+          gr.set(b, TensorView(grad_blocks_[b].data(), Shape{layout.unit_numel(b)}, DType::f32), !first_writer);
+        }
+        model_->backward(u, unit_params(u), *ctx_, gr);
+        for (int b : layout.grads_final_after(u)) {
+          Block block = std::move(grad_blocks_[b]);
+          if (fixed_) {
+            // On the compute thread: the fp32 block becomes an int64 block (zero padding), the fp32 one is freed.
+            Block q(seg_->new_grad_block(b, *alloc_, DType::i64));
+            const std::int64_t n = layout.unit_numel(b);
+            fixed_->to_fixed(b, ConstTensorView(block.data(), Shape{n}, DType::f32), TensorView(q.data(), Shape{n}, DType::i64),
+                             false);
+            block = std::move(q);
+          }
+          if (async_)
+            async_->reduce_scatter(b, std::move(block), !first);
+          else
+            reduce_scatter_grad(b, block, !first);
+          grad_blocks_[b].reset();
+          gathered_[b].reset();  // a block's last backward use is its last gradient writer
+        }
       }
     }
+    accepted = !fixed_ || conclude_fixed_point_attempt(*fixed_, *scalars_comm_);
+    // A void attempt's queued reduce-scatters finish before the rerun restarts the schedule.
+    if (!accepted && async_) async_->finish_reduce_scatters();
   }
   const double compute_seconds = whole.wall();
   ConstTensorView gslice;
@@ -329,7 +356,13 @@ StepStats AsyncHzp::step(const StepBatch& batch) {
   } else {
     gslice = combine_gradients(end_inline_);
   }
-  const double sq = opt_->global_sum_squares(gslice, z1_comm_.get());
+  Allocation g32;
+  if (fixed_) {
+    g32 = converted_opt_grad();
+    gslice = ConstTensorView(g32.data(), Shape{l1().slice_total()}, DType::f32);
+  }
+  const double sq = fixed_ ? fixed_->global_sum_squares(gslice, z1_comm_.get())
+                           : opt_->global_sum_squares(gslice, z1_comm_.get());
   const Stopwatch update;
   const OptimizerStepResult res = opt_->step(gslice, sq, batch.step, scheduled_learning_rate(train_, batch.step));
   const double optimizer_seconds = update.wall();
@@ -341,7 +374,7 @@ StepStats AsyncHzp::step(const StepBatch& batch) {
   else
     refresh_params(end_inline_);
   ++steps_done_;
-  StepStats st = data_parallel_step_stats(batch.step, *scalars_comm_, local_loss, res,
+  StepStats st = data_parallel_step_stats(batch.step, *scalars_comm_, plan, losses, fixed_.get(), res,
                                           train_.global_batch * model_->seq_len(), compute_seconds, optimizer_seconds, 0);
   wait_refresh();
   if (async_) st.background_waits = async_->background_waits();
@@ -357,19 +390,46 @@ ReplicaDigests AsyncHzp::replicated_state() const {
   d.replica_key = o_;
   auto add = [&](const char* name, const void* p, std::size_t bytes) { d.digests.emplace_back(name, state_digest(p, bytes)); };
   add("param", params_.data(), static_cast<std::size_t>(l3().slice_total()) * dtype_size(pdt_));
-  if (opts_.step_end == StepEnd::all_reduce) add("grad", grads_.data(), static_cast<std::size_t>(l2().slice_total()) * 4);
+  if (opts_.step_end == StepEnd::all_reduce)
+    add("grad", grads_.data(), static_cast<std::size_t>(l2().slice_total()) * dtype_size(gdt()));
   if (opt_->has_master()) add("master", opt_->master().data(), opt_->master().bytes());
   add("m", opt_->m().data(), opt_->m().bytes());
   add("v", opt_->v().data(), opt_->v().bytes());
   return d;
 }
 
+Allocation AsyncHzp::converted_opt_grad() const {
+  Allocation out = zeroed(*alloc_, l1().slice_total(), DType::f32, AllocationTag::comm);
+  const ConstTensorView q = opt_grad_view();
+  for (int s = 0; s < l1().num_segments(); ++s) {
+    const ShardLayout::Range r = l1().valid_range(s, o_);
+    if (r.count > 0)
+      fixed_->to_float_at(l1().global_offset(s) + r.begin,
+                          ConstTensorView(q.as<const std::int64_t>() + l1().slice_offset(s), Shape{r.count}, DType::i64),
+                          at(out, DType::f32, l1().slice_offset(s), r.count));
+  }
+  return out;
+}
+
 std::vector<float> AsyncHzp::gather_gradient() {
   wait_refresh();
-  // Every rank's optimizer-slice gradient; slice o of every segment taken from any rank that holds it.
+  const Allocation g32 = fixed_ ? converted_opt_grad() : Allocation{};
+  return gather_opt_slices(fixed_ ? ConstTensorView(g32.data(), Shape{l1().slice_total()}, DType::f32) : opt_grad_view());
+}
+
+std::vector<float> AsyncHzp::gather_master_params() {
+  wait_refresh();
+  if (opt_->has_master()) return gather_opt_slices(opt_->master());
+  std::vector<float> mine(static_cast<std::size_t>(l1().slice_total()));  // fp32: the pieces are the master
+  for (int s = 0; s < l1().num_segments(); ++s)
+    std::memcpy(mine.data() + l1().slice_offset(s), opt_piece(s).data(), opt_piece(s).bytes());
+  return gather_opt_slices(ConstTensorView(mine.data(), Shape{l1().slice_total()}, DType::f32));
+}
+
+std::vector<float> AsyncHzp::gather_opt_slices(ConstTensorView mine) {
+  // Every rank's optimizer slice; slice o of every segment taken from any rank that holds it.
   const int w = world_->size();
   const std::int64_t s1 = l1().slice_total();
-  const ConstTensorView mine = opt_grad_view();
   std::vector<float> all(static_cast<std::size_t>(s1 * w));
   debug_comm_->all_gather(mine, TensorView(all.data(), Shape{s1 * w}, DType::f32), StreamRef::host());
   std::vector<float> out(static_cast<std::size_t>(l1().total_numel()));

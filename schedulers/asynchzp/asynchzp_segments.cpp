@@ -75,27 +75,29 @@ void Segments::gather_segment(GatherScatter& gs, int seg, ConstTensorView shard,
   std::memcpy(base, scratch.data(), static_cast<std::size_t>(l3.numel(seg)) * dtype_size(t));
 }
 
-ConstTensorView Segments::padded_grad(int seg, const float* block, Allocation& scratch,
+ConstTensorView Segments::padded_grad(int seg, const void* block, DType t, Allocation& scratch,
                                       CachingAllocator& alloc) const {
-  const float* src = block + offset_in_unit(seg);
-  if (in_place(seg)) return ConstTensorView(src, Shape{l3.padded_numel(seg)}, DType::f32);
-  scratch = alloc.allocate(static_cast<std::size_t>(l3.padded_numel(seg)) * sizeof(float), AllocationTag::comm);
-  std::memset(scratch.data(), 0, static_cast<std::size_t>(l3.padded_numel(seg)) * sizeof(float));
-  std::memcpy(scratch.data(), src, static_cast<std::size_t>(l3.numel(seg)) * sizeof(float));
-  return ConstTensorView(scratch.data(), Shape{l3.padded_numel(seg)}, DType::f32);
+  const std::size_t e = dtype_size(t);
+  const auto* src = static_cast<const std::byte*>(block) + offset_in_unit(seg) * std::int64_t(e);
+  if (in_place(seg)) return ConstTensorView(src, Shape{l3.padded_numel(seg)}, t);
+  scratch = alloc.allocate(static_cast<std::size_t>(l3.padded_numel(seg)) * e, AllocationTag::comm);
+  std::memset(scratch.data(), 0, static_cast<std::size_t>(l3.padded_numel(seg)) * e);
+  std::memcpy(scratch.data(), src, static_cast<std::size_t>(l3.numel(seg)) * e);
+  return ConstTensorView(scratch.data(), Shape{l3.padded_numel(seg)}, t);
 }
 
-void Segments::reduce_scatter_segment(GatherScatter& gs, int seg, const float* block, TensorView out,
+void Segments::reduce_scatter_segment(GatherScatter& gs, int seg, const void* block, TensorView out,
                                       bool accumulate, CachingAllocator& alloc) const {
   Allocation scratch;
-  gs.reduce_scatter(seg, padded_grad(seg, block, scratch, alloc), out, accumulate);
+  gs.reduce_scatter(seg, padded_grad(seg, block, out.dtype(), scratch, alloc), out, accumulate);
 }
 
-Allocation Segments::new_grad_block(int unit, CachingAllocator& alloc) const {
+Allocation Segments::new_grad_block(int unit, CachingAllocator& alloc, DType t) const {
   const std::int64_t n = unit_block_numel(unit), real = layout->unit_numel(unit);
-  Allocation b = alloc.allocate(static_cast<std::size_t>(n) * sizeof(float), AllocationTag::comm);
+  const std::size_t e = dtype_size(t);
+  Allocation b = alloc.allocate(static_cast<std::size_t>(n) * e, AllocationTag::comm);
   // Padding takes part in the reduce-scatter: it must be zero.
-  if (n > real) std::memset(b.data_as<float>() + real, 0, static_cast<std::size_t>(n - real) * sizeof(float));
+  if (n > real) std::memset(static_cast<std::byte*>(b.data()) + real * std::int64_t(e), 0, static_cast<std::size_t>(n - real) * e);
   return b;
 }
 

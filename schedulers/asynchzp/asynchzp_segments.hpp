@@ -36,15 +36,16 @@ struct Segments {
   /// All-gathers segment `seg` from `shard` into the unit block `block` (param dtype `t`), directly when
   /// in_place, else through a scratch block whose real part is copied.
   void gather_segment(GatherScatter& gs, int seg, ConstTensorView shard, std::byte* block, DType t) const;
-  /// Reduce-scatters segment `seg` of the fp32 unit block into `out`, through a zero-padded scratch copy
-  /// when not in_place.
-  void reduce_scatter_segment(GatherScatter& gs, int seg, const float* block, TensorView out, bool accumulate,
+  /// Reduce-scatters segment `seg` of the unit block into `out` (fp32, or int64 in deterministic mode: the
+  /// block holds out.dtype() elements), through a zero-padded scratch copy when not in_place.
+  void reduce_scatter_segment(GatherScatter& gs, int seg, const void* block, TensorView out, bool accumulate,
                               CachingAllocator& alloc) const;
-  /// A fp32 gradient block for `unit` (tag comm) whose padding tail is zero.
-  Allocation new_grad_block(int unit, CachingAllocator& alloc) const;
-  /// The padded input of a segment's reduce-scatter, from the unit block (a view when in_place, else
-  /// copied into `scratch`, allocated here).
-  ConstTensorView padded_grad(int seg, const float* block, Allocation& scratch, CachingAllocator& alloc) const;
+  /// A gradient block for `unit` (tag comm) of `t` elements (fp32; int64 in deterministic mode) whose
+  /// padding tail is zero.
+  Allocation new_grad_block(int unit, CachingAllocator& alloc, DType t = DType::f32) const;
+  /// The padded input of a segment's reduce-scatter, from the unit block of `t` elements (a view when
+  /// in_place, else copied into `scratch`, allocated here).
+  ConstTensorView padded_grad(int seg, const void* block, DType t, Allocation& scratch, CachingAllocator& alloc) const;
 
   const workloads::ParamLayout* layout;
   std::vector<int> unit_first_, seg_unit_;

@@ -310,7 +310,8 @@ SchedulerPlan plan_asynchzp(const PlanInputs& in) {
   const auto s3 = static_cast<std::uint64_t>(seg.l3.slice_total()), s2 = static_cast<std::uint64_t>(seg.l2.slice_total()),
              s1 = static_cast<std::uint64_t>(seg.l1.slice_total());
   p.micro_batches_per_rank = in.train.micro_batches() / w;
-  p.state_bytes = {s3 * dtype_size(pdt), s2 * 4, mixed ? s1 * 4 : 0, s1 * 4, s1 * 4};
+  const DType gw = grad_wire_dtype(in);
+  p.state_bytes = {s3 * dtype_size(pdt), s2 * grad_bytes(in), mixed ? s1 * 4 : 0, s1 * 4, s1 * 4};
   Builder b(p, in.small_message_bytes);
   auto geo = [&](auto slot_of) { return geometry(g.members(in.rank, slot_of), in.rank, in.ranks_per_node); };
   const Geometry z3 = geo([&](int r) { return g.z3_group(r); });
@@ -323,18 +324,23 @@ SchedulerPlan plan_asynchzp(const PlanInputs& in) {
   for (int s = 0; s < seg.l3.num_segments(); ++s) {
     b.all_gather("z3", z3, seg.l3.slice_numel(s), pdt, 2 * m, "per micro-batch (forward + backward)");
     if (seg.l2.slice_numel(s) > 0)
-      b.reduce_scatter("z2", z2, seg.l2.padded_numel(s), DType::f32, m, "per micro-batch (gradients)");
+      b.reduce_scatter("z2", z2, seg.l2.padded_numel(s), gw, m, "per micro-batch (gradients)");
   }
-  if (z1.size() > 1) b.all_reduce("z1", z1, 1, DType::f64, 1, "per step (norm)");
+  if (z1.size() > 1) {
+    if (in.train.deterministic)
+      b.all_reduce("z1", z1, 4, DType::i64, 1, "per step (norm, exact)");
+    else
+      b.all_reduce("z1", z1, 1, DType::f64, 1, "per step (norm)");
+  }
   if (!rs_end) {
     if (replica.size() > 1 && s2 > 0)
-      b.all_reduce("replica", replica, seg.l2.slice_total(), DType::f32, 1, "per step (gradient shards)");
+      b.all_reduce("replica", replica, seg.l2.slice_total(), gw, 1, "per step (gradient shards)");
   } else {
     for (int s = 0; s < seg.l3.num_segments(); ++s) {
       if (replica.size() > 1 && seg.in_grad_slice.slice_numel(s) > 0)
-        b.reduce_scatter("replica", replica, seg.l2.slice_numel(s), DType::f32, 1, "per step (gradient shards)");
+        b.reduce_scatter("replica", replica, seg.l2.slice_numel(s), gw, 1, "per step (gradient shards)");
       if (opt_replica.size() > 1 && seg.l1.slice_numel(s) > 0)
-        b.all_gather("opt_replica", opt_replica, seg.in_opt_slice.slice_numel(s), DType::f32, 1,
+        b.all_gather("opt_replica", opt_replica, seg.in_opt_slice.slice_numel(s), gw, 1,
                      "per step (optimizer-slice gradients)");
     }
   }
@@ -342,9 +348,7 @@ SchedulerPlan plan_asynchzp(const PlanInputs& in) {
     for (int s = 0; s < seg.l3.num_segments(); ++s)
       if (seg.l3.slice_numel(s) > 0)
         b.all_gather("refresh", refresh, seg.in_shard.slice_numel(s), pdt, 1, "per step (updated parameters)");
-  std::vector<int> all;
-  for (int r = 0; r < w; ++r) all.push_back(r);
-  b.all_reduce("scalars", geometry(all, in.rank, in.ranks_per_node), 1, DType::f64, 1, "per step (loss)");
+  add_scalars(b, in, m);
   return p;
 }
 

@@ -10,7 +10,8 @@
 // CI runs a named sample (kept to about a minute at 8 ranks on 2 cores): at 1, 2 and 4 ranks every
 // configuration in fp32 (5 steps) plus the first configuration of each scheduler in bf16-mixed; at 8 ranks
 // ddp (one bucket), zero1, zero3 and hsdp Z=4 in fp32 for 5 steps. HZP_DET_MATRIX=full (label long) runs
-// every configuration in both precisions (10 steps; 5 at 8 ranks).
+// every configuration in both precisions (10 steps; 5 at 8 ranks), with HZP_DP_MATRIX=full for asynchzp's extra
+// layouts.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -125,7 +126,7 @@ bool in_sample(const Variant& v) {
 // compared) by every test below, so that a scheduler landing before its deterministic path does not turn
 // this test red for the wrong reason; the list is the statement of coverage (docs/deterministic.md).
 bool wired(const Variant& v) {
-  static const std::set<std::string> kWired = {"ddp", "zero1", "zero2", "zero3", "hsdp"};
+  static const std::set<std::string> kWired = {"ddp", "zero1", "zero2", "zero3", "hsdp", "asynchzp"};
   if (kWired.count(v.scheduler) > 0) return true;
   if (world_rank() == 0)
     std::printf("[deterministic] %s: not wired for train.deterministic yet, not compared\n", v.label.c_str());
