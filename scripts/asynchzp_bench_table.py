@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Table of the asynchzp benchmark (scripts/asynchzp_bench.sh): one row per results file <cfg>_r<ratio>.h5.
+
+Ratios over the measured steps (after harness.warmup_steps), each the median over steps of the mean over
+ranks: compute (forward + backward wall) and compute CPU (the compute thread's CPU time) over the step
+time; exposed communication over the step time and its transfer part (after every peer joined: on an
+oversubscribed machine the join part is mostly waiting for descheduled peers); exposed over the summed
+duration of the scheduler's collectives (how much of its communication the step waits for). Bytes are per
+rank and step (mean over ranks), memory the peak over ranks, pool figures the peak occupancy and stalls.
+"""
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+ORDER = ["zero3", "hsdp", "asynchzp_inline", "asynchzp_p1", "asynchzp_p2"]
+LABEL = {"zero3": "zero3", "hsdp": "hsdp Z=2", "asynchzp_inline": "asynchzp async off",
+         "asynchzp_p1": "asynchzp async prefetch 1", "asynchzp_p2": "asynchzp async prefetch 2"}
+
+
+def ranks(f, name):
+    return f[f"ranks/{name}"][:] if f"ranks/{name}" in f else None
+
+
+def row(path):
+    with h5py.File(path, "r") as f:
+        warm = int(f.attrs.get("harness.warmup_steps", 1)) if "harness.warmup_steps" in f.attrs else 1
+        t = ranks(f, "step_time_s")[warm:]
+        share = lambda name: float(np.median(np.mean(ranks(f, name)[warm:] / t, axis=1))) if ranks(f, name) is not None else float("nan")
+        exposed = ranks(f, "exposed_comm_s")[warm:]
+        comm = ranks(f, "comm_time_s")
+        of_comm = float(np.median(np.mean(exposed / np.maximum(comm[warm:], 1e-12), axis=1))) if comm is not None else float("nan")
+        by = {}
+        for level in ("intra", "inter"):
+            total = 0
+            for op in f["comm"]:
+                k = f"comm/{op}/{level}/bytes"
+                if k in f:
+                    total = total + f[k][warm:]
+            by[level] = float(np.median(np.mean(total, axis=1))) if not np.isscalar(total) else 0.0
+        step = float(np.median(f["steps/step_time_s"][warm:]))
+        peak = float(np.max(ranks(f, "mem_peak_bytes")[warm:]))
+        slack = float(np.median(ranks(f, "slack")[warm:]))
+        occ = ranks(f, "pool_occupancy")
+        stalls = ranks(f, "pool_stalls")
+        return dict(step=step, compute=share("compute_s"), cpu=share("cpu_time_s"), exposed=share("exposed_comm_s"),
+                    join=share("join_wait_s"), transfer=share("transfer_wait_s"), of_comm=of_comm,
+                    inter=by["inter"], intra=by["intra"], peak=peak, slack=slack,
+                    pool=float(np.max(occ[warm:])) if occ is not None else float("nan"),
+                    stalls=float(np.sum(stalls[warm:])) if stalls is not None else float("nan"),
+                    loss=float(f["steps/loss"][-1]))
+
+
+def main():
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "results/asynchzp_bench")
+    print("| r | scheduler | step time | compute (CPU) | exposed (join, transfer) | exposed / its comm | "
+          "inter / intra MB per rank-step | peak mem | slack | pool peak, stalls |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in ("0.5", "1", "2"):
+        for cfg in ORDER:
+            p = out / f"{cfg}_r{r}.h5"
+            if not p.exists():
+                continue
+            x = row(p)
+            pool = "-" if np.isnan(x["pool"]) or "async" not in LABEL[cfg] or "off" in LABEL[cfg] else f"{100 * x['pool']:.0f}%, {x['stalls']:.0f}"
+            print(f"| {r} | {LABEL[cfg]} | {x['step']:.2f} s | {100 * x['compute']:.1f}% ({100 * x['cpu']:.1f}%) | "
+                  f"{100 * x['exposed']:.1f}% ({100 * x['join']:.1f}%, {100 * x['transfer']:.1f}%) | {100 * x['of_comm']:.0f}% | "
+                  f"{x['inter'] / 1e6:.1f} / {x['intra'] / 1e6:.1f} | {x['peak'] / 2**20:.0f} MiB | {x['slack']:.2f} | {pool} |")
+
+
+if __name__ == "__main__":
+    main()
