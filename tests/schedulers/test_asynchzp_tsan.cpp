@@ -12,6 +12,30 @@ namespace {
 
 using SO = schedulers::SchedulerOptions;
 
+// asynchzp async, prefetch 2, per tensor, z1 = W, z2 = W/2, z3 = 1, on `s`'s model (deterministic when
+// `policy` is given).
+std::unique_ptr<schedulers::Scheduler> async_per_tensor(TinySetup& s, coll::Communicator& world, SO::StepEnd end,
+                                                        const schedulers::FixedPointPolicy* policy = nullptr) {
+  const int w = world_size();
+  schedulers::SchedulerArgs a;
+  a.model = s.model.get();
+  a.train = s.train;
+  a.allocator = s.alloc.get();
+  a.world = &world;
+  if (policy != nullptr) {
+    a.train.deterministic = true;
+    a.fixed_point = *policy;
+  }
+  a.options.z1 = w;
+  a.options.z2 = std::max(1, w / 2);
+  a.options.z3 = 1;
+  a.options.async = true;
+  a.options.prefetch = 2;
+  a.options.launch = SO::Launch::tensor;
+  a.options.step_end = end;
+  return schedulers::make_scheduler("asynchzp", a);
+}
+
 TEST(AsyncHzpTsan, PerTensorPrefetchTwoThreeSteps) {
   run_then_barrier([] {
     const int w = world_size();
@@ -28,19 +52,7 @@ TEST(AsyncHzpTsan, PerTensorPrefetchTwoThreeSteps) {
     for (SO::StepEnd end : {SO::StepEnd::all_reduce, SO::StepEnd::reduce_scatter}) {
       SCOPED_TRACE(end == SO::StepEnd::all_reduce ? "allreduce" : "reduce_scatter");
       TinySetup s(workloads::Precision::fp32);
-      schedulers::SchedulerArgs a;
-      a.model = s.model.get();
-      a.train = s.train;
-      a.allocator = s.alloc.get();
-      a.world = world.get();
-      a.options.z1 = w;
-      a.options.z2 = std::max(1, w / 2);
-      a.options.z3 = 1;
-      a.options.async = true;
-      a.options.prefetch = 2;
-      a.options.launch = SO::Launch::tensor;
-      a.options.step_end = end;
-      auto sched = schedulers::make_scheduler("asynchzp", a);
+      auto sched = async_per_tensor(s, *world, end);
       for (std::int64_t k = 0; k < 3; ++k) EXPECT_LE(rel_diff(sched->step({k, s.source.get()}).loss, ref[k]), 1e-6) << k;
     }
   }, 600);
@@ -67,21 +79,7 @@ TEST(AsyncHzpTsan, DeterministicWithARetry) {
     for (SO::StepEnd end : {SO::StepEnd::all_reduce, SO::StepEnd::reduce_scatter}) {
       SCOPED_TRACE(end == SO::StepEnd::all_reduce ? "allreduce" : "reduce_scatter");
       TinySetup s(workloads::Precision::fp32);
-      schedulers::SchedulerArgs a;
-      a.model = s.model.get();
-      a.train = s.train;
-      a.train.deterministic = true;
-      a.allocator = s.alloc.get();
-      a.world = world.get();
-      a.fixed_point = policy;
-      a.options.z1 = w;
-      a.options.z2 = std::max(1, w / 2);
-      a.options.z3 = 1;
-      a.options.async = true;
-      a.options.prefetch = 2;
-      a.options.launch = SO::Launch::tensor;
-      a.options.step_end = end;
-      auto sched = schedulers::make_scheduler("asynchzp", a);
+      auto sched = async_per_tensor(s, *world, end, &policy);
       for (std::int64_t k = 0; k < 2; ++k) {
         const schedulers::StepStats st = sched->step({k, s.source.get()});
         EXPECT_EQ(st.loss, ref[k].loss) << k;
