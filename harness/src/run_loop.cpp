@@ -351,7 +351,8 @@ class Run {
     ctx_.harness->barrier();  // every rank got here: none failed
     if (recorder_) {
       trace::install(nullptr);
-      const std::string path = trace_path_for(results_->path().string());
+      // Only rank 0 holds the results file (and writes the trace); the others just send their events.
+      const std::string path = root_ ? trace_path_for(results_->path().string()) : std::string();
       const bool wrote = gather_and_write_trace(*recorder_, *ctx_.harness, origin_s_, path);
       if (wrote) std::printf("trace: %s (%zu events dropped)\n", path.c_str(), recorder_->dropped());
     }

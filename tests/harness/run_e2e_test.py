@@ -196,11 +196,20 @@ def scenario_closure():
         ranks = 1 if name == "none" else 2
         # Compute-bound as the machine is, and communication-bound behind H100-ratio emulated links.
         for links in ([[]] if ranks == 1 else [[], ["--set", "links.emulate=true", "--set", "links.profile=h100-dgx"]]):
-            _, _, _, path = run(TINY + ["--set", "train.steps=6", "--set", f"scheduler.name={name}"] + links,
+            # The multi-rank runs with links also write a trace: every rank's events must reach rank 0's file.
+            trace = ["--set", "output.trace=true"] if links else []
+            _, _, _, path = run(TINY + ["--set", "train.steps=6", "--set", f"scheduler.name={name}"] + links + trace,
                                 ranks=ranks, expect_rc=0)
             with h5py.File(path, "r") as f:
                 check(attr(f, "scheduler") == name, f"ran {attr(f, 'scheduler')}")
                 closure_check(f, f"{name} at {ranks} rank(s){', links emulated' if links else ''}", first=2)
+            if trace:
+                with open(path[:-3] + ".trace.json") as tf:
+                    events = json.load(tf)["traceEvents"]
+                spans = [e for e in events if e.get("ph") == "X"]
+                check({e["pid"] for e in spans} == set(range(ranks)), f"{name}: trace holds spans of every rank")
+                check({"forward", "backward", "comm"} <= {e["cat"] for e in spans},
+                      f"{name}: trace has compute and collective spans: {sorted({e['cat'] for e in spans})}")
 
 
 def scenario_deterministic():
