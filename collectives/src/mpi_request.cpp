@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "comm_state.hpp"
+#include "hzp/collectives/comm_wait_observer.hpp"
 #include "hzp/core/clock.hpp"
 #include "wait_policy.hpp"
 
@@ -44,6 +45,7 @@ class MpiRequest final : public Request::Impl {
   void wait() override {
     if (done_) return;
     const double t0 = begin_blocking();
+    const CommWaitScope waiting;
     WaitPacer pacer(st_->config.wait_policy, st_->config.backoff_max_us);
     while (!transfer_done_) {
       if (poll()) break;

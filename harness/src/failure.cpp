@@ -29,7 +29,7 @@ struct ControlChannel::Wire {
   std::int32_t rank = -1;
   std::int32_t exit_code = kExitFailed;
   std::int32_t kind = 0;
-  std::int32_t reserved = 0;
+  std::int32_t waiting_on_peers = 0;
   double last_progress_unix_s = 0;
   char text[kTextBytes] = {};
 };
@@ -58,8 +58,12 @@ FailureReport FailureReport::from_exception(int rank, const std::exception& e, d
 
 bool FailureReport::better_than(const FailureReport& other) const noexcept {
   if (kind == Kind::error && other.kind != Kind::error) return true;
-  if (kind == Kind::watchdog && other.kind == Kind::watchdog)
+  if (kind == Kind::watchdog && other.kind == Kind::watchdog) {
+    // Last-progress times alone cannot order ranks that stopped within a few microseconds of each
+    // other (the stalled rank and its peers entering their next collective): waiting decides first.
+    if (waiting_on_peers != other.waiting_on_peers) return !waiting_on_peers;
     return last_progress_unix_s < other.last_progress_unix_s;
+  }
   if (kind == Kind::watchdog && other.kind == Kind::timeout) return true;  // the stall, not its echo
   return false;
 }
@@ -90,6 +94,7 @@ bool ControlChannel::send(const FailureReport& report, double timeout_s) {
   w->exit_code = report.exit_code;
   w->kind = static_cast<std::int32_t>(report.kind);
   w->last_progress_unix_s = report.last_progress_unix_s;
+  w->waiting_on_peers = report.waiting_on_peers ? 1 : 0;
   std::strncpy(w->text, report.message.c_str(), kTextBytes - 1);
   MPI_Request req = MPI_REQUEST_NULL;
   MPI_Isend(w.get(), sizeof(Wire), MPI_BYTE, 0, kReportTag, comm_, &req);
@@ -116,6 +121,7 @@ std::optional<FailureReport> ControlChannel::poll() {
   r.exit_code = inbox_->exit_code;
   r.kind = static_cast<FailureReport::Kind>(std::clamp(inbox_->kind, 0, 2));
   r.last_progress_unix_s = inbox_->last_progress_unix_s;
+  r.waiting_on_peers = inbox_->waiting_on_peers != 0;
   inbox_->text[kTextBytes - 1] = '\0';
   r.message = inbox_->text;
   MPI_Irecv(inbox_.get(), sizeof(Wire), MPI_BYTE, MPI_ANY_SOURCE, kReportTag, comm_, &recv_);

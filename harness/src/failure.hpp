@@ -48,11 +48,14 @@ struct FailureReport {
   Kind kind = Kind::error;
   double last_progress_unix_s = 0;  ///< when the rank last made progress (watchdog precedence)
   std::string message;
+  /// Watchdog reports: the rank was blocked in a communication wait, i.e. waiting for a peer.
+  bool waiting_on_peers = false;
 
   static FailureReport from_exception(int rank, const std::exception& e, double last_progress_unix_s);
   /// Whether this report explains a failure better than `other`: an error beats a timeout or a
-  /// watchdog (those are usually consequences of another rank's failure); between watchdogs, the rank
-  /// that stopped first.
+  /// watchdog (those are usually consequences of another rank's failure); between watchdogs, a rank
+  /// that stopped outside any communication wait beats one waiting for its peers, then the rank that
+  /// stopped first.
   bool better_than(const FailureReport& other) const noexcept;
 };
 

@@ -31,6 +31,7 @@
 #include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/memory_backing.hpp"
+#include "hzp/collectives/comm_wait_observer.hpp"
 #include "hzp/core/trace_sink.hpp"
 #include "hzp/harness/compute_rate.hpp"
 #include "hzp/harness/link_profiles.hpp"
@@ -514,13 +515,16 @@ int run_main(const RunCliArgs& args, const std::vector<std::string>& argv) {
     // The scheduler's communicators are not torn down under us: the job ends from here.
     std::array<coll::CommCounters*, 2> counters = {scheduler_counters.load(), &ctx.harness->counters()};
     char head[256];
-    std::snprintf(head, sizeof head, "watchdog: no progress for %.1f s (harness.watchdog_s = %g) at step %lld, %s; ",
-                  idle, opt.watchdog_s, static_cast<long long>(progress.step()), progress.where());
+    const bool waiting = progress.in_comm_wait();
+    std::snprintf(head, sizeof head, "watchdog: no progress for %.1f s (harness.watchdog_s = %g) at step %lld, %s%s; ",
+                  idle, opt.watchdog_s, static_cast<long long>(progress.step()), progress.where(),
+                  waiting ? ", waiting in a collective for its peers" : "");
     FailureReport rep;
     rep.rank = rank;
     rep.exit_code = kExitFailed;
     rep.kind = FailureReport::Kind::watchdog;
     rep.last_progress_unix_s = progress.last_unix_s();
+    rep.waiting_on_peers = waiting;
     rep.message = std::string(head) + last_collectives_text(counters, kWatchdogCollectives);
     std::fprintf(stderr, "hzpbench: rank %d: %s\n", rank, rep.message.c_str());
     if (results) results->report_failure(rep, true);
@@ -528,6 +532,11 @@ int run_main(const RunCliArgs& args, const std::vector<std::string>& argv) {
     wait_for_abort(kExitFailed);
   };
   Watchdog watchdog(opt.watchdog_s, progress, on_stall);
+  // The run's steps execute on this thread: let the collectives tell the watchdog when it waits on peers.
+  struct ObserveCommWaits {
+    explicit ObserveCommWaits(std::atomic<int>* c) noexcept { coll::observe_comm_waits(c); }
+    ~ObserveCommWaits() { coll::observe_comm_waits(nullptr); }
+  } observe(progress.comm_wait_counter());
   try {
     Run run(*setup, ctx, results.get(), progress, *source, scheduler_counters);
     const int code = run.execute();

@@ -28,12 +28,17 @@ class Progress {
   double last_unix_s() const noexcept { return last_unix_.load(std::memory_order_relaxed); }
   std::int64_t step() const noexcept { return step_.load(std::memory_order_relaxed); }
   const char* where() const noexcept { return where_.load(std::memory_order_relaxed); }
+  /// Raised by the collectives while the compute thread waits for a request (coll::observe_comm_waits):
+  /// a rank idle inside such a wait is waiting for a peer, not stalled on its own.
+  std::atomic<int>* comm_wait_counter() noexcept { return &comm_waits_; }
+  bool in_comm_wait() const noexcept { return comm_waits_.load(std::memory_order_relaxed) > 0; }
 
  private:
   std::atomic<double> last_wall_{0};
   std::atomic<double> last_unix_{0};
   std::atomic<std::int64_t> step_{-1};
   std::atomic<const char*> where_{"starting"};
+  std::atomic<int> comm_waits_{0};
 };
 
 /// Checks a Progress from its own thread. When the heartbeat is older than `limit_s`, calls

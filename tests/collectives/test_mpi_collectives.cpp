@@ -4,7 +4,10 @@
 // threshold), each over both transports of intra-machine hops (shared memory, the default here, and
 // MPI), and MPICH's native collectives. Inputs are small integers, so every sum is exact in any order
 // and bf16 results are single roundings of exact sums.
+#include <atomic>
 #include <thread>
+
+#include "hzp/collectives/comm_wait_observer.hpp"
 
 #include "mpi_comm_test_util.hpp"
 
@@ -208,6 +211,31 @@ TEST_P(MpiCollectives, BarrierWaitsForTheLastRank) {
   const double left = wall_seconds();
   MPI_Bcast(&arrived, 1, MPI_DOUBLE, p_ - 1, MPI_COMM_WORLD);
   EXPECT_GE(left, arrived);
+}
+
+TEST_P(MpiCollectives, ObservedThreadsShowTheirCommunicationWaits) {
+  // The watchdog's evidence that a rank waits for its peers (comm_wait_observer.hpp): while rank 0 waits
+  // in a barrier for the last rank (100 ms late), its observed counter is raised, and lowered after.
+  std::atomic<int> waiting{0};
+  observe_comm_waits(&waiting);
+  std::atomic<bool> seen{false}, stop{false};
+  std::thread watcher([&] {
+    while (!stop.load()) {
+      if (waiting.load() > 0) seen = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  if (r_ == p_ - 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  world_->barrier();
+  stop = true;
+  watcher.join();
+  observe_comm_waits(nullptr);
+  EXPECT_EQ(waiting.load(), 0);
+  if (r_ == 0 && p_ > 1) EXPECT_TRUE(seen.load()) << "rank 0 waited ~100 ms in the barrier unobserved";
+  // Not observed any more: another wait leaves the counter alone.
+  if (r_ == p_ - 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  world_->barrier();
+  EXPECT_EQ(waiting.load(), 0);
 }
 
 TEST_P(MpiCollectives, OverlappingNonblockingCallsOnOneCommunicator) {

@@ -189,6 +189,12 @@ TEST(Failure, ErrorsOutrankTheirEchoes) {
   EXPECT_TRUE(stalled_early.better_than(stalled_late));
   EXPECT_FALSE(stalled_late.better_than(stalled_early));
   EXPECT_TRUE(stalled_late.better_than(timeout));
+  // A rank idle inside a collective waits for a peer: a rank idle outside one explains the stall better,
+  // even when it made its last progress a moment later (both stop at about the same time).
+  FailureReport waiting_early{0, kExitFailed, FailureReport::Kind::watchdog, 3, "stall", true};
+  FailureReport stopped_late{1, kExitFailed, FailureReport::Kind::watchdog, 3.001, "stall", false};
+  EXPECT_TRUE(stopped_late.better_than(waiting_early));
+  EXPECT_FALSE(waiting_early.better_than(stopped_late));
   EXPECT_EQ(exit_code_for(ConfigError("x")), kExitBadInput);
   EXPECT_EQ(exit_code_for(DataError("x")), kExitBadInput);
   EXPECT_EQ(exit_code_for(TimeoutError("x")), kExitFailed);
