@@ -1,5 +1,5 @@
 // A whole training step of the `1b` preset (sequence 4096, bf16-mixed, the preset's micro-batch of 1) on
-// one GPU through the device training loop of the GPU tests (tests/support/device_training.hpp: every
+// one GPU through the `none` scheduler on a CUDA stream, as `hzpbench run --set backend=cuda` runs it (every
 // kernel's CUDA twin, parameters, gradients and Adam state in device memory): tokens/s and MFU under both
 // FLOP conventions (causal attention counted in full, and halved) against 989 TFLOP/s, the dense bf16
 // peak of an H100 SXM (state.counters name it). Arg: micro-batches per step (the preset's 256 would take
@@ -8,8 +8,11 @@
 
 #include <memory>
 
-#include "device_training.hpp"
 #include "gpu_bench_main.hpp"
+#include "hzp/core/caching_allocator.hpp"
+#include "hzp/core/cuda_backing.hpp"
+#include "hzp/core/stream.hpp"
+#include "hzp/schedulers/scheduler.hpp"
 #include "hzp/workloads/data/markov_source.hpp"
 #include "hzp/workloads/presets.hpp"
 
@@ -30,13 +33,19 @@ void BM_Step1b(benchmark::State& state) {
   workloads::MarkovChainParams chain = preset.chain;
   if (chain.vocab == 0) chain.vocab = preset.model.vocab;
   const workloads::MarkovSource source(chain, preset.model.seq_len);
-  test::DeviceTraining trainer(*model, train, alloc, stream);
+  train.steps = 1 + static_cast<std::int64_t>(state.max_iterations);
+  schedulers::SchedulerArgs args;
+  args.model = model.get();
+  args.train = train;
+  args.allocator = &alloc;
+  args.stream = stream.ref();
+  const auto trainer = schedulers::make_scheduler("none", args);
   std::int64_t step = 0;
-  trainer.step(source, step++);  // warm-up: cuBLASLt heuristics, the allocator's segments
+  trainer->step({step++, &source});  // warm-up: cuBLASLt heuristics, the allocator's segments
   TimedEvent t0(Device::cuda(0)), t1(Device::cuda(0));
   for (auto _ : state) {
     t0.record(stream);
-    trainer.step(source, step++);
+    trainer->step({step++, &source});
     t1.record(stream);
     t1.synchronize();
     state.SetIterationTime(TimedEvent::elapsed_ms(t0, t1) * 1e-3);

@@ -56,6 +56,9 @@ std::vector<std::string> scheduler_names() {
 }
 
 std::unique_ptr<Scheduler> make_scheduler(std::string_view name, const SchedulerArgs& args) {
+  if (args.stream.device().is_cuda() && name != "none")
+    HZP_THROW(UnsupportedError, "scheduler ", name, " runs on the host only; a CUDA compute stream is taken by "
+              "scheduler none alone (docs/cuda.md). Fix: scheduler.name = none on one rank, or backend = cpu");
   for (const Entry& e : kEntries)
     if (name == e.name) return e.make(args);
   std::ostringstream known;

@@ -107,6 +107,11 @@ RankSample StepMeter::end(const schedulers::StepStats& st) {
   s[RankField::forward_s] = ph.of(profile::Phase::forward);
   s[RankField::backward_s] = ph.of(profile::Phase::backward);
   s[RankField::recompute_s] = ph.of(profile::Phase::recompute);
+  if (st.device_timed) {
+    s[RankField::forward_s] = st.forward_seconds;
+    s[RankField::backward_s] = st.backward_seconds;
+    s[RankField::recompute_s] = 0;  // inside backward_s: the events bracket whole backward passes
+  }
   s[RankField::compute_s] = s[RankField::forward_s] + s[RankField::backward_s] + s[RankField::recompute_s];
 
   records_.clear();

@@ -7,7 +7,9 @@
 //      whether it could (an existing file without --force, an unwritable directory: exit 2).
 //   5. From here a failure on any rank is reported to rank 0, which marks the file `failed: <rank>:
 //      <reason>` and ends the job (MPI_Abort at W > 1): the watchdog guards every stage.
-//   6. Calibration: the device peak (table, or a measured sgemm on the CPU) and, when link profiles need
+//   6. The device (backend = cuda: the allocator over CudaBacking and the compute stream on cuda:0; no
+//      visible device fails here, after the file exists, so it is marked failed). Calibration: the device
+//      peak (table, or a measured sgemm on the CPU) and, when link profiles need
 //      it, the model's compute rate on a calibration micro-batch; then the scheduler's communicators are
 //      built with the resulting links (so the link emulator is configured at construction).
 //   7. The loop: fault injection, scheduler.step metered, every rank's sample gathered to all ranks on the
@@ -20,6 +22,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <limits>
 #include <memory>
@@ -29,8 +32,10 @@
 #include "collective_only_scheduler.hpp"
 #include "failure.hpp"
 #include "hzp/core/clock.hpp"
+#include "hzp/core/cuda_backing.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/memory_backing.hpp"
+#include "hzp/core/stream.hpp"
 #include "hzp/collectives/comm_wait_observer.hpp"
 #include "hzp/core/trace_sink.hpp"
 #include "hzp/harness/compute_rate.hpp"
@@ -115,7 +120,8 @@ class Run {
     ctx_.harness->broadcast(TensorView(&origin_s_, Shape{1}, DType::f64), 0, StreamRef::host());
     progress_.beat(-1, "building the model");
     model_ = workloads::make_llama(s_.model, s_.train.precision);
-    alloc_ = std::make_unique<CachingAllocator>(backing_);
+    open_device();
+    alloc_ = std::make_unique<CachingAllocator>(*backing_);
     if (o_.trace) {
       recorder_ = std::make_unique<TraceRecorder>();
       recorder_->name_thread(trace::current_thread_id(), "compute");
@@ -132,7 +138,22 @@ class Run {
   }
 
  private:
-  // ---- 6. calibration ------------------------------------------------------------------------------
+  // ---- 6. the device and calibration --------------------------------------------------------------
+  /// The memory every buffer of the run comes from and the stream every kernel runs on. plan_run has
+  /// already refused cuda for a build without CUDA and for schedulers other than none.
+  void open_device() {
+    if (o_.backend != "cuda") {
+      backing_ = std::make_unique<HostBacking>();
+      return;
+    }
+    if (cuda_device_count() == 0)
+      HZP_THROW(ConfigError, "backend = cuda: no CUDA device visible to this process (CUDA_VISIBLE_DEVICES = '",
+                std::getenv("CUDA_VISIBLE_DEVICES") != nullptr ? std::getenv("CUDA_VISIBLE_DEVICES") : "(unset)",
+                "'). Fix: run on a GPU node (with its GPUs visible to the job), or set backend = cpu");
+    backing_ = std::make_unique<CudaBacking>(0);
+    stream_ = Stream(Device::cuda(0));
+  }
+
   void calibrate() {
     progress_.beat(-1, "measuring the device peak");
     const double tokens = static_cast<double>(s_.train.micro_batch_size * s_.model.seq_len);
@@ -140,6 +161,17 @@ class Run {
       peak_flops_ = o_.peak_tflops * 1e12;
       peak_source_ = "device.peak_tflops";
       peak_text_ = fmt_rate(peak_flops_) + " per rank (declared: device.peak_tflops)";
+    } else if (stream_.device().is_cuda()) {
+      // The table's dense bf16 peak (not a measurement): MFU on a GPU is quoted against the datasheet.
+      const std::string name = cuda_device_name(stream_.device().index);
+      const std::optional<double> tflops = gpu_peak_tflops(name);
+      if (!tflops)
+        HZP_THROW(ConfigError, "device.peak_tflops = 0 (from the device table) but ", to_string(stream_.device()),
+                  " is '", name, "', which the table (H100, H200, GH200, A100) does not know. Fix: set "
+                  "device.peak_tflops to its dense bf16 peak in TFLOP/s");
+      peak_flops_ = *tflops * 1e12;
+      peak_source_ = "table: " + name + " dense bf16";
+      peak_text_ = fmt_rate(peak_flops_) + " per rank (" + peak_source_ + ")";
     } else {
       // The CPU backend: the machine's own GEMM rate on a model-like shape, agreed as the mean over ranks.
       gemm_ = measure_gemm_peak(model_like_gemm_shape(static_cast<std::int64_t>(tokens), s_.model.hidden,
@@ -189,6 +221,7 @@ class Run {
     args.train = s_.train;
     args.allocator = alloc_.get();
     args.world = world_.get();
+    args.stream = stream_.ref();
     args.options = s_.sched;
     scheduler_ = o_.collective_only ? make_collective_only_scheduler(args) : schedulers::make_scheduler(o_.scheduler, args);
     meter_ = std::make_unique<StepMeter>(*alloc_, world_ ? &world_->counters() : nullptr, scheduler_->ring_pool());
@@ -211,6 +244,7 @@ class Run {
         {"model.flops_per_token_causal", scale_.flops_per_token_causal},
         {"device.peak_flops_per_rank", peak_flops_},
         {"device.peak_source", peak_source_},
+        {"device.memory", to_string(alloc_->device())},
         {"links.emulated", std::int64_t{links_.links.enabled}},
         {"links.how", links_.how},
         {"links.intra_bandwidth_gbps", links_.links.intra.bandwidth_gbps},
@@ -423,7 +457,8 @@ class Run {
   std::atomic<coll::CommCounters*>& scheduler_counters_;
   const bool root_;
 
-  HostBacking backing_;
+  std::unique_ptr<MemoryBacking> backing_;  // host, or CudaBacking on cuda:0 (backend = cuda)
+  Stream stream_;                            // the compute stream: the host's, or a CUDA stream
   std::unique_ptr<workloads::Workload> model_;
   std::unique_ptr<CachingAllocator> alloc_;
   std::unique_ptr<TraceRecorder> recorder_;

@@ -38,8 +38,9 @@ void register_run_keys(OptionTable& t) {
                        "ZeRO family and AsyncHZP join as they are registered"));
   t.add(S::enumeration("backend", {"cpu", "cuda"}, "cpu",
                        "Where compute and communication run: cpu (OpenBLAS kernels, MPI on host "
-                       "buffers); cuda = the CUDA kernels on one GPU, refused by `run` until scheduler none keeps its "
-                       "buffers in device memory (docs/cuda.md)"));
+                       "buffers); cuda = scheduler none on one GPU (cuda:0): state and activations in device memory, "
+                       "the CUDA kernels on one stream; other schedulers and train.deterministic refuse it "
+                       "(docs/cuda.md)"));
   t.add(S::real("device.peak_tflops", 0,
                 "Declared peak of one rank's device, the denominator of MFU; 0 = the device table for "
                 "known GPUs, or on the CPU a single-core sgemm measured at start (recorded)")

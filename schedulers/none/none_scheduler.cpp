@@ -1,6 +1,8 @@
 // The single-rank reference scheduler (none.hpp): full flat buffers, micro-batches in order, then
 // norm, clipping and AdamW. Written to be obviously right rather than fast; it shares no step logic
-// with the distributed schedulers.
+// with the distributed schedulers. The same code runs on the host or on one GPU: every buffer comes from
+// the given allocator (host or CudaBacking) and every kernel is enqueued on SchedulerArgs::stream, whose
+// device selects the kernels' CPU references or their CUDA twins (docs/cuda.md).
 #include "hzp/schedulers/none.hpp"
 
 #include <cmath>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "hzp/core/clock.hpp"
+#include "hzp/core/cuda_backing.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/kernels/adamw.hpp"
@@ -25,6 +28,7 @@ struct NoneScheduler::State {
   const workloads::Workload* model = nullptr;
   workloads::TrainConfig train;
   CachingAllocator* alloc = nullptr;
+  StreamRef stream = StreamRef::host();  // the loop's compute stream; its device is the allocator's
   std::int64_t n = 0;  // parameters
   Allocation params;   // working parameters (param dtype)
   Allocation master;   // bf16-mixed only: fp32 master weights
@@ -32,6 +36,10 @@ struct NoneScheduler::State {
   std::unique_ptr<workloads::MicroBatchContext> ctx;
   std::vector<std::int32_t> inputs, targets;
   std::int64_t steps_done = 0;
+  // On a CUDA stream, the step's timing: events recorded on the stream before each micro-batch's forward,
+  // after it, after its backward (so 2·micro-batches + 1 of them, back to back), and after the update.
+  std::vector<TimedEvent> marks;
+  TimedEvent done;
   // Deterministic mode: the micro-batch gradients' fixed-point sum (int64 [n]) and its scales.
   std::unique_ptr<FixedPointGrads> fixed;
   Allocation fixed_sum;
@@ -51,11 +59,28 @@ struct NoneScheduler::State {
 
 namespace {
 
-Allocation zeroed(CachingAllocator& alloc, std::int64_t n, DType t, AllocationTag tag) {
+Allocation zeroed(CachingAllocator& alloc, std::int64_t n, DType t, AllocationTag tag, StreamRef stream) {
   const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(t);
   Allocation a = alloc.allocate(bytes, tag);
-  if (a) std::memset(a.data(), 0, bytes);
+  if (a) zero_bytes(a.data(), bytes, stream);
   return a;
+}
+
+/// The counter-based initial values (in `master`'s dtype) written into `master`: directly on the host,
+/// through a host staging copy on a device (the initialiser is host code; this runs once, before step 0).
+void init_master(const workloads::Workload& model, std::uint64_t seed, const TensorView& master, StreamRef stream) {
+  const auto n = static_cast<std::size_t>(master.numel());
+  if (master.device().is_cpu()) {
+    if (master.dtype() == DType::f64)
+      model.init_params(0, std::span<double>(master.as<double>(), n), seed);
+    else
+      model.init_params(0, std::span<float>(master.as<float>(), n), seed);
+    return;
+  }
+  std::vector<float> host(n);
+  model.init_params(0, std::span<float>(host), seed);
+  copy_bytes(master.data(), master.device(), host.data(), Device::cpu(), master.bytes(), stream);
+  stream.synchronize();  // `host` dies here
 }
 
 }  // namespace
@@ -73,9 +98,25 @@ NoneScheduler::NoneScheduler(const SchedulerArgs& args) : state_(std::make_uniqu
   s.model = args.model;
   s.train = args.train;
   s.alloc = args.allocator;
+  s.stream = args.stream;
   s.n = s.model->layout().total_numel();
   const Precision p = s.precision();
   const DType md = workloads::master_dtype(p);
+  if (s.stream.device() != s.alloc->device())
+    HZP_THROW(ConfigError, "none: the compute stream is on ", to_string(s.stream.device()), " but the allocator hands "
+              "out memory on ", to_string(s.alloc->device()), "; both must be on the same device");
+  if (s.stream.device().is_cuda()) {
+    // Refused here by name rather than deep inside a kernel: the CUDA kernels have no fp64 twin (fp64 is
+    // the CPU oracle's type) and deterministic mode's fixed-point kernels have none either.
+    if (md == DType::f64)
+      HZP_THROW(ConfigError, "train.precision = fp64 on ", to_string(s.stream.device()), ": the CUDA kernels run fp32 "
+                "and bf16 only (fp64 is the CPU reference's type). Fix: train.precision = fp32 or bf16-mixed, or "
+                "backend = cpu");
+    if (s.train.deterministic)
+      HZP_THROW(ConfigError, "train.deterministic = true on ", to_string(s.stream.device()), ": deterministic mode "
+                "covers the CPU backend only (docs/deterministic.md). Fix: backend = cpu, or "
+                "train.deterministic = false");
+  }
 
   // Initial values come from the counter-based initialiser in the master dtype; bf16-mixed rounds them
   // once into the working copy, exactly as an AdamW update would.
@@ -86,25 +127,27 @@ NoneScheduler::NoneScheduler(const SchedulerArgs& args) : state_(std::make_uniqu
     s.params = s.alloc->allocate(static_cast<std::size_t>(s.n) * dtype_size(md), AllocationTag::param);
   }
   const TensorView master = s.master_view();
-  if (md == DType::f64)
-    s.model->init_params(0, std::span<double>(master.as<double>(), static_cast<std::size_t>(s.n)), s.train.seed);
-  else
-    s.model->init_params(0, std::span<float>(master.as<float>(), static_cast<std::size_t>(s.n)), s.train.seed);
-  if (workloads::has_separate_master(p)) kernels::cast(s.params_view(), master, StreamRef::host());
+  init_master(*s.model, s.train.seed, master, s.stream);
+  if (workloads::has_separate_master(p)) kernels::cast(s.params_view(), master, s.stream);
 
-  s.grads = zeroed(*s.alloc, s.n, workloads::grad_dtype(p), AllocationTag::grad);
-  s.m = zeroed(*s.alloc, s.n, md, AllocationTag::adam_m);
-  s.v = zeroed(*s.alloc, s.n, md, AllocationTag::adam_v);
+  s.grads = zeroed(*s.alloc, s.n, workloads::grad_dtype(p), AllocationTag::grad, s.stream);
+  s.m = zeroed(*s.alloc, s.n, md, AllocationTag::adam_m, s.stream);
+  s.v = zeroed(*s.alloc, s.n, md, AllocationTag::adam_v, s.stream);
 
   if (s.train.deterministic) {
     s.fixed = std::make_unique<FixedPointGrads>(s.model->layout(), s.train.micro_batches(), args.fixed_point);
-    s.fixed_sum = zeroed(*s.alloc, s.n, DType::i64, AllocationTag::grad);
+    s.fixed_sum = zeroed(*s.alloc, s.n, DType::i64, AllocationTag::grad, s.stream);
   }
 
-  s.ctx = s.model->make_context(*s.alloc, {.micro_batch_size = s.train.micro_batch_size, .recompute = s.train.recompute});
+  s.ctx = s.model->make_context(*s.alloc, {.micro_batch_size = s.train.micro_batch_size,
+                                           .recompute = s.train.recompute, .stream = s.stream});
   const auto tokens = static_cast<std::size_t>(s.train.micro_batch_size * s.model->seq_len());
   s.inputs.resize(tokens);
   s.targets.resize(tokens);
+  if (s.stream.device().is_cuda()) {
+    for (std::int64_t i = 0; i < 2 * s.train.micro_batches() + 1; ++i) s.marks.emplace_back(s.stream.device());
+    s.done = TimedEvent(s.stream.device());
+  }
 }
 
 NoneScheduler::~NoneScheduler() = default;
@@ -137,15 +180,21 @@ StepStats NoneScheduler::step(const StepBatch& batch) {
   // --- forward and backward of every micro-batch, gradients accumulated in micro-batch order. Deterministic
   // mode: each micro-batch's gradient is written fresh, and every block, once final, is converted to fixed
   // point and added to the integer sum; an element out of range voids the attempt and the step runs again.
+  const bool on_device = !s.marks.empty();
+  const auto mark = [&](std::size_t i) {
+    if (on_device) s.marks[i].record(s.stream);
+  };
   double loss = 0;
   std::int64_t retries = 0;
   for (bool accepted = false; !accepted;) {
     loss = 0;
     if (s.fixed) s.fixed->begin_attempt(batch.step);
     for (std::int64_t j = 0; j < plan.micro_batches_per_step(); ++j) {
+      mark(static_cast<std::size_t>(2 * j));
       workloads::fill_micro_batch(src, plan, batch.step, j, s.inputs, s.targets);
       s.ctx->begin(s.inputs, s.targets, normaliser);
       for (int u = 0; u < units; ++u) s.model->forward(u, workloads::unit_params_from_flat(layout, u, params), *s.ctx);
+      mark(static_cast<std::size_t>(2 * j + 1));
       loss += s.ctx->loss();
       for (int u = units - 1; u >= 0; --u) {
         s.model->backward(u, workloads::unit_params_from_flat(layout, u, params), *s.ctx,
@@ -155,6 +204,7 @@ StepStats NoneScheduler::step(const StepBatch& batch) {
             s.fixed->to_fixed(b, workloads::unit_block(layout, b, ConstTensorView(grads)),
                               workloads::unit_block(layout, b, s.view(s.fixed_sum, DType::i64)), /*accumulate=*/j > 0);
       }
+      mark(static_cast<std::size_t>(2 * j + 2));
     }
     // One rank: its tally is the global one.
     accepted = !s.fixed || s.fixed->conclude(s.fixed->tally());
@@ -170,7 +220,7 @@ StepStats NoneScheduler::step(const StepBatch& batch) {
   const Stopwatch opt;
   const ConstTensorView g = grads;
   const double norm = kernels::grad_norm_from_sum_squares(
-      s.fixed ? s.fixed->global_sum_squares(g, nullptr) : kernels::grad_norm_sum_squares({&g, 1}, StreamRef::host()));
+      s.fixed ? s.fixed->global_sum_squares(g, nullptr) : kernels::grad_norm_sum_squares({&g, 1}, s.stream));
   const double coef = kernels::grad_clip_coefficient(norm, s.train.clip);
   const double lr = learning_rate(s.train, batch.step);
   kernels::AdamWHyper h;
@@ -182,10 +232,16 @@ StepStats NoneScheduler::step(const StepBatch& batch) {
   h.step = batch.step + 1;
   h.grad_scale = coef;
   if (workloads::has_separate_master(s.precision()))
-    kernels::adamw_step(s.master_view(), s.m_view(), s.v_view(), g, h, params, StreamRef::host());
+    kernels::adamw_step(s.master_view(), s.m_view(), s.v_view(), g, h, params, s.stream);
   else
-    kernels::adamw_step(params, s.m_view(), s.v_view(), g, h, StreamRef::host());
+    kernels::adamw_step(params, s.m_view(), s.v_view(), g, h, s.stream);
   ++s.steps_done;
+  if (on_device) {
+    // The step's one wait for the device as a whole: the update must be done before the step reports
+    // (the stream is the only one, so its last event covers every kernel).
+    s.done.record(s.stream);
+    s.done.synchronize();
+  }
 
   StepStats st;
   st.step = batch.step;
@@ -198,6 +254,16 @@ StepStats NoneScheduler::step(const StepBatch& batch) {
   st.compute_seconds = compute_seconds;
   st.optimizer_seconds = opt.wall();
   st.seconds = whole.wall();
+  if (on_device) {
+    const auto ms = [&](const TimedEvent& a, const TimedEvent& b) { return TimedEvent::elapsed_ms(a, b) * 1e-3; };
+    st.device_timed = true;
+    for (std::size_t j = 0; 2 * j + 2 < s.marks.size(); ++j) {
+      st.forward_seconds += ms(s.marks[2 * j], s.marks[2 * j + 1]);
+      st.backward_seconds += ms(s.marks[2 * j + 1], s.marks[2 * j + 2]);
+    }
+    st.compute_seconds = ms(s.marks.front(), s.marks.back());
+    st.optimizer_seconds = ms(s.marks.back(), s.done);
+  }
   return st;
 }
 
@@ -213,6 +279,17 @@ void NoneScheduler::visit_state(StateVisitor& visitor) {
   comps.push_back({"grad", s.grads_view()});
   comps.push_back({"m", s.m_view()});
   comps.push_back({"v", s.v_view()});
+  // The visitor reads host memory: device state is copied back first (between steps, off the hot path).
+  std::vector<std::vector<std::byte>> host(comps.size());
+  if (s.stream.device().is_cuda()) {
+    for (std::size_t i = 0; i < comps.size(); ++i) {
+      const ConstTensorView d = comps[i].flat;
+      host[i].resize(d.bytes());
+      copy_bytes(host[i].data(), Device::cpu(), d.data(), d.device(), d.bytes(), s.stream);
+      comps[i].flat = ConstTensorView(host[i].data(), d.shape(), d.dtype());
+    }
+    s.stream.synchronize();
+  }
   for (const Component& c : comps)
     for (int u = 0; u < layout.num_units(); ++u) {
       const ConstTensorView block = workloads::unit_block(layout, u, c.flat);

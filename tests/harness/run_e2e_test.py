@@ -15,8 +15,13 @@ Scenarios (one CTest each, see run_tests.cmake):
   stall            debug.stall_at at the last rank: the watchdog ends the job, status `failed: <rank>: watchdog`
   killed           SIGKILL at 5 random moments: the file opens, reads `running` and holds every step printed
                    before the last flush
+  cuda_tiny        (gpu) tiny with `none` on backend = cuda: status ok, device memory recorded, the step-time
+                   closure, and the losses follow a CPU run of the same configuration (fp32, 1e-4 relative)
+  cuda_no_device   (CUDA build, no visible device) backend = cuda fails with one message naming the fix and
+                   leaves the file marked failed
 
-Exit 77 (a visible CTest skip) when h5py/numpy are missing: scripts/bootstrap installs them.
+Exit 77 (a visible CTest skip) when h5py/numpy are missing: scripts/bootstrap installs them, and for the
+cuda scenarios when the machine does not fit (a device for cuda_tiny, none for cuda_no_device).
 usage: run_e2e_test.py SCENARIO --hzpbench PATH --mpiexec PATH --ranks N --workdir DIR
 """
 import argparse
@@ -364,6 +369,62 @@ def scenario_killed():
             check(np.isfinite(f["steps/loss"][:required]).all(), "flushed losses are finite")
         insp = subprocess.run([ARGS.hzpbench, "inspect", path], capture_output=True, text=True)
         check(insp.returncode == 0 and "killed?" in insp.stdout, f"inspect:\n{insp.stdout}{insp.stderr}")
+
+
+def cuda_devices():
+    """Devices `hzpbench --version` sees (cuda_devices, 0 in a build without CUDA): what the run itself sees."""
+    p = subprocess.run([ARGS.hzpbench, "--version"], capture_output=True, text=True, timeout=60)
+    m = re.search(r"cuda_devices\W+(\d+)", p.stdout)
+    check(m is not None, f"hzpbench --version names no cuda_devices:\n{p.stdout}{p.stderr}")
+    return int(m.group(1))
+
+
+def scenario_cuda_tiny():
+    if cuda_devices() == 0:
+        print("SKIP: no CUDA device visible (GPU test)")
+        sys.exit(77)
+    steps = 5
+    base = TINY + ["--set", "scheduler.name=none", "--set", "train.precision=fp32", "--set", f"train.steps={steps}"]
+    _, _, _, gpu_path = run(base + ["--set", "backend=cuda"], expect_rc=0, timeout=300)
+    _, _, _, cpu_path = run(base, expect_rc=0, timeout=300)
+    with h5py.File(gpu_path, "r") as g, h5py.File(cpu_path, "r") as c:
+        check(attr(g, "status") == "ok", f"status {attr(g, 'status')!r}")
+        check(attr(g, "backend") == "cuda", f"backend {attr(g, 'backend')!r}")
+        check(attr(g, "device.memory") == "cuda:0", f"device.memory {attr(g, 'device.memory')!r}")
+        check(attr(c, "device.memory") == "cpu", f"cpu run's device.memory {attr(c, 'device.memory')!r}")
+        loss_g, loss_c = g["steps/loss"][:], c["steps/loss"][:]
+        check(loss_g.shape == (steps,) and np.isfinite(loss_g).all(), f"gpu losses {loss_g}")
+        rel = np.abs(loss_g - loss_c) / np.abs(loss_c)
+        print(f"  gpu {loss_g}\n  cpu {loss_c}\n  max rel {rel.max():.2e}")
+        check(rel.max() <= 1e-4, f"the GPU run leaves the CPU run: relative difference {rel.max():.2e} > 1e-4")
+        # Device memory statistics: the persistent state (param, grad, m, v; fp32 has no separate master)
+        # is what the CPU run holds, byte for byte, and the peak covers it.
+        state_g, state_c = g["memory/model_state_bytes"][:], c["memory/model_state_bytes"][:]
+        check((state_g == state_c).all(), f"model state bytes: gpu {state_g} cpu {state_c}")
+        check((g["ranks/mem_peak_bytes"][:] >= state_g.sum()).all(), "device peak below the model state")
+        # A GPU step of tiny lasts milliseconds, so the host's own bookkeeping weighs more than on the CPU.
+        closure_check(g, "cuda", tolerance=0.05, first=1)
+        check((g["ranks/forward_s"][:] > 0).all() and (g["ranks/backward_s"][:] > 0).all(),
+              "forward/backward device times missing")
+
+
+def scenario_cuda_no_device():
+    if cuda_devices() > 0:
+        print("SKIP: a CUDA device is visible; this scenario checks the message without one")
+        sys.exit(77)
+    rc, out, err, path = run(TINY + ["--set", "backend=cuda", "--set", "train.steps=2"])
+    check(rc != 0, "backend = cuda without a device succeeded")
+    text = out + err
+    # The failure protocol prints the rank's own line and then the run's verdict; the verdict is this one
+    # error and no other failure is reported.
+    check(err.count("hzpbench: failed: rank 0: backend = cuda: no CUDA device visible") == 1,
+          f"expected one failure naming the missing device:\n{text}")
+    check(err.count("hzpbench: failed:") == 1, f"more than one failure reported:\n{text}")
+    check("Fix: run on a GPU node" in text and "backend = cpu" in text, f"the message names no fix:\n{text}")
+    check("Traceback" not in text and "terminate" not in text, f"not a clean failure:\n{text}")
+    with h5py.File(path, "r") as f:
+        status = attr(f, "status")
+        check(status.startswith("failed: 0: backend = cuda: no CUDA device visible"), f"status {status!r}")
 
 
 def main():

@@ -40,8 +40,10 @@ hzp_add_bad_run(NAME run_bad_warmup_beyond_steps ARGS --set train.warmup_steps=5
   MATCH "train\\.warmup_steps = 5 exceeds train\\.steps = 2")
 hzp_add_bad_run(NAME run_bad_unknown_scheduler ARGS --set scheduler.name=zero9
   MATCH "scheduler\\.name = zero9 is not an allowed value.*Fix: use one of none")
-hzp_add_bad_run(NAME run_bad_cuda_backend ARGS --set backend=cuda
-  MATCH "backend = cuda: (this hzpbench was built without CUDA|scheduler none does not hold).*Fix: .*backend = cpu")
+if(NOT HZP_HAVE_CUDA)  # with CUDA built in, a run on a machine without a device: run_e2e_cuda_no_device
+  hzp_add_bad_run(NAME run_bad_cuda_backend ARGS --set backend=cuda
+    MATCH "backend = cuda: this hzpbench was built without CUDA.*Fix: .*backend = cpu")
+endif()
 hzp_add_bad_run(NAME run_bad_cuda_scheduler ARGS --set backend=cuda --set scheduler.name=ddp
   MATCH "(backend = cuda runs scheduler\\.name = none only\\. scheduler\\.name = ddp.*Fix: scheduler\\.name = none|this hzpbench was built without CUDA)")
 hzp_add_bad_run(NAME run_bad_link_profile ARGS --set links.profile=b200
@@ -126,6 +128,25 @@ if(Python3_Interpreter_FOUND)
     set_tests_properties(${name} PROPERTIES TIMEOUT ${timeout} SKIP_RETURN_CODE 77 PROCESSORS ${procs}
                          LABELS "unit;mpi" ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
   endforeach()
+  if(HZP_HAVE_CUDA)
+    # backend = cuda end to end: on a GPU (label gpu, exit 77 without a device), and the one clear failure
+    # on a machine without one (CI; exit 77 where a device is visible).
+    foreach(spec IN ITEMS "run_e2e_cuda_tiny|cuda_tiny|gpu|300" "run_e2e_cuda_no_device|cuda_no_device|unit|60")
+      string(REPLACE "|" ";" f "${spec}")
+      list(GET f 0 name)
+      list(GET f 1 scenario)
+      list(GET f 2 label)
+      list(GET f 3 timeout)
+      add_test(NAME ${name}
+               COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/run_e2e_test.py ${scenario}
+                       --hzpbench $<TARGET_FILE:hzpbench> --workdir ${hzp_run_dir}/${name})
+      set_tests_properties(${name} PROPERTIES TIMEOUT ${timeout} SKIP_RETURN_CODE 77 LABELS ${label}
+                           ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
+      if(label STREQUAL "gpu")
+        set_tests_properties(${name} PROPERTIES RESOURCE_GROUPS "gpus:1")  # as hzp_add_gpu_test
+      endif()
+    endforeach()
+  endif()
 endif()
 
 # --- the pieces: options, link profiles, summary statistics (unit); the failure channel (MPI)

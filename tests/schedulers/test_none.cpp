@@ -180,5 +180,21 @@ TEST(Registry, NoneIsRegisteredFirstAndUnknownNamesAreRefused) {
   EXPECT_TRUE(throws_with<ConfigError>([&] { schedulers::make_scheduler("zero9", args); }, {"\"zero9\"", "none"}));
 }
 
+// A CUDA compute stream is refused before any device call (so this runs without a GPU): by every scheduler
+// but none, and by none when its allocator is not on the stream's device.
+TEST(Registry, CudaStreamTakenByNoneAloneAndOnlyWithADeviceAllocator) {
+  NoneRun run("tiny");
+  run.build();
+  schedulers::SchedulerArgs args;
+  args.model = run.model.get();
+  args.allocator = run.alloc.get();
+  args.train = run.train;
+  args.stream = StreamRef::wrap(Device::cuda(0), nullptr);
+  EXPECT_TRUE(throws_with<UnsupportedError>([&] { schedulers::make_scheduler("zero3", args); },
+                                            {"scheduler zero3 runs on the host only", "scheduler.name = none"}));
+  EXPECT_TRUE(throws_with<ConfigError>([&] { schedulers::make_scheduler("none", args); },
+                                       {"compute stream is on cuda:0", "memory on cpu"}));
+}
+
 }  // namespace
 }  // namespace hzp::test

@@ -16,6 +16,7 @@
 #include "hzp/core/caching_allocator.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/ring_pool.hpp"
+#include "hzp/core/stream.hpp"
 #include "hzp/core/tensor.hpp"
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/workloads/data_source.hpp"
@@ -45,6 +46,12 @@ struct StepStats {
   /// Deterministic mode: times this step was run again because a micro-batch gradient element exceeded
   /// the fixed-point range (docs/deterministic.md); 0 otherwise.
   std::int64_t retries = 0;
+  /// Set by a scheduler whose step runs on a CUDA stream: forward_seconds and backward_seconds (backward
+  /// includes recompute) are the device's time, from CUDA events on the compute stream, and the harness
+  /// takes compute from them instead of its host phase timers, which on a GPU see only the enqueueing.
+  bool device_timed = false;
+  double forward_seconds = 0;
+  double backward_seconds = 0;
   /// Intervals [begin, end] (wall_seconds()) in which the compute thread waited for work of the scheduler's
   /// background communication threads (asynchzp): their collectives are not the compute thread's calls,
   /// so the harness counts these waits as exposed communication, split into join and transfer where they
@@ -99,6 +106,10 @@ struct SchedulerArgs {
   CachingAllocator* allocator = nullptr;
   /// The ranks taking part; nullptr for the single-rank reference.
   coll::Communicator* world = nullptr;
+  /// The training loop's compute stream: every kernel of the step is enqueued on it. A CUDA stream (with an
+  /// allocator over CudaBacking on the same device) puts the whole step on the GPU; only `none` takes one
+  /// so far, the others refuse it (the harness refuses backend = cuda for them first).
+  StreamRef stream = StreamRef::host();
   SchedulerOptions options;
   /// Deterministic mode's scale policy (train.deterministic); its defaults are the documented ones, tests
   /// change them to force retries.
