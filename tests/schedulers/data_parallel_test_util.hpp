@@ -29,6 +29,7 @@
 #include "hzp/workloads/data/markov_source.hpp"
 #include "hzp/workloads/presets.hpp"
 #include "../support/mpi_test.hpp"
+#include "none_test_util.hpp"
 
 namespace hzp::test {
 
@@ -140,6 +141,9 @@ struct TinySetup {
     model = workloads::make_llama(model_config, precision);
     source = std::make_unique<workloads::MarkovSource>(chain, model_config.seq_len);
   }
+
+  /// Scheduler arguments over this setup's model, training config and allocator (no communicator).
+  schedulers::SchedulerArgs args() const { return scheduler_args(*this); }
 };
 
 /// An MPI world over MPI_COMM_WORLD with virtual nodes of `ranks_per_node`.

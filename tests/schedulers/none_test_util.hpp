@@ -13,6 +13,16 @@
 
 namespace hzp::test {
 
+/// Scheduler arguments over a test setup's `model`, `train` and `alloc` members (no communicator).
+template <typename Setup>
+schedulers::SchedulerArgs scheduler_args(const Setup& s) {
+  schedulers::SchedulerArgs a;
+  a.model = s.model.get();
+  a.train = s.train;
+  a.allocator = s.alloc.get();
+  return a;
+}
+
 /// One training setup: a model, its data and the none scheduler over them, all owned here.
 struct NoneRun {
   workloads::LlamaConfig model_config;
@@ -38,12 +48,10 @@ struct NoneRun {
     workloads::MarkovChainParams c = chain;
     if (c.vocab == 0) c.vocab = model_config.vocab;
     source = std::make_unique<workloads::MarkovSource>(c, model_config.seq_len);
-    schedulers::SchedulerArgs args;
-    args.model = model.get();
-    args.train = train;
-    args.allocator = alloc.get();
-    scheduler = std::make_unique<schedulers::NoneScheduler>(args);
+    scheduler = std::make_unique<schedulers::NoneScheduler>(args());
   }
+  /// Scheduler arguments over the built model, training config and allocator.
+  schedulers::SchedulerArgs args() const { return scheduler_args(*this); }
   schedulers::StepStats step() { return scheduler->step({next_step++, source.get()}); }
   std::vector<schedulers::StepStats> steps(std::int64_t n) {
     std::vector<schedulers::StepStats> out;

@@ -42,12 +42,9 @@ struct SchedRun {
   SchedRun(const std::string& name, const SO& o, coll::Communicator& world, std::int64_t global_batch = 0,
       const std::function<void(workloads::LlamaConfig&)>& shape = nullptr, bool recompute = false)
       : setup(Precision::fp32, shape) {
-    schedulers::SchedulerArgs a;
-    a.model = setup.model.get();
     if (global_batch > 0) setup.train.global_batch = global_batch;
     setup.train.recompute = recompute;
-    a.train = setup.train;
-    a.allocator = setup.alloc.get();
+    schedulers::SchedulerArgs a = setup.args();
     a.world = &world;
     a.options = o;
     sched = schedulers::make_scheduler(name, a);

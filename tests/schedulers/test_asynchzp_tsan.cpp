@@ -17,10 +17,7 @@ using SO = schedulers::SchedulerOptions;
 std::unique_ptr<schedulers::Scheduler> async_per_tensor(TinySetup& s, coll::Communicator& world, SO::StepEnd end,
                                                         const schedulers::FixedPointPolicy* policy = nullptr) {
   const int w = world_size();
-  schedulers::SchedulerArgs a;
-  a.model = s.model.get();
-  a.train = s.train;
-  a.allocator = s.alloc.get();
+  schedulers::SchedulerArgs a = s.args();
   a.world = &world;
   if (policy != nullptr) {
     a.train.deterministic = true;
@@ -40,10 +37,7 @@ TEST(AsyncHzpTsan, PerTensorPrefetchTwoThreeSteps) {
   run_then_barrier([] {
     const int w = world_size();
     TinySetup ref_setup(workloads::Precision::fp32);
-    schedulers::SchedulerArgs ra;
-    ra.model = ref_setup.model.get();
-    ra.train = ref_setup.train;
-    ra.allocator = ref_setup.alloc.get();
+    schedulers::SchedulerArgs ra = ref_setup.args();
     schedulers::NoneScheduler none(ra);
     std::vector<double> ref;
     for (std::int64_t k = 0; k < 3; ++k) ref.push_back(none.step({k, ref_setup.source.get()}).loss);
@@ -64,11 +58,8 @@ TEST(AsyncHzpTsan, DeterministicWithARetry) {
     // Step 0's exponent far too fine: every step-0 attempt overflows once and reruns.
     const schedulers::FixedPointPolicy policy{.step0_exponent = 80, .headroom_bits = 4, .max_retries = 3};
     TinySetup ref_setup(workloads::Precision::fp32);
-    schedulers::SchedulerArgs ra;
-    ra.model = ref_setup.model.get();
-    ra.train = ref_setup.train;
+    schedulers::SchedulerArgs ra = ref_setup.args();
     ra.train.deterministic = true;
-    ra.allocator = ref_setup.alloc.get();
     ra.fixed_point = policy;
     schedulers::NoneScheduler none(ra);
     std::vector<schedulers::StepStats> ref;

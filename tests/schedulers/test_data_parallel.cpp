@@ -43,10 +43,7 @@ struct Reference {
 
 Reference run_none(Precision precision, std::int64_t steps, bool reversed) {
   TinySetup s(precision);
-  schedulers::SchedulerArgs a;
-  a.model = s.model.get();
-  a.train = s.train;
-  a.allocator = s.alloc.get();
+  schedulers::SchedulerArgs a = s.args();
   schedulers::NoneScheduler none(a);
   ReversedMicroBatches rev(*s.source, s.train.global_batch, s.train.micro_batch_size);
   const workloads::DataSource* src = reversed ? static_cast<const workloads::DataSource*>(&rev) : s.source.get();
@@ -67,11 +64,8 @@ struct DpRun {
   DpRun(Precision p, const Variant& v, coll::Communicator& world,
         const std::function<void(workloads::TrainConfig&)>& edit = nullptr)
       : setup(p) {
-    schedulers::SchedulerArgs a;
-    a.model = setup.model.get();
-    a.train = setup.train;
+    schedulers::SchedulerArgs a = setup.args();
     if (edit) edit(a.train);
-    a.allocator = setup.alloc.get();
     a.world = &world;
     a.options = v.options;
     sched = schedulers::make_scheduler(v.scheduler, a);
@@ -198,10 +192,7 @@ TEST(DataParallel, PaddingOnlySlicesTrainLikeNone) {
       c.vocab = 64;
     };
     TinySetup ref_setup(Precision::fp32, shape);
-    schedulers::SchedulerArgs a;
-    a.model = ref_setup.model.get();
-    a.train = ref_setup.train;
-    a.allocator = ref_setup.alloc.get();
+    schedulers::SchedulerArgs a = ref_setup.args();
     schedulers::NoneScheduler none(a);
     std::vector<double> ref;
     for (std::int64_t k = 0; k < 3; ++k) ref.push_back(none.step({k, ref_setup.source.get()}).loss);
@@ -212,10 +203,7 @@ TEST(DataParallel, PaddingOnlySlicesTrainLikeNone) {
     for (const Variant& v : all_variants(world_size())) {
       SCOPED_TRACE(v.label);
       TinySetup s(Precision::fp32, shape);
-      schedulers::SchedulerArgs b;
-      b.model = s.model.get();
-      b.train = s.train;
-      b.allocator = s.alloc.get();
+      schedulers::SchedulerArgs b = s.args();
       b.world = world.get();
       b.options = v.options;
       auto sched = schedulers::make_scheduler(v.scheduler, b);
@@ -535,11 +523,8 @@ TEST(DataParallel, RefusalsNameEveryValue) {
     const int w = world_size();
     auto expect_refusal = [&](const Variant& v, std::int64_t global_batch, std::vector<std::string> needles) {
       TinySetup s(Precision::fp32);
-      schedulers::SchedulerArgs a;
-      a.model = s.model.get();
-      a.train = s.train;
+      schedulers::SchedulerArgs a = s.args();
       a.train.global_batch = global_batch;
-      a.allocator = s.alloc.get();
       a.world = world.get();
       a.options = v.options;
       try {

@@ -48,12 +48,9 @@ struct Trajectory {
 
 Trajectory run_none(Precision p, std::int64_t steps, const TrainEdit& edit, const schedulers::FixedPointPolicy& policy) {
   TinySetup s(p);
-  schedulers::SchedulerArgs a;
-  a.model = s.model.get();
-  a.train = s.train;
+  schedulers::SchedulerArgs a = s.args();
   deterministic(a.train);
   if (edit) edit(a.train);
-  a.allocator = s.alloc.get();
   a.fixed_point = policy;
   schedulers::NoneScheduler none(a);
   Trajectory t;
@@ -75,12 +72,9 @@ struct DetRun {
   DetRun(Precision p, const Variant& v, coll::Communicator& world, const TrainEdit& edit = nullptr,
          const schedulers::FixedPointPolicy& policy = {})
       : setup(p) {
-    schedulers::SchedulerArgs a;
-    a.model = setup.model.get();
-    a.train = setup.train;
+    schedulers::SchedulerArgs a = setup.args();
     deterministic(a.train);
     if (edit) edit(a.train);
-    a.allocator = setup.alloc.get();
     a.world = &world;
     a.options = v.options;
     a.fixed_point = policy;

@@ -149,10 +149,7 @@ TEST(None, RefusesBadConfigurationsNamingTheValues) {
 
   NoneRun mismatch("tiny");
   mismatch.build();
-  schedulers::SchedulerArgs args;
-  args.model = mismatch.model.get();
-  args.allocator = mismatch.alloc.get();
-  args.train = mismatch.train;
+  schedulers::SchedulerArgs args = mismatch.args();
   args.train.precision = Precision::bf16_mixed;
   EXPECT_TRUE(throws_with<ConfigError>([&] { NoneScheduler s(args); }, {"train.precision = bf16-mixed", "fp32"}));
 
@@ -171,10 +168,7 @@ TEST(Registry, NoneIsRegisteredFirstAndUnknownNamesAreRefused) {
   EXPECT_EQ(names.front(), "none");
   NoneRun run("tiny");
   run.build();
-  schedulers::SchedulerArgs args;
-  args.model = run.model.get();
-  args.allocator = run.alloc.get();
-  args.train = run.train;
+  const schedulers::SchedulerArgs args = run.args();
   const auto s = schedulers::make_scheduler("none", args);
   EXPECT_EQ(s->name(), "none");
   EXPECT_TRUE(throws_with<ConfigError>([&] { schedulers::make_scheduler("zero9", args); }, {"\"zero9\"", "none"}));
@@ -185,10 +179,7 @@ TEST(Registry, NoneIsRegisteredFirstAndUnknownNamesAreRefused) {
 TEST(Registry, CudaStreamTakenByNoneAloneAndOnlyWithADeviceAllocator) {
   NoneRun run("tiny");
   run.build();
-  schedulers::SchedulerArgs args;
-  args.model = run.model.get();
-  args.allocator = run.alloc.get();
-  args.train = run.train;
+  schedulers::SchedulerArgs args = run.args();
   args.stream = StreamRef::wrap(Device::cuda(0), nullptr);
   EXPECT_TRUE(throws_with<UnsupportedError>([&] { schedulers::make_scheduler("zero3", args); },
                                             {"scheduler zero3 runs on the host only", "scheduler.name = none"}));
