@@ -84,7 +84,11 @@ TYPED_TEST(CudaFloatKernels, RmsnormForwardAndBackwardMatchTheCpu) {
     auto gr = gpu.empty({R}, DType::f32);
     kernels::rmsnorm_fwd(gy.view, gr.view, gx.view, gw.view, 1e-5f, gpu.stream());
     EXPECT_TRUE(close(gpu.download<T>(gy.view), y)) << "D=" << D;
-    EXPECT_TRUE(all_close(gpu.download<float>(gr.view), rstd, 2e-6, 0)) << "D=" << D;
+    // rstd comes from an fp32 sum of D squares taken in another order than the CPU's: the two differ by a
+    // random walk of about sqrt(D) roundings (seen on an H100: 1.9e-6 relative at D = 2048 in bf16), so the
+    // bound is 4 sqrt(D) u, not a fixed 2e-6.
+    const double rstd_rtol = 4.0 * std::sqrt(static_cast<double>(D)) * 0x1p-24;
+    EXPECT_TRUE(all_close(gpu.download<float>(gr.view), rstd, rstd_rtol, 0)) << "D=" << D;
 
     for (bool acc : {false, true}) {
       auto dw0 = random_normal<float>(static_cast<std::size_t>(D), 8);
