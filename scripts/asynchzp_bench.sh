@@ -2,7 +2,7 @@
 # The asynchzp benchmark (issue 9, docs/data-parallel.md "asynchzp benchmark"): `small` at 4 ranks as 2
 # virtual nodes of 2, emulated links at links.comm_to_compute 0.5, 1 and 2, for zero3, hsdp Z=2, asynchzp
 # inline and asynchzp async with prefetch 1 and 2 (z1 = 4, z2 = z3 = 2), one results file each, then one
-# table (scripts/asynchzp_bench_table.py). Usage: scripts/asynchzp_bench.sh [out_dir] [steps]
+# table (scripts/asynchzp_bench_table.py). Usage: [RATIOS="0.5 1 2"] scripts/asynchzp_bench.sh [out_dir] [steps]
 set -euo pipefail
 out=${1:-results/asynchzp_bench}
 steps=${2:-3}
@@ -11,7 +11,7 @@ mkdir -p "$out"
 common=(--set model.preset=small --set topology.ranks_per_node=2 --set links.emulate=true
         --set train.steps="$steps" --set train.warmup_steps=1 --set harness.warmup_steps=1)
 hzp=(--set scheduler.name=asynchzp --set scheduler.z1=4 --set scheduler.z2=2 --set scheduler.z3=2)
-for r in 0.5 1 2; do
+for r in ${RATIOS:-0.5 1 2}; do
   for cfg in zero3 hsdp asynchzp_inline asynchzp_p1 asynchzp_p2; do
     case $cfg in
       zero3) extra=(--set scheduler.name=zero3) ;;

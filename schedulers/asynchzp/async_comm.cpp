@@ -196,8 +196,11 @@ AsyncHzpStats AsyncComm::stats() const {
   return stats_;
 }
 
-void AsyncComm::begin_step(int micro_batches, TensorView params, TensorView grads) {
-  HZP_CHECK(gathers_.empty() && scatters_.empty(), "asynchzp: a step began with collectives of the last one queued");
+void AsyncComm::begin_step(int micro_batches, TensorView params, TensorView grads, std::function<void(int)> refresh) {
+  HZP_CHECK(gathers_.empty() && scatters_.empty() && !refresh_,
+            "asynchzp: a step began with collectives of the last one queued");
+  refresh_ = std::move(refresh);
+  refreshes_.assign(shared_.size(), Ticket{});
   params_ = params;
   grads_ = grads;
   micro_batches_ = micro_batches;
@@ -213,8 +216,21 @@ void AsyncComm::begin_step(int micro_batches, TensorView params, TensorView grad
   while (next_queue_ < std::min<std::size_t>(total, static_cast<std::size_t>(s_.prefetch))) queue_gather(next_queue_++);
 }
 
+void AsyncComm::queue_refresh(int unit) {
+  if (!refresh_ || refreshes_[static_cast<std::size_t>(unit)].valid()) return;
+  refreshes_[static_cast<std::size_t>(unit)] = param_thread_->submit([f = refresh_, unit] { f(unit); });
+}
+
+void AsyncComm::finish_refresh() {
+  if (!refresh_) return;
+  for (int u = 0; u < static_cast<int>(refreshes_.size()); ++u) queue_refresh(u);
+  for (const Ticket& t : refreshes_) wait(t, "the step-end parameter all-gather");
+  refresh_ = nullptr;
+}
+
 void AsyncComm::queue_gather(std::size_t k) {
   const int u = schedule_[k % schedule_.size()];
+  queue_refresh(u);  // first use this step: the shard takes the last update first (same thread, in order)
   const std::size_t bytes = static_cast<std::size_t>(s_.seg->unit_block_numel(u)) * dtype_size(s_.param_dtype);
   const RingId ring = shared_[u] ? ag_shared_ring_ : ag_ring_;
   Pending p;
@@ -260,6 +276,7 @@ Block AsyncComm::next_gathered(int unit) {
   Pending p = std::move(gathers_.front());
   gathers_.pop_front();
   if (!p.block) {
+    wait(refreshes_[static_cast<std::size_t>(unit)], "the step-end parameter all-gather");
     Block b(s_.alloc->allocate(static_cast<std::size_t>(s_.seg->unit_block_numel(unit)) * dtype_size(s_.param_dtype),
                                AllocationTag::comm));
     for (int sg = s_.seg->first(unit); sg < s_.seg->end(unit); ++sg) {

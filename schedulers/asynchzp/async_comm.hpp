@@ -2,9 +2,10 @@
 // own duplicated communicators, and the persistent ring pool their buffers come from.
 //   - the parameter thread issues the all-gathers of the step's gather schedule ahead of use (at most
 //     scheduler.prefetch units ahead of the compute thread, and never more than its ring holds) and the
-//     step-end parameter all-gather;
+//     step-end parameter all-gather (per unit, just before the unit's first gather of the next step);
 //   - the gradient thread issues and drains the per-micro-batch reduce-scatters and the step-end
-//     gradient exchange, releasing each gradient block as soon as its reduce-scatter completes.
+//     gradient exchange (queued by the scheduler per unit), releasing each gradient block as soon as its
+//     reduce-scatter completes.
 // The compute thread only queues work and waits where it consumes data (the parameters of the unit it is
 // about to run; the reduced gradients before the optimizer). An exception on a background thread is kept,
 // every later task on that thread fails with it without communicating, and the compute thread rethrows it
@@ -116,8 +117,14 @@ class AsyncComm {
 
   RingPool* pool() noexcept { return pool_.get(); }
   /// Starts a step of `micro_batches` over the shards `params` (param dtype, l3 slices) and `grads`
-  /// (fp32, l2 slices; int64 in deterministic mode): queues the first `prefetch` gathers.
-  void begin_step(int micro_batches, TensorView params, TensorView grads);
+  /// (fp32, l2 slices; int64 in deterministic mode): queues the first `prefetch` gathers. `refresh`, when
+  /// set, brings unit u's shard up to date (the last step's parameter all-gather): it runs on the parameter
+  /// thread just before unit u's first gather of this step, so the refresh of the units not yet needed
+  /// overlaps the forward of those that are.
+  void begin_step(int micro_batches, TensorView params, TensorView grads, std::function<void(int)> refresh = {});
+  /// Runs the refresh of every unit not yet refreshed this step and waits for all of them; afterwards
+  /// the shards may be written (by the optimizer).
+  void finish_refresh();
   /// The next gathered block of the schedule, which must be `unit` (PreconditionError otherwise); waits
   /// for it and queues the next gather.
   Block next_gathered(int unit);
@@ -143,6 +150,7 @@ class AsyncComm {
 
  private:
   void queue_gather(std::size_t k);
+  void queue_refresh(int unit);
   bool fits(RingId ring, std::size_t bytes) const;
   Setup s_;
   std::vector<int> schedule_;
@@ -163,6 +171,8 @@ class AsyncComm {
   };
   std::deque<Pending> gathers_;
   std::vector<Ticket> scatters_;
+  std::function<void(int)> refresh_;   // this step's per-unit refresh (empty when none is due)
+  std::vector<Ticket> refreshes_;       // per unit: its refresh this step (invalid: not queued)
   std::vector<std::pair<double, double>> waits_;  // compute thread only
   mutable std::mutex stats_m_;
   AsyncHzpStats stats_;

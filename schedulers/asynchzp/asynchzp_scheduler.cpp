@@ -6,6 +6,13 @@
 // across the W/z2 replicas (all-reduce, or reduce-scatter + all-gather over the W/z1 holders of a slice),
 // AdamW on the z1 slice, the updated slices all-gathered back into the z3 shards.
 //
+// Async, the step end is cut per unit so that its inter-node traffic overlaps compute (docs/data-parallel.md
+// "asynchzp"): a unit's exchange across the replicas is queued on the gradient thread right after its last
+// reduce-scatter of the step, while backward goes on below it; the refresh of a unit's shard from the updated
+// optimizer slices runs on the parameter thread just before that unit's first gather of the next step, while
+// forward runs the units above it. Each step still moves exactly one exchange and one refresh (step 0 runs
+// the initial refresh), and state read between steps (replicated_state, the gathers) refreshes first.
+//
 // The collectives run inline on the calling thread (scheduler.async = false, the paper's Table 3) or on
 // two background threads (async_comm.hpp). The gradient path is two functions, reduce_scatter_grad() per
 // micro-batch and combine_gradients() at the step end. Deterministic mode (train.deterministic,
@@ -91,10 +98,16 @@ class AsyncHzp final : public AsyncHzpScheduler {
   void make_end_groups(EndGroups& e, bool duplicate);
   // Gradient shards summed over the replicas; returns the optimizer slice's gradient ([l1 slice_total]).
   ConstTensorView combine_gradients(EndGroups& e);
+  // The same for segments [first, end) only (their slices are contiguous in every layout).
+  void combine_segments(EndGroups& e, int first, int end);
   ConstTensorView opt_grad_view() const;
-  // The updated optimizer slices all-gathered back into the parameter shards.
+  // The updated optimizer slices all-gathered back into the parameter shards (all, or unit u's segments).
   void refresh_params(EndGroups& e);
-  void wait_refresh();
+  void refresh_unit(EndGroups& e, int u);
+  // Async: the refresh still due from the last step, run now (state read between steps).
+  void ensure_refreshed();
+  // Async: waits for the queued reduce-scatters and the per-unit gradient exchanges.
+  void drain_gradient_thread();
 
   workloads::UnitParams unit_params(int u) const;
 
@@ -117,7 +130,8 @@ class AsyncHzp final : public AsyncHzpScheduler {
   std::unique_ptr<FixedPointGrads> fixed_;  // deterministic mode only
   std::unique_ptr<ShardedOptimizer> opt_;
   std::unique_ptr<AsyncComm> async_;  // before the blocks: they may hold its ring slots
-  Ticket refresh_pending_;            // async: the step-end parameter all-gather not yet waited for
+  bool refresh_due_ = false;          // async: the shards do not yet hold the last update (or the initial one)
+  std::vector<Ticket> exchanges_;     // async: this step's per-unit gradient exchanges
   std::vector<Block> gathered_;       // full parameter blocks held now, per unit
   std::vector<Block> grad_blocks_;    // full gradient blocks being written, per unit
   std::unique_ptr<workloads::MicroBatchContext> ctx_;
@@ -170,7 +184,12 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
   for (int s = 0; s < segs; ++s) pieces.push_back(opt_piece(s));
   opt_ = std::make_unique<ShardedOptimizer>(train_, std::move(pieces), *alloc_,
                                             slice_initializer(*model_, l1(), o_, train_.seed));
-  refresh_params(end_inline_);  // the rest of the shard comes from the other optimizer slices inside it
+  // The rest of the shard comes from the other optimizer slices inside it: now, or (async) unit by unit
+  // before step 0's gathers, as every later step's refresh.
+  if (opts_.async)
+    refresh_due_ = true;
+  else
+    refresh_params(end_inline_);
 
   gathered_.resize(static_cast<std::size_t>(layout.num_units()));
   grad_blocks_.resize(static_cast<std::size_t>(layout.num_units()));
@@ -184,13 +203,9 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
   targets_.resize(inputs_.size());
 }
 
-AsyncHzp::~AsyncHzp() {
-  // Peers run the same step-end all-gather: finish it before the threads go (errors were reported).
-  try {
-    wait_refresh();
-  } catch (const std::exception&) {
-  }
-}
+// A step leaves nothing queued on the background threads (it waits for its exchanges and refreshes), so
+// the threads stop with no collective half-issued.
+AsyncHzp::~AsyncHzp() = default;
 
 void AsyncHzp::make_end_groups(EndGroups& e, bool duplicate) {
   e.replica = replica_comm_.get();
@@ -211,11 +226,17 @@ void AsyncHzp::make_end_groups(EndGroups& e, bool duplicate) {
   }
 }
 
-void AsyncHzp::wait_refresh() {
-  if (!refresh_pending_.valid()) return;
-  const Ticket t = refresh_pending_;
-  refresh_pending_ = Ticket{};
-  async_->wait(t, "the step-end parameter all-gather");
+void AsyncHzp::ensure_refreshed() {
+  if (!refresh_due_) return;
+  refresh_due_ = false;
+  async_->wait(async_->on_param_thread([this] { refresh_params(end_bg_); }), "the step-end parameter all-gather");
+}
+
+void AsyncHzp::drain_gradient_thread() {
+  async_->finish_reduce_scatters();
+  std::vector<Ticket> pending;
+  pending.swap(exchanges_);
+  for (const Ticket& t : pending) async_->wait(t, "the step-end gradient exchange");
 }
 
 ConstTensorView AsyncHzp::opt_grad_view() const {
@@ -236,25 +257,31 @@ void AsyncHzp::reduce_scatter_grad(int u, const Block& block, bool accumulate) {
 }
 
 ConstTensorView AsyncHzp::combine_gradients(EndGroups& e) {
-  const int segs = l3().num_segments();
+  combine_segments(e, 0, l2().num_segments());
+  return opt_grad_ ? at(opt_grad_, gdt(), 0, l1().slice_total()) : at(grads_, gdt(), 0, l2().slice_total());
+}
+
+void AsyncHzp::combine_segments(EndGroups& e, int first, int end) {
   if (opts_.step_end == StepEnd::all_reduce) {
-    // One all-reduce of the whole gradient slice across the R replicas (the paper's "DZP Allreduce").
-    if (e.replica->size() > 1 && l2().slice_total() > 0)
-      e.replica->all_reduce(at(grads_, gdt(), 0, l2().slice_total()), coll::ReduceOp::sum, StreamRef::host());
-    if (!opt_grad_) return at(grads_, gdt(), 0, l2().slice_total());
+    // One all-reduce of the segments' gradient slice across the R replicas (the paper's "DZP Allreduce").
+    const std::int64_t begin = l2().slice_offset(first), n = l2().slice_offset(end) - begin;
+    if (e.replica->size() > 1 && n > 0)
+      e.replica->all_reduce(at(grads_, gdt(), begin, n), coll::ReduceOp::sum, StreamRef::host());
+    if (!opt_grad_) return;
     const int f1 = g_.z1() / g_.z2();
-    for (int s = 0; s < segs; ++s)
+    for (int s = first; s < end; ++s)
       std::memcpy(at(opt_grad_, gdt(), l1().slice_offset(s), 0).data(),
                   at(grads_, gdt(), l2().slice_offset(s) + (o_ % f1) * l1().slice_numel(s), 0).data(),
                   static_cast<std::size_t>(l1().slice_numel(s)) * dtype_size(gdt()));
-    return at(opt_grad_, gdt(), 0, l1().slice_total());
+    return;
   }
   // Reduce-scatter over the replicas to W-th pieces, then all-gather the pieces of the optimizer slice
   // among the Q ranks that hold it.
-  Allocation pieces = zeroed(*alloc_, seg_->in_grad_slice.slice_total(), gdt(), AllocationTag::comm);
-  for (int s = 0; s < segs; ++s) {
-    const ShardLayout& in = seg_->in_grad_slice;
-    const TensorView piece = at(pieces, gdt(), in.slice_offset(s), in.slice_numel(s));
+  const ShardLayout& in = seg_->in_grad_slice;
+  const std::int64_t base = in.slice_offset(first);
+  Allocation pieces = zeroed(*alloc_, in.slice_offset(end) - base, gdt(), AllocationTag::comm);
+  for (int s = first; s < end; ++s) {
+    const TensorView piece = at(pieces, gdt(), in.slice_offset(s) - base, in.slice_numel(s));
     if (e.replica->size() > 1)
       e.replica_rs->reduce_scatter(s, grad_shard(s), piece, false);
     else
@@ -265,12 +292,16 @@ ConstTensorView AsyncHzp::combine_gradients(EndGroups& e) {
     else
       std::memcpy(out.data(), piece.data(), piece.bytes());
   }
-  return at(opt_grad_, gdt(), 0, l1().slice_total());
 }
 
 void AsyncHzp::refresh_params(EndGroups& e) {
   if (e.refresh->size() == 1) return;
   for (int s = 0; s < l3().num_segments(); ++s) e.refresh_ag->gather_into(s, opt_piece(s), param_shard(s));
+}
+
+void AsyncHzp::refresh_unit(EndGroups& e, int u) {
+  if (e.refresh->size() == 1) return;
+  for (int s = seg_->first(u); s < seg_->end(u); ++s) e.refresh_ag->gather_into(s, opt_piece(s), param_shard(s));
 }
 
 workloads::UnitParams AsyncHzp::unit_params(int u) const {
@@ -301,11 +332,15 @@ StepStats AsyncHzp::step(const StepBatch& batch) {
   for (bool accepted = false; !accepted;) {
     losses.clear();
     if (fixed_) fixed_->begin_attempt(batch.step);
-    if (async_)
+    if (async_) {
+      std::function<void(int)> refresh;
+      if (refresh_due_) refresh = [this](int u) { refresh_unit(end_bg_, u); };
+      refresh_due_ = false;
       async_->begin_step(static_cast<int>(mine.size()), at(params_, pdt_, 0, l3().slice_total()),
-                         at(grads_, gdt(), 0, l2().slice_total()));
+                         at(grads_, gdt(), 0, l2().slice_total()), std::move(refresh));
+    }
     for (std::size_t i = 0; i < mine.size(); ++i) {
-      const bool first = i == 0;
+      const bool first = i == 0, last = i + 1 == mine.size();
       workloads::fill_micro_batch(*batch.source, plan, batch.step, mine[i], inputs_, targets_);
       ctx_->begin(inputs_, targets_, normaliser);
       for (int u = 0; u < units; ++u) {
@@ -333,9 +368,13 @@ StepStats AsyncHzp::step(const StepBatch& batch) {
                              false);
             block = std::move(q);
           }
-          if (async_)
+          if (async_) {
             async_->reduce_scatter(b, std::move(block), !first);
-          else
+            // The unit's gradient is complete on this rank: its exchange across the replicas follows on the
+            // gradient thread while backward goes on below.
+            if (last)
+              exchanges_.push_back(async_->on_grad_thread([this, b] { combine_segments(end_bg_, seg_->first(b), seg_->end(b)); }));
+          } else
             reduce_scatter_grad(b, block, !first);
           grad_blocks_[b].reset();
           gathered_[b].reset();  // a block's last backward use is its last gradient writer
@@ -343,15 +382,21 @@ StepStats AsyncHzp::step(const StepBatch& batch) {
       }
     }
     accepted = !fixed_ || conclude_fixed_point_attempt(*fixed_, *scalars_comm_);
-    // A void attempt's queued reduce-scatters finish before the rerun restarts the schedule.
-    if (!accepted && async_) async_->finish_reduce_scatters();
+    // A void attempt's queued collectives finish before the rerun restarts the schedule (its exchanges
+    // summed bounded values: an element over the fixed-point limit is stored as 0).
+    if (!accepted && async_) {
+      drain_gradient_thread();
+      async_->finish_refresh();
+    }
   }
   const double compute_seconds = whole.wall();
   ConstTensorView gslice;
   if (async_) {
-    // The gradient thread drains its reduce-scatters, then runs the step-end exchange after them.
-    async_->finish_reduce_scatters();
-    async_->wait(async_->on_grad_thread([this] { combine_gradients(end_bg_); }), "the step-end gradient exchange");
+    // The per-unit exchanges were queued behind each unit's last reduce-scatter; every unit's refresh ran
+    // before its first gather (finish_refresh runs any unit the schedule did not gather), so the optimizer
+    // below may write the shards.
+    drain_gradient_thread();
+    async_->finish_refresh();
     gslice = opt_grad_view();
   } else {
     gslice = combine_gradients(end_inline_);
@@ -366,24 +411,21 @@ StepStats AsyncHzp::step(const StepBatch& batch) {
   const Stopwatch update;
   const OptimizerStepResult res = opt_->step(gslice, sq, batch.step, scheduled_learning_rate(train_, batch.step));
   const double optimizer_seconds = update.wall();
-  // Async: the parameter thread rebuilds the shards while the compute thread reduces the loss. It is
-  // waited for before the step returns: the next step's first unit needs it anyway, and the step's
-  // collectives are then all complete (and counted) when it returns.
+  // Async: the shards are refreshed unit by unit at the next step's gathers (or by ensure_refreshed()).
   if (async_)
-    refresh_pending_ = async_->on_param_thread([this] { refresh_params(end_bg_); });
+    refresh_due_ = true;
   else
     refresh_params(end_inline_);
   ++steps_done_;
   StepStats st = data_parallel_step_stats(batch.step, *scalars_comm_, plan, losses, fixed_.get(), res,
                                           train_.global_batch * model_->seq_len(), compute_seconds, optimizer_seconds, 0);
-  wait_refresh();
   if (async_) st.background_waits = async_->background_waits();
   st.seconds = whole.wall();
   return st;
 }
 
 ReplicaDigests AsyncHzp::replicated_state() const {
-  const_cast<AsyncHzp*>(this)->wait_refresh();
+  if (async_) const_cast<AsyncHzp*>(this)->ensure_refreshed();
   // Ranks with the same optimizer slice hold identical optimizer state and (after the refresh) identical
   // parameter shards; the gradient slice is a replica only after an all-reduce step end.
   ReplicaDigests d;
@@ -412,13 +454,13 @@ Allocation AsyncHzp::converted_opt_grad() const {
 }
 
 std::vector<float> AsyncHzp::gather_gradient() {
-  wait_refresh();
+  if (async_) ensure_refreshed();
   const Allocation g32 = fixed_ ? converted_opt_grad() : Allocation{};
   return gather_opt_slices(fixed_ ? ConstTensorView(g32.data(), Shape{l1().slice_total()}, DType::f32) : opt_grad_view());
 }
 
 std::vector<float> AsyncHzp::gather_master_params() {
-  wait_refresh();
+  if (async_) ensure_refreshed();
   if (opt_->has_master()) return gather_opt_slices(opt_->master());
   std::vector<float> mine(static_cast<std::size_t>(l1().slice_total()));  // fp32: the pieces are the master
   for (int s = 0; s < l1().num_segments(); ++s)

@@ -197,6 +197,53 @@ std::uint64_t my_tid() { return static_cast<std::uint64_t>(::syscall(SYS_gettid)
 // Async: every per-micro-batch all-gather and reduce-scatter and every step-end collective is issued by a
 // background thread; at least one all-gather started before the compute thread asked for it (that is,
 // before it finished the unit before); the gathers counted match the schedule.
+// Async, the step end is spread over the step: each step moves exactly the inline form's bytes (one
+// exchange and one refresh; step 0 the initial refresh), a unit's exchange across the replicas starts
+// before the last reduce-scatter of the step (backward still running below it), and a refresh starts
+// between the step's parameter all-gathers (forward running above it), not after them all.
+TEST(AsyncHzp, StepEndIsSpreadOverTheStep) {
+  if (world_size() < 4) GTEST_SKIP() << "needs z3 >= 2 with replicas and a refresh group: W >= 4";
+  run_then_barrier([] {
+    auto world = make_world(rpn());
+    const int w = world_size();
+    SchedRun inl("asynchzp", hzp_options(w, w / 2, w / 2, false), *world);
+    SchedRun asy("asynchzp", hzp_options(w, w / 2, w / 2, true), *world);
+    for (std::int64_t k = 0; k < 3; ++k) {
+      coll::CounterSnapshot b = world->counters().snapshot();
+      const auto a = inl.step(k);
+      const coll::CounterSnapshot di = world->counters().delta(b);
+      b = world->counters().snapshot();
+      const auto c = asy.step(k);
+      const coll::CounterSnapshot da = world->counters().delta(b);
+      EXPECT_EQ(a.loss, c.loss) << "step " << k;
+      EXPECT_EQ(op_bytes(di), op_bytes(da)) << "bytes per op and level, step " << k;
+      EXPECT_GT(da.total("refresh", CollOp::all_gather).level[0].bytes + da.total("refresh", CollOp::all_gather).level[1].bytes, 0u)
+          << "step " << k << " moved no refresh";
+      if (k == 0) continue;
+      ASSERT_EQ(world->counters().dropped_records(), 0u);
+      double first_gather = 1e300, last_gather = -1, last_scatter = -1;
+      for (const coll::CallRecord& r : da.records) {
+        const std::string& g = da.groups.at(static_cast<std::size_t>(r.group));
+        if (g == "z3" && r.op == CollOp::all_gather) {
+          first_gather = std::min(first_gather, r.start_s);
+          last_gather = std::max(last_gather, r.start_s);
+        }
+        if (g == "z2" && r.op == CollOp::reduce_scatter) last_scatter = std::max(last_scatter, r.start_s);
+      }
+      int early_exchanges = 0, late_refreshes = 0;
+      for (const coll::CallRecord& r : da.records) {
+        const std::string& g = da.groups.at(static_cast<std::size_t>(r.group));
+        if (g == "replica" && r.op == CollOp::all_reduce && r.start_s < last_scatter) ++early_exchanges;
+        if (g == "refresh" && r.op == CollOp::all_gather && r.start_s > first_gather && r.start_s < last_gather) ++late_refreshes;
+      }
+      EXPECT_GE(early_exchanges, 1) << "step " << k << ": no exchange started before the last reduce-scatter";
+      EXPECT_GE(late_refreshes, 1) << "step " << k << ": no refresh started between the step's parameter all-gathers";
+    }
+    EXPECT_EQ(dynamic_cast<schedulers::DataParallelScheduler&>(*inl.sched).gather_master_params(),
+              dynamic_cast<schedulers::DataParallelScheduler&>(*asy.sched).gather_master_params());
+  }, 300);
+}
+
 TEST(AsyncHzp, BackgroundThreadsIssueEveryCollective) {
   run_then_barrier([] {
     auto world = make_world(rpn());
