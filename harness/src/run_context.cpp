@@ -3,8 +3,10 @@
 
 #include <cblas.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "hzp/collectives/topology_mpi.hpp"
 #include "hzp/core/error.hpp"
@@ -52,14 +54,23 @@ RunContext RunContext::create(const RunSetup& setup, int ranks_per_node) {
   cpu_set_t set;
   CPU_ZERO(&set);
   c.threads.cores = sched_getaffinity(0, sizeof set, &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
-  // Deterministic mode pins OpenBLAS to one thread too: a threaded GEMM may split its sums differently
-  // with the thread count (docs/deterministic.md).
-  if (c.threads.ranks_on_machine >= c.threads.cores || setup.train.deterministic) {
-    openblas_set_num_threads(1);
+  const bool env_set = std::getenv("OPENBLAS_NUM_THREADS") != nullptr || std::getenv("OMP_NUM_THREADS") != nullptr;
+  const int online = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  if (const int n = openblas_threads_for(c.threads.cores, online, c.threads.ranks_on_machine,
+                                         setup.train.deterministic, env_set);
+      n > 0) {
+    openblas_set_num_threads(n);
     c.threads.openblas_set = true;
   }
   c.threads.openblas = openblas_get_num_threads();
   return c;
+}
+
+int openblas_threads_for(int affinity_cpus, int online_cpus, int ranks_on_machine, bool deterministic, bool env_set) {
+  if (deterministic) return 1;
+  if (env_set) return 0;
+  if (affinity_cpus < online_cpus) return std::max(1, affinity_cpus);  // the launcher bound this rank
+  return std::max(1, online_cpus / std::max(1, ranks_on_machine));
 }
 
 RunInfo make_run_info(const std::vector<std::string>& argv, const ResolvedConfig& config, const RunSetup& setup,

@@ -1,7 +1,7 @@
 // The process-level context of `hzpbench run`: MPI (initialised once, MPI_THREAD_MULTIPLE), the topology,
 // the `harness` communicator for the harness's own traffic (its own counters, outside every scheduler's),
-// the control channel for failure reports, the thread settings (OpenBLAS set to one thread per rank when
-// the ranks fill the cores), and the provenance the results file starts with.
+// the control channel for failure reports, the thread settings (OpenBLAS given each rank's share of the
+// CPUs), and the provenance the results file starts with.
 #pragma once
 
 #include <memory>
@@ -40,8 +40,16 @@ struct ThreadSettings {
   int cores = 1;              ///< CPUs this process may run on (sched_getaffinity)
   int ranks_on_machine = 1;   ///< ranks sharing this machine (MPI shared-memory split)
   int openblas = 1;           ///< OpenBLAS threads after the harness's decision
-  bool openblas_set = false;  ///< whether the harness set them (ranks >= cores, or train.deterministic)
+  bool openblas_set = false;  ///< whether the harness set them (see openblas_threads_for)
 };
+
+/// OpenBLAS threads for one rank, or 0 to leave OpenBLAS's own setting: 1 in deterministic mode (a threaded
+/// GEMM may split its sums differently with the thread count); 0 when the environment already says
+/// (OPENBLAS_NUM_THREADS or OMP_NUM_THREADS, as the Slurm sweeps set them); otherwise the rank's share of
+/// the CPUs: its affinity mask when the launcher bound it to fewer than the machine's online CPUs, else the
+/// online CPUs over the ranks on the machine, at least 1. OpenBLAS's default is every online CPU in every
+/// process: 8 ranks on a 64-core node would start 512 threads.
+int openblas_threads_for(int affinity_cpus, int online_cpus, int ranks_on_machine, bool deterministic, bool env_set);
 
 struct RunContext {
   int rank = 0;
@@ -51,9 +59,8 @@ struct RunContext {
   std::unique_ptr<ControlChannel> control;         ///< failure reports to rank 0
   ThreadSettings threads;
 
-  /// Collective over MPI_COMM_WORLD. Sets OpenBLAS to one thread when the ranks on this machine are at
-  /// least its cores (env-notes.md: ranks already fill them; more threads only oversubscribe), and always
-  /// in deterministic mode (train.deterministic).
+  /// Collective over MPI_COMM_WORLD. Sets OpenBLAS's threads by openblas_threads_for (env-notes.md: with
+  /// the ranks filling the cores, more threads only oversubscribe).
   static RunContext create(const RunSetup& setup, int ranks_per_node);
 };
 

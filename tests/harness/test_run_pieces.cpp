@@ -14,6 +14,7 @@
 #include "hzp/harness/option_keys.hpp"
 #include "hzp/harness/run_options.hpp"
 #include "hzp/schedulers/scheduler.hpp"
+#include "run_context.hpp"
 #include "run_setup.hpp"
 #include "summary.hpp"
 
@@ -203,3 +204,17 @@ TEST(Failure, ErrorsOutrankTheirEchoes) {
 
 }  // namespace
 }  // namespace hzp::harness
+
+// OpenBLAS threads per rank: each rank's share of the machine, never OpenBLAS's default of every CPU per
+// process; one thread in deterministic mode; the environment's setting left alone.
+TEST(OpenblasThreads, EachRankGetsItsShareOfTheCpus) {
+  using hzp::harness::openblas_threads_for;
+  EXPECT_EQ(openblas_threads_for(64, 64, 8, false, false), 8);   // 8 unbound ranks on a 64-CPU node
+  EXPECT_EQ(openblas_threads_for(16, 16, 4, false, false), 4);
+  EXPECT_EQ(openblas_threads_for(2, 2, 4, false, false), 1);     // oversubscribed: one thread, not zero
+  EXPECT_EQ(openblas_threads_for(2, 2, 1, false, false), 2);     // one rank: the whole machine
+  EXPECT_EQ(openblas_threads_for(6, 64, 8, false, false), 6);    // bound by the launcher to 6 CPUs
+  EXPECT_EQ(openblas_threads_for(64, 64, 8, true, false), 1);    // deterministic
+  EXPECT_EQ(openblas_threads_for(64, 64, 8, true, true), 1);     // deterministic wins over the environment
+  EXPECT_EQ(openblas_threads_for(64, 64, 8, false, true), 0);    // OPENBLAS_NUM_THREADS / OMP_NUM_THREADS set
+}
