@@ -26,11 +26,13 @@
 #include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
+#include "hzp/kernels/cast.hpp"
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/schedulers/common/gather_scatter.hpp"
 #include "hzp/schedulers/common/nested_groups.hpp"
 #include "hzp/schedulers/common/shard_layout.hpp"
 #include "hzp/schedulers/common/sharded_optimizer.hpp"
+#include "hzp/schedulers/common/state_dump.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
 #include "hzp/schedulers/asynchzp.hpp"
 #include "hzp/workloads/batch_plan.hpp"
@@ -65,6 +67,13 @@ class AsyncHzp final : public AsyncHzpScheduler {
   ReplicaDigests replicated_state() const override;
   std::vector<float> gather_gradient() override;
   std::vector<float> gather_master_params() override;
+  std::vector<float> gather_working_params() override;
+  std::vector<float> gather_moment(bool second) override {
+    return gather_opt_slices(second ? opt_->v() : opt_->m());
+  }
+  void visit_state(StateVisitor& visitor) override {
+    visit_gathered_state(*this, model_->layout(), train_.precision, world_->rank() == 0, visitor);
+  }
   RingPool* ring_pool() noexcept override { return async_ ? async_->pool() : nullptr; }
 
  private:
@@ -460,11 +469,17 @@ std::vector<float> AsyncHzp::gather_gradient() {
 }
 
 std::vector<float> AsyncHzp::gather_master_params() {
-  if (async_) ensure_refreshed();
   if (opt_->has_master()) return gather_opt_slices(opt_->master());
-  std::vector<float> mine(static_cast<std::size_t>(l1().slice_total()));  // fp32: the pieces are the master
+  return gather_working_params();  // fp32: the parameter pieces are the master
+}
+
+std::vector<float> AsyncHzp::gather_working_params() {
+  // The shards take the last update first; then each optimizer slice's piece of them is current everywhere.
+  if (async_) ensure_refreshed();
+  std::vector<float> mine(static_cast<std::size_t>(l1().slice_total()));
   for (int s = 0; s < l1().num_segments(); ++s)
-    std::memcpy(mine.data() + l1().slice_offset(s), opt_piece(s).data(), opt_piece(s).bytes());
+    kernels::cast(TensorView(mine.data() + l1().slice_offset(s), Shape{l1().slice_numel(s)}, DType::f32), opt_piece(s),
+                  StreamRef::host());
   return gather_opt_slices(ConstTensorView(mine.data(), Shape{l1().slice_total()}, DType::f32));
 }
 

@@ -12,9 +12,11 @@
 #include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
+#include "hzp/kernels/cast.hpp"
 #include "hzp/schedulers/common/bucketed_all_reduce.hpp"
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/schedulers/common/sharded_optimizer.hpp"
+#include "hzp/schedulers/common/state_dump.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
 #include "hzp/schedulers/data_parallel.hpp"
 #include "hzp/workloads/batch_plan.hpp"
@@ -30,6 +32,11 @@ class DdpScheduler final : public DataParallelScheduler {
   ReplicaDigests replicated_state() const override;
   std::vector<float> gather_gradient() override;
   std::vector<float> gather_master_params() override;
+  std::vector<float> gather_working_params() override;
+  std::vector<float> gather_moment(bool second) override;
+  void visit_state(StateVisitor& visitor) override {
+    visit_gathered_state(*this, model_->layout(), train_.precision, world_->rank() == 0, visitor);
+  }
 
  private:
   const workloads::Workload* model_;
@@ -181,6 +188,18 @@ std::vector<float> DdpScheduler::gather_gradient() {
   }
   const float* g = grads_.data_as<float>();
   return std::vector<float>(g, g + n_);
+}
+
+std::vector<float> DdpScheduler::gather_working_params() {  // replicated: this rank's copy is everyone's
+  std::vector<float> out(static_cast<std::size_t>(n_));
+  kernels::cast(TensorView(out.data(), Shape{n_}, DType::f32), ConstTensorView(params_.data(), Shape{n_}, pdt_),
+                StreamRef::host());
+  return out;
+}
+
+std::vector<float> DdpScheduler::gather_moment(bool second) {
+  const ConstTensorView s = second ? opt_->v() : opt_->m();
+  return std::vector<float>(s.as<const float>(), s.as<const float>() + s.numel());
 }
 
 std::vector<float> DdpScheduler::gather_master_params() {

@@ -18,6 +18,7 @@
 #include "hzp/kernels/cast.hpp"
 #include "hzp/kernels/grad_norm.hpp"
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
+#include "hzp/schedulers/common/state_dump.hpp"
 #include "hzp/workloads/batch_plan.hpp"
 
 namespace hzp::schedulers {
@@ -290,13 +291,7 @@ void NoneScheduler::visit_state(StateVisitor& visitor) {
     }
     s.stream.synchronize();
   }
-  for (const Component& c : comps)
-    for (int u = 0; u < layout.num_units(); ++u) {
-      const ConstTensorView block = workloads::unit_block(layout, u, c.flat);
-      for (int t = 0; t < static_cast<int>(layout.unit(u).tensors.size()); ++t)
-        visitor.tensor(c.name, layout.unit(u).tensors[static_cast<std::size_t>(t)].name,
-                       workloads::tensor_in_block(layout, u, t, block));
-    }
+  for (const Component& c : comps) visit_flat_component(layout, c.name, c.flat, visitor);
 }
 
 ConstTensorView NoneScheduler::master_params() const { return state_->master_view(); }

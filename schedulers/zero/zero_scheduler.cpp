@@ -19,10 +19,12 @@
 #include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
+#include "hzp/kernels/cast.hpp"
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/schedulers/common/gather_scatter.hpp"
 #include "hzp/schedulers/common/shard_layout.hpp"
 #include "hzp/schedulers/common/sharded_optimizer.hpp"
+#include "hzp/schedulers/common/state_dump.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
 #include "hzp/schedulers/data_parallel.hpp"
 #include "hzp/workloads/batch_plan.hpp"
@@ -52,6 +54,11 @@ class ZeroScheduler final : public DataParallelScheduler {
   ReplicaDigests replicated_state() const override;
   std::vector<float> gather_gradient() override;
   std::vector<float> gather_master_params() override;
+  std::vector<float> gather_working_params() override;
+  std::vector<float> gather_moment(bool second) override { return gather_slices(second ? opt_->v() : opt_->m()); }
+  void visit_state(StateVisitor& visitor) override {
+    visit_gathered_state(*this, model_->layout(), train_.precision, world_->rank() == 0, visitor);
+  }
 
  private:
   bool full_params() const { return stage_ < 3; }
@@ -320,9 +327,15 @@ std::vector<float> ZeroScheduler::gather_gradient() {
 
 std::vector<float> ZeroScheduler::gather_master_params() {
   if (opt_->has_master()) return gather_slices(opt_->master());
-  std::vector<float> mine(static_cast<std::size_t>(shards_->slice_total()));  // fp32: the pieces are the master
+  return gather_working_params();  // fp32: the parameter pieces are the master
+}
+
+std::vector<float> ZeroScheduler::gather_working_params() {
+  // Each rank's own piece of every segment (the optimizer writes it; zero1/2 then all-gather the full copy).
+  std::vector<float> mine(static_cast<std::size_t>(shards_->slice_total()));
   for (int u = 0; u < shards_->num_segments(); ++u)
-    std::memcpy(mine.data() + shards_->slice_offset(u), param_slice(u).data(), param_slice(u).bytes());
+    kernels::cast(TensorView(mine.data() + shards_->slice_offset(u), Shape{shards_->slice_numel(u)}, DType::f32),
+                  param_slice(u), StreamRef::host());
   return gather_slices(ConstTensorView(mine.data(), Shape{shards_->slice_total()}, DType::f32));
 }
 

@@ -219,8 +219,9 @@ def scenario_closure():
 
 def scenario_deterministic():
     """train.deterministic through the CLI: zero3 at 2 ranks gives none's losses and norms bit for bit, with
-    OpenBLAS on one thread recorded and steps/retries written (docs/deterministic.md)."""
-    det = TINY + ["--set", "train.steps=3", "--set", "train.deterministic=true"]
+    OpenBLAS on one thread recorded and steps/retries written (docs/deterministic.md); its --dump-tensors
+    (gathered from the shards) holds none's tensors bit for bit."""
+    det = TINY + ["--set", "train.steps=3", "--set", "train.deterministic=true", "--dump-tensors", "2"]
     _, _, _, ref = run(det + ["--set", "scheduler.name=none"], ranks=1, expect_rc=0)
     _, _, _, got = run(det + ["--set", "scheduler.name=zero3"], ranks=2, expect_rc=0)
     with h5py.File(ref, "r") as a, h5py.File(got, "r") as b:
@@ -231,6 +232,14 @@ def scenario_deterministic():
             check(int(attr(f, "threads.openblas")) == 1, "deterministic mode runs OpenBLAS on one thread")
             check(int(attr(f, "threads.openblas_one_thread_deterministic")) == 1, "the reason is recorded")
         print(f"  losses bitwise equal: {b['steps/loss'][:]}")
+        names = []
+        a["tensors/step_2"].visit(lambda n: names.append(n) if isinstance(a["tensors/step_2"][n], h5py.Dataset) else None)
+        check(len(names) > 0 and any(n.startswith("m/") for n in names), f"none dumped {names[:5]}")
+        for n in names:
+            x, y = a["tensors/step_2"][n], b["tensors/step_2"].get(n)
+            check(y is not None, f"zero3 at 2 ranks did not dump {n}")
+            check(x[()].tobytes() == y[()].tobytes(), f"dumped {n}: zero3 at 2 ranks differs from none")
+        print(f"  {len(names)} dumped tensors bitwise equal")
 
 
 def scenario_collective_only():

@@ -17,7 +17,9 @@
 #include <bit>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <set>
+#include <string_view>
 
 #include "data_parallel_test_util.hpp"
 #include "hzp/collectives/counters.hpp"
@@ -154,6 +156,56 @@ void matrix(Precision p) {
 
 TEST(Deterministic, MatrixFp32IsBitwiseNone) { run_then_barrier([] { matrix(Precision::fp32); }, 600); }
 TEST(Deterministic, MatrixBf16MixedIsBitwiseNone) { run_then_barrier([] { matrix(Precision::bf16_mixed); }, 600); }
+
+// --dump-tensors for every data-parallel scheduler: visit_state gathers the shards and hands rank 0 the
+// same tensors as none (names, dtypes, shapes, bits) for param, master (bf16-mixed), grad, m and v after
+// two deterministic steps; the other ranks' visitors get nothing.
+struct Collected final : schedulers::StateVisitor {
+  std::map<std::string, std::pair<DType, std::vector<std::byte>>> tensors;
+  void tensor(std::string_view component, std::string_view name, ConstTensorView full) override {
+    const auto* b = static_cast<const std::byte*>(full.data());
+    tensors[std::string(component) + "/" + std::string(name)] = {full.dtype(), std::vector<std::byte>(b, b + full.bytes())};
+  }
+};
+
+TEST(Deterministic, DumpedStateIsBitwiseNone) {
+  run_then_barrier([] {
+    auto world = make_world(ranks_per_node());
+    for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
+      TinySetup s(p);
+      schedulers::SchedulerArgs a = s.args();
+      deterministic(a.train);
+      schedulers::NoneScheduler none(a);
+      for (std::int64_t k = 0; k < 2; ++k) none.step({k, s.source.get()});
+      Collected ref;
+      none.visit_state(ref);
+      const bool has_master = std::any_of(ref.tensors.begin(), ref.tensors.end(),
+                                          [](const auto& t) { return t.first.rfind("master/", 0) == 0; });
+      ASSERT_EQ(has_master, p == Precision::bf16_mixed) << "none dumps a master copy in bf16-mixed only";
+      std::string last;
+      for (const Variant& v : all_variants(world_size())) {
+        if (!in_sample(v) || !wired(v) || v.scheduler == last) continue;
+        last = v.scheduler;
+        SCOPED_TRACE(v.label + " " + std::string(workloads::to_string(p)));
+        DetRun run(p, v, *world);
+        for (std::int64_t k = 0; k < 2; ++k) run.sched->step({k, run.setup.source.get()});
+        Collected got;
+        run.sched->visit_state(got);
+        if (world->rank() != 0) {
+          EXPECT_TRUE(got.tensors.empty()) << "rank " << world->rank() << " was handed tensors";
+          continue;
+        }
+        ASSERT_EQ(got.tensors.size(), ref.tensors.size());
+        for (const auto& [key, t] : ref.tensors) {
+          const auto it = got.tensors.find(key);
+          ASSERT_NE(it, got.tensors.end()) << key << " missing";
+          EXPECT_EQ(it->second.first, t.first) << key << " dtype";
+          EXPECT_TRUE(it->second.second == t.second) << key << " differs from none's";
+        }
+      }
+    }
+  }, 300);
+}
 
 // A clip threshold below every step's norm: the clip coefficient (from the exact norm) scales every update.
 TEST(Deterministic, ClippingOnEveryStep) {

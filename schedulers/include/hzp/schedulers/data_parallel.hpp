@@ -36,6 +36,12 @@ class DataParallelScheduler : public Scheduler {
   virtual std::vector<float> gather_master_params() {
     HZP_THROW(UnsupportedError, "scheduler ", name(), " cannot gather its master parameters yet");
   }
+  /// Collective, like gather_gradient: the working parameters (what forward reads; bf16 values widened
+  /// exactly to fp32), flat [N] on every rank.
+  virtual std::vector<float> gather_working_params() = 0;
+  /// Collective, like gather_gradient: AdamW's first moment m (`second` false) or second moment v, flat
+  /// fp32 [N] on every rank.
+  virtual std::vector<float> gather_moment(bool second) = 0;
 };
 
 /// FNV-1a 64 over the bytes of a buffer.

@@ -1,0 +1,26 @@
+// The state a scheduler hands to `hzpbench run --dump-tensors` (Scheduler::visit_state): a flat buffer of
+// one component cut into the model's named tensors, and the whole state of a data-parallel scheduler
+// gathered from its shards, so every scheduler dumps exactly what `none` dumps.
+#pragma once
+
+#include <string_view>
+
+#include "hzp/core/tensor.hpp"
+#include "hzp/schedulers/data_parallel.hpp"
+#include "hzp/schedulers/scheduler.hpp"
+#include "hzp/workloads/param_layout.hpp"
+#include "hzp/workloads/precision.hpp"
+
+namespace hzp::schedulers {
+
+/// Hands `flat` (one component, [N] in the layout's order, host memory) to `visitor` tensor by tensor.
+void visit_flat_component(const workloads::ParamLayout& layout, std::string_view component, ConstTensorView flat,
+                          StateVisitor& visitor);
+
+/// Collective over the scheduler's ranks: gathers param (in the parameter dtype), master (bf16-mixed only),
+/// grad, m and v, and hands them over on `root` only (the other ranks' visitors get nothing), in none's
+/// order and names.
+void visit_gathered_state(DataParallelScheduler& s, const workloads::ParamLayout& layout,
+                          workloads::Precision precision, bool root, StateVisitor& visitor);
+
+}  // namespace hzp::schedulers
