@@ -4,19 +4,19 @@
 //   C = op(A)·op(B)  (row-major)  <=>  Cᵀ = op(B)ᵀ·op(A)ᵀ  (column-major)
 // so cuBLASLt's "A" is our B and its "B" our A, each with its own transpose flag unchanged. One
 // cuBLASLt handle per device, and the heuristic's best algorithm cached per problem, both under a mutex.
-#include <cublasLt.h>
-
+// cuBLASLt is called through cublaslt() (loaded on the first GEMM, cublaslt_library.hpp), not linked.
 #include <map>
 #include <mutex>
 #include <tuple>
 
 #include "common/cuda_common.cuh"
 #include "common/cuda_twins.hpp"
+#include "gemm/cublaslt_library.hpp"
 
 namespace hzp::kernels::cuda {
 namespace {
 
-const char* describe_cublas(cublasStatus_t st) { return cublasLtGetStatusString(st); }
+const char* describe_cublas(cublasStatus_t st) { return cublaslt().GetStatusString(st); }
 #define HZP_CUBLAS_CHECK(stmt) HZP_CHECK_CALL(stmt, ::hzp::CudaError, hzp_status == CUBLAS_STATUS_SUCCESS, describe_cublas)
 
 constexpr std::size_t kWorkspace = std::size_t{32} << 20;
@@ -64,15 +64,15 @@ std::map<int, DeviceState> g_devices;  // handles live for the process (destroyi
 struct Layout {
   cublasLtMatrixLayout_t h = nullptr;
   Layout(cudaDataType_t t, std::int64_t rows, std::int64_t cols, std::int64_t ld, int batch, std::int64_t stride) {
-    HZP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&h, t, static_cast<std::uint64_t>(rows),
+    HZP_CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&h, t, static_cast<std::uint64_t>(rows),
                                                 static_cast<std::uint64_t>(cols), ld));
     if (batch > 1) {
-      HZP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(h, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch)));
-      HZP_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(h, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+      HZP_CUBLAS_CHECK(cublaslt().MatrixLayoutSetAttribute(h, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch)));
+      HZP_CUBLAS_CHECK(cublaslt().MatrixLayoutSetAttribute(h, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
                                                         sizeof(stride)));
     }
   }
-  ~Layout() { (void)cublasLtMatrixLayoutDestroy(h); }
+  ~Layout() { (void)cublaslt().MatrixLayoutDestroy(h); }
 };
 
 }  // namespace
@@ -97,21 +97,21 @@ void gemm_strided_batched(const MatrixDesc& c, const MatrixDesc& a, const Matrix
   Layout lb(cuda_type(a.dtype), a.cols, a.rows, a.ld, batch, a.batch_stride);  // its B = our A
   Layout lc(cuda_type(c.dtype), c.cols, c.rows, c.ld, batch, c.batch_stride);
   cublasLtMatmulDesc_t op = nullptr;
-  HZP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, compute, scale_t));
+  HZP_CUBLAS_CHECK(cublaslt().MatmulDescCreate(&op, compute, scale_t));
   struct OpGuard {
     cublasLtMatmulDesc_t h;
-    ~OpGuard() { (void)cublasLtMatmulDescDestroy(h); }
+    ~OpGuard() { (void)cublaslt().MatmulDescDestroy(h); }
   } op_guard{op};
   const cublasOperation_t opa = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, opb = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  HZP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
-  HZP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+  HZP_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
+  HZP_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
 
   cublasLtHandle_t handle = nullptr;
   cublasLtMatmulAlgo_t algo{};
   {
     const std::lock_guard<std::mutex> lock(g_mutex);
     DeviceState& ds = g_devices[device];
-    if (ds.handle == nullptr) HZP_CUBLAS_CHECK(cublasLtCreate(&ds.handle));
+    if (ds.handle == nullptr) HZP_CUBLAS_CHECK(cublaslt().Create(&ds.handle));
     handle = ds.handle;
     const Key key{device, static_cast<int>(a.dtype), static_cast<int>(c.dtype), batch, m, n, k, a.ld, b.ld, c.ld,
                   static_cast<int>(alignment_of(a, batch) | (alignment_of(b, batch) << 9) | (alignment_of(c, batch) << 18)),
@@ -119,20 +119,20 @@ void gemm_strided_batched(const MatrixDesc& c, const MatrixDesc& a, const Matrix
     auto it = ds.algos.find(key);
     if (it == ds.algos.end()) {
       cublasLtMatmulPreference_t pref = nullptr;
-      HZP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      HZP_CUBLAS_CHECK(cublaslt().MatmulPreferenceCreate(&pref));
       const std::uint64_t ws = kWorkspace;
-      (void)cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+      (void)cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
       // cuBLASLt's A is our B (see the file comment); C and D are the same buffer.
       const std::uint32_t al_a = alignment_of(b, batch), al_b = alignment_of(a, batch), al_c = alignment_of(c, batch);
-      (void)cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a));
-      (void)cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b));
-      (void)cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c));
-      (void)cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c));
+      (void)cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a));
+      (void)cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b));
+      (void)cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c));
+      (void)cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c));
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
-      const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, op, la.h, lb.h, lc.h, lc.h, pref, 1, &result,
+      const cublasStatus_t st = cublaslt().MatmulAlgoGetHeuristic(handle, op, la.h, lb.h, lc.h, lc.h, pref, 1, &result,
                                                                &found);
-      (void)cublasLtMatmulPreferenceDestroy(pref);
+      (void)cublaslt().MatmulPreferenceDestroy(pref);
       if (st != CUBLAS_STATUS_SUCCESS || found == 0)
         HZP_THROW(CudaError, "gemm (cuda): cuBLASLt has no algorithm for M=", m, " N=", n, " K=", k, " a ",
                   dtype_name(a.dtype), " c ", dtype_name(c.dtype), " (", describe_cublas(st), ")");
@@ -143,7 +143,7 @@ void gemm_strided_batched(const MatrixDesc& c, const MatrixDesc& a, const Matrix
   const double alpha64 = alpha, beta64 = beta;
   const void* pa = f64 ? static_cast<const void*>(&alpha64) : static_cast<const void*>(&alpha);
   const void* pb = f64 ? static_cast<const void*>(&beta64) : static_cast<const void*>(&beta);
-  HZP_CUBLAS_CHECK(cublasLtMatmul(handle, op, pa, b.data, la.h, a.data, lb.h, pb, c.data, lc.h,
+  HZP_CUBLAS_CHECK(cublaslt().Matmul(handle, op, pa, b.data, la.h, a.data, lb.h, pb, c.data, lc.h,
                                   const_cast<void*>(c.data), lc.h, &algo, workspace.data(), kWorkspace, native(s)));
 }
 

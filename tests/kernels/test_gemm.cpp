@@ -3,7 +3,9 @@
 // from gemm calls) against finite differences, BLAS beta semantics, workspace sizing, bad arguments.
 #include <cmath>
 #include <cstddef>
+#include <fstream>
 #include <limits>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -253,6 +255,18 @@ TEST(Gemm, TensorsOnAnotherDeviceThanTheStreamAreRefused) {
   EXPECT_TRUE(test::throws_with<PreconditionError>(
       [&] { gemm(view(c, {2, 2}), cview(a, {2, 2}), cview(b, {2, 2}), false, false, 1.0f, 0.0f, {}, cuda); },
       {"gemm", "a", "is on cpu but the stream is on cuda:0"}));
+}
+
+// CPU GEMMs never load cuBLASLt: a CUDA build opens it on the first GEMM on a CUDA stream only
+// (kernels/gemm/cublaslt_library.hpp). Linked, it cost every process ~200 MB and up to a second at start.
+TEST(Gemm, CpuGemmsDoNotLoadCublasLt) {
+  std::vector<float> a(64 * 32, 0.5f), b(32 * 16, 0.25f), c(64 * 16, 0.f);
+  gemm(view(c, {64, 16}), cview(a, {64, 32}), cview(b, {32, 16}), false, false, 1.f, 0.f, {},
+       StreamRef::host());
+  EXPECT_FLOAT_EQ(c[0], 32 * 0.5f * 0.25f);
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) EXPECT_EQ(line.find("libcublasLt"), std::string::npos) << line;
 }
 
 }  // namespace
