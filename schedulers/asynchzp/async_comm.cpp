@@ -5,6 +5,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "hzp/collectives/comm_wait_observer.hpp"
 #include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
 
@@ -338,6 +339,9 @@ void AsyncComm::reduce_scatter(int unit, Block block, bool accumulate) {
 
 void AsyncComm::wait(const Ticket& t, const char* what) {
   const double begin = wall_seconds();
+  // A wait on the background threads' collectives is a communication wait: a watchdog must not take this
+  // rank, waiting for a stalled peer through them, for the one that stopped.
+  const coll::CommWaitScope waiting;
   t.wait(deadline_, what);
   waits_.emplace_back(begin, wall_seconds());
 }

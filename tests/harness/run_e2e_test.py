@@ -13,6 +13,8 @@ Scenarios (one CTest each, see run_tests.cmake):
   skip_nonfinite   harness.skip_nonfinite = 1 tolerates one NaN step (marked skipped), exit 0
   throw            debug.throw_at at the last rank: status `failed: <rank>: ...`, exit 4, earlier steps kept
   stall            debug.stall_at at the last rank: the watchdog ends the job, status `failed: <rank>: watchdog`
+  stall_asynchzp   (4 ranks) debug.stall_at at rank 1 of asynchzp async: the watchdog blames rank 1, not a peer
+                   waiting for it through its background threads
   killed           SIGKILL at 5 random moments: the file opens, reads `running` and holds every step printed
                    before the last flush
   cuda_tiny        (gpu) tiny with `none` on backend = cuda: status ok, device memory recorded, the step-time
@@ -328,6 +330,22 @@ def scenario_stall():
         check(status.startswith(f"failed: {bad}: watchdog: no progress for"), f"status {status!r}")
         check("stalled by debug.stall_at" in status, "the status says where the rank stopped")
         check(f["steps/loss"].shape == (2,), f"steps 0..1 kept: {f['steps/loss'].shape}")
+
+
+def scenario_stall_asynchzp():
+    """A rank of asynchzp (async: its compute thread waits on the background threads' collectives, not on
+    requests of its own) stops: the watchdog must blame it, not a peer waiting for it through those threads."""
+    ranks = ARGS.ranks
+    bad = 1
+    _, _, err, path = run(TINY + ["--set", "train.steps=6", "--set", f"topology.ranks_per_node={ranks // 2}",
+                                  "--set", "scheduler.name=asynchzp", "--set", f"scheduler.z1={ranks}",
+                                  "--set", f"scheduler.z2={ranks // 2}", "--set", f"scheduler.z3={ranks // 2}",
+                                  "--set", f"debug.stall_at={bad}:2", "--set", "harness.watchdog_s=2"],
+                          ranks=ranks, expect_rc=4, timeout=80)
+    with h5py.File(path, "r") as f:
+        status = attr(f, "status")
+        check(status.startswith(f"failed: {bad}: watchdog: no progress for"), f"status {status!r}")
+        check("stalled by debug.stall_at" in status, "the status says where the rank stopped")
 
 
 def scenario_killed():

@@ -111,6 +111,7 @@ if(Python3_Interpreter_FOUND)
                         "run_e2e_throw_np2|throw|2|60"
                         "run_e2e_stall_np1|stall|1|60"
                         "run_e2e_stall_np2|stall|2|60"
+                        "run_e2e_stall_asynchzp_np4|stall_asynchzp|4|120"
                         "run_e2e_killed|killed|1|180")
     string(REPLACE "|" ";" f "${spec}")
     list(GET f 0 name)

@@ -26,4 +26,9 @@ class CommWaitScope {
 };
 }  // namespace detail
 
+/// Held by a thread that blocks on communication issued by another thread (asynchzp's compute thread
+/// waiting for its background threads' collectives): the observer counts it as a communication wait, as it
+/// does a wait on one of the thread's own requests.
+using CommWaitScope = detail::CommWaitScope;
+
 }  // namespace hzp::coll
