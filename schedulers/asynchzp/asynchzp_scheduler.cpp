@@ -11,7 +11,8 @@
 // reduce-scatter of the step, while backward goes on below it; the refresh of a unit's shard from the updated
 // optimizer slices runs on the parameter thread just before that unit's first gather of the next step, while
 // forward runs the units above it. Each step still moves exactly one exchange and one refresh (step 0 runs
-// the initial refresh), and state read between steps (replicated_state, the gathers) refreshes first.
+// the initial refresh), and parameter state read between steps (replicated_state, the parameter
+// gathers) refreshes first.
 //
 // The collectives run inline on the calling thread (scheduler.async = false, the paper's Table 3) or on
 // two background threads (async_comm.hpp). The gradient path is two functions, reduce_scatter_grad() per
@@ -304,8 +305,7 @@ void AsyncHzp::combine_segments(EndGroups& e, int first, int end) {
 }
 
 void AsyncHzp::refresh_params(EndGroups& e) {
-  if (e.refresh->size() == 1) return;
-  for (int s = 0; s < l3().num_segments(); ++s) e.refresh_ag->gather_into(s, opt_piece(s), param_shard(s));
+  for (int u = 0; u < model_->layout().num_units(); ++u) refresh_unit(e, u);  // the units' segments are all
 }
 
 void AsyncHzp::refresh_unit(EndGroups& e, int u) {
@@ -463,7 +463,6 @@ Allocation AsyncHzp::converted_opt_grad() const {
 }
 
 std::vector<float> AsyncHzp::gather_gradient() {
-  if (async_) ensure_refreshed();
   const Allocation g32 = fixed_ ? converted_opt_grad() : Allocation{};
   return gather_opt_slices(fixed_ ? ConstTensorView(g32.data(), Shape{l1().slice_total()}, DType::f32) : opt_grad_view());
 }
