@@ -24,9 +24,8 @@ Loaded load() {
   // The loader's own search (LD_LIBRARY_PATH, the executable's RUNPATH, which names the toolkit's lib
   // directory in a build tree, ldconfig): where the CUDA runtime beside it was found. Kept open for good.
   void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-  const std::string first_error = lib == nullptr ? dlerror() : "";
   if (lib == nullptr) {
-    l.error = "cannot load " + name + " (" + first_error + "). Fix: install the CUDA toolkit's cuBLAS " +
+    l.error = "cannot load " + name + " (" + dlerror() + "). Fix: install the CUDA toolkit's cuBLAS " +
               std::to_string(CUBLAS_VER_MAJOR) + " or put its lib directory on LD_LIBRARY_PATH";
     return l;
   }
@@ -36,20 +35,9 @@ Loaded load() {
       l.error = name + " has no symbol " + symbol + ": a cuBLAS older than the " + std::to_string(CUBLAS_VER_MAJOR) +
                 ".x headers this build used. Fix: put a matching cuBLAS on LD_LIBRARY_PATH";
   };
-  CublasLt& a = l.api;
-  bind(a.Create, "cublasLtCreate");
-  bind(a.GetStatusString, "cublasLtGetStatusString");
-  bind(a.Matmul, "cublasLtMatmul");
-  bind(a.MatmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic");
-  bind(a.MatmulDescCreate, "cublasLtMatmulDescCreate");
-  bind(a.MatmulDescDestroy, "cublasLtMatmulDescDestroy");
-  bind(a.MatmulDescSetAttribute, "cublasLtMatmulDescSetAttribute");
-  bind(a.MatmulPreferenceCreate, "cublasLtMatmulPreferenceCreate");
-  bind(a.MatmulPreferenceDestroy, "cublasLtMatmulPreferenceDestroy");
-  bind(a.MatmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute");
-  bind(a.MatrixLayoutCreate, "cublasLtMatrixLayoutCreate");
-  bind(a.MatrixLayoutDestroy, "cublasLtMatrixLayoutDestroy");
-  bind(a.MatrixLayoutSetAttribute, "cublasLtMatrixLayoutSetAttribute");
+#define HZP_CUBLASLT_BIND(name) bind(l.api.name, "cublasLt" #name);
+  HZP_CUBLASLT_ENTRY_POINTS(HZP_CUBLASLT_BIND)
+#undef HZP_CUBLASLT_BIND
   return l;
 }
 

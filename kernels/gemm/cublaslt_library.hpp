@@ -11,20 +11,18 @@
 
 namespace hzp::kernels::cuda {
 
+// Every entry point the GEMM twin calls, once: the table's members and the loader's lookups both come from
+// this list, so a member cannot be left unbound.
+#define HZP_CUBLASLT_ENTRY_POINTS(X)                                                                     \
+  X(Create) X(GetStatusString) X(Matmul) X(MatmulAlgoGetHeuristic) X(MatmulDescCreate) X(MatmulDescDestroy) \
+  X(MatmulDescSetAttribute) X(MatmulPreferenceCreate) X(MatmulPreferenceDestroy)                          \
+  X(MatmulPreferenceSetAttribute) X(MatrixLayoutCreate) X(MatrixLayoutDestroy) X(MatrixLayoutSetAttribute)
+
+/// cublasLt<Name> as member <Name>, with the header's own type.
 struct CublasLt {
-  decltype(&cublasLtCreate) Create = nullptr;
-  decltype(&cublasLtGetStatusString) GetStatusString = nullptr;
-  decltype(&cublasLtMatmul) Matmul = nullptr;
-  decltype(&cublasLtMatmulAlgoGetHeuristic) MatmulAlgoGetHeuristic = nullptr;
-  decltype(&cublasLtMatmulDescCreate) MatmulDescCreate = nullptr;
-  decltype(&cublasLtMatmulDescDestroy) MatmulDescDestroy = nullptr;
-  decltype(&cublasLtMatmulDescSetAttribute) MatmulDescSetAttribute = nullptr;
-  decltype(&cublasLtMatmulPreferenceCreate) MatmulPreferenceCreate = nullptr;
-  decltype(&cublasLtMatmulPreferenceDestroy) MatmulPreferenceDestroy = nullptr;
-  decltype(&cublasLtMatmulPreferenceSetAttribute) MatmulPreferenceSetAttribute = nullptr;
-  decltype(&cublasLtMatrixLayoutCreate) MatrixLayoutCreate = nullptr;
-  decltype(&cublasLtMatrixLayoutDestroy) MatrixLayoutDestroy = nullptr;
-  decltype(&cublasLtMatrixLayoutSetAttribute) MatrixLayoutSetAttribute = nullptr;
+#define HZP_CUBLASLT_MEMBER(name) decltype(&cublasLt##name) name = nullptr;
+  HZP_CUBLASLT_ENTRY_POINTS(HZP_CUBLASLT_MEMBER)
+#undef HZP_CUBLASLT_MEMBER
 };
 
 /// The soname loaded: libcublasLt.so.<major of the headers built against>.

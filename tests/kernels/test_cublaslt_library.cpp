@@ -22,17 +22,9 @@ TEST(CublasLtLibrary, LoadsOnFirstUseWithEveryEntryPoint) {
   const hzp::kernels::cuda::CublasLt& lt = hzp::kernels::cuda::cublaslt();
   EXPECT_TRUE(cublaslt_mapped());
   EXPECT_EQ(hzp::kernels::cuda::cublaslt_soname(), "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR));
-  for (const void* fn : {reinterpret_cast<const void*>(lt.Create), reinterpret_cast<const void*>(lt.GetStatusString),
-                         reinterpret_cast<const void*>(lt.Matmul), reinterpret_cast<const void*>(lt.MatmulAlgoGetHeuristic),
-                         reinterpret_cast<const void*>(lt.MatmulDescCreate), reinterpret_cast<const void*>(lt.MatmulDescDestroy),
-                         reinterpret_cast<const void*>(lt.MatmulDescSetAttribute),
-                         reinterpret_cast<const void*>(lt.MatmulPreferenceCreate),
-                         reinterpret_cast<const void*>(lt.MatmulPreferenceDestroy),
-                         reinterpret_cast<const void*>(lt.MatmulPreferenceSetAttribute),
-                         reinterpret_cast<const void*>(lt.MatrixLayoutCreate),
-                         reinterpret_cast<const void*>(lt.MatrixLayoutDestroy),
-                         reinterpret_cast<const void*>(lt.MatrixLayoutSetAttribute)})
-    EXPECT_NE(fn, nullptr);
+#define HZP_EXPECT_BOUND(name) EXPECT_NE(reinterpret_cast<const void*>(lt.name), nullptr) << "cublasLt" #name;
+  HZP_CUBLASLT_ENTRY_POINTS(HZP_EXPECT_BOUND)
+#undef HZP_EXPECT_BOUND
   // A host-only call through the table answers (cuBLASLt 13 spells it "success").
   const char* ok = lt.GetStatusString(CUBLAS_STATUS_SUCCESS);
   ASSERT_NE(ok, nullptr);
