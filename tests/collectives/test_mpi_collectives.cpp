@@ -231,7 +231,9 @@ TEST_P(MpiCollectives, ObservedThreadsShowTheirCommunicationWaits) {
   watcher.join();
   observe_comm_waits(nullptr);
   EXPECT_EQ(waiting.load(), 0);
-  if (r_ == 0 && p_ > 1) EXPECT_TRUE(seen.load()) << "rank 0 waited ~100 ms in the barrier unobserved";
+  if (r_ == 0 && p_ > 1) {
+    EXPECT_TRUE(seen.load()) << "rank 0 waited ~100 ms in the barrier unobserved";
+  }
   // Not observed any more: another wait leaves the counter alone.
   if (r_ == p_ - 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   world_->barrier();

@@ -316,6 +316,15 @@ def scenario_throw():
         check(f["steps/loss"].shape == (3,), f"steps 0..2 kept: {f['steps/loss'].shape}")
 
 
+def check_stalled_status(path, bad):
+    """The file of a run whose rank `bad` stalled before step 2: the watchdog blames it, steps 0..1 kept."""
+    with h5py.File(path, "r") as f:
+        status = attr(f, "status")
+        check(status.startswith(f"failed: {bad}: watchdog: no progress for"), f"status {status!r}")
+        check("stalled by debug.stall_at" in status, "the status says where the rank stopped")
+        check(f["steps/loss"].shape == (2,), f"steps 0..1 kept: {f['steps/loss'].shape}")
+
+
 def scenario_stall():
     ranks = ARGS.ranks
     bad = ranks - 1
@@ -325,11 +334,7 @@ def scenario_stall():
     took = time.monotonic() - t0
     check(took < 20, f"the watchdog took {took:.1f} s to end a 2 s stall")
     check(f"rank {bad}: watchdog: no progress for" in err and "last completed collectives" in err, f"stderr:\n{err}")
-    with h5py.File(path, "r") as f:
-        status = attr(f, "status")
-        check(status.startswith(f"failed: {bad}: watchdog: no progress for"), f"status {status!r}")
-        check("stalled by debug.stall_at" in status, "the status says where the rank stopped")
-        check(f["steps/loss"].shape == (2,), f"steps 0..1 kept: {f['steps/loss'].shape}")
+    check_stalled_status(path, bad)
 
 
 def scenario_stall_asynchzp():
@@ -337,15 +342,12 @@ def scenario_stall_asynchzp():
     requests of its own) stops: the watchdog must blame it, not a peer waiting for it through those threads."""
     ranks = ARGS.ranks
     bad = 1
-    _, _, err, path = run(TINY + ["--set", "train.steps=6", "--set", f"topology.ranks_per_node={ranks // 2}",
-                                  "--set", "scheduler.name=asynchzp", "--set", f"scheduler.z1={ranks}",
-                                  "--set", f"scheduler.z2={ranks // 2}", "--set", f"scheduler.z3={ranks // 2}",
-                                  "--set", f"debug.stall_at={bad}:2", "--set", "harness.watchdog_s=2"],
-                          ranks=ranks, expect_rc=4, timeout=80)
-    with h5py.File(path, "r") as f:
-        status = attr(f, "status")
-        check(status.startswith(f"failed: {bad}: watchdog: no progress for"), f"status {status!r}")
-        check("stalled by debug.stall_at" in status, "the status says where the rank stopped")
+    _, _, _, path = run(TINY + ["--set", "train.steps=6", "--set", f"topology.ranks_per_node={ranks // 2}",
+                                "--set", "scheduler.name=asynchzp", "--set", f"scheduler.z1={ranks}",
+                                "--set", f"scheduler.z2={ranks // 2}", "--set", f"scheduler.z3={ranks // 2}",
+                                "--set", f"debug.stall_at={bad}:2", "--set", "harness.watchdog_s=2"],
+                        ranks=ranks, expect_rc=4, timeout=80)
+    check_stalled_status(path, bad)
 
 
 def scenario_killed():
