@@ -57,7 +57,8 @@ FailureReport FailureReport::from_exception(int rank, const std::exception& e, d
 }
 
 bool FailureReport::better_than(const FailureReport& other) const noexcept {
-  if (kind == Kind::error && other.kind != Kind::error) return true;
+  const auto decisive = [](Kind k) { return k == Kind::error || k == Kind::signal; };
+  if (decisive(kind) && !decisive(other.kind)) return true;
   if (kind == Kind::watchdog && other.kind == Kind::watchdog) {
     // Last-progress times alone cannot order ranks that stopped within a few microseconds of each
     // other (the stalled rank and its peers entering their next collective): waiting decides first.
@@ -119,7 +120,7 @@ std::optional<FailureReport> ControlChannel::poll() {
   FailureReport r;
   r.rank = inbox_->rank;
   r.exit_code = inbox_->exit_code;
-  r.kind = static_cast<FailureReport::Kind>(std::clamp(inbox_->kind, 0, 2));
+  r.kind = static_cast<FailureReport::Kind>(std::clamp(inbox_->kind, 0, 3));
   r.last_progress_unix_s = inbox_->last_progress_unix_s;
   r.waiting_on_peers = inbox_->waiting_on_peers != 0;
   inbox_->text[kTextBytes - 1] = '\0';

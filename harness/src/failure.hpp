@@ -20,6 +20,8 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitBadInput = 2;  ///< configuration, data or output path: nothing ran (or set-up failed)
 inline constexpr int kExitDiverged = 3;  ///< a NaN/inf loss stopped the run (status `diverged`)
 inline constexpr int kExitFailed = 4;    ///< an error on some rank during the run (status `failed: ...`)
+// A caught termination signal ends the run with 128 + its number (signal_stop.hpp): 130 SIGINT, 138 SIGUSR1,
+// 143 SIGTERM, status `failed: <rank>: terminated by SIG...`.
 
 /// Ends `hzpbench run` with an exit code. main catches it, prints `message` when `print` is set (ranks
 /// other than 0 stay quiet for errors every rank sees alike) and returns `code`.
@@ -42,7 +44,8 @@ std::string failure_message(const std::exception& e);
 
 /// One rank's failure, as rank 0 records it.
 struct FailureReport {
-  enum class Kind : int { error = 0, timeout = 1, watchdog = 2 };
+  /// signal: the rank caught a termination signal (signal_stop.hpp); like an error, it explains itself.
+  enum class Kind : int { error = 0, timeout = 1, watchdog = 2, signal = 3 };
   int rank = -1;
   int exit_code = kExitFailed;
   Kind kind = Kind::error;
@@ -52,7 +55,7 @@ struct FailureReport {
   bool waiting_on_peers = false;
 
   static FailureReport from_exception(int rank, const std::exception& e, double last_progress_unix_s);
-  /// Whether this report explains a failure better than `other`: an error beats a timeout or a
+  /// Whether this report explains a failure better than `other`: an error or a signal beats a timeout or a
   /// watchdog (those are usually consequences of another rank's failure); between watchdogs, a rank
   /// that stopped outside any communication wait beats one waiting for its peers, then the rank that
   /// stopped first.

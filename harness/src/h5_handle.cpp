@@ -1,6 +1,7 @@
 // HDF5 error-stack text, quiet error printing and the Handle closer (see h5_handle.hpp).
 #include "h5_handle.hpp"
 
+#include <cctype>
 #include <mutex>
 
 namespace hzp::harness::h5 {
@@ -38,6 +39,15 @@ std::string summarize_error_stack(const std::vector<std::string>& stack) {
   if (stack.empty()) return "HDF5 gave no message";
   if (stack.size() == 1) return stack.front();
   return stack.front() + ": " + stack.back();
+}
+
+bool stack_says_locked(const std::vector<std::string>& stack) {
+  for (std::string s : stack) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (s.find("unable to lock") != std::string::npos || s.find("file lock request failed") != std::string::npos)
+      return true;
+  }
+  return false;
 }
 
 std::string Describe::operator()(long long /*status*/) const {

@@ -29,6 +29,10 @@ std::vector<std::string> take_error_stack();
 /// file: eof = 1000, ..."). The middle entries only repeat the call chain.
 std::string summarize_error_stack(const std::vector<std::string>& stack);
 
+/// Whether a stack says the file is locked by another opener ("unable to lock file", "file lock request
+/// failed"). Matches those phrases, not the bare word: "lock" also stands inside "superblock" and "block".
+bool stack_says_locked(const std::vector<std::string>& stack);
+
 /// Describer for HZP_CHECK_CALL: HDF5's own words plus what we were doing and to which file/object.
 struct Describe {
   std::string what;  // "creating dataset 'steps/loss' in results file 'out.h5'"; may be empty

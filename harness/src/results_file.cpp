@@ -1,6 +1,8 @@
 // The results file writer (see results_file.hpp and docs/results-schema.md): creation with the
-// path checks users hit (existing file, unwritable directory), root provenance attributes, growing
-// series, fixed arrays, tensor dumps, flush and status. All HDF5 goes through h5_handle.hpp.
+// path checks users hit (existing file, unwritable directory, a live file under --force), root provenance
+// attributes, growing series, fixed arrays, tensor dumps, flush and status, and what keeps the file from
+// being lost (results_guard.hpp: its lock, the replaced-file check, the disk reserve; a --force run written
+// under a temporary name until publish()). All HDF5 goes through h5_handle.hpp.
 #include "hzp/harness/results_file.hpp"
 
 #include <fcntl.h>
@@ -22,11 +24,18 @@
 #include "hzp/core/device.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/harness/version_report.hpp"
+#include "results_guard.hpp"
 #include "results_names.hpp"
 
 extern char** environ;
 
 namespace hzp::harness {
+namespace {
+// Disk kept allocated past the file's end, on top of twice the largest growth between two flushes: room
+// for the failed status, end_time and a final flush when the file system fills (a few KiB), with margin
+// for HDF5's metadata cache writing between flushes.
+constexpr std::int64_t kReserveBytes = std::int64_t{1} << 20;
+}  // namespace
 
 // ---- RunStatus -------------------------------------------------------------------------------------
 
@@ -126,8 +135,14 @@ void require_writable_directory(const std::filesystem::path& dir, const std::fil
 }  // namespace
 
 struct ResultsWriter::Impl {
-  std::filesystem::path path;
+  std::filesystem::path path;         // where the file is now: final_path, or a temporary name under --force
+  std::filesystem::path final_path;   // where it belongs (publish() moves it there)
   h5::Handle file;
+  std::unique_ptr<FileGuard> guard;   // the lock, the replaced-file check and the disk reserve
+  std::int64_t flushed_size = 0;      // the file's size after the last flush
+  std::int64_t largest_growth = 0;    // the most it grew between two flushes
+  std::filesystem::path displaced;    // set when the path was found naming another file: where the copy is
+  bool out_of_room = false;           // keep_room found the file system full: the run is winding down
   std::map<std::string, Series, std::less<>> series;
   std::map<std::string, std::pair<bool, std::vector<hsize_t>>, std::less<>> arrays;  // is_int, shape
   std::string status = "running";
@@ -293,15 +308,69 @@ struct ResultsWriter::Impl {
   }
 
   void do_flush() {
+    check_still_ours();
     write_root("last_flush_unix_s", unix_seconds());
     HZP_H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_LOCAL), "flushing ", where());
     last_flush_wall = wall_seconds();
+    const std::int64_t size = guard->size();
+    // The first flush (creation) says nothing about how much a step adds.
+    if (flushed_size > 0) largest_growth = std::max(largest_growth, size - flushed_size);
+    flushed_size = size;
+    keep_room(0);
   }
 
-  /// Closes every dataset, then the file (whose close must be checked: it writes what is left).
+  /// Keeps the reserve past the file's end (and `extra` bytes about to be written) allocated; a file
+  /// system without room ends the run here, while the reserve still holds the failed status and the flush.
+  void keep_room(std::int64_t extra) {
+    // Once full, the writes left are the failure path's (queued rows, status, end time): the reserve
+    // taken at the last good flush holds them, so they are not refused again.
+    if (out_of_room) return;
+    const std::int64_t want = kReserveBytes + 2 * largest_growth + extra;
+    if (guard->reserve(want)) return;
+    out_of_room = true;
+    const std::int64_t free = guard->free_bytes();
+    HZP_THROW(IoError, "the file system holding ", where(), " is full (", free < 0 ? std::string("?") : std::to_string(free),
+              " bytes free, ", want, " needed to go on writing safely): the run stops here, and the file keeps every "
+              "step flushed so far. Fix: free space there, or --out a file system with room");
+  }
+
+  /// A file moved, replaced or removed under a live run would take every later row where nobody can read
+  /// it: its bytes so far are saved beside the path, marked failed, and the run stops.
+  void check_still_ours() {
+    if (!displaced.empty() || guard->still_at(path)) return;
+    const std::filesystem::path saved = path.string() + ".displaced-" + std::to_string(::getpid());
+    displaced = saved;
+    const std::string reason = "results file '" + path.string() +
+                               "' was replaced or removed by another process while this run was writing it";
+    // The writer is rank 0's (the harness writes from rank 0 only).
+    write_root("status", RunStatus::failed(0, reason + "; this copy holds what the run wrote until then").text());
+    HZP_H5_CHECK(H5Fflush(file.get(), H5F_SCOPE_LOCAL), "flushing ", where());
+    guard->copy_to(saved);
+    HZP_THROW(IoError, reason, ". Everything it wrote is saved in '", saved.string(),
+              "' (status failed). Fix: give each run its own --out");
+  }
+
+  /// Moves a file written under a temporary name (--force over an existing file) to its place, replacing
+  /// the old one in one rename. Refused if the old file has a live writer again.
+  void publish() {
+    if (path == final_path) return;
+    if (const std::optional<std::string> who = live_writer_of(final_path))
+      HZP_THROW(IoError, "cannot replace results file '", final_path.string(), "': ", *who,
+                " has it open now; this run's results stay in '", path.string(), "'");
+    std::error_code ec;
+    std::filesystem::rename(path, final_path, ec);
+    if (ec)
+      HZP_THROW(IoError, "cannot move '", path.string(), "' over results file '", final_path.string(),
+                "': ", ec.message(), "; this run's results stay in '", path.string(), "'");
+    path = final_path;
+  }
+
+  /// Closes every dataset, then the file (whose close must be checked: it writes what is left), then gives
+  /// the disk reserve back and drops the lock.
   void close() {
     series.clear();
     const herr_t rc = file.close_checked();
+    guard->release();
     if (rc < 0) HZP_THROW(Hdf5Error, "closing ", where(), " failed");
   }
 
@@ -369,12 +438,19 @@ ResultsWriter ResultsWriter::create(const std::filesystem::path& path, const Run
   HZP_CHECK(!path.empty(), "the results file path is empty");
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
-  if (fs::exists(st)) {
+  const bool replacing = fs::exists(st);
+  if (replacing) {
     if (fs::is_directory(st))
       HZP_THROW(IoError, "results file '", path.string(), "' is a directory; give a file name with --out");
     if (!force)
       HZP_THROW(IoError, "results file '", path.string(),
                 "' already exists; pass --force to overwrite it, or choose another --out");
+    // Checked before anything touches the path (HDF5's own create would truncate first and then find the
+    // lock): --force never replaces the file of a live run.
+    if (const std::optional<std::string> who = live_writer_of(path))
+      HZP_THROW(IoError, "cannot replace results file '", path.string(), "': ", *who,
+                " has it open (a run still writing it?); nothing was changed. Fix: choose another --out, or "
+                "wait for that run to end");
   }
   const fs::path parent = path.has_parent_path() ? path.parent_path() : fs::path(".");
   fs::create_directories(parent, ec);
@@ -387,41 +463,57 @@ ResultsWriter ResultsWriter::create(const std::filesystem::path& path, const Run
   for (const auto& kv : info.data) check_attribute_name(kv.first);
 
   auto impl = std::make_unique<Impl>();
-  impl->path = path;
+  impl->final_path = path;
+  // --force over an existing file: the new run is written beside it and moved over it by publish(), once
+  // it has started cleanly, so a run that fails before that leaves the old results in place.
+  impl->path = replacing ? fs::path(path.string() + ".partial-" + std::to_string(::getpid())) : path;
+  if (replacing) fs::remove(impl->path, ec);  // a leftover of a dead process that had our pid
   h5::Handle fapl = HZP_H5_OWN(H5Pcreate(H5P_FILE_ACCESS), "making a file access property list");
   HZP_H5_CHECK(H5Pset_fapl_sec2(fapl.get()), "selecting the sec2 driver for ", impl->where());
   // Never the v110 ("latest") structures SWMR uses: with them a killed writer leaves a file HDF5
   // refuses to open until h5clear (env-notes.md). Earliest-to-1.8 also keeps old readers working.
   HZP_H5_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_EARLIEST, H5F_LIBVER_V18),
                "choosing the file format of ", impl->where());
-  const hid_t id = H5Fcreate(path.c_str(), force ? H5F_ACC_TRUNC : H5F_ACC_EXCL, H5P_DEFAULT, fapl.get());
+  // Never H5F_ACC_TRUNC: the path is new (the final one, or the temporary one beside an existing file).
+  const hid_t id = H5Fcreate(impl->path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get());
   if (id < 0) {
     const std::vector<std::string> stack = h5::take_error_stack();
     std::string all;
     for (const std::string& s : stack) all += s + "\n";
-    if (all.find("lock") != std::string::npos)
+    if (h5::stack_says_locked(stack))
       HZP_THROW(IoError, "cannot create results file '", path.string(),
                 "': another process has it open (a run still writing it?); choose another --out");
-    if (!force && all.find("exist") != std::string::npos)
+    if (all.find("exist") != std::string::npos)
       HZP_THROW(IoError, "results file '", path.string(),
-                "' already exists; pass --force to overwrite it, or choose another --out");
+                "' already exists (another run created it just now?); choose another --out");
     HZP_THROW(Hdf5Error, "H5Fcreate failed: ", h5::summarize_error_stack(stack), "; while creating ",
               impl->where());
   }
   impl->file = h5::Handle(id);
   try {
+    impl->guard = std::make_unique<FileGuard>(impl->path);
     impl->write_provenance(info);
     impl->do_flush();
   } catch (...) {
     // A half-written file would block the retry ("already exists"); it holds nothing worth keeping.
     impl->file.reset();
-    fs::remove(path, ec);
+    if (impl->guard) impl->guard->release();
+    fs::remove(impl->path, ec);
     throw;
   }
   return ResultsWriter(std::move(impl));
 }
 
 const std::filesystem::path& ResultsWriter::path() const noexcept { return impl_->path; }
+const std::filesystem::path& ResultsWriter::final_path() const noexcept { return impl_->final_path; }
+const std::filesystem::path& ResultsWriter::displaced_copy() const noexcept { return impl_->displaced; }
+bool ResultsWriter::locked() const noexcept { return impl_->guard && impl_->guard->locked(); }
+bool ResultsWriter::reserving() const noexcept { return impl_->guard && impl_->guard->reserving(); }
+
+void ResultsWriter::publish() {
+  impl_->check_usable("publish");
+  impl_->publish();
+}
 bool ResultsWriter::finished() const noexcept { return impl_->finished; }
 
 void ResultsWriter::set_attribute(std::string_view name, const AttrValue& value) {
@@ -496,6 +588,7 @@ void ResultsWriter::dump_tensor(std::int64_t step, std::string_view name, std::s
   HZP_CHECK(!dims.empty() && total == data.size(), "tensor ", m.where(full), " has shape ", shape_text(shape),
             " = ", total, " elements but ", data.size(), " values were given");
   HZP_CHECK(!m.exists(full), "tensor ", m.where(full), " was already dumped at this step");
+  m.keep_room(static_cast<std::int64_t>(total * sizeof(float)));
   m.prepare_parents(full);
   h5::Handle space = HZP_H5_OWN(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
                                 "making the shape of ", m.where(full));
@@ -539,6 +632,9 @@ void ResultsWriter::finish(const RunStatus& status) {
   HZP_CHECK(status.kind() != RunStatus::Kind::running && status.kind() != RunStatus::Kind::unknown,
             "finish() of ", m.where(),
             " needs a final status (ok, failed: <rank>: <reason> or diverged), got '", status.text(), "'");
+  // A run that ran (ok, or diverged: a result too) takes the place of the file it replaces; a failed one
+  // leaves the old results where they were and stays beside them under its temporary name.
+  if (status.kind() != RunStatus::Kind::failed) m.publish();
   m.status = status.text();
   m.write_root("end_time", iso8601_utc(unix_seconds()));
   m.write_root("status", m.status);

@@ -113,7 +113,7 @@ struct ResultsReader::Impl {
                   "disk, or a writer killed in the middle of a flush. Copy it again from its source; for a "
                   "killed writer, `h5clear --increment ",
                   p, "` (hdf5-tools) may make the steps that reached the disk readable");
-      if (all.find("lock") != std::string::npos)
+      if (h5::stack_says_locked(stack))
         HZP_THROW(IoError, "results file '", p, "' is locked by another process (",
                   h5::summarize_error_stack(stack), "); wait for it to finish, or read a copy of the file");
       HZP_THROW(DataError, "results file '", p, "' is an HDF5 file that HDF5 cannot open (",

@@ -40,7 +40,10 @@ ResultsThread::~ResultsThread() {
 
 void ResultsThread::post(Job job) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return queue_.size() < kMaxQueued || stop_ || !thread_.joinable(); });
+  cv_.wait(lock, [this] { return queue_.size() < kMaxQueued || stop_ || exited_ || error_; });
+  // The file could not be written (and is marked failed where that was still possible): the run stops at
+  // its next row instead of computing on with nowhere to put the results.
+  if (error_) std::rethrow_exception(error_);
   queue_.push_back(std::move(job));
   lock.unlock();
   cv_.notify_all();
@@ -48,7 +51,7 @@ void ResultsThread::post(Job job) {
 
 void ResultsThread::drain() {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return (queue_.empty() && running_jobs_ == 0) || stop_; });
+  cv_.wait(lock, [this] { return (queue_.empty() && running_jobs_ == 0) || stop_ || exited_; });
   if (error_) std::rethrow_exception(error_);
 }
 
@@ -72,6 +75,11 @@ void ResultsThread::report_failure(const FailureReport& report, bool abort) {
   if (!abort && thread_.joinable()) thread_.join();
 }
 
+bool ResultsThread::reported_own_failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return own_failure_;
+}
+
 void ResultsThread::loop(RunInfo info, bool force) {
   try {
     writer_.emplace(ResultsWriter::create(path_, info, force));
@@ -89,6 +97,33 @@ void ResultsThread::loop(RunInfo info, bool force) {
   run_jobs();
   // Closed here: the writer's destructor makes HDF5 calls, which belong to this thread alone.
   writer_.reset();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    exited_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool ResultsThread::writer_failed() {
+  FailureReport rep;
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    rep = FailureReport::from_exception(0, e, wall_seconds());
+    rep.exit_code = kExitFailed;  // the run's own file failed it, not its input
+  } catch (...) {
+    rep.rank = 0;
+    rep.message = "unknown error writing the results file";
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_) error_ = std::current_exception();
+    own_failure_ = true;
+  }
+  cv_.notify_all();
+  const bool abort = control_ != nullptr && control_->size() > 1;
+  handle_failure(rep, abort);
+  return abort;
 }
 
 void ResultsThread::run_jobs() {
@@ -116,12 +151,16 @@ void ResultsThread::run_jobs() {
       }
     }
     cv_.notify_all();
+    // A write that fails (a full disk, a replaced file, an HDF5 error) ends the run at once as a failure of
+    // rank 0, with the status written where the file still takes it; the main thread learns of it at its
+    // next post() (one rank) or the job is aborted (several).
+    bool write_failed = false;
     if (job) {
       try {
         if (!failure_written_) job(*writer_);
       } catch (...) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!error_) error_ = std::current_exception();
+        write_failed = true;
+        writer_failed();
       }
       dirty_ = true;
       {
@@ -133,10 +172,11 @@ void ResultsThread::run_jobs() {
       try {
         if (writer_->flush_if_due(flush_s_)) dirty_ = false;
       } catch (...) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!error_) error_ = std::current_exception();
+        write_failed = true;
+        writer_failed();
       }
     }
+    if (write_failed) return;  // one rank: the status is written, the main thread stops at its next post()
     if (local) {
       handle_failure(local->first, local->second);
       if (!local->second) return;  // one rank: main joins and exits with the report's code
@@ -145,8 +185,7 @@ void ResultsThread::run_jobs() {
       try {
         if (!failure_written_) writer_->finish(*fin);
       } catch (...) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!error_) error_ = std::current_exception();
+        writer_failed();
       }
       return;
     }
@@ -156,12 +195,15 @@ void ResultsThread::run_jobs() {
 }
 
 std::optional<FailureReport> ResultsThread::collect_better_reports(FailureReport best) {
-  if (best.kind == FailureReport::Kind::error || control_ == nullptr) return best;
+  const auto decisive = [](const FailureReport& r) {
+    return r.kind == FailureReport::Kind::error || r.kind == FailureReport::Kind::signal;
+  };
+  if (decisive(best) || control_ == nullptr) return best;
   const double until = wall_seconds() + kGraceS;
   while (wall_seconds() < until) {
     if (std::optional<FailureReport> r = control_->poll()) {
       if (r->better_than(best)) best = *r;
-      if (best.kind == FailureReport::Kind::error) break;
+      if (decisive(best)) break;
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
@@ -188,13 +230,17 @@ void ResultsThread::handle_failure(FailureReport report, bool abort) {
   }
   report = *collect_better_reports(std::move(report));
   std::fprintf(stderr, "hzpbench: failed: rank %d: %s\n", report.rank, report.message.c_str());
+  const std::string written =
+      writer_->displaced_copy().empty() ? writer_->path().string() : writer_->displaced_copy().string();
   try {
     // finish(), not set_status(): the file is closed, and its lock released, before the job is aborted,
     // so that whoever reads it next (a test, the next job of a sweep) does not find it still locked.
-    writer_->finish(RunStatus::failed(report.rank, report.message));
-    std::fprintf(stderr, "hzpbench: results file %s marked failed\n", path_.c_str());
+    if (!writer_->finished()) writer_->finish(RunStatus::failed(report.rank, report.message));
+    std::fprintf(stderr, "hzpbench: results file %s marked failed\n", written.c_str());
+    if (written != path_.string())
+      std::fprintf(stderr, "hzpbench: the results file it was to replace, %s, is kept unchanged\n", path_.c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "hzpbench: could not mark %s failed: %s\n", path_.c_str(), e.what());
+    std::fprintf(stderr, "hzpbench: could not mark %s failed: %s\n", written.c_str(), e.what());
   }
   failure_written_ = true;
   {

@@ -47,19 +47,25 @@ class ResultsThread {
   /// (MPI_Abort with the report's exit code). Without it, the call waits for the status to be written,
   /// joins the thread and returns (one rank: main then exits with the code).
   void report_failure(const FailureReport& report, bool abort_job);
+  /// Whether the thread itself reported a failure (a write to the file failed): the main thread then
+  /// stops without printing the same error again.
+  bool reported_own_failure() const;
 
  private:
   void loop(RunInfo info, bool force);
   void run_jobs();
   void handle_failure(FailureReport report, bool abort);
   std::optional<FailureReport> collect_better_reports(FailureReport first);
+  /// From inside a catch: the current exception (a job's or a flush's) as a failure of rank 0, handled at
+  /// once; returns whether the job was aborted (several ranks) rather than left to the main thread.
+  bool writer_failed();
 
   std::filesystem::path path_;
   ControlChannel* control_;
   double flush_s_;
   bool dirty_ = false;  // results thread only: jobs wrote since the last flush
   std::thread thread_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> queue_;
   std::size_t running_jobs_ = 0;
@@ -68,6 +74,8 @@ class ResultsThread {
   std::optional<std::pair<FailureReport, bool>> local_failure_;
   bool failure_written_ = false;
   bool created_ = false;
+  bool exited_ = false;  // the thread's loop returned: nothing more is written
+  bool own_failure_ = false;  // writer_failed() ran
   std::exception_ptr error_;  // creation or a job's error, for the main thread
   std::optional<ResultsWriter> writer_;
 };

@@ -6,7 +6,8 @@
 //   4. Rank 0 creates the results file on its results thread (status `running`); every rank learns
 //      whether it could (an existing file without --force, an unwritable directory: exit 2).
 //   5. From here a failure on any rank is reported to rank 0, which marks the file `failed: <rank>:
-//      <reason>` and ends the job (MPI_Abort at W > 1): the watchdog guards every stage.
+//      <reason>` and ends the job (MPI_Abort at W > 1): the watchdog guards every stage, and a caught
+//      SIGTERM, SIGINT or SIGUSR1 is such a failure (`terminated by SIG...`, exit 128 + its number).
 //   6. The device (backend = cuda: the allocator over CudaBacking and the compute stream on cuda:0; no
 //      visible device fails here, after the file exists, so it is marked failed). Calibration: the device
 //      peak (table, or a measured sgemm on the CPU) and, when link profiles need
@@ -24,6 +25,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -47,6 +49,7 @@
 #include "results_rows.hpp"
 #include "results_thread.hpp"
 #include "run_context.hpp"
+#include "signal_stop.hpp"
 #include "summary.hpp"
 #include "trace.hpp"
 #include "watchdog.hpp"
@@ -338,8 +341,11 @@ class Run {
       const double flush_s = o_.flush_s;
       results_->post([rows = rows_, rec, all = std::move(all), total, flush_s](ResultsWriter& w) {
         rows->append(w, rec, all);
-        if (flush_s <= 0) w.flush();
+        // The first step is in the file: the run has started cleanly, and under --force it now takes the
+        // place of the file it replaces (written beside it until here).
+        if (flush_s <= 0 || rec.step == 0) w.flush();
         else w.flush_if_due(flush_s);
+        if (rec.step == 0) w.publish();
         std::printf("%s\n", format_progress(rec, total).c_str());
         std::fflush(stdout);
       });
@@ -525,19 +531,31 @@ int run_main(const RunCliArgs& args, const std::vector<std::string>& argv) {
   RunContext ctx = RunContext::create(*setup, static_cast<int>(cfg->get_int("topology.ranks_per_node")));
 
   // ---- 4. the results file, on rank 0's results thread -----------------------------------------------
-  std::string path = opt.output_path.empty() ? default_output_path(*cfg, unix_seconds()) : opt.output_path;
-  path = broadcast_string(*ctx.harness, path);  // the default names the time: rank 0's is the one
+  // Only rank 0 names and creates the file. The default name is the time to the second and the
+  // configuration, which runs started together share: the next free "-<n>" is then taken (creation is
+  // exclusive, so two runs never write one file).
+  const std::string default_path = opt.output_path.empty() ? default_output_path(*cfg, unix_seconds()) : std::string();
+  std::string path = opt.output_path.empty() ? default_path : opt.output_path;
   std::unique_ptr<ResultsThread> results;
   std::string create_error;
   if (root) {
-    try {
-      check_output_path(path, opt.force);
-      results = std::make_unique<ResultsThread>(path, make_run_info(argv, *cfg, *setup, ctx, *source), opt.force,
-                                                ctx.control.get(), opt.flush_s);
-    } catch (const std::exception& e) {
-      create_error = failure_message(e);
+    for (int n = 2;; ++n) {
+      try {
+        check_output_path(path, opt.force);
+        results = std::make_unique<ResultsThread>(path, make_run_info(argv, *cfg, *setup, ctx, *source), opt.force,
+                                                  ctx.control.get(), opt.flush_s);
+        break;
+      } catch (const std::exception& e) {
+        if (!default_path.empty() && n < 1000 && std::filesystem::exists(path)) {
+          path = numbered_path(default_path, n);
+          continue;
+        }
+        create_error = failure_message(e);
+        break;
+      }
     }
   }
+  path = broadcast_string(*ctx.harness, path);
   create_error = broadcast_string(*ctx.harness, create_error);
   if (!create_error.empty())
     throw RunExit(kExitBadInput, root ? create_error : std::string(), root);
@@ -567,6 +585,22 @@ int run_main(const RunCliArgs& args, const std::vector<std::string>& argv) {
     wait_for_abort(kExitFailed);
   };
   Watchdog watchdog(opt.watchdog_s, progress, on_stall);
+  auto on_signal = [&](int signo) {
+    FailureReport rep;
+    rep.rank = rank;
+    rep.exit_code = exit_code_for_signal(signo);
+    rep.kind = FailureReport::Kind::signal;
+    rep.last_progress_unix_s = progress.last_unix_s();
+    rep.message = "terminated by " + signal_name(signo) + " during step " + std::to_string(progress.step());
+    std::fprintf(stderr, "hzpbench: rank %d: %s; ending the run (a second signal ends it at once)\n", rank,
+                 rep.message.c_str());
+    // The step in flight is abandoned: every completed step is in the file, or on its way in the queue
+    // that rank 0's results thread writes before the status.
+    if (results) results->report_failure(rep, true);
+    else ctx.control->send(rep, 10);
+    wait_for_abort(rep.exit_code);
+  };
+  SignalStop signals(on_signal);
   // The run's steps execute on this thread: let the collectives tell the watchdog when it waits on peers.
   struct ObserveCommWaits {
     explicit ObserveCommWaits(std::atomic<int>* c) noexcept { coll::observe_comm_waits(c); }
@@ -582,7 +616,8 @@ int run_main(const RunCliArgs& args, const std::vector<std::string>& argv) {
   } catch (const std::exception& e) {
     watchdog.stop();
     const FailureReport rep = FailureReport::from_exception(rank, e, progress.last_unix_s());
-    std::fprintf(stderr, "hzpbench: rank %d: %s\n", rank, e.what());
+    // A failed write to the results file was reported (once) by the results thread itself.
+    if (!(root && results->reported_own_failure())) std::fprintf(stderr, "hzpbench: rank %d: %s\n", rank, e.what());
     if (root) {
       results->report_failure(rep, world > 1);  // at one rank: returns once the status is written
       if (world > 1) wait_for_abort(rep.exit_code);

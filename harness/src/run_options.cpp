@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <sstream>
 #include <vector>
 
@@ -190,6 +191,11 @@ std::string default_output_path(const ResolvedConfig& config, double unix_s) {
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
   return std::string("results/") + stamp + "-" + config_hash(config) + ".h5";
+}
+
+std::string numbered_path(const std::string& path, int n) {
+  const std::filesystem::path p(path);
+  return (p.parent_path() / (p.stem().string() + "-" + std::to_string(n) + p.extension().string())).string();
 }
 
 }  // namespace hzp::harness

@@ -129,6 +129,34 @@ if(Python3_Interpreter_FOUND)
     set_tests_properties(${name} PROPERTIES TIMEOUT ${timeout} SKIP_RETURN_CODE 77 PROCESSORS ${procs}
                          LABELS "unit;mpi" ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
   endforeach()
+  # Nothing lost (results_durability_test.py): --force on a live file, a failing --force run, a full disk, a
+  # file replaced under the run, SIGTERM/SIGINT, a cut file, default names of simultaneous runs.
+  # name | scenario | ranks | timeout (s)
+  foreach(spec IN ITEMS "results_force_live_np1|force_live|1|120"
+                        "results_force_live_np4|force_live|4|180"
+                        "results_force_failing_np1|force_failing|1|120"
+                        "results_force_failing_np2|force_failing|2|120"
+                        "results_disk_full_np1|disk_full|1|90"
+                        "results_disk_full_np4|disk_full|4|90"
+                        "results_displaced_np1|displaced|1|90"
+                        "results_sigterm_np1|sigterm|1|90"
+                        "results_sigterm_np2|sigterm|2|90"
+                        "results_sigterm_np4|sigterm|4|120"
+                        "results_sigint_np2|sigint|2|90"
+                        "results_short_file|short_file|1|60"
+                        "results_default_names|default_names|1|120")
+    string(REPLACE "|" ";" f "${spec}")
+    list(GET f 0 name)
+    list(GET f 1 scenario)
+    list(GET f 2 ranks)
+    list(GET f 3 timeout)
+    add_test(NAME ${name}
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/results_durability_test.py ${scenario}
+                     --hzpbench $<TARGET_FILE:hzpbench> --mpiexec ${MPIEXEC_EXECUTABLE} --ranks ${ranks}
+                     --workdir ${hzp_run_dir}/${name})
+    set_tests_properties(${name} PROPERTIES TIMEOUT ${timeout} SKIP_RETURN_CODE 77 PROCESSORS ${ranks}
+                         LABELS "unit;mpi" ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
+  endforeach()
   if(HZP_HAVE_CUDA)
     # backend = cuda end to end: on a GPU (label gpu, exit 77 without a device), and the one clear failure
     # on a machine without one (CI; exit 77 where a device is visible).
@@ -153,6 +181,8 @@ endif()
 # --- the pieces: options, link profiles, summary statistics (unit); the failure channel (MPI)
 hzp_add_unit_test(NAME test_run_pieces SOURCES test_run_pieces.cpp LIBS hzp_harness)
 target_include_directories(test_run_pieces PRIVATE ${PROJECT_SOURCE_DIR}/harness/src)
+hzp_add_unit_test(NAME test_signal_stop SOURCES test_signal_stop.cpp LIBS hzp_harness)
+target_include_directories(test_signal_stop PRIVATE ${PROJECT_SOURCE_DIR}/harness/src)
 add_executable(test_failure_channel_mpi test_failure_channel_mpi.cpp)
 target_link_libraries(test_failure_channel_mpi PRIVATE hzp_harness hzp_mpi_test_main hzp_options)
 target_include_directories(test_failure_channel_mpi PRIVATE ${PROJECT_SOURCE_DIR}/harness/src)

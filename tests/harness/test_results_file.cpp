@@ -246,7 +246,23 @@ TEST_F(ResultsFileTest, ExistingPathIsRefusedUnlessForced) {
   EXPECT_NE(msg.find("another --out"), std::string::npos) << msg;
   EXPECT_EQ(ResultsReader(p).status().kind(), RunStatus::Kind::ok);  // untouched
 
-  { ResultsWriter w = ResultsWriter::create(p, info(), true); }
+  // --force writes beside the old file until the new run publishes: one that ends before (here: destroyed
+  // without publish, as a killed or failed run) leaves the old file as it was.
+  fs::path partial;
+  {
+    ResultsWriter w = ResultsWriter::create(p, info(), true);
+    partial = w.path();
+    EXPECT_NE(partial, p);
+    EXPECT_EQ(w.final_path(), p);
+  }
+  EXPECT_EQ(ResultsReader(p).status().kind(), RunStatus::Kind::ok);  // still the old run
+  EXPECT_TRUE(ResultsReader(p).dataset("steps/loss"));
+  EXPECT_EQ(ResultsReader(partial).status().kind(), RunStatus::Kind::running);
+  {
+    ResultsWriter w = ResultsWriter::create(p, info(), true);
+    w.publish();
+    EXPECT_EQ(w.path(), p);
+  }
   const ResultsReader r(p);
   EXPECT_EQ(r.status().kind(), RunStatus::Kind::running);  // a fresh file...
   EXPECT_FALSE(r.dataset("steps/loss"));                   // ...without the old one's data

@@ -88,8 +88,17 @@ class ResultsWriter {
  public:
   /// Creates `path` (and missing parent directories), writes the root attributes and flushes, so the
   /// file opens from the first moment. An existing `path` is refused (IoError naming it and the fix:
-  /// --force or another --out) unless `force`, which truncates it; a file another process has open
-  /// is refused even then. The parent directory must be writable (IoError otherwise).
+  /// --force or another --out) unless `force`; a file another process writes is refused even then, before
+  /// anything touches it. With `force` over an existing file the new file is written under a temporary
+  /// name beside it (`<path>.partial-<pid>`) and replaces it in one rename at publish(), or at finish()
+  /// with a status other than failed; until then the old file is untouched. The parent directory must be
+  /// writable (IoError otherwise).
+  ///
+  /// The writer holds its own lock on the file (seen by live_writer_of in results_guard.hpp), checks at
+  /// every flush that the path still names its file (a replaced file: its bytes are saved beside the path
+  /// as `<path>.displaced-<pid>`, marked failed, and the flush throws IoError), and keeps disk reserved
+  /// past the file's end so that a full file system ends the run (IoError from the flush) while the
+  /// failed status and a last flush still fit.
   static ResultsWriter create(const std::filesystem::path& path, const RunInfo& info, bool force);
 
   ResultsWriter(ResultsWriter&&) noexcept;
@@ -98,7 +107,19 @@ class ResultsWriter {
   /// which is how readers recognise a run that did not end normally. Never throws (errors go to stderr).
   ~ResultsWriter();
 
+  /// Where the file is now: final_path(), or its temporary name until publish().
   const std::filesystem::path& path() const noexcept;
+  /// The path create() was given.
+  const std::filesystem::path& final_path() const noexcept;
+  /// Moves a file written under a temporary name over the file it replaces (no-op otherwise). IoError
+  /// when that file has a live writer again, or the rename fails; the results then stay at path().
+  void publish();
+  /// Where the bytes of a file replaced under the run were saved (empty unless that happened).
+  const std::filesystem::path& displaced_copy() const noexcept;
+  /// Whether the writer holds its lock (false on a file system without OFD locks) and keeps a disk
+  /// reserve (false where fallocate is not supported: a full disk can then cost the last flush).
+  bool locked() const noexcept;
+  bool reserving() const noexcept;
 
   // ---- root attributes ---------------------------------------------------------------------------
   /// Sets (or replaces) a root attribute, e.g. "entropy_floor", "warmup_steps". Names the writer owns
@@ -145,8 +166,8 @@ class ResultsWriter {
   /// Sets `status` and flushes, e.g. failed(...) before the job is aborted. `running` is accepted only
   /// while the status is still running (a finished verdict is never undone).
   void set_status(const RunStatus& status);
-  /// Writes `end_time` and the final `status` (not `running`), flushes and closes. Every later call
-  /// except path() and the destructor throws PreconditionError.
+  /// Writes `end_time` and the final `status` (not `running`), flushes and closes; publishes first unless
+  /// the status is failed. Every later call except path() and the destructor throws PreconditionError.
   void finish(const RunStatus& status);
   bool finished() const noexcept;
 

@@ -70,5 +70,7 @@ std::string config_hash(const ResolvedConfig& config);
 
 /// `results/<UTC time>-<config hash>.h5` (UTC time as 20240501T123456Z) for a Unix time in seconds.
 std::string default_output_path(const ResolvedConfig& config, double unix_seconds);
+/// `dir/name-<n>.h5` for `dir/name.h5`: the next candidate when a default name is taken.
+std::string numbered_path(const std::string& path, int n);
 
 }  // namespace hzp::harness
