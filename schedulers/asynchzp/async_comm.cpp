@@ -1,5 +1,6 @@
 // AsyncComm and CommThread (async_comm.hpp): asynchzp's background threads, gather schedule and pool.
 #include "asynchzp/async_comm.hpp"
+#include "asynchzp/ring_sizing.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -87,11 +88,6 @@ void CommThread::run() {
 
 // --- AsyncComm -------------------------------------------------------------------------------------------
 
-namespace {
-std::size_t align_up(std::size_t b, std::size_t a) { return (b + a - 1) / a * a; }
-constexpr std::size_t kAlign = 256;
-}  // namespace
-
 AsyncComm::AsyncComm(const Setup& s) : s_(s) {
   const workloads::ParamLayout& layout = *s.layout;
   const int units = layout.num_units();
@@ -108,66 +104,21 @@ AsyncComm::AsyncComm(const Setup& s) : s_(s) {
       if (!held[b]) schedule_.push_back(b), held[b] = true;
     for (int b : layout.grads_final_after(u)) held[b] = false;
   }
-  shared_.assign(static_cast<std::size_t>(units), false);
-  for (int u = 0; u < units; ++u)
-    for (int b : layout.param_blocks(u))
-      if (b != u) shared_[b] = true;
-
-  // Rings: one per operation type, blocks held across units (a tied embedding) in a ring of their own
-  // so that they never hold back the FIFO reuse of the per-unit ring.
-  const std::size_t pe = dtype_size(s.param_dtype);
-  std::size_t ag = 0, ags = 0, rs = 0, rss = 0;
-  for (int u = 0; u < units; ++u) {
-    const auto n = static_cast<std::size_t>(s.seg->unit_block_numel(u));
-    if (shared_[u]) {
-      ags += align_up(n * pe, kAlign);
-      rss += align_up(n * 4, kAlign);
-    } else {
-      ag = std::max(ag, align_up(n * pe, kAlign));
-      rs = std::max(rs, align_up(n * 4, kAlign));
-    }
-  }
-  // Auto size: the unit in use, `prefetch` gathered ahead, the one being filled, and one block of
-  // wrap waste; a shared block has at most two live copies (one micro-batch's backward, the next's forward).
-  const auto depth = static_cast<std::size_t>(s.prefetch) + 3;
-  std::vector<std::size_t> cap = {std::max(ag * depth, kAlign), std::max(ags * 2, kAlign),
-                                  std::max(rs * depth, kAlign), std::max(rss * 2, kAlign)};
-  if (s.pool_mb > 0) {
-    // A given pool is split in the proportions of the automatic one.
-    const double total = static_cast<double>(cap[0] + cap[1] + cap[2] + cap[3]);
-    const double want = s.pool_mb * 1024.0 * 1024.0;
-    for (std::size_t& c : cap) c = std::max(kAlign, align_up(static_cast<std::size_t>(double(c) / total * want), kAlign));
-  }
-  pool_ = std::make_unique<RingPool>(*s.alloc, std::vector<RingSpec>{{"all_gather", cap[0]},
-                                                                    {"all_gather.shared", cap[1]},
-                                                                    {"reduce_scatter", cap[2]},
-                                                                    {"reduce_scatter.shared", cap[3]}},
-                                     RingPoolOptions{.alignment = kAlign});
+  const RingSizing rings = size_rings(layout, *s.seg, s.param_dtype, s.prefetch, s.pool_mb);
+  shared_ = rings.shared;
+  pool_ = std::make_unique<RingPool>(*s.alloc, std::vector<RingSpec>{{"all_gather", rings.all_gather},
+                                                                    {"all_gather.shared", rings.all_gather_shared},
+                                                                    {"reduce_scatter", rings.reduce_scatter},
+                                                                    {"reduce_scatter.shared", rings.reduce_scatter_shared}},
+                                     RingPoolOptions{.alignment = kRingAlign});
   ag_ring_ = pool_->ring_id("all_gather");
   ag_shared_ring_ = pool_->ring_id("all_gather.shared");
   rs_ring_ = pool_->ring_id("reduce_scatter");
   rs_shared_ring_ = pool_->ring_id("reduce_scatter.shared");
   deadline_ = 5 * RingPoolOptions{}.default_timeout;
-
-  if (s.fallback == SchedulerOptions::PoolFallback::error) {
-    std::ostringstream bad;
-    for (int u = 0; u < units; ++u) {
-      const auto n = static_cast<std::size_t>(s.seg->unit_block_numel(u));
-      const RingId a = shared_[u] ? ag_shared_ring_ : ag_ring_, r = shared_[u] ? rs_shared_ring_ : rs_ring_;
-      if (!fits(a, n * pe))
-        bad << "\n  unit " << u << " (" << layout.unit(u).name << "): its parameter block of " << n * pe
-            << " bytes needs a ring \"" << pool_->ring_name(a) << "\" of at least " << (shared_[u] ? 2 : 3)
-            << " x its aligned size; the ring has " << pool_->ring_capacity(a) << " bytes";
-      if (!fits(r, n * 4))
-        bad << "\n  unit " << u << " (" << layout.unit(u).name << "): its gradient block of " << n * 4
-            << " bytes needs a ring \"" << pool_->ring_name(r) << "\" of at least " << (shared_[u] ? 2 : 3)
-            << " x its aligned size; the ring has " << pool_->ring_capacity(r) << " bytes";
-    }
-    if (!bad.str().empty())
-      HZP_THROW(ConfigError, "scheduler.pool_mb = ", s.pool_mb, " is too small for asynchzp:", bad.str(),
-                "\n  fix: raise scheduler.pool_mb, set it to 0 (sized from scheduler.prefetch = ", s.prefetch,
-                " and the units), or set scheduler.pool_fallback = \"inline\"");
-  }
+  // Also checked by the plan before the run starts (hzpbench validate); kept here for direct users.
+  if (s.fallback == SchedulerOptions::PoolFallback::error)
+    check_rings_fit(rings, layout, *s.seg, s.param_dtype, s.pool_mb, s.prefetch);
 
   z3_ = s.z3->duplicate("z3");
   z2_ = s.z2->duplicate("z2");
@@ -188,8 +139,7 @@ AsyncComm::~AsyncComm() {
 }
 
 bool AsyncComm::fits(RingId ring, std::size_t bytes) const {
-  const bool shared = ring == ag_shared_ring_ || ring == rs_shared_ring_;
-  return align_up(bytes, kAlign) * (shared ? 2 : 3) <= pool_->ring_capacity(ring);
+  return RingSizing::fits(bytes, pool_->ring_capacity(ring), ring == ag_shared_ring_ || ring == rs_shared_ring_);
 }
 
 AsyncHzpStats AsyncComm::stats() const {

@@ -10,6 +10,7 @@
 
 #include "hzp/core/error.hpp"
 #include "asynchzp/asynchzp_segments.hpp"
+#include "asynchzp/ring_sizing.hpp"
 #include "hzp/schedulers/common/bucketed_all_reduce.hpp"
 #include "hzp/schedulers/common/nested_groups.hpp"
 #include "hzp/schedulers/common/shard_layout.hpp"
@@ -306,6 +307,10 @@ SchedulerPlan plan_asynchzp(const PlanInputs& in) {
   const bool rs_end = in.options.step_end == SchedulerOptions::StepEnd::reduce_scatter;
   const Segments seg(*in.layout, in.options.launch, g, rs_end ? w : g.z1());
   const DType pdt = workloads::param_dtype(in.train.precision);
+  // The ring pool the run would build: a pool too small is refused here, before a run creates anything.
+  if (in.options.async && in.options.pool_fallback == SchedulerOptions::PoolFallback::error)
+    check_rings_fit(size_rings(*in.layout, seg, pdt, in.options.prefetch, in.options.pool_mb), *in.layout, seg, pdt,
+                    in.options.pool_mb, in.options.prefetch);
   const bool mixed = workloads::has_separate_master(in.train.precision);
   const auto s3 = static_cast<std::uint64_t>(seg.l3.slice_total()), s2 = static_cast<std::uint64_t>(seg.l2.slice_total()),
              s1 = static_cast<std::uint64_t>(seg.l1.slice_total());

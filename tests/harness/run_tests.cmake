@@ -46,6 +46,8 @@ if(NOT HZP_HAVE_CUDA)  # with CUDA built in, a run on a machine without a device
 endif()
 hzp_add_bad_run(NAME run_bad_cuda_scheduler ARGS --set backend=cuda --set scheduler.name=ddp
   MATCH "(backend = cuda runs scheduler\\.name = none only\\. scheduler\\.name = ddp.*Fix: scheduler\\.name = none|this hzpbench was built without CUDA)")
+hzp_add_bad_run(NAME run_bad_pool_too_small ARGS --set scheduler.name=asynchzp --set scheduler.pool_mb=0.01
+  MATCH "scheduler\\.pool_mb = 0\\.01 is too small for asynchzp.*unit 1 \\(block\\.0\\).*fix: raise scheduler\\.pool_mb")
 hzp_add_bad_run(NAME run_bad_link_profile ARGS --set links.profile=b200
   MATCH "links\\.profile = b200 is not an allowed value\\. Fix: use one of none, h100-dgx, paper-npu, custom")
 hzp_add_bad_run(NAME run_bad_negative_flush ARGS --set output.flush_s=-1
@@ -95,6 +97,8 @@ hzp_add_cli_test(NAME validate_tiny ARGS validate --set model.preset=tiny
 hzp_add_cli_test(NAME validate_embedded_default ARGS validate MATCH "valid for 1 rank.*llama L=8 d=512")
 hzp_add_cli_test(NAME validate_bad_batch_for_world ARGS validate --set model.preset=tiny --set topology.world_size=3
                  --set scheduler.name=none RC 2 MATCH "scheduler\\.name = none is the single-rank reference")
+hzp_add_cli_test(NAME validate_bad_pool_too_small ARGS validate --set model.preset=tiny --set topology.world_size=4
+                 --set scheduler.name=asynchzp --set scheduler.pool_mb=0.01 RC 2 MATCH "scheduler\\.pool_mb = 0\\.01 is too small")
 hzp_add_cli_test(NAME validate_bad_output_exists ARGS validate --out ${CMAKE_CURRENT_SOURCE_DIR}/topology_8x2.toml
                  RC 2 MATCH "already exists")
 
