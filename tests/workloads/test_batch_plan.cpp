@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string>
 
 #include "data_test_util.hpp"
 #include "hzp/workloads/batch_plan.hpp"
@@ -117,6 +118,17 @@ TEST(BatchPlan, MicroBatchCountNotAMultipleOfDp) {
       {"train.global_batch=16", "train.micro_batch_size=2", "= 8 micro-batches", "dp=3",
        "multiple of train.micro_batch_size·dp = 6", "e.g. 12 or 18", "divides 8"}));
   EXPECT_TRUE(throws_with<ConfigError>([] { BatchPlan p(16, 4, 8); }, {"= 4 micro-batches", "dp=8"}));
+  // No multiple of 32 lies below 16: one example, not "e.g. 32 or 32".
+  const std::string msg = [] {
+    try {
+      BatchPlan p(16, 4, 8);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  }();
+  EXPECT_NE(msg.find("(e.g. 32)"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("32 or 32"), std::string::npos) << msg;
 }
 
 TEST(BatchPlan, NonPositiveValues) {

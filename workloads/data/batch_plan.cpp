@@ -2,30 +2,38 @@
 #include "hzp/workloads/batch_plan.hpp"
 
 #include <algorithm>
+#include <string>
 
 #include "hzp/core/error.hpp"
 
 namespace hzp::workloads {
+namespace {
+
+// "e.g. 8 or 16": the multiples of `unit` on either side of `g` (g is not one); only the one above when
+// none lies below.
+std::string nearest_multiples(std::int64_t g, std::int64_t unit) {
+  const std::int64_t below = g / unit * unit, above = below + unit;
+  return below > 0 ? "e.g. " + std::to_string(below) + " or " + std::to_string(above) : "e.g. " + std::to_string(above);
+}
+
+}  // namespace
 
 BatchPlan::BatchPlan(std::int64_t g, std::int64_t m, std::int64_t dp)
     : global_batch_(g), micro_batch_size_(m), dp_(dp) {
   if (g < 1 || m < 1 || dp < 1)
     HZP_THROW(ConfigError, "batch split: train.global_batch=", g, ", train.micro_batch_size=", m,
               " and the data-parallel size dp=", dp, " must all be ≥ 1");
-  if (g % m != 0) {
-    const std::int64_t lo = std::max<std::int64_t>(m, g / m * m), hi = (g / m + 1) * m;
+  if (g % m != 0)
     HZP_THROW(ConfigError, "batch split: train.global_batch=", g, " is not a multiple of ",
               "train.micro_batch_size=", m, " (dp=", dp, "): set train.global_batch to a multiple of ", m,
-              " (e.g. ", lo, " or ", hi, ") or train.micro_batch_size to a divisor of ", g);
-  }
+              " (", nearest_multiples(g, m), ") or train.micro_batch_size to a divisor of ", g);
   const std::int64_t n = g / m;
   if (n % dp != 0) {
-    const std::int64_t unit = m * dp, lo = std::max<std::int64_t>(unit, g / unit * unit),
-                       hi = (g / unit + 1) * unit;
+    const std::int64_t unit = m * dp;
     HZP_THROW(ConfigError, "batch split: train.global_batch=", g, " / train.micro_batch_size=", m, " = ", n,
               " micro-batches per step, which the data-parallel size dp=", dp, " does not divide ",
               "(every rank must process the same number of micro-batches): set train.global_batch to a ",
-              "multiple of train.micro_batch_size·dp = ", unit, " (e.g. ", lo, " or ", hi,
+              "multiple of train.micro_batch_size·dp = ", unit, " (", nearest_multiples(g, unit),
               "), or use a data-parallel size that divides ", n);
   }
 }
