@@ -9,41 +9,55 @@ import collections
 import math
 
 import numpy as np
+import pandas as pd
 
 from . import run_summary
 
 REPEAT_SPREAD = [f"{stem}_median" for stem in run_summary.STEP_METRICS]
 
 
-def fold(columns: list[str], rows: list[dict], axes: list[str]) -> tuple[list[str], list[dict]]:
-    first_metric = columns.index("measured_steps") + 1
-    metrics = [c for c in columns[first_metric:] if c != "file" and not c.endswith("_p5") and not c.endswith("_p95")]
-    groups: dict[tuple, list[dict]] = collections.OrderedDict()
-    for r in rows:
-        groups.setdefault(tuple(repr(r.get(a)) for a in axes), []).append(r)
+def _state(status) -> str:
+    s = str(status)
+    return s.split(":")[0] if s.startswith(("failed", "unreadable")) else s.split(" (")[0]
+
+
+def _median(v: pd.Series) -> float:
+    a = pd.to_numeric(v, errors="coerce").to_numpy(dtype=np.float64)
+    a = a[np.isfinite(a)]
+    return float(np.median(a)) if a.size else math.nan
+
+
+def _spread(v: pd.Series) -> float:
+    a = pd.to_numeric(v, errors="coerce").to_numpy(dtype=np.float64)
+    a = a[np.isfinite(a)]
+    m = float(np.median(a)) if a.size else math.nan
+    return float((a.max() - a.min()) / m) if a.size > 1 and m else math.nan
+
+
+def fold(table: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
+    """table: collect's per-run table (columns task, status, axes..., world_size, ..., measured_steps, metrics,
+    file). Returns one row per distinct tuple of axis values, in order of first appearance."""
+    first_metric = list(table.columns).index("measured_steps") + 1
+    metrics = [c for c in table.columns[first_metric:] if c != "file" and not c.endswith(("_p5", "_p95"))]
+    # repr() keys: axis values may be None, floats or strings, and a missing value must not merge with NaN.
+    key = table[axes].apply(lambda r: tuple(repr(v) for v in r), axis=1) if axes else pd.Series(
+        [()] * len(table), index=table.index)
     out = []
-    for members in groups.values():
-        ok = [r for r in members if r.get("status") == "ok"]
-        states = collections.Counter(_state(r) for r in members)
-        row = {a: members[0].get(a) for a in axes}
+    for _, members in table.groupby(key, sort=False):
+        ok = members[members["status"] == "ok"]
+        states = collections.Counter(_state(s) for s in members["status"])
+        row = {a: members[a].iloc[0] for a in axes}
         row["runs"] = len(members)
         row["statuses"] = ", ".join(f"{n} {s}" for s, n in states.most_common())
-        row["world_size"] = members[0].get("world_size")
+        row["world_size"] = members["world_size"].iloc[0]
         for c in metrics:
-            vals = np.array([r[c] for r in ok if isinstance(r.get(c), (int, float)) and math.isfinite(r[c])], float)
-            row[c] = float(np.median(vals)) if vals.size else math.nan
+            row[c] = _median(ok[c])
             if c in REPEAT_SPREAD:
-                row[f"{c}_repeat_spread"] = (float((vals.max() - vals.min()) / row[c])
-                                             if vals.size > 1 and row[c] else math.nan)
+                row[f"{c}_repeat_spread"] = _spread(ok[c])
         out.append(row)
     cols = [*axes, "runs", "statuses", "world_size"]
     for c in metrics:
         cols.append(c)
         if c in REPEAT_SPREAD:
             cols.append(f"{c}_repeat_spread")
-    return cols, out
-
-
-def _state(r: dict) -> str:
-    s = str(r.get("status", "?"))
-    return s.split(":")[0] if s.startswith(("failed", "unreadable")) else s.split(" (")[0]
+    return pd.DataFrame(out, columns=cols)

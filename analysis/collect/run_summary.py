@@ -1,18 +1,20 @@
-"""One run's numbers for the sweep table, computed from its per-step datasets (not from the `summary.*`
-attributes, which a killed run never wrote), over the measured steps: steps >= warmup_steps that were not
-skipped, as `hzpbench run`'s summary counts them (docs/run.md). Percentiles interpolate linearly between
-order statistics, as the harness's do.
+"""One run's numbers for the sweep table, computed from its per-step datasets in the loader's long frame (not
+from the `summary.*` attributes, which a killed run never wrote), over the measured steps: steps >=
+warmup_steps that were not skipped, as `hzpbench run`'s summary counts them (docs/run.md). Percentiles
+interpolate linearly between order statistics, as the harness's do.
 
 Spreads are p5 and p95 over the measured steps. Per-rank series ([step, rank]) are first reduced per step
-(mean over ranks; max for peak memory), then over steps.
+(mean over ranks; max for peak memory), then over steps. A step with a fill value (NaN) on any rank is NaN
+and stays out of the percentiles.
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
+import pandas as pd
 
-from .results_file import Run
+from ..load import Results
 
 # Per-step series whose median, p5 and p95 the table shows, by column stem.
 STEP_METRICS = {
@@ -21,89 +23,81 @@ STEP_METRICS = {
     "mfu": "steps/mfu",
     "exposed_comm_frac": "steps/exposed_comm_frac",
 }
+# Datasets a complete run has and the table reads; an ok run lacking one is said so.
+WANTED = [*STEP_METRICS.values(), "ranks/exposed_comm_s", "ranks/mem_peak_bytes", "ranks/slack", "steps/loss"]
 
 
-def status_text(run: Run) -> str:
-    if run.killed:
-        return "killed"      # or still being written: collect cannot see jobs (slurm/sweep status can)
-    if run.status == "running":
-        return "running"
-    return run.status
+def pct(v: pd.Series | np.ndarray, q: float) -> float:
+    a = np.asarray(v, dtype=np.float64)
+    a = a[np.isfinite(a)]
+    return float(np.percentile(a, q)) if a.size else math.nan
 
 
-def measured_mask(run: Run) -> np.ndarray:
-    n = run.completed_steps
-    warmup = int(run.attrs.get("warmup_steps", run.config.get("harness.warmup_steps", 0)))
-    mask = np.arange(n) >= warmup
-    skipped = run.series.get("steps/skipped")
-    if skipped is not None:
-        mask &= skipped[:n] != 1
-    return mask
+def per_step(frame: pd.DataFrame, column: str, how: str = "mean") -> pd.Series:
+    """A [step, rank] series of one run reduced over ranks per step (index: step). NaN on any rank -> NaN."""
+    g = frame.groupby("step", sort=True)[column]
+    out = g.max() if how == "max" else g.mean()
+    return out.where(g.count() == g.size())
 
 
-def _pct(v: np.ndarray, q: float) -> float:
-    v = v[np.isfinite(v)]
-    return float(np.percentile(v, q)) if v.size else math.nan
+def level_bytes(frame: pd.DataFrame, has: set[str], level: str) -> pd.Series:
+    """Bytes one rank moves per step on a link level: comm/<op>/<level>/bytes summed over ops, mean over
+    ranks; 0 for a run with no such series (no communicator), not a missing value."""
+    cols = [c for c in has if c.startswith("comm/") and c.endswith(f"/{level}/bytes") and c.count("/") == 3]
+    steps = pd.Index(sorted(frame["step"].unique()), name="step")
+    if not cols:
+        return pd.Series(0.0, index=steps)
+    total = frame[sorted(cols)].sum(axis=1, min_count=len(cols))
+    return per_step(frame.assign(_b=total), "_b")
 
 
-def _per_step(run: Run, name: str, reduce=np.mean) -> np.ndarray | None:
-    """The series as float64 per step; a [step, rank] one reduced over ranks. Fill values (a row whose
-    extent reached the disk before its values: -1 for int64, NaN for float64) become NaN and make the
-    step's value NaN, which the percentiles then leave out."""
-    raw = run.series.get(name)
-    if raw is None:
-        return None
-    a = raw.astype(np.float64)
-    if np.issubdtype(raw.dtype, np.integer):
-        a[raw == -1] = math.nan
-    if a.ndim == 2:
-        return reduce(a, axis=1) if a.shape[1] else np.full(a.shape[0], math.nan)
-    return a
-
-
-def comm_levels(run: Run) -> set[str]:
-    return {k.split("/")[2] for k in run.series if k.startswith("comm/") and k.endswith("/bytes")}
-
-
-def summarise(run: Run, levels: list[str]) -> dict:
-    """Column -> value (floats may be NaN: no measured step, or the file lacks the dataset)."""
-    mask = measured_mask(run)
-    row: dict = {"completed_steps": run.completed_steps, "measured_steps": int(mask.sum())}
+def _one(frame: pd.DataFrame, has: set[str], levels: list[str], missing: list[str]) -> dict:
+    missing += [d for d in WANTED if d not in has]
+    if frame.empty:           # opened, but not one completed step: nothing to take a median of
+        row = {"measured_steps": 0}
+        for stem in STEP_METRICS:
+            row.update({f"{stem}_median": math.nan, f"{stem}_p5": math.nan, f"{stem}_p95": math.nan})
+        row["exposed_comm_s_median"] = math.nan
+        row.update({f"bytes_{lv}_per_rank_step_median": math.nan for lv in levels})
+        row.update(mem_peak_bytes_max=math.nan, slack_median=math.nan, final_loss=math.nan)
+        return row
+    measured = frame.groupby("step", sort=True)["measured"].first()
+    row: dict = {"measured_steps": int(measured.sum())}
+    rank0 = frame[frame["rank"] == 0].set_index("step").sort_index()
     for stem, ds in STEP_METRICS.items():
-        v = _per_step(run, ds)
-        if v is None:
-            run.missing.append(ds)
-            v = np.full(run.completed_steps, math.nan)
-        v = v[mask]
-        row[f"{stem}_median"] = _pct(v, 50)
-        row[f"{stem}_p5"] = _pct(v, 5)
-        row[f"{stem}_p95"] = _pct(v, 95)
-
-    exposed = _per_step(run, "ranks/exposed_comm_s")
-    if exposed is None:
-        run.missing.append("ranks/exposed_comm_s")
-    row["exposed_comm_s_median"] = _pct(exposed[mask], 50) if exposed is not None else math.nan
-
-    # Bytes per step and link level: summed over collective ops, mean over ranks (what one rank moves).
+        v = rank0[ds][measured] if ds in has else np.array([])
+        row[f"{stem}_median"] = pct(v, 50)
+        row[f"{stem}_p5"] = pct(v, 5)
+        row[f"{stem}_p95"] = pct(v, 95)
+    if "ranks/exposed_comm_s" in has:
+        row["exposed_comm_s_median"] = pct(per_step(frame, "ranks/exposed_comm_s")[measured], 50)
+    else:
+        row["exposed_comm_s_median"] = math.nan
     for level in levels:
-        total = np.zeros(run.completed_steps)
-        for k in run.series:
-            parts = k.split("/")
-            if len(parts) == 4 and parts[0] == "comm" and parts[2] == level and parts[3] == "bytes":
-                total = total + _per_step(run, k)
-        row[f"bytes_{level}_per_rank_step_median"] = _pct(total[mask], 50)
-
-    peak = _per_step(run, "ranks/mem_peak_bytes", reduce=np.max)
-    if peak is None:
-        run.missing.append("ranks/mem_peak_bytes")
-    row["mem_peak_bytes_max"] = float(np.nanmax(peak)) if peak is not None and np.isfinite(peak).any() else math.nan
-    slack = _per_step(run, "ranks/slack")
-    if slack is None:
-        run.missing.append("ranks/slack")
-    row["slack_median"] = _pct(slack[mask], 50) if slack is not None else math.nan
-
-    loss = run.series.get("steps/loss")
-    if loss is None:
-        run.missing.append("steps/loss")
-    row["final_loss"] = float(loss[-1]) if loss is not None and len(loss) else math.nan
+        row[f"bytes_{level}_per_rank_step_median"] = pct(level_bytes(frame, has, level)[measured], 50)
+    if "ranks/mem_peak_bytes" in has:
+        peak = per_step(frame, "ranks/mem_peak_bytes", "max")
+        row["mem_peak_bytes_max"] = float(peak.max()) if peak.notna().any() else math.nan
+    else:
+        row["mem_peak_bytes_max"] = math.nan
+    if "ranks/slack" in has:
+        row["slack_median"] = pct(per_step(frame, "ranks/slack")[measured], 50)
+    else:
+        row["slack_median"] = math.nan
+    if "steps/loss" in has and len(rank0):
+        row["final_loss"] = float(rank0["steps/loss"].iloc[-1])
+    else:
+        row["final_loss"] = math.nan
     return row
+
+
+def summarise(res: Results) -> tuple[pd.DataFrame, dict[str, list[str]]]:
+    """One row per opened run (index: run) and, per run, the wanted datasets it lacks."""
+    rows, missing = {}, {}
+    by_run = dict(tuple(res.long.groupby("run", sort=False, observed=True))) if not res.long.empty else {}
+    for run, has in res.datasets.items():
+        frame = by_run.get(run, pd.DataFrame())
+        miss: list[str] = []
+        rows[run] = _one(frame, has, res.levels, miss)
+        missing[run] = miss
+    return pd.DataFrame.from_dict(rows, orient="index"), missing

@@ -1,15 +1,21 @@
-"""The sweep table written as CSV (every number at full precision, empty = not available) and as Markdown
-(numbers rounded for reading, `–` = not available)."""
+"""The sweep table written as CSV (every number at full precision, empty = not available; pandas writes
+and quotes it) and as Markdown (numbers rounded for reading, `–` = not available). Markdown stays our own
+few lines: pandas' to_markdown needs the tabulate package and pads every cell, and the cells here are
+formatted per column (bytes in KiB/MiB, fractions in %)."""
 from __future__ import annotations
 
-import csv
-import io
 import math
 from typing import Any
 
+import pandas as pd
+
+
+def _missing(v: Any) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+
 
 def _csv_cell(v: Any) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+    if _missing(v):
         return ""
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -19,17 +25,18 @@ def _csv_cell(v: Any) -> str:
     return str(v)
 
 
-def to_csv(columns: list[str], rows: list[dict]) -> str:
-    out = io.StringIO()
-    w = csv.writer(out, lineterminator="\n")
-    w.writerow(columns)
-    for r in rows:
-        w.writerow([_csv_cell(r.get(c)) for c in columns])
-    return out.getvalue()
+def _plain(v: Any) -> Any:
+    """numpy scalars as Python ones, so the cell formatters see int / float / bool."""
+    return v.item() if hasattr(v, "item") and not isinstance(v, (str, bytes)) else v
+
+
+def to_csv(table: pd.DataFrame) -> str:
+    return table.map(lambda v: _csv_cell(_plain(v))).to_csv(index=False, lineterminator="\n")
 
 
 def _md_cell(col: str, v: Any) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+    v = _plain(v)
+    if _missing(v):
         return "–"
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -52,8 +59,9 @@ def _bytes(b: float) -> str:
     return f"{b:.3g} TiB"
 
 
-def to_markdown(columns: list[str], rows: list[dict]) -> str:
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    for r in rows:
-        lines.append("| " + " | ".join(_md_cell(c, r.get(c)) for c in columns) + " |")
+def to_markdown(table: pd.DataFrame, cell=_md_cell) -> str:
+    cols = list(table.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for rec in table.itertuples(index=False, name=None):
+        lines.append("| " + " | ".join(cell(c, v) for c, v in zip(cols, rec)) + " |")
     return "\n".join(lines) + "\n"

@@ -40,6 +40,8 @@ class Run:
     series: dict[str, np.ndarray]        # every steps/, ranks/, comm/ dataset, cut to completed_steps rows
     completed_steps: int
     missing: list[str]                   # datasets analysis wanted and the file lacks
+    model_state: np.ndarray | None = None    # memory/model_state_bytes [rank, component], once after step 0
+    components: list[str] = dataclasses.field(default_factory=list)   # its columns (param, grad, ...)
 
     @property
     def status(self) -> str:
@@ -103,9 +105,9 @@ def open_run(path: Path) -> Run:
             newest = max(KNOWN_SCHEMA_VERSIONS)
             raise ResultsFileError(
                 f"'{path}' has schema_version {version}, "
-                + (f"newer than the {newest} analysis/collect reads: use a checkout as new as the hzpbench that "
+                + (f"newer than the {newest} analysis reads: use a checkout as new as the hzpbench that "
                    f"wrote it ({attrs.get('hzpbench_version', '?')}, {attrs.get('git_sha', '?')})" if version > newest
-                   else f"which analysis/collect does not know (it reads {', '.join(map(str, KNOWN_SCHEMA_VERSIONS))})"),
+                   else f"which analysis does not know (it reads {', '.join(map(str, KNOWN_SCHEMA_VERSIONS))})"),
                 version)
         lacking = [a for a in REQUIRED_ATTRIBUTES if a not in attrs]
         if lacking:
@@ -122,7 +124,12 @@ def open_run(path: Path) -> Run:
                 series[name] = obj[...]
 
         f.visititems(visit)
+        model_state, components = None, []
+        if "memory/model_state_bytes" in f:
+            ds = f["memory/model_state_bytes"]
+            model_state = ds[...]
+            components = [_attr(c) for c in ds.attrs.get("components", [])]
     # Completed steps = the fewest rows among the step series (a kill may leave one series a row longer).
     completed = min((len(v) for v in series.values()), default=0)
     series = {k: v[:completed] for k, v in series.items()}
-    return Run(path, version, attrs, config, series, completed, [])
+    return Run(path, version, attrs, config, series, completed, [], model_state, components)

@@ -8,10 +8,11 @@ import shutil
 
 import h5py
 import numpy as np
+import pandas as pd
 import pytest
 
 from analysis.collect import by_config, cli, table
-from analysis.collect.results_file import ResultsFileError, open_run
+from analysis.load.results_file import ResultsFileError, open_run
 
 
 def collect_rows(*paths, axes=None):
@@ -116,7 +117,7 @@ def test_broken_inputs_get_one_clear_message(tmp_path, runs):
         "empty": "is empty (0 bytes)",
         "text": "is not an HDF5 file",
         "truncated": "is truncated",
-        "newer": "has schema_version 2, newer than the 1 analysis/collect reads",
+        "newer": "has schema_version 2, newer than the 1 analysis reads",
         "foreign": "is an HDF5 file but not an hzpbench results file",
     }
     assert bad == len(expect)
@@ -133,7 +134,7 @@ def test_broken_inputs_get_one_clear_message(tmp_path, runs):
 
 
 def test_mixed_schema_versions_are_reported(tmp_path, runs, monkeypatch):
-    import analysis.collect.results_file as rf
+    import analysis.load.results_file as rf
     shutil.copy(runs["ok"], tmp_path / "v1.h5")
     v2 = broken(tmp_path, runs, "v2")
     with h5py.File(v2, "r+") as f:
@@ -193,9 +194,10 @@ def test_per_config_folds_repeats_and_keeps_every_status(tmp_path, runs):
         for i, (n, v) in enumerate((("a_r0", "none"), ("a_r1", "none"), ("a_r2", "none"), ("b_r0", "ddp")))]}))
     columns, rows, bad = cli.collect([str(tmp_path)], err=io.StringIO())
     per_run = {r["task"]: r for r in rows}
-    cols, folded = by_config.fold(columns, rows, ["scheduler.name"])
-    assert [r["scheduler.name"] for r in folded] == ["none", "ddp"]
-    a, b = folded
+    folded = by_config.fold(pd.DataFrame(rows, columns=columns), ["scheduler.name"])
+    cols = list(folded.columns)
+    assert list(folded["scheduler.name"]) == ["none", "ddp"]
+    a, b = folded.to_dict("records")
     assert a["runs"] == 3 and a["statuses"] == "2 ok, 1 killed" and b["statuses"] == "1 ok"
     t0, t1 = per_run["a_r0"]["step_time_s_median"], per_run["a_r1"]["step_time_s_median"]
     assert t1 == pytest.approx(1.5 * t0)

@@ -1,0 +1,72 @@
+"""Names for what a run configured, as a reader of a figure or table wants to see them: the scheduler's
+layout ("hsdp Z=4", "asynchzp z1=8 z2=4 z3=4 async") and a configuration's label (the layout, then every
+other swept key as `name=value`). The group sizes are resolved the way hzpbench resolves them (0 = the
+next larger group; docs/options.md), so a run that left z2 at 0 and one that set it to z1 get one label.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+# Scheduler keys the layout itself shows; other scheduler.* axes are appended as name=value.
+LAYOUT_KEYS = {"scheduler.name", "scheduler.group_size", "scheduler.z1", "scheduler.z2", "scheduler.z3",
+               "scheduler.async"}
+
+
+def _int(v: Any, default: int = 0) -> int:
+    try:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return default
+        return int(v)
+    except (TypeError, ValueError):
+        return default
+
+
+def groups(cfg: dict, world: int) -> tuple[int, int, int]:
+    """(z1, z2, z3) of an asynchzp run: optimizer, gradient and parameter group sizes, zeros resolved."""
+    z1 = _int(cfg.get("scheduler.z1")) or world
+    z2 = _int(cfg.get("scheduler.z2")) or z1
+    z3 = _int(cfg.get("scheduler.z3")) or z2
+    return z1, z2, z3
+
+
+def hsdp_group(cfg: dict, world: int) -> int:
+    return _int(cfg.get("scheduler.group_size")) or world
+
+
+def truthy(v: Any) -> bool:
+    return v is True or str(v).lower() in ("true", "1")
+
+
+def layout(cfg: dict, world: int) -> str:
+    name = str(cfg.get("scheduler.name", "?"))
+    if name == "hsdp":
+        return f"hsdp Z={hsdp_group(cfg, world)}"
+    if name == "asynchzp":
+        z1, z2, z3 = groups(cfg, world)
+        mode = "async" if truthy(cfg.get("scheduler.async", True)) else "inline"
+        return f"asynchzp z1={z1} z2={z2} z3={z3} {mode}"
+    return name
+
+
+def _short_names(keys: list[str]) -> dict[str, str]:
+    """Last segment of each key, or the whole key where two keys share a last segment."""
+    last = [k.rsplit(".", 1)[-1] for k in keys]
+    return {k: (s if last.count(s) == 1 else k) for k, s in zip(keys, last)}
+
+
+def value_text(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def config_label(cfg: dict, world: int, axes: list[str], show_world: bool) -> str:
+    """The layout, the world size when runs differ in it, then every other axis as name=value."""
+    head = layout(cfg, world) + (f" W={world}" if show_world else "")
+    rest = [a for a in axes if a not in LAYOUT_KEYS and a != "topology.world_size"]
+    short = _short_names(rest)
+    parts = [f"{short[a]}={value_text(cfg.get(a))}" for a in rest if a in cfg]
+    return ", ".join([head, *parts])
