@@ -466,6 +466,24 @@ const ResolvedConfig::Entry& ResolvedConfig::entry(std::string_view key, const c
   return it->second;
 }
 
+bool ResolvedConfig::fit_unset(std::string_view key, OptionValue value, const std::string& why) {
+  Entry& e = const_cast<Entry&>(entry(key, "fit_unset"));
+  if (e.origin.source != ValueSource::default_value && e.origin.source != ValueSource::preset) return false;
+  HZP_CHECK(value.index() == e.value.index(), "fit_unset(\"", key, "\"): the new value has another type");
+  e.value = std::move(value);
+  e.origin.where += ", " + why;
+  return true;
+}
+
+std::optional<OptionValue> ResolvedConfig::preset_value(std::string_view preset_key, std::string_view key) const {
+  const std::string& chosen = get_string(preset_key);
+  for (const Preset* p : table_->presets()) {
+    if (p->preset_key != preset_key || p->name != chosen) continue;
+    if (auto it = p->values.find(key); it != p->values.end()) return it->second;
+  }
+  return std::nullopt;
+}
+
 const OptionValue& ResolvedConfig::value(std::string_view key) const { return entry(key, "value").value; }
 const ValueOrigin& ResolvedConfig::origin(std::string_view key) const { return entry(key, "origin").origin; }
 

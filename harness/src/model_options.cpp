@@ -87,7 +87,8 @@ void register_model_keys(OptionTable& t) {
             .positive()
             .with_unit("sequences"));
   t.add(S::integer("train.steps", tr.steps, "Optimizer steps; the cosine schedule ends here").positive());
-  t.add(S::integer("train.warmup_steps", tr.warmup_steps, "Linear warm-up steps before the cosine").non_negative());
+  t.add(S::integer("train.warmup_steps", tr.warmup_steps, "Linear warm-up steps before the cosine; a preset's or default warm-up longer than train.steps is "
+                   "scaled to the preset's share of the run").non_negative());
   t.add(S::real("train.lr", tr.lr, "Peak learning rate").non_negative());
   t.add(S::real("train.lr_min", tr.lr_min, "Learning rate the cosine reaches at train.steps").non_negative());
   t.add(S::real("train.clip", tr.clip, "Global gradient-norm clipping threshold; 0 = off").non_negative());

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "hzp/core/device.hpp"
@@ -36,7 +38,25 @@ ResolvedConfig resolve_run_config(const RunCliArgs& a, int world_size) {
   for (const std::string& s : a.config.sets) r.add_set(s);
   if (!a.out.empty()) r.add_set("output.path=" + a.out);
   if (a.force) r.add_set("output.force=true");
-  return r.resolve();
+  ResolvedConfig cfg = r.resolve();
+  fit_warmup_to_steps(cfg);
+  return cfg;
+}
+
+void fit_warmup_to_steps(ResolvedConfig& cfg) {
+  // A short first try (`--set model.preset=tiny --set train.steps=10`) should run: a warm-up the user did
+  // not set, longer than the run, keeps its preset's share of the run instead (tiny: 30 of 300 steps, so 1
+  // of 10). A warm-up set explicitly is the user's and is checked as given.
+  const std::int64_t steps = cfg.get_int("train.steps"), warmup = cfg.get_int("train.warmup_steps");
+  if (steps <= 0 || warmup <= steps) return;
+  const std::optional<OptionValue> preset_steps = cfg.preset_value("model.preset", "train.steps");
+  const std::int64_t of = preset_steps ? std::get<std::int64_t>(*preset_steps) : warmup;
+  const std::int64_t fitted = std::clamp<std::int64_t>(
+      static_cast<std::int64_t>(std::llround(static_cast<double>(warmup) * static_cast<double>(steps) / static_cast<double>(of))),
+      0, steps);
+  cfg.fit_unset("train.warmup_steps", fitted,
+                "scaled from " + std::to_string(warmup) + " of " + std::to_string(of) + " steps to train.steps = " +
+                    std::to_string(steps));
 }
 
 coll::MpiCommConfig mpi_comm_config_from(const ResolvedConfig& cfg) {

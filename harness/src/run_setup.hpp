@@ -30,8 +30,11 @@ struct RunCliArgs {
 };
 
 /// Layers: key defaults < presets < (the embedded default for `world_size`, or --config FILE) < --set <
-/// --out / --force. ConfigError naming key, value, origin and fix.
+/// --out / --force. ConfigError naming key, value, origin and fix. Then fit_warmup_to_steps.
 ResolvedConfig resolve_run_config(const RunCliArgs& args, int world_size);
+/// A train.warmup_steps that came from a default or preset and exceeds train.steps is scaled to the
+/// preset's share of the run (its origin says so); an explicit one is left to be checked as given.
+void fit_warmup_to_steps(ResolvedConfig& cfg);
 
 struct RunSetup {
   RunOptions opt;

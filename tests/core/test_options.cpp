@@ -131,6 +131,19 @@ TEST(OptionsPrecedence, PresetViaSetAloneAndDefaultPresetOverridesNothing) {
   EXPECT_EQ(resolve_sets({"model.preset=custom"}).get_int("model.layers"), 12);
 }
 
+TEST(OptionsPrecedence, FitUnsetChangesOnlyDefaultsAndPresetsAndSaysWhy) {
+  ResolvedConfig c = resolve_sets({"model.preset=tiny", "model.dim=32"});
+  EXPECT_EQ(c.preset_value("model.preset", "model.layers"), OptionValue(std::int64_t{4}));
+  EXPECT_FALSE(c.preset_value("model.preset", "train.lr"));
+  EXPECT_TRUE(c.fit_unset("model.layers", std::int64_t{2}, "halved for the test"));  // from the preset
+  EXPECT_EQ(c.get_int("model.layers"), 2);
+  EXPECT_EQ(c.origin("model.layers").where, "preset model.preset=tiny, halved for the test");
+  EXPECT_TRUE(c.fit_unset("train.lr", 1e-3, "raised"));  // a key default
+  EXPECT_EQ(c.origin("train.lr").where, "default, raised");
+  EXPECT_FALSE(c.fit_unset("model.dim", std::int64_t{16}, "never"));  // the user's --set stays
+  EXPECT_EQ(c.get_int("model.dim"), 32);
+}
+
 TEST(OptionsPrecedence, LaterSetAndLaterFileWin) {
   EXPECT_EQ(resolve_sets({"model.layers=2", "model.layers=3"}).get_int("model.layers"), 3);
   const std::string a = write_file("a.toml", "model.layers = 5\nmodel.dim = 8\n");

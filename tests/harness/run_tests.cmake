@@ -36,6 +36,11 @@ hzp_add_bad_run(NAME run_bad_heads_kv ARGS --set model.kv_heads=3
   MATCH "model\\.heads = 4 is not divisible by model\\.kv_heads = 3")
 hzp_add_bad_run(NAME run_bad_seq_len_limit ARGS --set model.seq_len=4096
   MATCH "model\\.seq_len = 4096 exceeds preset tiny's limit model\\.max_seq_len = 1024")
+# A preset's warm-up longer than a short run is scaled to the preset's share of it (and says so); an
+# explicit one is checked as given (run_bad_warmup_beyond_steps).
+hzp_add_cli_test(NAME run_short_preset_run ARGS run --set model.preset=tiny --set train.steps=3
+                 --out ${hzp_run_dir}/run_short_preset_run.h5 --force
+                 MATCH "warmup_steps = 0 +# preset model\\.preset=tiny, scaled from 30 of 300 steps to train\\.steps = 3.*status: ok")
 hzp_add_bad_run(NAME run_bad_warmup_beyond_steps ARGS --set train.warmup_steps=5
   MATCH "train\\.warmup_steps = 5 exceeds train\\.steps = 2")
 hzp_add_bad_run(NAME run_bad_unknown_scheduler ARGS --set scheduler.name=zero9

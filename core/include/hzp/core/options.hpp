@@ -188,6 +188,14 @@ class ResolvedConfig {
 
   const std::map<std::string, Entry, std::less<>>& entries() const noexcept { return entries_; }
 
+  /// Replaces a value that came from a key default or a preset, never one a file or --set gave, with
+  /// `value`, appending `why` to its origin (so the dump says what was changed and why); returns whether
+  /// it did. For a program's fitting rules (a preset's warm-up scaled to a shorter run); call it before the
+  /// configuration is shared.
+  bool fit_unset(std::string_view key, OptionValue value, const std::string& why);
+  /// The value the chosen preset of `preset_key` gives `key`, if it gives one.
+  std::optional<OptionValue> preset_value(std::string_view preset_key, std::string_view key) const;
+
  private:
   friend class ConfigResolver;
   explicit ResolvedConfig(const OptionTable& table) : table_(&table) {}
