@@ -30,6 +30,8 @@ class UsageError(Exception):
 
 def _load(args) -> tuple[spec.Sweep, str]:
     sweep = spec.load(args.spec, hzpbench.default_program())
+    if args.out:  # --out wins over the spec's results_dir, so one spec serves several scratch folders
+        sweep.results_dir = Path(args.out).resolve()
     program = hzpbench.check_program(args.hzpbench or sweep.hzpbench)
     return sweep, program
 
@@ -215,11 +217,13 @@ def parser() -> argparse.ArgumentParser:
     def with_spec(p):
         p.add_argument("spec", metavar="SPEC", help="sweep spec (TOML)")
         p.add_argument("--hzpbench", default="", help="hzpbench program (default: sweep.hzpbench, build/bin/hzpbench, PATH)")
+        p.add_argument("--out", default="", metavar="DIR",
+                       help="folder to hold the sweep's folder DIR/<sweep.name>/ (default: sweep.results_dir)")
         return p
 
     p = with_spec(sub.add_parser("plan", help="expand and validate every task, print the plan; writes nothing"))
     p.set_defaults(func=cmd_plan)
-    p = with_spec(sub.add_parser("submit", help="plan, write results/<sweep>/, submit the job arrays"))
+    p = with_spec(sub.add_parser("submit", help="plan, write results/<sweep>/ (or --out DIR/<sweep>/), submit the job arrays"))
     p.add_argument("--dry-run", action="store_true", help="print the plan and the job scripts, submit nothing")
     p.set_defaults(func=cmd_submit)
     p = with_spec(sub.add_parser("run-local", help="plan, then run every task here one after another (no Slurm)"))

@@ -166,6 +166,15 @@ def test_plan_validates_every_task_with_hzpbench(tmp_path):
     assert rc == 2 and "refused 2 task(s)" in err, err
 
 
+def test_out_overrides_results_dir(tmp_path):
+    s = write(tmp_path, BASE.format(root=tmp_path / "from_spec"))
+    elsewhere = tmp_path / "scratch"
+    rc, out, err = sweep_cli("submit", str(s), "--dry-run", "--out", str(elsewhere), "--hzpbench", HZPBENCH)
+    assert rc == 0, err
+    assert f'--out "$sweep_dir/$task.h5"' in out and f"sweep_dir={elsewhere / 'abl'}" in out.replace("'", ""), out
+    assert str(tmp_path / "from_spec") not in out
+
+
 LOCAL = """
 [sweep]
 name = "local"
