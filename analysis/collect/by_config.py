@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..load.labels import plain
 from . import run_summary
 
 REPEAT_SPREAD = [f"{stem}_median" for stem in run_summary.STEP_METRICS]
@@ -40,7 +41,7 @@ def fold(table: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
     first_metric = list(table.columns).index("measured_steps") + 1
     metrics = [c for c in table.columns[first_metric:] if c != "file" and not c.endswith(("_p5", "_p95"))]
     # repr() keys: axis values may be None, floats or strings, and a missing value must not merge with NaN.
-    key = table[axes].apply(lambda r: tuple(repr(v) for v in r), axis=1) if axes else pd.Series(
+    key = table[axes].apply(lambda r: tuple(repr(plain(v)) for v in r), axis=1) if axes else pd.Series(
         [()] * len(table), index=table.index)
     out = []
     for _, members in table.groupby(key, sort=False):

@@ -5,7 +5,7 @@ interpolate linearly between order statistics, as the harness's do.
 
 Spreads are p5 and p95 over the measured steps. Per-rank series ([step, rank]) are first reduced per step
 (mean over ranks; max for peak memory), then over steps. A step with a fill value (NaN) on any rank is NaN
-and stays out of the percentiles.
+and stays out of the percentiles (analysis/stats.py).
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..load import Results
+from ..stats import by_run, level_bytes, pct, per_step
 
 # Per-step series whose median, p5 and p95 the table shows, by column stem.
 STEP_METRICS = {
@@ -25,30 +26,6 @@ STEP_METRICS = {
 }
 # Datasets a complete run has and the table reads; an ok run lacking one is said so.
 WANTED = [*STEP_METRICS.values(), "ranks/exposed_comm_s", "ranks/mem_peak_bytes", "ranks/slack", "steps/loss"]
-
-
-def pct(v: pd.Series | np.ndarray, q: float) -> float:
-    a = np.asarray(v, dtype=np.float64)
-    a = a[np.isfinite(a)]
-    return float(np.percentile(a, q)) if a.size else math.nan
-
-
-def per_step(frame: pd.DataFrame, column: str, how: str = "mean") -> pd.Series:
-    """A [step, rank] series of one run reduced over ranks per step (index: step). NaN on any rank -> NaN."""
-    g = frame.groupby("step", sort=True)[column]
-    out = g.max() if how == "max" else g.mean()
-    return out.where(g.count() == g.size())
-
-
-def level_bytes(frame: pd.DataFrame, has: set[str], level: str) -> pd.Series:
-    """Bytes one rank moves per step on a link level: comm/<op>/<level>/bytes summed over ops, mean over
-    ranks; 0 for a run with no such series (no communicator), not a missing value."""
-    cols = [c for c in has if c.startswith("comm/") and c.endswith(f"/{level}/bytes") and c.count("/") == 3]
-    steps = pd.Index(sorted(frame["step"].unique()), name="step")
-    if not cols:
-        return pd.Series(0.0, index=steps)
-    total = frame[sorted(cols)].sum(axis=1, min_count=len(cols))
-    return per_step(frame.assign(_b=total), "_b")
 
 
 def _one(frame: pd.DataFrame, has: set[str], levels: list[str], missing: list[str]) -> dict:
@@ -94,9 +71,9 @@ def _one(frame: pd.DataFrame, has: set[str], levels: list[str], missing: list[st
 def summarise(res: Results) -> tuple[pd.DataFrame, dict[str, list[str]]]:
     """One row per opened run (index: run) and, per run, the wanted datasets it lacks."""
     rows, missing = {}, {}
-    by_run = dict(tuple(res.long.groupby("run", sort=False, observed=True))) if not res.long.empty else {}
+    frames = by_run(res.long)
     for run, has in res.datasets.items():
-        frame = by_run.get(run, pd.DataFrame())
+        frame = frames.get(run, pd.DataFrame())
         miss: list[str] = []
         rows[run] = _one(frame, has, res.levels, miss)
         missing[run] = miss

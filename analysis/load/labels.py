@@ -49,6 +49,16 @@ def layout(cfg: dict, world: int) -> str:
     return name
 
 
+def plain(v: Any) -> Any:
+    """A value as Python has it: numpy scalars unwrapped, NaN (pandas' missing) as None, so that two rows of
+    one frame compare equal however pandas handed them out (.loc gives numpy scalars, iterrows objects)."""
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        v = v.item()
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    return v
+
+
 def _short_names(keys: list[str]) -> dict[str, str]:
     """Last segment of each key, or the whole key where two keys share a last segment."""
     last = [k.rsplit(".", 1)[-1] for k in keys]
@@ -63,10 +73,15 @@ def value_text(v: Any) -> str:
     return str(v)
 
 
-def config_label(cfg: dict, world: int, axes: list[str], show_world: bool) -> str:
-    """The layout, the world size when runs differ in it, then every other axis as name=value."""
+def config_label(cfg: dict, world: int, axes: list[str], show_world: bool, usual: dict | None = None) -> str:
+    """The layout, the world size when runs differ in it, then every other axis as name=value. Without a
+    sweep manifest the axes are every key that differs between files; then `usual` (axis -> the value most
+    runs have) leaves out what a run shares with most others: two runs that differ still differ in label,
+    since at least one of them departs from the usual value where they differ. output.* never names a run."""
     head = layout(cfg, world) + (f" W={world}" if show_world else "")
-    rest = [a for a in axes if a not in LAYOUT_KEYS and a != "topology.world_size"]
+    rest = [a for a in axes if a not in LAYOUT_KEYS and a != "topology.world_size" and not a.startswith("output.")]
     short = _short_names(rest)
-    parts = [f"{short[a]}={value_text(cfg.get(a))}" for a in rest if a in cfg]
+    usual = usual or {}
+    parts = [f"{short[a]}={value_text(cfg.get(a))}" for a in rest
+             if a in cfg and not (a in usual and repr(cfg.get(a)) == usual[a])]
     return ", ".join([head, *parts])

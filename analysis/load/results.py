@@ -40,9 +40,17 @@ class Results:
     unreadable: int
     levels: list[str]                 # link levels seen in comm/*/<level>/bytes
     config_keys: list[str]
+    show_world: bool = False          # runs differ in world size: labels say W
+    usual: dict | None = None         # without a manifest: axis -> the value most runs have (labels.py)
 
     def ok(self) -> pd.DataFrame:
         return self.runs[self.runs["state"] == "ok"]
+
+    def label(self, meta: pd.Series, without: tuple[str, ...] = ()) -> str:
+        """A run's configuration label without some axes: the name of a line whose x axis they are."""
+        cfg = {k: labels.plain(v) for k, v in meta.items()}
+        axes = [a for a in self.axes if a not in without]
+        return labels.config_label(cfg, int(meta["world_size"] or 1), axes, self.show_world, self.usual)
 
 
 def state_of(run: Run) -> str:
@@ -156,11 +164,14 @@ def load(paths: list[str | Path], axes: list[str] | None = None) -> Results:
         rows.append(row)
 
     show_world = len({r["world_size"] for r in rows if r["world_size"]}) > 1
+    usual = None if found.manifests else {
+        a: collections.Counter(repr(r["_cfg"].get(a)) for r in rows if a in r["_cfg"]).most_common(1)[0][0]
+        for a in axes if any(a in r["_cfg"] for r in rows)}
     for r in rows:
         cfg = r.pop("_cfg")
         world = r["world_size"] or 1
         r["layout"] = labels.layout(cfg, world) if cfg else "?"
-        r["config"] = labels.config_label(cfg, world, axes, show_world) if cfg else r["run"]
+        r["config"] = labels.config_label(cfg, world, axes, show_world, usual) if cfg else r["run"]
         for k in config_keys:
             r[k] = cfg.get(k)
     runs = pd.DataFrame(rows)
@@ -179,4 +190,4 @@ def load(paths: list[str | Path], axes: list[str] | None = None) -> Results:
     levels = sorted({n.split("/")[2] for ds in datasets.values() for n in ds
                      if n.startswith("comm/") and n.endswith("/bytes") and n.count("/") == 3})
     return Results(runs, long, memory, list(axes), attrs, datasets, found.manifests, problems, len(failures),
-                   levels, config_keys)
+                   levels, config_keys, show_world, usual)

@@ -1,0 +1,96 @@
+"""Exposed communication against the links' communication-to-compute ratio r, per scheduler and layout: the
+share of the step the compute thread waited on communication (median of steps/exposed_comm_frac over the
+measured steps), at the r the run was given (`links.comm_to_compute`) or, for a run on a link profile,
+the r its links amount to: 4N bytes over the inter-node bandwidth divided by the measured micro-batch
+compute time (docs/run.md "Link profiles"). Runs without emulated links (one rank, or links.emulate off)
+have no r and are listed, not drawn."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..load import Results, labels
+from ..stats import by_run, pct
+from .common import PERCENT, Figure, palette, plt, save, skip, spans_decades, state_note
+
+
+def ratio(meta: pd.Series, attrs: dict) -> float:
+    r = meta.get("links.comm_to_compute")
+    if isinstance(r, (int, float)) and r == r and r > 0:
+        return float(r)
+    try:
+        bw = float(attrs["links.inter_bandwidth_gbps"]) * 1e9
+        t = float(attrs["compute.micro_batch_s"])
+        n = float(attrs["model.num_params"])
+        return 4 * n / (bw * t) if bw > 0 and t > 0 else math.nan
+    except (KeyError, TypeError, ValueError):
+        return math.nan
+
+
+def points(res: Results) -> pd.DataFrame:
+    frames = by_run(res.long)
+    rows = []
+    for _, meta in res.runs.iterrows():
+        f = frames.get(meta["run"])
+        if f is None:
+            continue
+        attrs = res.attrs.get(meta["run"], {})
+        emulated = labels.truthy(meta.get("links.emulate")) and int(meta["world_size"]) > 1
+        m = f[f["rank"] == 0].set_index("step")
+        frac = pct(m["steps/exposed_comm_frac"][m["measured"]], 50) if "steps/exposed_comm_frac" in m else math.nan
+        rows.append({"run": meta["run"], "state": meta["state"],
+                     "series": res.label(meta, without=("links.comm_to_compute",)),
+                     "comm_to_compute": ratio(meta, attrs) if emulated else math.nan,
+                     "ratio_source": ("links.comm_to_compute" if (meta.get("links.comm_to_compute") or 0) > 0
+                                      else "link profile") if emulated else "no emulated links",
+                     "exposed_comm_frac_median": frac,
+                     "note": state_note(meta["state"], int(meta["completed_steps"]), meta["planned_steps"])})
+    return pd.DataFrame(rows)
+
+
+def make(res: Results, out) -> Figure:
+    info = Figure("exposed_vs_ratio", "Exposed communication against the communication-to-compute ratio",
+                  "Share of the step the compute thread waited on communication (median over measured steps) "
+                  "against r, the time 4N bytes take on the inter-node link over one micro-batch's compute "
+                  "time. Lines join the medians of a scheduler/layout's ok runs; crosses are runs that did not "
+                  "finish ok. Runs without emulated links are listed below the axes, not drawn.")
+    p = points(res)
+    if p.empty:
+        return skip(info, "no run completed a step")
+    drawn = p[p["comm_to_compute"].notna()]
+    if drawn.empty:
+        return skip(info, "no run with emulated links (one rank, or links.emulate off)")
+    series = list(dict.fromkeys(drawn["series"]))
+    colour = dict(zip(series, palette(len(series))))
+    fig, ax = plt.subplots(figsize=(10, 6))
+    for s, g in drawn.groupby("series", sort=False):
+        ok = g[g["state"] == "ok"]
+        ax.plot(ok["comm_to_compute"], ok["exposed_comm_frac_median"], "o", color=colour[s], alpha=0.35, ms=5)
+        med = ok.groupby("comm_to_compute")["exposed_comm_frac_median"].median().sort_index()
+        if len(med):
+            ax.plot(med.index, med.to_numpy(), "-o", color=colour[s], label=s, lw=1.5, ms=6)
+        bad = g[g["state"] != "ok"]
+        for k, (_, b) in enumerate(bad.iterrows()):
+            if math.isfinite(b["exposed_comm_frac_median"]):
+                ax.plot(b["comm_to_compute"], b["exposed_comm_frac_median"], "x", color=colour[s], ms=10, mew=2,
+                        label=f"{s} (not ok)" if k == 0 else None)
+                ax.annotate(b["note"], (b["comm_to_compute"], b["exposed_comm_frac_median"]), fontsize=7,
+                            xytext=(5, 5), textcoords="offset points")
+    if spans_decades(drawn["comm_to_compute"], 8):
+        ax.set_xscale("log")
+        ax.set_xlabel("r = inter-node time of 4N bytes / micro-batch compute time (log scale)")
+    else:
+        ax.set_xlabel("r = inter-node time of 4N bytes / micro-batch compute time")
+    ax.set_ylabel("exposed communication (share of step)")
+    ax.yaxis.set_major_formatter(PERCENT)
+    ax.set_ylim(0, max(1.0, float(np.nanmax(drawn["exposed_comm_frac_median"].to_numpy(dtype=float)) * 1.05)))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    left_out = p[p["comm_to_compute"].isna()]
+    if len(left_out):
+        ax.text(0, -0.16, "not drawn (no emulated links): " + ", ".join(left_out["run"]), transform=ax.transAxes,
+                fontsize=7, va="top")
+    ax.set_title("Exposed communication against r, per scheduler and layout")
+    return save(fig, p, out, info)

@@ -1,0 +1,40 @@
+"""The paper's rows that hzpbench cannot run yet, per reproduced table: each names what it needs (a
+scheduler name, or a tool) so a report lists it as pending while that is missing, and says it is available
+once the program registers it. Never replaced by a stand-in result."""
+from __future__ import annotations
+
+# (paper row, what it needs)
+PENDING: dict[str, list[tuple[str, str]]] = {
+    "table1": [
+        ("Seed-OSS-36B per pipeline stage (PP = 4, ~9B parameters per stage)", "nd"),
+    ],
+    "table2": [
+        ("Seed-OSS-9B, ND: TP = 8", "nd"),
+        ("Seed-OSS-9B, AsyncHZP with CP = 8", "nd"),
+        ("Seed-OSS-36B, ND: TP = 8, PP = 4; AsyncHZP with PP = 4, CP = 8", "nd"),
+        ("MoE-100B, ND: EP = 8, PP = 6, CP = 8; AsyncHZP with PP = 6, CP = 8", "moe"),
+    ],
+    "table3": [
+        ("Z1 = 64, Z2 = Z3 = 8, PP = 8, async on and off", "nd"),
+        ("Z1 = 256, Z2 = Z3 = 8, CP = 8 (run here without CP)", "nd"),
+    ],
+    "table4": [
+        ("ND: TP = 8 at 8K; TP = 8, PP = 4 at 32K; TP = 8, PP = 4, CP = 8 at 128K", "nd"),
+        ("AsyncHZP with CP = 8 (and PP = 4 at 32K and 128K)", "nd"),
+    ],
+    "table5": [
+        ("Seed-OSS-36B, AsyncHZP Z1 = 64, Z2 = Z3 = 8, PP = 4, CP = 8 at 256 / 512 / 1024 cards (MFU, linearity)",
+         "scale simulator"),
+        ("The best ND strategy's linearity from 256 to 1024 cards (88.37%)", "scale simulator"),
+    ],
+    "ablation": [],
+}
+
+
+def pending(part: str, available: set[str]) -> list[dict]:
+    """The part's rows whose need is not in `available` (registered scheduler names, tools)."""
+    return [{"row": row, "needs": need} for row, need in PENDING.get(part, []) if need not in available]
+
+
+def now_available(part: str, available: set[str]) -> list[dict]:
+    return [{"row": row, "needs": need} for row, need in PENDING.get(part, []) if need in available]

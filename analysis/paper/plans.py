@@ -1,0 +1,45 @@
+"""`hzpbench plan` output read back: the model-state bytes per rank by component of one planned layout (the
+program computes them from the layout alone, so the paper's 9B and 36B shapes at 256 cards plan in
+milliseconds). scripts/reproduce saves each plan as `plans/<label>.json` in the sweep folder: the label, the
+command line and the program's stdout; this module parses the stdout.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+_HEAD = re.compile(r"^scheduler (\S+), W = (\d+), rank (\d+), N = (\d+) parameters")
+_STATE = re.compile(r"^\s+(param|grad|master|m|v|total)\s+(\d+)\s")
+
+
+class PlanError(Exception):
+    pass
+
+
+def parse(stdout: str) -> list[dict]:
+    """One dict per planned scheduler: scheduler, world_size, rank, num_params, and bytes per component."""
+    out: list[dict] = []
+    for line in stdout.splitlines():
+        m = _HEAD.match(line)
+        if m:
+            out.append({"scheduler": m[1], "world_size": int(m[2]), "rank": int(m[3]), "num_params": int(m[4]),
+                        "bytes": {}})
+            continue
+        m = _STATE.match(line)
+        if m and out:
+            out[-1]["bytes"][m[1]] = int(m[2])
+    if not out:
+        raise PlanError("no 'scheduler ..., W = ..., N = ... parameters' line in the plan output")
+    return out
+
+
+def read_saved(folder: Path) -> list[dict]:
+    """Every plans/*.json of a sweep folder, parsed, in file-name order; each keeps label, argv and config."""
+    plans = []
+    for p in sorted((folder / "plans").glob("*.json")):
+        saved = json.loads(p.read_text())
+        for planned in parse(saved["stdout"]):
+            plans.append({**planned, "label": saved["label"], "argv": saved["argv"],
+                          "config": saved.get("config", {}), "file": p.name})
+    return plans
