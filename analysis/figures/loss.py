@@ -32,7 +32,7 @@ def curves(res: Results) -> pd.DataFrame:
 
 def make(res: Results, out) -> Figure:
     info = Figure("loss", "Loss curves",
-                  "Top: training loss per step of every run (nats/token), with the data's entropy floor dashed. "
+                  "Top: training loss per step of every run (nats/token), with the data's entropy floor dotted. "
                   "Bottom: loss minus that of the `none` run on the same problem at the same step. Dashed "
                   "lines ending in a cross are runs that did not finish ok.")
     c = curves(res)
