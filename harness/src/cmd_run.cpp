@@ -23,8 +23,9 @@ Command add_run_command(CLI::App& app, std::vector<std::string> argv) {
       "world size (none on one rank), links.profile = h100-dgx; --set model.preset=tiny gets tiny's own defaults.\n"
       "Run it directly for one rank, or under mpiexec -n N.\n"
       "Exit codes: 0 ok; 2 bad input (configuration, data, output path: nothing ran); 3 diverged (a NaN or "
-      "infinite loss; status `diverged`); 4 failed (an error on some rank, or the watchdog; status `failed: "
-      "<rank>: <reason>`).");
+      "infinite loss; status `diverged`); 4 failed (an error on some rank, the watchdog, or the results file: a "
+      "full disk, the file replaced; status `failed: <rank>: <reason>`); 130 / 138 / 143 terminated by SIGINT / "
+      "SIGUSR1 / SIGTERM (status `failed: <rank>: terminated by SIG...`, every completed step kept).");
   return {sub, [args, argv = std::move(argv)] { return run_main(*args, argv); }};
 }
 
