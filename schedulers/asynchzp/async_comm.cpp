@@ -90,20 +90,6 @@ void CommThread::run() {
 
 AsyncComm::AsyncComm(const Setup& s) : s_(s) {
   const workloads::ParamLayout& layout = *s.layout;
-  const int units = layout.num_units();
-  // The gather schedule of one micro-batch, exactly as the step consumes it: a unit's blocks are
-  // gathered when absent and dropped after their last use in forward, and after their final gradient.
-  std::vector<bool> held(static_cast<std::size_t>(units), false);
-  for (int u = 0; u < units; ++u) {
-    for (int b : layout.param_blocks(u))
-      if (!held[b]) schedule_.push_back(b), held[b] = true;
-    for (int b : layout.params_last_used_in_forward(u)) held[b] = false;
-  }
-  for (int u = units - 1; u >= 0; --u) {
-    for (int b : layout.param_blocks(u))
-      if (!held[b]) schedule_.push_back(b), held[b] = true;
-    for (int b : layout.grads_final_after(u)) held[b] = false;
-  }
   const RingSizing rings = size_rings(layout, *s.seg, s.param_dtype, s.prefetch, s.pool_mb);
   shared_ = rings.shared;
   pool_ = std::make_unique<RingPool>(*s.alloc, std::vector<RingSpec>{{"all_gather", rings.all_gather},
@@ -147,17 +133,41 @@ AsyncHzpStats AsyncComm::stats() const {
   return stats_;
 }
 
-void AsyncComm::begin_step(int micro_batches, TensorView params, TensorView grads, std::function<void(int)> refresh) {
+std::vector<int> gather_order(const workloads::ParamLayout& layout, const std::vector<Action>& actions) {
+  std::vector<int> order;
+  std::vector<bool> held(static_cast<std::size_t>(layout.num_units()), false);
+  auto use = [&](int u) {
+    for (int b : layout.param_blocks(u))
+      if (!held[b]) order.push_back(b), held[b] = true;
+  };
+  for (const Action& a : actions) {
+    if (a.kind == Action::Kind::forward) {
+      for (int u = a.first_unit; u < a.end_unit; ++u) {
+        use(u);
+        for (int b : layout.params_last_used_in_forward(u)) held[b] = false;
+      }
+    } else {
+      for (int u = a.end_unit - 1; u >= a.first_unit; --u) {
+        use(u);
+        for (int b : layout.grads_final_after(u)) held[b] = false;
+      }
+    }
+  }
+  return order;
+}
+
+void AsyncComm::begin_step(const std::vector<Action>& actions, TensorView params, TensorView grads,
+                           std::function<void(int)> refresh) {
   HZP_CHECK(gathers_.empty() && scatters_.empty() && !refresh_,
             "asynchzp: a step began with collectives of the last one queued");
   refresh_ = std::move(refresh);
   refreshes_.assign(shared_.size(), Ticket{});
   params_ = params;
   grads_ = grads;
-  micro_batches_ = micro_batches;
+  order_ = gather_order(*s_.layout, actions);
   next_queue_ = next_consume_ = 0;
   waits_.clear();
-  const std::size_t total = schedule_.size() * static_cast<std::size_t>(micro_batches);
+  const std::size_t total = order_.size();
   {
     std::lock_guard lock(stats_m_);
     stats_.gather_issued_s.assign(total, 0.0);
@@ -180,7 +190,7 @@ void AsyncComm::finish_refresh() {
 }
 
 void AsyncComm::queue_gather(std::size_t k) {
-  const int u = schedule_[k % schedule_.size()];
+  const int u = order_[k];
   queue_refresh(u);  // first use this step: the shard takes the last update first (same thread, in order)
   const std::size_t bytes = static_cast<std::size_t>(s_.seg->unit_block_numel(u)) * dtype_size(s_.param_dtype);
   const RingId ring = shared_[u] ? ag_shared_ring_ : ag_ring_;
@@ -213,7 +223,7 @@ void AsyncComm::queue_gather(std::size_t k) {
 }
 
 Block AsyncComm::next_gathered(int unit) {
-  const std::size_t total = schedule_.size() * static_cast<std::size_t>(micro_batches_);
+  const std::size_t total = order_.size();
   HZP_CHECK(next_consume_ < total && !gathers_.empty() && gathers_.front().unit == unit,
             "asynchzp: the step asked for unit ", unit, " as gather ", next_consume_, " of ", total,
             ", which the gather schedule does not have there");

@@ -1,5 +1,6 @@
-// asynchzp's asynchronous scheduling (paper.md §3, design.md §4): two background threads, each with its
-// own duplicated communicators, and the persistent ring pool their buffers come from.
+// asynchzp's asynchronous scheduling (AsyncHZP, arXiv 2510.20111 §4.2 / Fig. 3; docs/data-parallel.md
+// "Asynchronous scheduling"): two background threads, each with its own duplicated communicators, and
+// the persistent ring pool their buffers come from.
 //   - the parameter thread issues the all-gathers of the step's gather schedule ahead of use (at most
 //     scheduler.prefetch units ahead of the compute thread, and never more than its ring holds) and the
 //     step-end parameter all-gather (per unit, just before the unit's first gather of the next step);
@@ -29,6 +30,7 @@
 #include "hzp/core/ring_pool.hpp"
 #include "hzp/schedulers/asynchzp.hpp"
 #include "asynchzp/asynchzp_segments.hpp"
+#include "hzp/schedulers/step/schedule.hpp"
 
 namespace hzp::schedulers {
 
@@ -97,6 +99,11 @@ class Block {
   RingSlot slot_;
 };
 
+/// The parameter blocks a schedule gathers, in the order its actions consume them, when blocks are gathered
+/// on first use and dropped after their last use in a forward (params_last_used_in_forward) and after their
+/// final gradient (grads_final_after); what is held carries over from one action to the next.
+std::vector<int> gather_order(const workloads::ParamLayout& layout, const std::vector<Action>& actions);
+
 class AsyncComm {
  public:
   struct Setup {
@@ -116,12 +123,14 @@ class AsyncComm {
   ~AsyncComm();
 
   RingPool* pool() noexcept { return pool_.get(); }
-  /// Starts a step of `micro_batches` over the shards `params` (param dtype, l3 slices) and `grads`
-  /// (fp32, l2 slices; int64 in deterministic mode): queues the first `prefetch` gathers. `refresh`, when
-  /// set, brings unit u's shard up to date (the last step's parameter all-gather): it runs on the parameter
-  /// thread just before unit u's first gather of this step, so the refresh of the units not yet needed
-  /// overlaps the forward of those that are.
-  void begin_step(int micro_batches, TensorView params, TensorView grads, std::function<void(int)> refresh = {});
+  /// Starts a step that runs the schedule `actions` over the shards `params` (param dtype, l3 slices) and
+  /// `grads` (fp32, l2 slices; int64 in deterministic mode): its gathers, in the order the actions consume
+  /// them (gather_order), and the first `prefetch` of them queued. `refresh`, when set, brings unit u's
+  /// shard up to date (the last step's parameter all-gather): it runs on the parameter thread just before
+  /// unit u's first gather of this step, so the refresh of the units not yet needed overlaps the forward of
+  /// those that are.
+  void begin_step(const std::vector<Action>& actions, TensorView params, TensorView grads,
+                  std::function<void(int)> refresh = {});
   /// Runs the refresh of every unit not yet refreshed this step and waits for all of them; afterwards
   /// the shards may be written (by the optimizer).
   void finish_refresh();
@@ -141,7 +150,7 @@ class AsyncComm {
   /// The deadline of every wait of the compute thread on a background thread.
   std::chrono::nanoseconds deadline() const noexcept { return deadline_; }
   /// The gather schedule of one micro-batch (units in the order they are gathered).
-  const std::vector<int>& gathers_per_micro_batch() const noexcept { return schedule_; }
+  const std::vector<int>& gathers_this_step() const noexcept { return order_; }
   AsyncHzpStats stats() const;
   /// Waits for `t` (deadline()) and records the interval as a background wait of this step.
   void wait(const Ticket& t, const char* what);
@@ -153,7 +162,7 @@ class AsyncComm {
   void queue_refresh(int unit);
   bool fits(RingId ring, std::size_t bytes) const;
   Setup s_;
-  std::vector<int> schedule_;
+  std::vector<int> order_;  // this step's gathers: the block of each, in the order they are consumed
   std::vector<bool> shared_;  // per unit: used by another unit (held across units)
   std::unique_ptr<coll::Communicator> z3_, z2_;
   std::unique_ptr<GatherScatter> gather_, rs_;                // on the threads' duplicates
@@ -162,7 +171,7 @@ class AsyncComm {
   RingId ag_ring_, ag_shared_ring_, rs_ring_, rs_shared_ring_;
   std::chrono::nanoseconds deadline_;
   TensorView params_, grads_;
-  int micro_batches_ = 0;
+
   std::size_t next_queue_ = 0, next_consume_ = 0;
   struct Pending {
     Ticket ticket;

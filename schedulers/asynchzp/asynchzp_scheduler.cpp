@@ -36,6 +36,8 @@
 #include "hzp/schedulers/common/state_dump.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
 #include "hzp/schedulers/asynchzp.hpp"
+#include "hzp/schedulers/step/parameter_engine.hpp"
+#include "hzp/schedulers/step/step_driver.hpp"
 #include "hzp/workloads/batch_plan.hpp"
 #include "asynchzp/async_comm.hpp"
 #include "asynchzp/asynchzp_segments.hpp"
@@ -58,13 +60,14 @@ Allocation zeroed(CachingAllocator& a, std::int64_t n, DType t, AllocationTag ta
   return r;
 }
 
-class AsyncHzp final : public AsyncHzpScheduler {
+// The scheduler is its own parameter engine; the step's loop is the shared StepDriver's.
+class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
  public:
   explicit AsyncHzp(const SchedulerArgs& args);
   ~AsyncHzp() override;
   AsyncHzpStats async_stats() const override { return async_ ? async_->stats() : AsyncHzpStats{}; }
   std::string_view name() const override { return "asynchzp"; }
-  StepStats step(const StepBatch& batch) override;
+  StepStats step(const StepBatch& batch) override { return driver_->step(batch, *this); }
   ReplicaDigests replicated_state() const override;
   std::vector<float> gather_gradient() override;
   std::vector<float> gather_master_params() override;
@@ -119,7 +122,29 @@ class AsyncHzp final : public AsyncHzpScheduler {
   // Async: waits for the queued reduce-scatters and the per-unit gradient exchanges.
   void drain_gradient_thread();
 
-  workloads::UnitParams unit_params(int u) const;
+  workloads::UnitParams params_of(int u) const;
+  void ensure_gathered(int u);
+
+  // --- ParameterEngine: each unit gathered in its z3 group before forward and again before backward (by
+  // the parameter thread when async), its final gradient reduce-scattered in z2 per micro-batch, the step
+  // end exchanged per unit behind the last reduce-scatter (async) or at the end (inline) -----------------
+  void begin_attempt(std::int64_t step, const std::vector<Action>& actions) override;
+  workloads::UnitParams unit_params(int u, const Action&) override {
+    ensure_gathered(u);
+    return params_of(u);
+  }
+  void forward_done(int u, const Action&) override {
+    for (int b : model_->layout().params_last_used_in_forward(u)) gathered_[b].reset();
+  }
+  workloads::UnitGrads unit_grads(int u, const Action& a) override;
+  void backward_done(int u, const Action& a) override;
+  void attempt_voided() override;
+  FixedPointGrads* fixed_point() noexcept override { return fixed_.get(); }
+  coll::Communicator& scalars() noexcept override { return *scalars_comm_; }
+  StepFinish finish_step(std::int64_t step, double lr) override;
+  std::vector<std::pair<double, double>> background_waits() override {
+    return async_ ? async_->background_waits() : std::vector<std::pair<double, double>>{};
+  }
 
   const workloads::Workload* model_;
   workloads::TrainConfig train_;
@@ -144,9 +169,8 @@ class AsyncHzp final : public AsyncHzpScheduler {
   std::vector<Ticket> exchanges_;     // async: this step's per-unit gradient exchanges
   std::vector<Block> gathered_;       // full parameter blocks held now, per unit
   std::vector<Block> grad_blocks_;    // full gradient blocks being written, per unit
-  std::unique_ptr<workloads::MicroBatchContext> ctx_;
-  std::vector<std::int32_t> inputs_, targets_;
-  std::int64_t steps_done_ = 0;
+  std::unique_ptr<StepDriver> driver_;
+  int micro_batches_ = 0;  // the rank's micro-batches per step
 };
 
 NestedGroups validated_groups(const SchedulerArgs& args) {
@@ -208,9 +232,8 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
                          .alloc = alloc_, .param_dtype = pdt_, .prefetch = opts_.prefetch, .pool_mb = opts_.pool_mb,
                          .fallback = opts_.pool_fallback});
   if (async_) make_end_groups(end_bg_, true);
-  ctx_ = model_->make_context(*alloc_, {.micro_batch_size = train_.micro_batch_size, .recompute = train_.recompute});
-  inputs_.resize(static_cast<std::size_t>(train_.micro_batch_size * model_->seq_len()));
-  targets_.resize(inputs_.size());
+  driver_ = std::make_unique<StepDriver>("asynchzp", *model_, train_, *alloc_, r, w);
+  micro_batches_ = static_cast<int>(train_.micro_batches() / w);
 }
 
 // A step leaves nothing queued on the background threads (it waits for its exchanges and refreshes), so
@@ -313,92 +336,74 @@ void AsyncHzp::refresh_unit(EndGroups& e, int u) {
   for (int s = seg_->first(u); s < seg_->end(u); ++s) e.refresh_ag->gather_into(s, opt_piece(s), param_shard(s));
 }
 
-workloads::UnitParams AsyncHzp::unit_params(int u) const {
+workloads::UnitParams AsyncHzp::params_of(int u) const {
   workloads::UnitParams p;
   for (int b : model_->layout().param_blocks(u))
     p.set(b, ConstTensorView(gathered_[b].data(), Shape{model_->layout().unit_numel(b)}, pdt_));
   return p;
 }
 
-StepStats AsyncHzp::step(const StepBatch& batch) {
-  const Stopwatch whole;
-  HZP_CHECK(batch.source != nullptr, "asynchzp: step ", batch.step, " has no data source");
-  HZP_CHECK(batch.step == steps_done_, "asynchzp: steps run in order; expected step ", steps_done_, ", got ",
-            batch.step);
-  const ParamLayout& layout = model_->layout();
-  const int units = layout.num_units();
-  const workloads::BatchPlan plan(train_.global_batch, train_.micro_batch_size, world_->size());
-  const std::vector<std::int64_t> mine = plan.micro_batches_of(world_->rank());
-  const double normaliser = static_cast<double>(train_.global_batch * model_->seq_len());
-  auto ensure_gathered = [&](int u) {
-    for (int b : layout.param_blocks(u))
-      if (!gathered_[b]) gathered_[b] = async_ ? async_->next_gathered(b) : gather_unit(b);
-  };
+void AsyncHzp::ensure_gathered(int u) {
+  for (int b : model_->layout().param_blocks(u))
+    if (!gathered_[b]) gathered_[b] = async_ ? async_->next_gathered(b) : gather_unit(b);
+}
 
-  std::vector<double> losses;  // per micro-batch, in local order
-  // Deterministic mode: an attempt whose fixed-point tally overflowed anywhere is run again (same verdict on
-  // every rank); otherwise the loop body runs once.
-  for (bool accepted = false; !accepted;) {
-    losses.clear();
-    if (fixed_) fixed_->begin_attempt(batch.step);
-    if (async_) {
-      std::function<void(int)> refresh;
-      if (refresh_due_) refresh = [this](int u) { refresh_unit(end_bg_, u); };
-      refresh_due_ = false;
-      async_->begin_step(static_cast<int>(mine.size()), at(params_, pdt_, 0, l3().slice_total()),
-                         at(grads_, gdt(), 0, l2().slice_total()), std::move(refresh));
-    }
-    for (std::size_t i = 0; i < mine.size(); ++i) {
-      const bool first = i == 0, last = i + 1 == mine.size();
-      workloads::fill_micro_batch(*batch.source, plan, batch.step, mine[i], inputs_, targets_);
-      ctx_->begin(inputs_, targets_, normaliser);
-      for (int u = 0; u < units; ++u) {
-        ensure_gathered(u);
-        model_->forward(u, unit_params(u), *ctx_);
-        for (int b : layout.params_last_used_in_forward(u)) gathered_[b].reset();
-      }
-      losses.push_back(ctx_->loss());
-      for (int u = units - 1; u >= 0; --u) {
-        ensure_gathered(u);
-        workloads::UnitGrads gr;
-        for (int b : layout.grad_blocks(u)) {
-          const bool first_writer = u == layout.first_grad_writer(b);
-          if (first_writer) grad_blocks_[b] = async_ ? async_->grad_block(b) : Block(seg_->new_grad_block(b, *alloc_));
-          gr.set(b, TensorView(grad_blocks_[b].data(), Shape{layout.unit_numel(b)}, DType::f32), !first_writer);
-        }
-        model_->backward(u, unit_params(u), *ctx_, gr);
-        for (int b : layout.grads_final_after(u)) {
-          Block block = std::move(grad_blocks_[b]);
-          if (fixed_) {
-            // On the compute thread: the fp32 block becomes an int64 block (zero padding), the fp32 one is freed.
-            Block q(seg_->new_grad_block(b, *alloc_, DType::i64));
-            const std::int64_t n = layout.unit_numel(b);
-            fixed_->to_fixed(b, ConstTensorView(block.data(), Shape{n}, DType::f32), TensorView(q.data(), Shape{n}, DType::i64),
-                             false);
-            block = std::move(q);
-          }
-          if (async_) {
-            async_->reduce_scatter(b, std::move(block), !first);
-            // The unit's gradient is complete on this rank: its exchange across the replicas follows on the
-            // gradient thread while backward goes on below.
-            if (last)
-              exchanges_.push_back(async_->on_grad_thread([this, b] { combine_segments(end_bg_, seg_->first(b), seg_->end(b)); }));
-          } else
-            reduce_scatter_grad(b, block, !first);
-          grad_blocks_[b].reset();
-          gathered_[b].reset();  // a block's last backward use is its last gradient writer
-        }
-      }
-    }
-    accepted = !fixed_ || conclude_fixed_point_attempt(*fixed_, *scalars_comm_);
-    // A void attempt's queued collectives finish before the rerun restarts the schedule (its exchanges
-    // summed bounded values: an element over the fixed-point limit is stored as 0).
-    if (!accepted && async_) {
-      drain_gradient_thread();
-      async_->finish_refresh();
-    }
+void AsyncHzp::begin_attempt(std::int64_t, const std::vector<Action>& actions) {
+  if (!async_) return;
+  std::function<void(int)> refresh;
+  if (refresh_due_) refresh = [this](int u) { refresh_unit(end_bg_, u); };
+  refresh_due_ = false;
+  async_->begin_step(actions, at(params_, pdt_, 0, l3().slice_total()), at(grads_, gdt(), 0, l2().slice_total()),
+                     std::move(refresh));
+}
+
+workloads::UnitGrads AsyncHzp::unit_grads(int u, const Action&) {
+  const ParamLayout& layout = model_->layout();
+  workloads::UnitGrads gr;
+  for (int b : layout.grad_blocks(u)) {
+    const bool first_writer = u == layout.first_grad_writer(b);
+    if (first_writer) grad_blocks_[b] = async_ ? async_->grad_block(b) : Block(seg_->new_grad_block(b, *alloc_));
+    gr.set(b, TensorView(grad_blocks_[b].data(), Shape{layout.unit_numel(b)}, DType::f32), !first_writer);
   }
-  const double compute_seconds = whole.wall();
+  return gr;
+}
+
+void AsyncHzp::backward_done(int u, const Action& a) {
+  const ParamLayout& layout = model_->layout();
+  const bool first = a.micro_batch == 0, last = a.micro_batch + 1 == micro_batches_;
+  for (int b : layout.grads_final_after(u)) {
+    Block block = std::move(grad_blocks_[b]);
+    if (fixed_) {
+      // On the compute thread: the fp32 block becomes an int64 block (zero padding), the fp32 one is freed.
+      Block q(seg_->new_grad_block(b, *alloc_, DType::i64));
+      const std::int64_t n = layout.unit_numel(b);
+      fixed_->to_fixed(b, ConstTensorView(block.data(), Shape{n}, DType::f32), TensorView(q.data(), Shape{n}, DType::i64),
+                       false);
+      block = std::move(q);
+    }
+    if (async_) {
+      async_->reduce_scatter(b, std::move(block), !first);
+      // The unit's gradient is complete on this rank: its exchange across the replicas follows on the
+      // gradient thread while backward goes on below.
+      if (last)
+        exchanges_.push_back(async_->on_grad_thread([this, b] { combine_segments(end_bg_, seg_->first(b), seg_->end(b)); }));
+    } else {
+      reduce_scatter_grad(b, block, !first);
+    }
+    grad_blocks_[b].reset();
+    gathered_[b].reset();  // a block's last backward use is its last gradient writer
+  }
+}
+
+void AsyncHzp::attempt_voided() {
+  // A void attempt's queued collectives finish before the rerun restarts the schedule (its exchanges summed
+  // bounded values: an element over the fixed-point limit is stored as 0).
+  if (!async_) return;
+  drain_gradient_thread();
+  async_->finish_refresh();
+}
+
+StepFinish AsyncHzp::finish_step(std::int64_t step, double lr) {
   ConstTensorView gslice;
   if (async_) {
     // The per-unit exchanges were queued behind each unit's last reduce-scatter; every unit's refresh ran
@@ -418,19 +423,15 @@ StepStats AsyncHzp::step(const StepBatch& batch) {
   const double sq = fixed_ ? fixed_->global_sum_squares(gslice, z1_comm_.get())
                            : opt_->global_sum_squares(gslice, z1_comm_.get());
   const Stopwatch update;
-  const OptimizerStepResult res = opt_->step(gslice, sq, batch.step, scheduled_learning_rate(train_, batch.step));
-  const double optimizer_seconds = update.wall();
+  StepFinish end;
+  end.update = opt_->step(gslice, sq, step, lr);
+  end.optimizer_seconds = update.wall();
   // Async: the shards are refreshed unit by unit at the next step's gathers (or by ensure_refreshed()).
   if (async_)
     refresh_due_ = true;
   else
     refresh_params(end_inline_);
-  ++steps_done_;
-  StepStats st = data_parallel_step_stats(batch.step, *scalars_comm_, plan, losses, fixed_.get(), res,
-                                          train_.global_batch * model_->seq_len(), compute_seconds, optimizer_seconds, 0);
-  if (async_) st.background_waits = async_->background_waits();
-  st.seconds = whole.wall();
-  return st;
+  return end;
 }
 
 ReplicaDigests AsyncHzp::replicated_state() const {

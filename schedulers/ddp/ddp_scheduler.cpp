@@ -19,16 +19,19 @@
 #include "hzp/schedulers/common/state_dump.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
 #include "hzp/schedulers/data_parallel.hpp"
+#include "hzp/schedulers/step/parameter_engine.hpp"
+#include "hzp/schedulers/step/step_driver.hpp"
 #include "hzp/workloads/batch_plan.hpp"
 
 namespace hzp::schedulers {
 namespace {
 
-class DdpScheduler final : public DataParallelScheduler {
+// The scheduler is its own parameter engine; the step's loop is the shared StepDriver's.
+class DdpScheduler final : public DataParallelScheduler, private ParameterEngine {
  public:
   explicit DdpScheduler(const SchedulerArgs& args);
   std::string_view name() const override { return "ddp"; }
-  StepStats step(const StepBatch& batch) override;
+  StepStats step(const StepBatch& batch) override { return driver_->step(batch, *this); }
   ReplicaDigests replicated_state() const override;
   std::vector<float> gather_gradient() override;
   std::vector<float> gather_master_params() override;
@@ -49,9 +52,8 @@ class DdpScheduler final : public DataParallelScheduler {
   Allocation params_, grads_;
   std::unique_ptr<ShardedOptimizer> opt_;
   std::unique_ptr<BucketedAllReduce> buckets_;
-  std::unique_ptr<workloads::MicroBatchContext> ctx_;
-  std::vector<std::int32_t> inputs_, targets_;
-  std::int64_t steps_done_ = 0;
+  std::unique_ptr<StepDriver> driver_;
+  int last_micro_batch_ = 0;                // the rank's last local micro-batch: its gradients are final
   std::unique_ptr<FixedPointGrads> fixed_;  // deterministic mode only
   std::vector<Allocation> blocks_;          // deterministic mode: one micro-batch's fp32 gradient blocks
 
@@ -61,6 +63,19 @@ class DdpScheduler final : public DataParallelScheduler {
   TensorView grads() const { return TensorView(grads_.data(), Shape{n_}, gdt()); }
   // Deterministic mode: the fixed-point sum converted to fp32 (a comm-tagged buffer).
   Allocation converted_gradient() const;
+
+  // --- ParameterEngine: full replicas; a bucketed all-reduce on the last micro-batch's backward ---------
+  void begin_attempt(std::int64_t, const std::vector<Action>&) override { buckets_->begin(); }
+  workloads::UnitParams unit_params(int u, const Action&) override {
+    return workloads::unit_params_from_flat(model_->layout(), u, params());
+  }
+  void forward_done(int, const Action&) override {}
+  workloads::UnitGrads unit_grads(int u, const Action& a) override;
+  void backward_done(int u, const Action& a) override;
+  void attempt_done() override { buckets_->finish(); }
+  FixedPointGrads* fixed_point() noexcept override { return fixed_.get(); }
+  coll::Communicator& scalars() noexcept override { return *scalars_comm_; }
+  StepFinish finish_step(std::int64_t step, double lr) override;
 };
 
 DdpScheduler::DdpScheduler(const SchedulerArgs& args) {
@@ -87,79 +102,51 @@ DdpScheduler::DdpScheduler(const SchedulerArgs& args) {
   const auto bucket_bytes = static_cast<std::size_t>(args.options.bucket_mb * 1024.0 * 1024.0);
   buckets_ = std::make_unique<BucketedAllReduce>(*dp_comm_, model_->layout(), grads(),
                                                  std::max<std::size_t>(bucket_bytes, 1), args.options.overlap);
-  ctx_ = model_->make_context(*alloc_, {.micro_batch_size = train_.micro_batch_size, .recompute = train_.recompute});
-  inputs_.resize(static_cast<std::size_t>(train_.micro_batch_size * model_->seq_len()));
-  targets_.resize(inputs_.size());
+  driver_ = std::make_unique<StepDriver>("ddp", *model_, train_, *alloc_, world_->rank(), world_->size());
+  last_micro_batch_ = static_cast<int>(train_.micro_batches() / world_->size()) - 1;
 }
 
-StepStats DdpScheduler::step(const StepBatch& batch) {
-  const Stopwatch whole;
-  HZP_CHECK(batch.source != nullptr, "ddp: step ", batch.step, " has no data source");
-  HZP_CHECK(batch.step == steps_done_, "ddp: steps run in order; expected step ", steps_done_, ", got ", batch.step);
+workloads::UnitGrads DdpScheduler::unit_grads(int u, const Action& a) {
   const workloads::ParamLayout& layout = model_->layout();
-  const int units = layout.num_units();
-  const workloads::BatchPlan plan(train_.global_batch, train_.micro_batch_size, world_->size());
-  const std::vector<std::int64_t> mine = plan.micro_batches_of(world_->rank());
-  const double normaliser = static_cast<double>(train_.global_batch * model_->seq_len());
-
-  std::vector<double> losses;  // per micro-batch, in local order
-  for (bool accepted = false; !accepted;) {
-    losses.clear();
-    if (fixed_) fixed_->begin_attempt(batch.step);
-    buckets_->begin();
-    for (std::size_t i = 0; i < mine.size(); ++i) {
-      const bool last = i + 1 == mine.size();
-      workloads::fill_micro_batch(*batch.source, plan, batch.step, mine[i], inputs_, targets_);
-      ctx_->begin(inputs_, targets_, normaliser);
-      for (int u = 0; u < units; ++u) model_->forward(u, workloads::unit_params_from_flat(layout, u, params()), *ctx_);
-      losses.push_back(ctx_->loss());
-      for (int u = units - 1; u >= 0; --u) {
-        if (!fixed_) {
-          model_->backward(u, workloads::unit_params_from_flat(layout, u, params()), *ctx_,
-                           workloads::unit_grads_from_flat(layout, u, grads(), /*fresh=*/i == 0));
-        } else {
-          workloads::UnitGrads g;
-          for (int b : layout.grad_blocks(u)) {
-            const bool first_writer = u == layout.first_grad_writer(b);
-            if (first_writer)
-              blocks_[b] = alloc_->allocate(static_cast<std::size_t>(layout.unit_numel(b)) * sizeof(float),
-                                            AllocationTag::comm);
-            g.set(b, TensorView(blocks_[b].data(), Shape{layout.unit_numel(b)}, DType::f32), !first_writer);
-          }
-          model_->backward(u, workloads::unit_params_from_flat(layout, u, params()), *ctx_, g);
-          for (int b : layout.grads_final_after(u)) {
-            fixed_->to_fixed(b, ConstTensorView(blocks_[b].data(), Shape{layout.unit_numel(b)}, DType::f32),
-                             workloads::unit_block(layout, b, grads()), /*accumulate=*/i > 0);
-            blocks_[b].reset();
-          }
-        }
-        // Only the last micro-batch's gradients are final for the step: reduce once per step, not per
-        // micro-batch (what DDP's no_sync does for accumulation).
-        if (last) buckets_->on_backward_done(u);
-      }
-    }
-    buckets_->finish();
-    accepted = !fixed_ || conclude_fixed_point_attempt(*fixed_, *scalars_comm_);
+  if (!fixed_) return workloads::unit_grads_from_flat(layout, u, grads(), /*fresh=*/a.micro_batch == 0);
+  // Deterministic mode: each micro-batch's blocks are written fresh into transient fp32 blocks.
+  workloads::UnitGrads g;
+  for (int b : layout.grad_blocks(u)) {
+    const bool first_writer = u == layout.first_grad_writer(b);
+    if (first_writer)
+      blocks_[b] = alloc_->allocate(static_cast<std::size_t>(layout.unit_numel(b)) * sizeof(float), AllocationTag::comm);
+    g.set(b, TensorView(blocks_[b].data(), Shape{layout.unit_numel(b)}, DType::f32), !first_writer);
   }
-  const double compute_seconds = whole.wall();
+  return g;
+}
 
+void DdpScheduler::backward_done(int u, const Action& a) {
+  const workloads::ParamLayout& layout = model_->layout();
+  if (fixed_)
+    for (int b : layout.grads_final_after(u)) {
+      fixed_->to_fixed(b, ConstTensorView(blocks_[b].data(), Shape{layout.unit_numel(b)}, DType::f32),
+                       workloads::unit_block(layout, b, grads()), /*accumulate=*/a.micro_batch > 0);
+      blocks_[b].reset();
+    }
+  // Only the last micro-batch's gradients are final for the step: reduce once per step, not per micro-batch
+  // (what DDP's no_sync does for accumulation).
+  if (a.micro_batch == last_micro_batch_) buckets_->on_backward_done(u);
+}
+
+StepFinish DdpScheduler::finish_step(std::int64_t step, double lr) {
   const Stopwatch opt;
-  OptimizerStepResult r;
+  StepFinish end;
   if (fixed_) {
     const Allocation g32 = converted_gradient();
     const ConstTensorView g(g32.data(), Shape{n_}, DType::f32);
     const double sq = fixed_->global_sum_squares(g, nullptr);  // replicated: the local sum is global
-    r = opt_->step(g, sq, batch.step, scheduled_learning_rate(train_, batch.step));
+    end.update = opt_->step(g, sq, step, lr);
   } else {
     const double sq = opt_->global_sum_squares(grads(), nullptr);  // replicated: the local sum is global
-    r = opt_->step(grads(), sq, batch.step, scheduled_learning_rate(train_, batch.step));
+    end.update = opt_->step(grads(), sq, step, lr);
   }
-  const double optimizer_seconds = opt.wall();
-  ++steps_done_;
-
-  return data_parallel_step_stats(batch.step, *scalars_comm_, plan, losses, fixed_.get(), r,
-                                  train_.global_batch * model_->seq_len(), compute_seconds, optimizer_seconds,
-                                  whole.wall());
+  end.optimizer_seconds = opt.wall();
+  return end;
 }
 
 Allocation DdpScheduler::converted_gradient() const {

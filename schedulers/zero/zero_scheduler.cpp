@@ -27,6 +27,8 @@
 #include "hzp/schedulers/common/state_dump.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
 #include "hzp/schedulers/data_parallel.hpp"
+#include "hzp/schedulers/step/parameter_engine.hpp"
+#include "hzp/schedulers/step/step_driver.hpp"
 #include "hzp/workloads/batch_plan.hpp"
 
 namespace hzp::schedulers {
@@ -46,11 +48,12 @@ TensorView at(const Allocation& a, DType t, std::int64_t offset, std::int64_t n)
                     t);
 }
 
-class ZeroScheduler final : public DataParallelScheduler {
+// The scheduler is its own parameter engine; the step's loop is the shared StepDriver's.
+class ZeroScheduler final : public DataParallelScheduler, private ParameterEngine {
  public:
   ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, std::string name);
   std::string_view name() const override { return name_; }
-  StepStats step(const StepBatch& batch) override;
+  StepStats step(const StepBatch& batch) override { return driver_->step(batch, *this); }
   ReplicaDigests replicated_state() const override;
   std::vector<float> gather_gradient() override;
   std::vector<float> gather_master_params() override;
@@ -83,7 +86,25 @@ class ZeroScheduler final : public DataParallelScheduler {
   void fixed_block_done(int b, bool first_micro_batch);
   // zero3/hsdp: makes sure the full blocks `blocks` are gathered.
   void ensure_gathered(const std::vector<int>& blocks);
-  workloads::UnitParams unit_params(int u) const;
+  workloads::UnitParams params_of(int u) const;
+
+  // --- ParameterEngine: zero3/hsdp gather each unit before use and free it after its last use; every
+  // stage reduce-scatters (zero1 once per step, in finish_step; the others per unit and micro-batch) ---------
+  void begin_attempt(std::int64_t, const std::vector<Action>&) override {}
+  workloads::UnitParams unit_params(int u, const Action&) override {
+    if (!full_params()) ensure_gathered(model_->layout().param_blocks(u));
+    return params_of(u);
+  }
+  void forward_done(int u, const Action&) override {
+    if (!full_params())
+      for (int b : model_->layout().params_last_used_in_forward(u)) gathered_[b].reset();
+  }
+  workloads::UnitGrads unit_grads(int u, const Action& a) override;
+  void backward_done(int u, const Action& a) override;
+  FixedPointGrads* fixed_point() noexcept override { return fixed_.get(); }
+  coll::Communicator& scalars() noexcept override { return *scalars_comm_; }
+  StepFinish finish_step(std::int64_t step, double lr) override;
+
   // Every shard group member's fp32 slice (slice order), all-gathered uncounted, as a flat [N] vector.
   std::vector<float> gather_slices(ConstTensorView mine);
 
@@ -105,9 +126,7 @@ class ZeroScheduler final : public DataParallelScheduler {
   std::unique_ptr<ShardedOptimizer> opt_;
   std::vector<Allocation> gathered_;    // stage 3: full parameter blocks held now, per unit
   std::vector<Allocation> grad_blocks_; // stages 2-3: full gradient blocks being written, per unit
-  std::unique_ptr<workloads::MicroBatchContext> ctx_;
-  std::vector<std::int32_t> inputs_, targets_;
-  std::int64_t steps_done_ = 0;
+  std::unique_ptr<StepDriver> driver_;
   std::unique_ptr<FixedPointGrads> fixed_;  // deterministic mode only
 };
 
@@ -151,9 +170,7 @@ ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, 
 
   gathered_.resize(static_cast<std::size_t>(units));
   grad_blocks_.resize(static_cast<std::size_t>(units));
-  ctx_ = model_->make_context(*alloc_, {.micro_batch_size = train_.micro_batch_size, .recompute = train_.recompute});
-  inputs_.resize(static_cast<std::size_t>(train_.micro_batch_size * model_->seq_len()));
-  targets_.resize(inputs_.size());
+  driver_ = std::make_unique<StepDriver>(name_, *model_, train_, *alloc_, world_->rank(), w);
 }
 
 void ZeroScheduler::ensure_gathered(const std::vector<int>& blocks) {
@@ -161,7 +178,7 @@ void ZeroScheduler::ensure_gathered(const std::vector<int>& blocks) {
     if (!gathered_[b]) gathered_[b] = engine_->gather(b, param_slice(b));
 }
 
-workloads::UnitParams ZeroScheduler::unit_params(int u) const {
+workloads::UnitParams ZeroScheduler::params_of(int u) const {
   workloads::UnitParams p;
   for (int b : model_->layout().param_blocks(u)) {
     if (full_params())
@@ -172,73 +189,48 @@ workloads::UnitParams ZeroScheduler::unit_params(int u) const {
   return p;
 }
 
-StepStats ZeroScheduler::step(const StepBatch& batch) {
-  const Stopwatch whole;
-  HZP_CHECK(batch.source != nullptr, name_, ": step ", batch.step, " has no data source");
-  HZP_CHECK(batch.step == steps_done_, name_, ": steps run in order; expected step ", steps_done_, ", got ", batch.step);
+workloads::UnitGrads ZeroScheduler::unit_grads(int u, const Action& a) {
+  // Full gradient blocks are written, and reduce-scattered once final (backward_done).
   const ParamLayout& layout = model_->layout();
-  const int units = layout.num_units();
-  const int w = world_->size();
-  const workloads::BatchPlan plan(train_.global_batch, train_.micro_batch_size, w);
-  const std::vector<std::int64_t> mine = plan.micro_batches_of(world_->rank());
-  const double normaliser = static_cast<double>(train_.global_batch * model_->seq_len());
-  const TensorView gslice = grad_slice();
-
-  std::vector<double> losses;  // per micro-batch, in local order
-  for (bool accepted = false; !accepted;) {
-    losses.clear();
-    if (fixed_) fixed_->begin_attempt(batch.step);
-    for (std::size_t i = 0; i < mine.size(); ++i) {
-      const bool first = i == 0;
-      workloads::fill_micro_batch(*batch.source, plan, batch.step, mine[i], inputs_, targets_);
-      ctx_->begin(inputs_, targets_, normaliser);
-      // --- forward: zero3/hsdp gather each unit before it runs and free it after its last forward use ---
-      for (int u = 0; u < units; ++u) {
-        if (!full_params()) ensure_gathered(layout.param_blocks(u));
-        model_->forward(u, unit_params(u), *ctx_);
-        if (!full_params())
-          for (int b : layout.params_last_used_in_forward(u)) gathered_[b].reset();
+  const bool first = a.micro_batch == 0;
+  workloads::UnitGrads g;
+  for (int b : layout.grad_blocks(u)) {
+    const bool first_writer = u == layout.first_grad_writer(b);
+    if (stage_ == 1 && !fixed_) {
+      // Local accumulation over micro-batches, as a single rank would do.
+      g.set(b, at(grads_, DType::f32, shards_->padded_offset(b), shards_->numel(b)), !(first && first_writer));
+    } else {
+      if (first_writer) {
+        // Padding must be zero: it takes part in the reduce-scatter.
+        grad_blocks_[b] = alloc_->allocate(static_cast<std::size_t>(shards_->padded_numel(b)) * sizeof(float),
+                                           AllocationTag::comm);
+        const std::int64_t pad = shards_->padded_numel(b) - shards_->numel(b);
+        if (pad > 0) std::memset(grad_blocks_[b].data_as<float>() + shards_->numel(b), 0, std::size_t(pad) * 4);
       }
-      losses.push_back(ctx_->loss());
-      // --- backward: gather again, write full gradient blocks, reduce-scatter each once it is final ---
-      for (int u = units - 1; u >= 0; --u) {
-        if (!full_params()) ensure_gathered(layout.param_blocks(u));
-        workloads::UnitGrads g;
-        for (int b : layout.grad_blocks(u)) {
-          const bool first_writer = u == layout.first_grad_writer(b);
-          if (stage_ == 1 && !fixed_) {
-            // Local accumulation over micro-batches, as a single rank would do.
-            g.set(b, at(grads_, DType::f32, shards_->padded_offset(b), shards_->numel(b)), !(first && first_writer));
-          } else {
-            if (first_writer) {
-              // Padding must be zero: it takes part in the reduce-scatter.
-              grad_blocks_[b] = alloc_->allocate(static_cast<std::size_t>(shards_->padded_numel(b)) * sizeof(float),
-                                                 AllocationTag::comm);
-              const std::int64_t pad = shards_->padded_numel(b) - shards_->numel(b);
-              if (pad > 0) std::memset(grad_blocks_[b].data_as<float>() + shards_->numel(b), 0, std::size_t(pad) * 4);
-            }
-            g.set(b, at(grad_blocks_[b], DType::f32, 0, shards_->numel(b)), !first_writer);
-          }
-        }
-        model_->backward(u, unit_params(u), *ctx_, g);
-        for (int b : layout.grads_final_after(u)) {
-          if (fixed_) {
-            fixed_block_done(b, first);
-          } else if (stage_ != 1) {
-            engine_->reduce_scatter(b, at(grad_blocks_[b], DType::f32, 0, shards_->padded_numel(b)),
-                                    at(grads_, DType::f32, shards_->slice_offset(b), shards_->slice_numel(b)), !first);
-            grad_blocks_[b].reset();
-          }
-          // A block's last backward use is its last gradient writer (grad_blocks == param_blocks).
-          if (!full_params()) gathered_[b].reset();
-        }
-      }
+      g.set(b, at(grad_blocks_[b], DType::f32, 0, shards_->numel(b)), !first_writer);
     }
-    // Deterministic mode: every rank's verdict on this attempt (the same everywhere); a void attempt reruns.
-    accepted = !fixed_ || conclude_fixed_point_attempt(*fixed_, *scalars_comm_);
   }
-  const double compute_seconds = whole.wall();
+  return g;
+}
 
+void ZeroScheduler::backward_done(int u, const Action& a) {
+  const bool first = a.micro_batch == 0;
+  for (int b : model_->layout().grads_final_after(u)) {
+    if (fixed_) {
+      fixed_block_done(b, first);
+    } else if (stage_ != 1) {
+      engine_->reduce_scatter(b, at(grad_blocks_[b], DType::f32, 0, shards_->padded_numel(b)),
+                              at(grads_, DType::f32, shards_->slice_offset(b), shards_->slice_numel(b)), !first);
+      grad_blocks_[b].reset();
+    }
+    // A block's last backward use is its last gradient writer (grad_blocks == param_blocks).
+    if (!full_params()) gathered_[b].reset();
+  }
+}
+
+StepFinish ZeroScheduler::finish_step(std::int64_t step, double lr) {
+  const int units = model_->layout().num_units();
+  const TensorView gslice = grad_slice();
   if (stage_ == 1)
     for (int u = 0; u < units; ++u)
       engine_->reduce_scatter(u, at(grads_, gdt(), shards_->padded_offset(u), shards_->padded_numel(u)),
@@ -256,15 +248,12 @@ StepStats ZeroScheduler::step(const StepBatch& batch) {
   // The update alone: the collectives around it (reduce-scatters, the norm's all-reduce, the gathers)
   // are the harness's exposed communication, so counting them here too would break the step's closure.
   const Stopwatch update;
-  const OptimizerStepResult r = opt_->step(g, sq, batch.step, scheduled_learning_rate(train_, batch.step));
-  const double optimizer_seconds = update.wall();
+  StepFinish end;
+  end.update = opt_->step(g, sq, step, lr);
+  end.optimizer_seconds = update.wall();
   if (full_params())
     for (int u = 0; u < units; ++u) engine_->gather_into(u, param_slice(u), full_param_block(u));
-  ++steps_done_;
-
-  return data_parallel_step_stats(batch.step, *scalars_comm_, plan, losses, fixed_.get(), r,
-                                  train_.global_batch * model_->seq_len(), compute_seconds, optimizer_seconds,
-                                  whole.wall());
+  return end;
 }
 
 void ZeroScheduler::fixed_block_done(int b, bool first_micro_batch) {

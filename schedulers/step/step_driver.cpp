@@ -1,0 +1,78 @@
+// The step driver (step_driver.hpp): data, the schedule's actions over a parameter engine, deterministic
+// mode's retries, the step end and the StepStats.
+#include "hzp/schedulers/step/step_driver.hpp"
+
+#include "hzp/core/clock.hpp"
+#include "hzp/core/error.hpp"
+#include "hzp/schedulers/common/step_support.hpp"
+#include "hzp/workloads/batch_plan.hpp"
+
+namespace hzp::schedulers {
+
+StepDriver::StepDriver(std::string scheduler, const workloads::Workload& model, const workloads::TrainConfig& train,
+                       CachingAllocator& alloc, int rank, int world_size)
+    : scheduler_(std::move(scheduler)), model_(model), train_(train), rank_(rank), world_size_(world_size) {
+  const workloads::BatchPlan plan(train_.global_batch, train_.micro_batch_size, world_size_);
+  actions_ = sequential_schedule(static_cast<int>(plan.micro_batches_of(rank_).size()), model_.layout().num_units());
+  check_schedule(actions_, static_cast<int>(plan.micro_batches_of(rank_).size()), model_.layout().num_units());
+  ctx_ = model_.make_context(alloc, {.micro_batch_size = train_.micro_batch_size, .recompute = train_.recompute});
+  inputs_.resize(static_cast<std::size_t>(train_.micro_batch_size * model_.seq_len()));
+  targets_.resize(inputs_.size());
+}
+
+StepStats StepDriver::step(const StepBatch& batch, ParameterEngine& engine) {
+  const Stopwatch whole;
+  HZP_CHECK(batch.source != nullptr, scheduler_, ": step ", batch.step, " has no data source");
+  HZP_CHECK(batch.step == steps_done_, scheduler_, ": steps run in order; expected step ", steps_done_, ", got ",
+            batch.step);
+  const workloads::BatchPlan plan(train_.global_batch, train_.micro_batch_size, world_size_);
+  const std::vector<std::int64_t> mine = plan.micro_batches_of(rank_);
+  const double normaliser = static_cast<double>(train_.global_batch * model_.seq_len());
+  const int units = model_.layout().num_units();
+  FixedPointGrads* fixed = engine.fixed_point();
+
+  std::vector<double> losses(mine.size(), 0.0);  // per micro-batch, in local order
+  // Deterministic mode: an attempt whose fixed-point tally overflowed anywhere runs again (the same verdict
+  // on every rank); otherwise the body runs once.
+  for (bool accepted = false; !accepted;) {
+    if (fixed) fixed->begin_attempt(batch.step);
+    engine.begin_attempt(batch.step, actions_);
+    for (const Action& a : actions_) {
+      if (a.kind == Action::Kind::forward) {
+        if (a.first_unit == 0) {
+          workloads::fill_micro_batch(*batch.source, plan, batch.step, mine[static_cast<std::size_t>(a.micro_batch)],
+                                      inputs_, targets_);
+          ctx_->begin(inputs_, targets_, normaliser);
+        }
+        for (int u = a.first_unit; u < a.end_unit; ++u) {
+          model_.forward(u, engine.unit_params(u, a), *ctx_);
+          engine.forward_done(u, a);
+        }
+        if (a.end_unit == units) losses[static_cast<std::size_t>(a.micro_batch)] = ctx_->loss();
+      } else {
+        for (int u = a.end_unit - 1; u >= a.first_unit; --u) {
+          // Parameters first, then gradient buffers: an engine with rings hands them out in that order.
+          const workloads::UnitParams params = engine.unit_params(u, a);
+          const workloads::UnitGrads grads = engine.unit_grads(u, a);
+          model_.backward(u, params, *ctx_, grads);
+          engine.backward_done(u, a);
+        }
+      }
+    }
+    engine.attempt_done();
+    accepted = !fixed || conclude_fixed_point_attempt(*fixed, engine.scalars());
+    if (!accepted) engine.attempt_voided();
+  }
+  const double compute_seconds = whole.wall();
+
+  const StepFinish end = engine.finish_step(batch.step, scheduled_learning_rate(train_, batch.step));
+  ++steps_done_;
+  StepStats st = data_parallel_step_stats(batch.step, engine.scalars(), plan, losses, fixed, end.update,
+                                          train_.global_batch * model_.seq_len(), compute_seconds,
+                                          end.optimizer_seconds, 0);
+  st.background_waits = engine.background_waits();
+  st.seconds = whole.wall();
+  return st;
+}
+
+}  // namespace hzp::schedulers
