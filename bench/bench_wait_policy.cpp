@@ -2,8 +2,9 @@
 // all_gathers, inline (the calling thread waits) or, with --background, from a background thread
 // on a duplicated communicator while the main thread computes (AsyncHZP's prefetch pattern);
 // --background-idle: the main thread sleeps meanwhile instead.
-// env-notes.md: the best policy differs between the two; docs/collectives.md records the numbers.
-// MPI-aware main (style.md §14): rank 0 reports, the others use a null reporter; each iteration's
+// The best policy differs between the two (docs/environment.md, MPI on oversubscribed cores);
+// docs/collectives.md records the numbers.
+// MPI-aware main: rank 0 reports, the others use a null reporter; each iteration's
 // time is the MAX over ranks, so every rank runs identical iteration counts.
 #include <mpi.h>
 #include <sched.h>
@@ -35,7 +36,8 @@ bool g_background = false;
 bool g_main_computes = true;  // --background: true; --background-idle: false
 
 // MAX over ranks with a test + yield wait: a blocking MPI call busy-polls when ranks oversubscribe
-// the cores (env-notes.md) and would slow the very peers being measured.
+// the cores (docs/environment.md, MPI on oversubscribed cores) and would slow the very peers being
+// measured.
 double max_over_ranks(double v) {
   double out = 0;
   MPI_Request req = MPI_REQUEST_NULL;

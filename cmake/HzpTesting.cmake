@@ -1,4 +1,5 @@
-# Test and benchmark registration helpers (style.md §12, §14). CTest labels are fixed project-wide:
+# Test and benchmark registration helpers (CTest drives every test and benchmark; docs/architecture.md,
+# Conventions). CTest labels are fixed project-wide:
 #   mpi, tsan, gpu, slurm, bench, long. The README test command runs everything but `long`.
 # Exit code 77 means "skipped" everywhere (no GPU, all MPI tests skipped).
 
@@ -25,14 +26,16 @@ function(hzp_add_mpi_test)
     set(A_TIMEOUT ${HZP_MPI_TEST_TIMEOUT})
   endif()
   if(HZP_TSAN)
-    # A whole-build TSan run: MPICH/UCX's mmap hooks crash TSan processes (env-notes.md).
+    # A whole-build TSan run: MPICH/UCX's mmap hooks crash TSan processes (docs/environment.md,
+    # ThreadSanitizer with MPICH).
     list(APPEND A_ENV "UCX_MEM_MMAP_HOOK_MODE=none")
   endif()
   foreach(n IN LISTS A_RANKS)
     add_test(NAME ${A_NAME}_np${n}
              COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} ${MPIEXEC_PREFLAGS}
                      $<TARGET_FILE:${A_TARGET}> ${MPIEXEC_POSTFLAGS} ${A_ARGS})
-    # OPENBLAS_NUM_THREADS=1: ranks already oversubscribe the cores (env-notes.md).
+    # OPENBLAS_NUM_THREADS=1: ranks already oversubscribe the cores (docs/environment.md, MPI on
+    # oversubscribed cores).
     set_tests_properties(${A_NAME}_np${n} PROPERTIES PROCESSORS ${n} TIMEOUT ${A_TIMEOUT}
                          LABELS "mpi;${A_LABELS}" SKIP_RETURN_CODE 77
                          ENVIRONMENT "OPENBLAS_NUM_THREADS=1;${A_ENV}")
@@ -83,7 +86,7 @@ endfunction()
 # compiled again into one executable with -fsanitize=thread; the targets' include directories and
 # their non-hzpbench link libraries (MPI, GTest, ...) are reused. Registered as <name>_np<N> with
 # labels mpi;tsan. UCX_MEM_MMAP_HOOK_MODE=none: MPICH/UCX's mmap hooks crash a TSan process
-# (env-notes.md); halt_on_error=1: any report fails the test.
+# (docs/environment.md, ThreadSanitizer with MPICH); halt_on_error=1: any report fails the test.
 function(hzp_add_tsan_mpi_test)
   cmake_parse_arguments(A "" "NAME;TIMEOUT" "SOURCES;TARGETS;RANKS;ENV" ${ARGN})
   set(_srcs ${A_SOURCES})

@@ -1,6 +1,6 @@
 // Elementwise reductions used by the reducing algorithms, over the user's dtype and its
-// accumulator type: bf16 accumulates in fp32 and is rounded to bf16 once, at the end (design.md §3
-// numerics); every other supported dtype accumulates in itself.
+// accumulator type: bf16 accumulates in fp32 and is rounded to bf16 once, at the end
+// (docs/architecture.md, Numerics); every other supported dtype accumulates in itself.
 #pragma once
 
 #include <cstddef>

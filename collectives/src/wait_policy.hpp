@@ -1,5 +1,5 @@
 // WaitPacer: what a thread does between two unsuccessful MPI_Test polls, per WaitPolicy
-// (env-notes.md: yield is best inline with ranks <= cores; a short sleep back-off is best when
+// (docs/environment.md: yield is best inline with ranks <= cores; a short sleep back-off is best when
 // ranks oversubscribe the cores, because a yielding poller still steals the peers' time slices).
 #pragma once
 

@@ -103,8 +103,8 @@ void Allocation::reset() noexcept {
     try {
       owner_->free_raw(ptr_);
     } catch (const std::exception& e) {
-      // Cannot happen for a pointer the allocator handed out; destructors never throw (style.md
-      // §7).
+      // Cannot happen for a pointer the allocator handed out; destructors never throw
+      // (a throw there would terminate the program).
       std::fprintf(stderr, "hzp::Allocation: free failed: %s\n", e.what());
     }
   }

@@ -1,6 +1,6 @@
 // hzpbench: the program. Registers the subcommands (one cmd_<name>.cpp each, declared in commands.hpp),
 // parses the command line and runs the chosen one; the only place that turns an exception into an exit
-// code (library code throws, style.md §7).
+// code (library code throws; docs/architecture.md, Conventions).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>

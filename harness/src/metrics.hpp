@@ -1,4 +1,4 @@
-// Per-step metrics of `hzpbench run` (design.md §5, docs/run.md "Metrics"): what one rank measures
+// Per-step metrics of `hzpbench run` (docs/run.md "Metrics"): what one rank measures
 // around one scheduler step (the step time's closure into compute, exposed collective wait, pipeline
 // wait, optimizer and other; CPU time; memory; collectives per op and level), packed as a flat vector
 // of doubles so that rank 0 gathers every rank's sample in one collective on the harness communicator.

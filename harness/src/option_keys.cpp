@@ -70,7 +70,7 @@ void register_keys(OptionTable& t) {
 
   // ---- links: emulated latency and bandwidth per level (collectives/ link emulation) -------------
   // Bandwidth defaults keep an H100 cluster's communication-to-compute ratio on one CPU core at
-  // ~75 GFLOP/s (env-notes.md): ~2.2k FLOP per byte inside a node (NVLink), ~20k across nodes
+  // ~75 GFLOP/s (docs/environment.md): ~2.2k FLOP per byte inside a node (NVLink), ~20k across nodes
   // (InfiniBand). Latencies are not scaled the same way (that would be tens of ms per message); they
   // are set above this machine's own oversubscribed MPI latency (~33 us) so that the emulated value,
   // not the machine, is what a run sees.

@@ -59,8 +59,8 @@ struct RunContext {
   std::unique_ptr<ControlChannel> control;         ///< failure reports to rank 0
   ThreadSettings threads;
 
-  /// Collective over MPI_COMM_WORLD. Sets OpenBLAS's threads by openblas_threads_for (env-notes.md: with
-  /// the ranks filling the cores, more threads only oversubscribe).
+  /// Collective over MPI_COMM_WORLD. Sets OpenBLAS's threads by openblas_threads_for (docs/environment.md:
+  /// with the ranks filling the cores, more threads only oversubscribe).
   static RunContext create(const RunSetup& setup, int ranks_per_node);
 };
 

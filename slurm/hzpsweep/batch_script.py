@@ -30,7 +30,7 @@ def sbatch_header(sweep: Sweep, shape: tuple[int, int], d: Path, overcommit: boo
     if sweep.account:
         h.append(f"--account={sweep.account}")
     if overcommit:
-        # More ranks than CPUs on a node: without it Slurm keeps the job pending forever (env-notes.md).
+        # More ranks than CPUs on a node: without it Slurm keeps the job pending forever (docs/environment.md).
         h.append("--overcommit")
     h += sweep.sbatch_args
     return h

@@ -1,7 +1,7 @@
 """Slurm's side of a sweep, through its command-line clients: submitting a job array (sbatch), the live
 state of array tasks (squeue), and the final state of finished ones (sacct where accounting exists, else
 `scontrol show job` while the controller remembers the job, else the jobcomp/filetxt file: a private
-Slurm without a database has only that, env-notes.md).
+Slurm without a database has only that, docs/environment.md "Single-node Slurm").
 
 Array tasks are keyed (array job id, array index); the index is the task's index in the sweep.
 """

@@ -1,6 +1,6 @@
 // Collectives from a background thread on a duplicated communicator while the main thread computes
-// and runs its own collectives (design.md §4's asynchronous schedule), with exact results, and
-// shared counters read by the main thread while the background thread writes them. Also built with
+// and runs its own collectives (asynchzp's asynchronous schedule, docs/data-parallel.md), with exact
+// results, and shared counters read by the main thread while the background thread writes them. Also built with
 // ThreadSanitizer (label tsan): any data race between the two threads fails the test.
 #include <atomic>
 #include <thread>

@@ -128,7 +128,7 @@ TEST(Embedding, RejectsBadShapesAndDtypes) {
   EXPECT_TRUE(test::throws_with(
       [&] { embedding_fwd(view(f, {0, 5}), cview(ids, {0}), cview(f, {10, 5}), kHost); },
       {"embedding_fwd: tokens = 0 must be positive"}));
-  // bf16 output gradients go into an fp32 table gradient (design.md §3), never bf16.
+  // bf16 output gradients go into an fp32 table gradient (docs/architecture.md, Numerics), never bf16.
   EXPECT_TRUE(test::throws_with(
       [&] { embedding_bwd(view(h, {10, 5}), cview(ids, {4}), cview(h, {4, 5}), false, kHost); },
       {"embedding_bwd: dtable has dtype bf16, expected fp32"}));

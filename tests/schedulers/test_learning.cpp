@@ -55,8 +55,8 @@ TEST(Learning, Order1) {
 }
 
 // tiny's shape over V = 16 with an order-2 chain (256 contexts, equal successor probabilities), at
-// lr 1e-2: env-notes.md measured 4-5% above the floor "only with lr 1e-2 or ~1000 steps"; here 1000
-// steps at 1e-2 end ~3% above it.
+// lr 1e-2: the measurement in docs/environment.md ("What the tiny model learns") came within 4-5% of the
+// floor only with lr 1e-2 or ~1000 steps; here 1000 steps at 1e-2 end ~3% above it.
 NoneRun order2_run(std::int64_t successors, std::int64_t steps) {
   NoneRun run("tiny");
   run.model_config.vocab = 16;
@@ -76,7 +76,8 @@ TEST(Learning, Order2) {
   EXPECT_LE(o.final_loss, 1.05 * o.floor);
 }
 
-// Label long: 4 successors per context (the top of issue 5's 2-4 range, env-notes' measured case).
+// Label long: 4 successors per context (the top of issue 5's 2-4 range, the case measured in
+// docs/environment.md).
 TEST(Learning, Order2Long) {
   NoneRun run = order2_run(4, 1500);
   const Outcome o = train_and_measure(run, "learning_order2_long");

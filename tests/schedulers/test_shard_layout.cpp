@@ -47,8 +47,8 @@ TEST(ShardLayout, PadsEachSegmentAndAllowsPaddingOnlySlices) {
   EXPECT_THROW(ShardLayout({4}, 4, 6), PreconditionError);
 }
 
-// The nesting hierarchical sharding needs (design.md §4): with the coarsest layout padded for the finest
-// count, fine slice j lies inside coarse slice j / factor, for every segment.
+// The nesting hierarchical sharding needs (docs/data-parallel.md "Sharding layout"): with the coarsest
+// layout padded for the finest count, fine slice j lies inside coarse slice j / factor, for every segment.
 TEST(ShardLayout, RefinedSlicesNestInsideCoarseOnes) {
   const ShardLayout z3({37, 5, 64}, 2, /*pad_multiple=*/8);
   const ShardLayout z2 = z3.refine(2);

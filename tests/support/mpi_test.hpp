@@ -1,4 +1,4 @@
-// MPI-aware GoogleTest support for tests that run under mpiexec (style.md §12): rank/size queries,
+// MPI-aware GoogleTest support for tests that run under mpiexec: rank/size queries,
 // skip macros that name the reason, and deadline-protected waits so a hung peer fails the test
 // instead of hanging CTest. The matching main (mpi_test_main.cpp) makes every test's verdict
 // collective and prints from rank 0 only. Link `hzp_mpi_test_main`, not GTest::gtest_main.
@@ -21,7 +21,7 @@ int world_size();
 double default_deadline_s();
 
 /// Completes `req` by polling MPI_Test + sched_yield (a blocking MPI wait busy-polls and starves
-/// peers on an oversubscribed machine, env-notes.md). Returns false when `timeout_s` passed first;
+/// peers on an oversubscribed machine, docs/environment.md). Returns false when `timeout_s` passed first;
 /// the request is then still pending and must not be freed by the caller.
 bool wait_with_deadline(MPI_Request& req, double timeout_s);
 

@@ -1,4 +1,4 @@
-// The GoogleTest main of every MPI test binary (style.md §12; pattern of kokkos-comm's and
+// The GoogleTest main of every MPI test binary (the pattern of kokkos-comm's and
 // heffte's MPI test mains). Initialises MPI with MPI_THREAD_MULTIPLE, makes each test's verdict
 // collective (a test fails on every rank when it fails on any), prints from rank 0 only (other
 // ranks print just their own failed assertions, prefixed with their rank), and exits 77 when every
@@ -145,7 +145,7 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &hzp::test::g_size);
   hzp::set_process_rank(hzp::test::g_rank);
   if (provided < MPI_THREAD_MULTIPLE) {
-    // Background communication threads (design.md §4) need it; every rank gets the same answer.
+    // Background communication threads (asynchzp's) need it; every rank gets the same answer.
     if (hzp::test::g_rank == 0)
       std::fprintf(stderr, "MPI provides thread level %d, tests need MPI_THREAD_MULTIPLE (%d)\n",
                    provided, MPI_THREAD_MULTIPLE);

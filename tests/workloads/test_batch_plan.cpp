@@ -1,4 +1,4 @@
-// The batch split of design.md §3: which samples each micro-batch holds, which data-parallel rank
+// The batch split (docs/data.md "Batches"): which samples each micro-batch holds, which data-parallel rank
 // gets it (j mod dp) at dp = 1, 2, 4, 8, that the ranks together see exactly the dp = 1 data, the
 // inputs/targets shift, and the configuration errors.
 #include <gtest/gtest.h>

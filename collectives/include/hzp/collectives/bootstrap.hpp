@@ -1,7 +1,7 @@
 // Bootstrap: rank discovery and the exchange of a few setup bytes (NCCL's unique id) between the
 // processes of a group, injected into the NCCL communicator so that the NCCL backend itself does not
-// depend on MPI (style.md §4). MpiBootstrap (mpi_bootstrap.hpp) is the implementation over an MPI
-// communicator; a TCP or file bootstrap would be another.
+// depend on MPI (docs/architecture.md, Communicator). MpiBootstrap (mpi_bootstrap.hpp) is the
+// implementation over an MPI communicator; a TCP or file bootstrap would be another.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,5 @@
-// The Communicator interface every scheduler's communication goes through (design.md §3, style.md §4).
+// The Communicator interface every scheduler's communication goes through (docs/architecture.md,
+// Contracts; the MPI backend in docs/collectives.md).
 //
 // Typed: buffers are tensor views, so counts are elements and the dtype travels with them; the
 // bytes-vs-elements mistake cannot be written. Every collective exists blocking and non-blocking:

@@ -1,5 +1,5 @@
-// Per-call collective counters (design.md §3, docs/collectives.md "Counters"): what each call was
-// given (op, elements, dtype, group, thread, sequence number, start/end) and, separately, the bytes
+// Per-call collective counters (docs/architecture.md and docs/collectives.md, "Counters"): what each
+// call was given (op, elements, dtype, group, thread, sequence number, start/end) and, separately, the bytes
 // this rank moved per link level, measured by construction (our algorithms) or modelled (MPICH's
 // native collectives). Aggregates per group, op and level; snapshot() / delta() for per-step numbers.
 #pragma once

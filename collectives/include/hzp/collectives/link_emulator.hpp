@@ -1,5 +1,5 @@
-// Link emulation (design.md §3, docs/collectives.md "Link emulation"): per level (intra, inter) a
-// latency and a bandwidth; each link keeps a busy-until clock so that concurrent collectives on one
+// Link emulation (docs/architecture.md and docs/collectives.md, "Link emulation"): per level (intra,
+// inter) a latency and a bandwidth; each link keeps a busy-until clock so that concurrent collectives on one
 // link share it. Links: each rank's own intra-node port (shared by the threads of the process), and
 // each (virtual) node's network interface (shared by the ranks of the node, through a small POSIX
 // shared-memory segment holding an atomic clock). The communicator turns a collective's rounds into a

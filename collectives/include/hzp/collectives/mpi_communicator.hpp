@@ -1,4 +1,4 @@
-// MpiCommunicator: the Communicator on host buffers over MPI (style.md §4, docs/collectives.md).
+// MpiCommunicator: the Communicator on host buffers over MPI (docs/collectives.md).
 // Ring and latency-optimal algorithms over nonblocking point-to-point on a duplicated MPI_Comm (bytes
 // per link level known by construction), or MPICH's native collectives (bytes modelled). Hops inside a
 // machine go through shared-memory rings when collectives.transport allows. Waits poll under a wait
@@ -23,8 +23,8 @@
 
 namespace hzp::coll {
 
-/// How a thread waits on nonblocking MPI (env-notes.md "MPI on 2 cores": MPICH busy-polls when
-/// oversubscribed, so we poll MPI_Test ourselves and give the core away between polls).
+/// How a thread waits on nonblocking MPI (docs/environment.md "MPI on oversubscribed cores": MPICH
+/// busy-polls when oversubscribed, so we poll MPI_Test ourselves and give the core away between polls).
 enum class WaitPolicy : std::uint8_t {
   yield,    // MPI_Test + sched_yield: lowest latency when ranks <= cores
   backoff,  // MPI_Test + nanosleep, 1 us doubling up to backoff_max_us: best oversubscribed

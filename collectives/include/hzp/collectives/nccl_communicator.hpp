@@ -1,4 +1,4 @@
-// NcclCommunicator: the Communicator over NCCL for device buffers (style.md §4). The unique id travels
+// NcclCommunicator: the Communicator over NCCL for device buffers (docs/cuda.md). The unique id travels
 // through an injected Bootstrap (MpiBootstrap in practice), so this backend does not use MPI itself.
 //
 // Stream semantics: each communicator owns a communication stream. start_X(..., s) makes that stream wait

@@ -1,5 +1,5 @@
 // Topology: where each rank of a world lives: world size, the node of every rank, ranks per node
-// (design.md §3). Built from the configuration (virtual nodes on one machine:
+// (docs/topology.md). Built from the configuration (virtual nodes on one machine:
 // topology.ranks_per_node), from Slurm's variables, or from the machine through MPI
 // (topology_mpi.hpp). This header is MPI-free so that `hzpbench topology` and `hzpbench plan` work
 // for any world size without starting MPI.

@@ -13,7 +13,7 @@
 namespace hzp {
 
 /// The component an allocation serves. `adam_m`/`adam_v` are named "m"/"v" in results files, to
-/// match the paper's notation and design.md §5.
+/// match the paper's notation and the results file's (docs/results-schema.md).
 enum class AllocationTag : std::uint8_t {
   param,       // working parameters (bf16 in bf16-mixed)
   grad,        // gradients (fp32)

@@ -1,6 +1,6 @@
 // Element types (fp32, bf16 and the integer/fp64 types kernels and data files need) and the bf16
 // storage type with round-to-nearest-even conversion. On the CPU, bf16 is stored as bf16 and
-// computed in fp32 (design.md §3).
+// computed in fp32 (docs/architecture.md, Numerics).
 #pragma once
 
 #include <bit>

@@ -1,4 +1,5 @@
-// Typed exceptions and the one family of check macros used by every layer (style.md §7).
+// Typed exceptions and the one family of check macros used by every layer (docs/architecture.md,
+// Conventions).
 // Library code throws; only `main` decides to exit. Each error carries the failed statement, the
 // function, file and line, and the rank and host that raised it, so a message from rank 5 of 64 is
 // useful on its own. Backend-specific macros (HZP_MPI_CHECK, HZP_CUDA_CHECK, HZP_NCCL_CHECK,

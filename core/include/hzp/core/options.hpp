@@ -1,6 +1,6 @@
 // The option table: every configuration key declared once (type, default, range, unit, meaning), and
 // the one resolver that layers key defaults < presets < TOML config files < `--set key=value` on top of
-// it (style.md §17). The same table drives parsing, `hzpbench list`, the generated docs and the
+// it. The same table drives parsing, `hzpbench list`, the generated docs and the
 // resolved-config dump that results files record. Generic machinery only: the project's keys are
 // registered in harness/src/option_keys.cpp.
 #pragma once

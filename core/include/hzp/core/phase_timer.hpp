@@ -1,6 +1,7 @@
 // Phase timers: how long the calling thread spent in each phase of a training step (forward, backward,
 // recompute, optimizer, ...), measured where the work happens (the workload's unit calls, the
-// scheduler's update) so that the harness can close a step's wall time into its parts (design.md §5).
+// scheduler's update) so that the harness can close a step's wall time into its parts (docs/run.md
+// "Metrics").
 // Exclusive: a phase nested in another (recompute inside backward) is not counted in its parent, so the
 // totals of one thread never add up to more than its wall time. Each timed scope also reports a trace
 // event when a trace sink is installed (trace_sink.hpp).

@@ -1,6 +1,7 @@
-// RingPool: the AsyncHZP communication pool (design.md §4). One fixed region, allocated once and
-// kept for the whole run, carved into named rings ("all_gather", "reduce_scatter", ...), each a
-// contiguous ring buffer reused cyclically by one operation type. Slots never wrap across a ring's
+// RingPool: the AsyncHZP communication pool (AsyncHZP, arXiv 2510.20111 §4.2; docs/architecture.md,
+// asynchzp). One fixed region, allocated once and kept for the whole run, carved into named rings
+// ("all_gather", "reduce_scatter", ...), each a contiguous ring buffer reused cyclically by one
+// operation type. Slots never wrap across a ring's
 // end; they are released in any order and reclaimed in FIFO order. Occupancy, stalls and wrap waste
 // are counted per ring for the results file.
 #pragma once
@@ -28,7 +29,7 @@ struct RingPoolOptions {
   /// divisor of the memory source's alignment, so slots are as aligned as the source guarantees).
   std::size_t alignment = 256;
   /// Deadline of acquire() when none is given. A wait this long means a lost release: a hang made
-  /// an error (style.md §8).
+  /// an error.
   std::chrono::nanoseconds default_timeout = std::chrono::seconds(60);
 };
 

@@ -1,5 +1,5 @@
 // Streams and events: move-only owners (Stream, Event, TimedEvent) and trivially copyable
-// non-owning refs (StreamRef, EventRef) used in every signature (style.md §9).
+// non-owning refs (StreamRef, EventRef) used in every signature (docs/architecture.md, Conventions).
 // CPU semantics: work "on" a CPU stream runs synchronously on the calling thread, so a CPU stream is
 // always idle, recording an event marks it complete at once, and waiting is a no-op. TimedEvent on the
 // CPU records a host timestamp. The CUDA implementations (CUDA backend issue) keep this interface.

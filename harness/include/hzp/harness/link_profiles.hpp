@@ -1,7 +1,7 @@
 // Link profiles (`links.profile`, `links.comm_to_compute`): a real cluster's links expressed as FLOPs
 // per byte, turned into emulated bandwidths with the compute rate this run measures, so that a CPU run
-// keeps the cluster's communication-to-compute ratio (design.md §3, env-notes.md). Pure arithmetic; the
-// measurement itself is compute_rate.hpp.
+// keeps the cluster's communication-to-compute ratio (why: docs/environment.md, "Keeping a cluster's
+// communication-to-compute ratio"). Pure arithmetic; the measurement itself is compute_rate.hpp.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +32,7 @@ inline constexpr LinkProfile kH100Dgx{"h100-dgx", 989, 450, 50,
 /// The AsyncHZP paper's accelerator: 300 TFLOP/s, ~400 GB/s inside an 8-card full mesh, 200 Gb/s RoCE
 /// (25 GB/s) per card: 750 FLOP per byte inside a node, 12k across.
 inline constexpr LinkProfile kPaperNpu{"paper-npu", 300, 400, 25,
-                                       "AsyncHZP paper (paper.md): 8-card mesh, 200 Gb/s RoCE per card"};
+                                       "AsyncHZP, arXiv 2510.20111 §5.1: 8-card mesh, 200 Gb/s RoCE per card"};
 
 /// The named profiles (h100-dgx, paper-npu).
 std::span<const LinkProfile> link_profiles();

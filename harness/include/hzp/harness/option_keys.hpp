@@ -1,6 +1,6 @@
 // The project's option table: every configuration key hzpbench accepts, registered in one place
 // (harness/src/option_keys.cpp), from which parsing, `hzpbench list`, docs/options.md and the resolved
-// config dump are all derived (style.md §17).
+// config dump are all derived, so none of them can drift from the others.
 #pragma once
 
 #include "hzp/core/options.hpp"

@@ -17,8 +17,8 @@ namespace hzp::kernels {
 void embedding_fwd(TensorView out, ConstTensorView tokens, ConstTensorView table, StreamRef s);
 
 /// dtable[tokens[t], :] += dout[t, :] for t = 0..T-1 in order (deterministic; repeated ids sum).
-/// @param[in,out] dtable      [V, D] in the gradient type: fp32 for bf16 dout (design.md §3), else dout's
-///                            dtype. accumulate = false zeroes it first (dW =), true adds (dW +=), for
+/// @param[in,out] dtable      [V, D] in the gradient type: fp32 for bf16 dout (docs/architecture.md,
+///                            Numerics), else dout's dtype. accumulate = false zeroes it first (dW =), true adds (dW +=), for
 ///                            gradient accumulation across micro-batches.
 /// @param[in]     tokens      [T] int32 in [0, V), checked as in embedding_fwd
 /// @param[in]     dout        [T, D]

@@ -1,6 +1,6 @@
 // Scalar-type conventions shared by every CPU reference kernel.
 // A reference is templated on its storage type T: double (the tests' oracle precision), float, or
-// bf16 (stored as bf16, computed in fp32, rounded once on store: design.md §3).
+// bf16 (stored as bf16, computed in fp32, rounded once on store: docs/architecture.md, Numerics).
 //   acc_t<T>  : the type arithmetic happens in (double for double, float otherwise)
 //   grad_t<T> : the type parameter gradients are written in (fp32 for bf16: the paper's fp32 grads)
 #pragma once

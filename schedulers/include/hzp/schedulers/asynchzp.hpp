@@ -1,5 +1,5 @@
-// asynchzp (issue 9, design.md §4): hierarchical sharding (z3 parameters, z2 gradients, z1 optimizer
-// states) with collectives inline or on two background threads. What tests, the harness and the
+// asynchzp (issue 9, docs/data-parallel.md "asynchzp"): hierarchical sharding (z3 parameters, z2
+// gradients, z1 optimizer states) with collectives inline or on two background threads. What tests, the harness and the
 // benchmark see beyond DataParallelScheduler: the scheduling statistics of the asynchronous mode.
 #pragma once
 

@@ -1,5 +1,5 @@
-// The plan of a scheduler (design.md §3): model-state bytes per rank by component and the collectives
-// one step issues, by op, group, link level and bytes, for any configuration and world size, computed
+// The plan of a scheduler (docs/data-parallel.md "The plan"): model-state bytes per rank by component
+// and the collectives one step issues, by op, group, link level and bytes, for any configuration and world size, computed
 // from the parameter layout alone (nothing allocated, no MPI), so `hzpbench plan` can print the 9B and
 // 36B presets at W = 256 on a laptop. Tests check it against what a run records; its formulas are the
 // schedulers' own, so tests never use it as the oracle for the schedulers' bytes.

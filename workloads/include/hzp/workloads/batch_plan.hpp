@@ -1,5 +1,5 @@
-// How a step's sequences are split into micro-batches and dealt to data-parallel ranks (design.md
-// §3 "Batches"). Micro-batch j of step s holds samples s·G + j·M … s·G + j·M + M − 1 (G =
+// How a step's sequences are split into micro-batches and dealt to data-parallel ranks
+// (docs/data.md "Batches"). Micro-batch j of step s holds samples s·G + j·M … s·G + j·M + M − 1 (G =
 // train.global_batch, M = train.micro_batch_size) and goes to rank j mod dp; the micro-batch shape
 // [M, T] never depends on the world size, which is what makes runs at different W comparable.
 #pragma once

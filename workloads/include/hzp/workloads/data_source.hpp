@@ -1,4 +1,4 @@
-// The data-source contract of the workload layer (design.md §3 "Batches"): a source hands out
+// The data-source contract of the workload layer (docs/data.md "The contract"): a source hands out
 // sequences addressed by a *global sample index*, deterministic in that index alone, so that which
 // rank asks, in which order, and at which world size never changes the data a step sees.
 // Concrete sources: hzp/workloads/data/{markov_source,token_file}.hpp; the factory: data_config.hpp.
@@ -16,7 +16,8 @@
 namespace hzp::workloads {
 
 /// Key/value strings describing where the data came from, for the results file's root attributes
-/// (design.md §5): kind, parameters, file path and content hash, token count. Order is stable.
+/// (docs/results-schema.md, `data.<key>`): kind, parameters, file path and content hash, token count.
+/// Order is stable.
 using Provenance = std::vector<std::pair<std::string, std::string>>;
 
 /// Losses a run is judged against, in nats per target token, when the source knows them exactly.

@@ -1,4 +1,4 @@
-// The flat parameter layout of a workload (design.md §3): an ordered list of units, each a contiguous
+// The flat parameter layout of a workload (docs/workloads.md): an ordered list of units, each a contiguous
 // block of parameter tensors, laid end to end in one global flat buffer. A tied parameter is stored
 // once, in one unit; a unit that reads another unit's parameters names it in `uses`, which tells a
 // scheduler which full blocks a call needs and when a gradient is final (after its last writer in

@@ -1,4 +1,4 @@
-// Training precision (`train.precision`, design.md §3 "Numerics") and the dtypes it implies for each
+// Training precision (`train.precision`, docs/architecture.md "Numerics") and the dtypes it implies for each
 // kind of tensor a workload or scheduler holds. One table here, so that a scheduler's memory formula,
 // the model's kernels and the optimizer agree on which buffer is bf16 and which is fp32.
 #pragma once

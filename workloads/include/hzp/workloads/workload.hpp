@@ -1,4 +1,4 @@
-// The workload interface (design.md §3): a model is a ParamLayout of units plus forward(unit) and
+// The workload interface (docs/workloads.md): a model is a ParamLayout of units plus forward(unit) and
 // backward(unit) calls that a scheduler drives one at a time, handing each call the full (gathered)
 // parameter blocks it needs and receiving the gradients it writes. Per-micro-batch state (tokens,
 // saved activations, the loss) lives in a MicroBatchContext, so the model object itself is immutable

@@ -1,4 +1,4 @@
-// NestedGroups: the rank mesh of hierarchical sharding (AsyncHZP, design.md §4). Group sizes
+// NestedGroups: the rank mesh of hierarchical sharding (AsyncHZP, docs/data-parallel.md). Group sizes
 // z3 | z2 | z1 | W (parameters, gradients, optimizer states), each group a run of contiguous ranks, so
 // z2 = z3 = ranks_per_node keeps the per-micro-batch collectives inside a node. Slice indices are chosen
 // so that a rank's optimizer slice lies inside its gradient slice, which lies inside its parameter shard;

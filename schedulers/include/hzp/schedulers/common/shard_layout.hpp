@@ -1,7 +1,8 @@
 // ShardLayout: how a list of segments (one per unit, or one for a whole flat buffer) is cut into equal
 // slices for a sharding group, each segment padded to a multiple of the slice count. Pure arithmetic,
 // shared by every sharded scheduler (zero1/2/3, hsdp, asynchzp). refine() makes the nested layouts of
-// hierarchical sharding: optimizer slice ⊂ gradient slice ⊂ parameter shard (design.md §4).
+// hierarchical sharding: optimizer slice ⊂ gradient slice ⊂ parameter shard (docs/data-parallel.md
+// "Sharding layout").
 #pragma once
 
 #include <cstdint>

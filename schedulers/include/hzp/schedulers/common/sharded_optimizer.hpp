@@ -1,4 +1,4 @@
-// ShardedOptimizer: AdamW over one rank's slice of the parameters (design.md §3/§4): fp32 master
+// ShardedOptimizer: AdamW over one rank's slice of the parameters (docs/data-parallel.md): fp32 master
 // (bf16-mixed only; in fp32 the parameter slice is the master), m and v for the slice, the global
 // gradient norm from sums of squares all-reduced over the group whose slices partition the model, the
 // clipping coefficient, and the bf16 working copy written by the update. Used by ddp (the whole model as
