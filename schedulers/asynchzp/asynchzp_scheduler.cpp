@@ -1,6 +1,7 @@
-// asynchzp: hierarchical ZeRO sharding (paper.md §2, design.md §4). bf16 parameters sharded over z3
-// ranks, fp32 gradients over z2, fp32 master + m + v over z1 (z3 | z2 | z1 | W, contiguous groups laid
-// out by NestedGroups so every exchange is an all-gather or a reduce-scatter). Per micro-batch: each unit's
+// asynchzp: hierarchical ZeRO sharding (AsyncHZP, arXiv 2510.20111 §4.1; docs/data-parallel.md).
+// bf16 parameters sharded over z3 ranks, fp32 gradients over z2, fp32 master + m + v over z1 (z3 | z2 |
+// z1 | W, contiguous groups laid out by NestedGroups so every exchange is an all-gather or a
+// reduce-scatter). Per micro-batch: each unit's
 // parameters all-gathered in its z3 group before forward and again before backward, freed after use; its
 // fp32 gradient reduce-scattered in the z2 group as soon as final. End of step: gradient shards combined
 // across the W/z2 replicas (all-reduce, or reduce-scatter + all-gather over the W/z1 holders of a slice),

@@ -1,4 +1,4 @@
-// The scheduler contract (design.md §3): a scheduler owns a training step (where parameters, gradients
+// The scheduler contract (docs/architecture.md, Schedulers): a scheduler owns a training step (where parameters, gradients
 // and optimizer states live, and when each collective runs) and talks to the model only through the
 // workload interface. Schedulers are registered by name (none, ddp, zero1, zero2, zero3, hsdp, asynchzp,
 // nd), so the harness and the parity tests select them from configuration without an if-ladder.
@@ -29,7 +29,7 @@ class Communicator;
 
 namespace hzp::schedulers {
 
-/// What one optimizer step reports (the per-step rows of the results file, design.md §5).
+/// What one optimizer step reports (the per-step rows of the results file, docs/results-schema.md).
 struct StepStats {
   std::int64_t step = 0;        ///< 0-based index of the step just taken
   double loss = 0;              ///< mean loss over every target token of the global batch (fp64)
@@ -70,7 +70,7 @@ class StateVisitor {
 };
 
 /// The data of one step: the step index and the source its micro-batches are drawn from (each
-/// scheduler takes the micro-batches its rank processes, design.md §3 "Batches").
+/// scheduler takes the micro-batches its rank processes, docs/data.md "Batches").
 struct StepBatch {
   std::int64_t step = 0;
   const workloads::DataSource* source = nullptr;
@@ -81,7 +81,7 @@ struct SchedulerOptions {
   double bucket_mb = 25;  ///< ddp: gradient bucket size in MiB (> 0)
   bool overlap = true;    ///< ddp: start bucket all-reduces non-blocking and wait at the end of backward
   int group_size = 0;     ///< hsdp: sharding group size Z (contiguous ranks); 0 = the world (zero3)
-  // --- asynchzp (design.md §4) ---
+  // --- asynchzp (docs/data-parallel.md "asynchzp") ---
   int z1 = 0;  ///< optimizer-state group (fp32 master, m, v); 0 = the world
   int z2 = 0;  ///< gradient group (fp32 reduce-scatter per micro-batch); 0 = z1
   int z3 = 0;  ///< parameter group (all-gather per unit per micro-batch); 0 = z2
