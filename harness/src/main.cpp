@@ -15,7 +15,7 @@
 
 int main(int argc, char** argv) {
   namespace hh = hzp::harness;
-  CLI::App app{"hzpbench: distributed LLM training benchmark suite (ZeRO family, AsyncHZP, ND parallelism)",
+  CLI::App app{"hzpbench: distributed LLM training benchmark suite (ZeRO family, AsyncHZP)",
                "hzpbench"};
   app.require_subcommand(0, 1);
   bool show_version = false;

@@ -35,8 +35,9 @@ void register_run_keys(OptionTable& t) {
   // The allowed names come from the scheduler registry, so registering a scheduler is the only change
   // needed for the key to accept it (docs/options.md is then regenerated).
   t.add(S::enumeration("scheduler.name", schedulers::scheduler_names(), "none",
-                       "Training-step scheduler: none = the single-rank reference (one rank only); the "
-                       "ZeRO family and AsyncHZP join as they are registered"));
+                       "Training-step scheduler: none = the single-rank reference (one rank only); ddp, "
+                       "zero1, zero2, zero3, hsdp = synchronous data parallelism; asynchzp = hierarchical "
+                       "sharding (scheduler.z1/z2/z3), communication inline or on background threads"));
   t.add(S::enumeration("backend", {"cpu", "cuda"}, "cpu",
                        "Where compute and communication run: cpu (OpenBLAS kernels, MPI on host "
                        "buffers); cuda = scheduler none on one GPU (cuda:0): state and activations in device memory, "

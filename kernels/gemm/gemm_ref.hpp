@@ -1,6 +1,7 @@
 // CPU reference GEMM: a plain triple loop, accumulating in acc_t<T>, the oracle the OpenBLAS
-// launcher (and later the cuBLASLt twin) is tested against. Row-major, contiguous operands:
-// A is [M, K] (or [K, M] when trans_a), B is [K, N] (or [N, K] when trans_b), C is [M, N].
+// launcher is tested against (the cuBLASLt twin is tested against that launcher, test_cuda_matmul).
+// Row-major, contiguous operands: A is [M, K] (or [K, M] when trans_a), B is [K, N] (or [N, K] when
+// trans_b), C is [M, N].
 #pragma once
 
 #include <cstdint>

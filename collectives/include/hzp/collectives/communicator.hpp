@@ -6,7 +6,7 @@
 // start_X returns a Request whose wait()/test() completes it. Blocking X = start_X(...).wait().
 //
 // Stream semantics: the MPI backend works on host buffers; it synchronises the given stream before
-// touching buffers and its requests complete on the host. The NCCL backend (CUDA issue) enqueues on
+// touching buffers and its requests complete on the host. The NCCL backend (docs/cuda.md) enqueues on
 // the stream; its requests complete when the stream work has finished.
 //
 // Thread safety: a communicator is used by one thread at a time, and its requests are completed by

@@ -1,6 +1,6 @@
 // Memory backings: where the caching allocator and the ring pool get their large underlying
-// segments from. HostBacking (aligned host memory) serves CPU runs; the cudaMalloc backing of the
-// CUDA backend issue is one more subclass, so the allocator and the pool never change for it.
+// segments from. HostBacking (aligned host memory) serves CPU runs; CudaBacking (cudaMalloc,
+// cuda_backing.hpp) is one more subclass, so the allocator and the pool never change for it.
 // Also the out-of-memory error type and a byte-size formatter shared by the memory code.
 #pragma once
 

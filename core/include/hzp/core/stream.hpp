@@ -2,7 +2,7 @@
 // non-owning refs (StreamRef, EventRef) used in every signature (docs/architecture.md, Conventions).
 // CPU semantics: work "on" a CPU stream runs synchronously on the calling thread, so a CPU stream is
 // always idle, recording an event marks it complete at once, and waiting is a no-op. TimedEvent on the
-// CPU records a host timestamp. The CUDA implementations (CUDA backend issue) keep this interface.
+// CPU records a host timestamp. The CUDA implementations (docs/cuda.md) keep this interface.
 #pragma once
 
 #include <cstddef>

@@ -30,7 +30,7 @@ FaultSpec parse_fault_spec(const std::string& key, const std::string& text);
 /// The run's own keys, typed.
 struct RunOptions {
   std::string scheduler;          ///< scheduler.name
-  std::string backend;            ///< backend: "cpu" ("cuda" is refused until its backend lands)
+  std::string backend;            ///< backend: "cpu", or "cuda" (scheduler none on one GPU, docs/cuda.md)
   std::string links_profile;      ///< links.profile: none | h100-dgx | paper-npu | custom
   double comm_to_compute = 0;     ///< links.comm_to_compute (0 = off)
   double custom_intra_flop_per_byte = 0;  ///< links.custom.intra_flop_per_byte

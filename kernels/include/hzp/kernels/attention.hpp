@@ -1,7 +1,7 @@
 // Causal self-attention with grouped-query heads and an explicit head dimension: forward (saving the
 // per-row log-sum-exp) and backward (recomputing probabilities row by row from it). Host launchers
-// over tensor views; the CPU reference lives in kernels/attention/attention_ref.hpp, the CUDA twin
-// arrives with the CUDA backend.
+// over tensor views; the CPU reference lives in kernels/attention/attention_ref.hpp, the CUDA twin in
+// kernels/attention/attention.cu (docs/cuda.md).
 #pragma once
 
 #include <cstddef>

@@ -2,8 +2,8 @@
 // conversion of fp32 gradients to int64 at a power-of-two scale (with per-element overflow and
 // non-finite detection), the conversion back, and the exact sum of squares of fp32 values on a
 // power-of-two grid in unsigned 128-bit. Integer sums are exact, so any order of summation (ranks, micro-
-// batches, shards) gives the same bits. CPU reference in kernels/fixed_point/fixed_point_ref.hpp; the
-// CUDA twin arrives with the CUDA backend (deterministic mode is CPU-only for now).
+// batches, shards) gives the same bits. CPU reference in kernels/fixed_point/fixed_point_ref.hpp; there is
+// no CUDA twin, so deterministic mode runs on the CPU only (docs/deterministic.md).
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,8 @@
 // The scheduler contract (docs/architecture.md, Schedulers): a scheduler owns a training step (where parameters, gradients
 // and optimizer states live, and when each collective runs) and talks to the model only through the
-// workload interface. Schedulers are registered by name (none, ddp, zero1, zero2, zero3, hsdp, asynchzp,
-// nd), so the harness and the parity tests select them from configuration without an if-ladder.
-// Deliberately minimal: the plan (memory and collectives per rank) arrives with the ZeRO schedulers.
+// workload interface. Schedulers are registered by name (none, ddp, zero1, zero2, zero3, hsdp, asynchzp;
+// scheduler_registry.cpp), so the harness and the parity tests select them from configuration without an
+// if-ladder. Each registered scheduler also has a plan (memory and collectives per rank, plan.hpp).
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,8 @@
 // all-gather a segment's parameter slices into a full block (from the caching allocator, tag `comm`,
 // freed by the caller after use) or into an existing full buffer, and reduce-scatter a segment's fp32
 // gradient into this rank's slice (overwriting or accumulating). zero1/2/3 and hsdp use it over their
-// sharding group; asynchzp will use one per z-group (its own communicator per thread).
+// sharding group; asynchzp over its z3, z2 and step-end groups (its background threads over their own
+// duplicated communicators).
 #pragma once
 
 #include "hzp/collectives/communicator.hpp"

@@ -2,7 +2,7 @@
 // (bf16-mixed only; in fp32 the parameter slice is the master), m and v for the slice, the global
 // gradient norm from sums of squares all-reduced over the group whose slices partition the model, the
 // clipping coefficient, and the bf16 working copy written by the update. Used by ddp (the whole model as
-// one slice), zero1/2/3, hsdp and later asynchzp (its z1 slice).
+// one slice), zero1/2/3, hsdp and asynchzp (its z1 slice).
 #pragma once
 
 #include <cstdint>
