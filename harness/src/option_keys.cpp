@@ -6,6 +6,7 @@
 
 #include "hzp/harness/model_options.hpp"
 #include "hzp/harness/run_options.hpp"
+#include "hzp/schedulers/scheduler_options.hpp"
 
 namespace hzp::harness {
 namespace {
@@ -97,58 +98,8 @@ void register_keys(OptionTable& t) {
   // ---- model, train, data, and the model presets: registered beside their configs (model_options.cpp)
   register_model_keys(t);
 
-  // ---- scheduler.* of the data-parallel schedulers (issue 7; schedulers/data_parallel.hpp): read by
-  // scheduler_options_from() for `hzpbench plan` and the schedulers the run loop builds
-  t.add(S::real("scheduler.bucket_mb", 25,
-                "ddp: gradient bucket size; buckets are whole units, formed from the last unit backwards, and "
-                "each is all-reduced as soon as its gradients are final on the last micro-batch")
-            .positive()
-            .with_unit("MiB"));
-  t.add(S::boolean("scheduler.overlap", true,
-                   "ddp: start each bucket's all-reduce non-blocking and wait for all at the end of backward "
-                   "(true), or all-reduce each bucket inline, blocking (false)"));
-  t.add(S::integer("scheduler.group_size", 0,
-                   "hsdp: sharding group size Z (contiguous ranks, inside a node when Z = "
-                   "topology.ranks_per_node), replicated across W/Z groups; must divide the world size; "
-                   "0 = the world (zero3)")
-            .non_negative());
-  // ---- scheduler.* of asynchzp (issue 9; schedulers/asynchzp.hpp, docs/data-parallel.md "asynchzp")
-  t.add(S::integer("scheduler.z1", 0,
-                   "asynchzp: optimizer-state group size (fp32 master, m, v sharded over z1 contiguous ranks); "
-                   "must divide the world size; 0 = the world")
-            .non_negative());
-  t.add(S::integer("scheduler.z2", 0,
-                   "asynchzp: gradient group size (fp32 reduce-scatter per micro-batch); must divide "
-                   "scheduler.z1; 0 = z1")
-            .non_negative());
-  t.add(S::integer("scheduler.z3", 0,
-                   "asynchzp: parameter group size (all-gather per unit per micro-batch, forward and again "
-                   "backward); must divide scheduler.z2; 0 = z2. z2 = z3 = topology.ranks_per_node keeps every "
-                   "per-micro-batch collective inside a node")
-            .non_negative());
-  t.add(S::enumeration("scheduler.step_end", {"allreduce", "reduce_scatter"}, "allreduce",
-                       "asynchzp: how gradient shards are combined across the W/z2 replicas at the end of a step: "
-                       "one all-reduce (the paper), or a reduce-scatter to W-th pieces and an all-gather among the "
-                       "W/z1 ranks holding the same optimizer slice"));
-  t.add(S::boolean("scheduler.async", true,
-                   "asynchzp: issue the collectives from two background threads with their own communicators "
-                   "(true), or inline on the compute thread (false: the paper's Table 3 ablation)"));
-  t.add(S::integer("scheduler.prefetch", 2,
-                   "asynchzp (async): parameter all-gathers queued ahead of the unit being computed, in units; "
-                   "the pool's all_gather ring bounds it too")
-            .positive());
-  t.add(S::enumeration("scheduler.launch", {"unit", "tensor"}, "unit",
-                       "asynchzp: one collective per unit, or one per parameter tensor (the paper's granularity; "
-                       "each tensor sharded and padded on its own)"));
-  t.add(S::real("scheduler.pool_mb", 0,
-                "asynchzp (async): the persistent communication ring pool (rings all_gather, "
-                "all_gather.shared, reduce_scatter, reduce_scatter.shared); 0 = sized from scheduler.prefetch "
-                "and the largest units")
-            .non_negative()
-            .with_unit("MiB"));
-  t.add(S::enumeration("scheduler.pool_fallback", {"error", "inline"}, "error",
-                       "asynchzp (async): a unit whose block does not fit its ring is a configuration error, or is "
-                       "gathered / reduce-scattered inline from the caching allocator and counted"));
+  // ---- scheduler.*: declared once beside the schedulers' typed options (hzp/schedulers/scheduler_options.hpp)
+  schedulers::register_scheduler_options(t);
 
   // ---- hzpbench run: scheduler, backend, device, link profiles, output, harness, debug (run_options.cpp)
   register_run_keys(t);

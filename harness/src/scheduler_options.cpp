@@ -3,28 +3,12 @@
 
 #include "hzp/core/error.hpp"
 #include "hzp/harness/model_options.hpp"
+#include "hzp/schedulers/scheduler_options.hpp"
 
 namespace hzp::harness {
 
 schedulers::SchedulerOptions scheduler_options_from(const ResolvedConfig& c) {
-  schedulers::SchedulerOptions o;
-  o.bucket_mb = c.get_double("scheduler.bucket_mb");
-  o.overlap = c.get_bool("scheduler.overlap");
-  o.group_size = static_cast<int>(c.get_int("scheduler.group_size"));
-  o.z1 = static_cast<int>(c.get_int("scheduler.z1"));
-  o.z2 = static_cast<int>(c.get_int("scheduler.z2"));
-  o.z3 = static_cast<int>(c.get_int("scheduler.z3"));
-  o.step_end = c.get_string("scheduler.step_end") == "reduce_scatter" ? schedulers::SchedulerOptions::StepEnd::reduce_scatter
-                                                                      : schedulers::SchedulerOptions::StepEnd::all_reduce;
-  o.async = c.get_bool("scheduler.async");
-  o.prefetch = static_cast<int>(c.get_int("scheduler.prefetch"));
-  o.launch = c.get_string("scheduler.launch") == "tensor" ? schedulers::SchedulerOptions::Launch::tensor
-                                                          : schedulers::SchedulerOptions::Launch::unit;
-  o.pool_mb = c.get_double("scheduler.pool_mb");
-  o.pool_fallback = c.get_string("scheduler.pool_fallback") == "inline"
-                        ? schedulers::SchedulerOptions::PoolFallback::inline_alloc
-                        : schedulers::SchedulerOptions::PoolFallback::error;
-  return o;
+  return schedulers::scheduler_options_from(c);
 }
 
 schedulers::PlanInputs plan_inputs_from(const ResolvedConfig& c, const workloads::ParamLayout& layout, int rank) {

@@ -4,6 +4,7 @@
 
 #include "hzp/core/options.hpp"
 #include "hzp/harness/option_keys.hpp"
+#include "hzp/schedulers/scheduler_options.hpp"
 
 namespace hzp::harness {
 namespace {
@@ -17,6 +18,39 @@ TEST(OptionKeys, EveryDefaultSatisfiesItsOwnRange) {
                                   << why.value_or("");
     EXPECT_FALSE(spec.meaning.empty()) << key;
   }
+}
+
+TEST(OptionKeys, SchedulerKeysReachTheirFieldsAndDefaultToTheStruct) {
+  // Every scheduler.* key is declared once (hzp/schedulers/scheduler_options.hpp): its default is the
+  // struct's, and a value given on the command line lands in its own field, enum names included.
+  const OptionTable& t = hzpbench_options();
+  using O = schedulers::SchedulerOptions;
+  const O d = schedulers::scheduler_options_from(resolve_defaults(t));
+  const O want{};
+  EXPECT_EQ(d.bucket_mb, want.bucket_mb);
+  EXPECT_EQ(d.prefetch, want.prefetch);
+  EXPECT_EQ(d.step_end, want.step_end);
+  EXPECT_EQ(d.pool_fallback, want.pool_fallback);
+  ConfigResolver r(t);
+  for (const char* s : {"scheduler.bucket_mb=7", "scheduler.overlap=false", "scheduler.group_size=2", "scheduler.z1=8",
+                        "scheduler.z2=4", "scheduler.z3=2", "scheduler.step_end=reduce_scatter", "scheduler.async=false",
+                        "scheduler.prefetch=3", "scheduler.launch=tensor", "scheduler.pool_mb=5",
+                        "scheduler.pool_fallback=inline"})
+    r.add_set(s);
+  const O o = schedulers::scheduler_options_from(r.resolve());
+  EXPECT_EQ(o.bucket_mb, 7);
+  EXPECT_FALSE(o.overlap);
+  EXPECT_EQ(o.group_size, 2);
+  EXPECT_EQ(o.z1, 8);
+  EXPECT_EQ(o.z2, 4);
+  EXPECT_EQ(o.z3, 2);
+  EXPECT_EQ(o.step_end, O::StepEnd::reduce_scatter);
+  EXPECT_FALSE(o.async);
+  EXPECT_EQ(o.prefetch, 3);
+  EXPECT_EQ(o.launch, O::Launch::tensor);
+  EXPECT_EQ(o.pool_mb, 5);
+  EXPECT_EQ(o.pool_fallback, O::PoolFallback::inline_alloc);
+  EXPECT_EQ(schedulers::scheduler_option_decls().size(), 12u);  // a new key is declared there, and tested here
 }
 
 TEST(OptionKeys, FoundationKeysAreRegistered) {

@@ -1,6 +1,6 @@
-// The data-parallel schedulers' `scheduler.*` keys (bucket_mb, overlap, group_size) as the typed
-// schedulers::SchedulerOptions, and the plan inputs of a resolved configuration: what `hzpbench plan`
-// prints and what the run loop hands to the scheduler it builds.
+// The `scheduler.*` keys as the typed schedulers::SchedulerOptions (declared once, in
+// hzp/schedulers/scheduler_options.hpp), and the plan inputs of a resolved configuration: what `hzpbench
+// plan` prints and what the run loop hands to the scheduler it builds.
 #pragma once
 
 #include "hzp/core/options.hpp"
@@ -9,7 +9,7 @@
 
 namespace hzp::harness {
 
-/// scheduler.bucket_mb, scheduler.overlap, scheduler.group_size (registered in option_keys.cpp).
+/// Every declared scheduler.* key read into its field (schedulers::scheduler_options_from).
 schedulers::SchedulerOptions scheduler_options_from(const ResolvedConfig& config);
 
 /// Plan inputs for `layout` from the configuration: train.*, scheduler.*, topology.world_size (> 0

@@ -1,0 +1,138 @@
+// The `scheduler.*` declarations (scheduler_options.hpp): one line per key, bound to its field.
+#include "hzp/schedulers/scheduler_options.hpp"
+
+#include <string>
+#include <utility>
+
+#include "hzp/core/error.hpp"
+
+namespace hzp::schedulers {
+namespace {
+
+using S = OptionSpec;
+const SchedulerOptions kDefaults{};
+
+SchedulerOptionDecl int_option(std::string key, int SchedulerOptions::*field, std::string help) {
+  S spec = S::integer(key, kDefaults.*field, std::move(help));
+  return {std::move(spec), [key, field](const ResolvedConfig& c, SchedulerOptions& o) {
+            o.*field = static_cast<int>(c.get_int(key));
+          }};
+}
+
+SchedulerOptionDecl real_option(std::string key, double SchedulerOptions::*field, std::string help) {
+  S spec = S::real(key, kDefaults.*field, std::move(help));
+  return {std::move(spec), [key, field](const ResolvedConfig& c, SchedulerOptions& o) { o.*field = c.get_double(key); }};
+}
+
+SchedulerOptionDecl bool_option(std::string key, bool SchedulerOptions::*field, std::string help) {
+  S spec = S::boolean(key, kDefaults.*field, std::move(help));
+  return {std::move(spec), [key, field](const ResolvedConfig& c, SchedulerOptions& o) { o.*field = c.get_bool(key); }};
+}
+
+// An enumeration: its allowed names in declaration order, each bound to a value of the field's enum.
+template <typename E>
+SchedulerOptionDecl enum_option(std::string key, std::vector<std::pair<std::string, E>> names, E SchedulerOptions::*field,
+                                std::string help) {
+  std::vector<std::string> allowed;
+  std::string default_name;
+  for (const auto& [name, value] : names) {
+    allowed.push_back(name);
+    if (value == kDefaults.*field) default_name = name;
+  }
+  HZP_CHECK(!default_name.empty(), "scheduler option ", key, ": the field's default has no name");
+  S spec = S::enumeration(key, std::move(allowed), default_name, std::move(help));
+  return {std::move(spec), [key, names = std::move(names), field](const ResolvedConfig& c, SchedulerOptions& o) {
+            const std::string& got = c.get_string(key);
+            for (const auto& [name, value] : names)
+              if (name == got) {
+                o.*field = value;
+                return;
+              }
+            HZP_THROW(PreconditionError, key, " = ", got, " is not one of its declared names");
+          }};
+}
+
+template <typename F>
+SchedulerOptionDecl with(SchedulerOptionDecl d, F&& refine) {
+  refine(d.spec);
+  return d;
+}
+
+std::vector<SchedulerOptionDecl> declare() {
+  using O = SchedulerOptions;
+  std::vector<SchedulerOptionDecl> v;
+  // ---- ddp and hsdp (docs/data-parallel.md) ----
+  v.push_back(with(real_option("scheduler.bucket_mb", &O::bucket_mb,
+                               "ddp: gradient bucket size; buckets are whole units, formed from the last unit backwards, "
+                               "and each is all-reduced as soon as its gradients are final on the last micro-batch"),
+                   [](S& s) { s.positive().with_unit("MiB"); }));
+  v.push_back(bool_option("scheduler.overlap", &O::overlap,
+                          "ddp: start each bucket's all-reduce non-blocking and wait for all at the end of backward "
+                          "(true), or all-reduce each bucket inline, blocking (false)"));
+  v.push_back(with(int_option("scheduler.group_size", &O::group_size,
+                              "hsdp: sharding group size Z (contiguous ranks, inside a node when Z = "
+                              "topology.ranks_per_node), replicated across W/Z groups; must divide the world size; "
+                              "0 = the world (zero3)"),
+                   [](S& s) { s.non_negative(); }));
+  // ---- asynchzp (docs/data-parallel.md "asynchzp") ----
+  v.push_back(with(int_option("scheduler.z1", &O::z1,
+                              "asynchzp: optimizer-state group size (fp32 master, m, v sharded over z1 contiguous "
+                              "ranks); must divide the world size; 0 = the world"),
+                   [](S& s) { s.non_negative(); }));
+  v.push_back(with(int_option("scheduler.z2", &O::z2,
+                              "asynchzp: gradient group size (fp32 reduce-scatter per micro-batch); must divide "
+                              "scheduler.z1; 0 = z1"),
+                   [](S& s) { s.non_negative(); }));
+  v.push_back(with(int_option("scheduler.z3", &O::z3,
+                              "asynchzp: parameter group size (all-gather per unit per micro-batch, forward and again "
+                              "backward); must divide scheduler.z2; 0 = z2. z2 = z3 = topology.ranks_per_node keeps "
+                              "every per-micro-batch collective inside a node"),
+                   [](S& s) { s.non_negative(); }));
+  v.push_back(enum_option<O::StepEnd>(
+      "scheduler.step_end", {{"allreduce", O::StepEnd::all_reduce}, {"reduce_scatter", O::StepEnd::reduce_scatter}},
+      &O::step_end,
+      "asynchzp: how gradient shards are combined across the W/z2 replicas at the end of a step: one all-reduce "
+      "(the paper), or a reduce-scatter to W-th pieces and an all-gather among the W/z1 ranks holding the same "
+      "optimizer slice"));
+  v.push_back(bool_option("scheduler.async", &O::async,
+                          "asynchzp: issue the collectives from two background threads with their own communicators "
+                          "(true), or inline on the compute thread (false: the paper's Table 3 ablation)"));
+  v.push_back(with(int_option("scheduler.prefetch", &O::prefetch,
+                              "asynchzp (async): parameter all-gathers queued ahead of the unit being computed, in "
+                              "units; the pool's all_gather ring bounds it too"),
+                   [](S& s) { s.positive(); }));
+  v.push_back(enum_option<O::Launch>("scheduler.launch", {{"unit", O::Launch::unit}, {"tensor", O::Launch::tensor}},
+                                     &O::launch,
+                                     "asynchzp: one collective per unit, or one per parameter tensor (the paper's "
+                                     "granularity; each tensor sharded and padded on its own)"));
+  v.push_back(with(real_option("scheduler.pool_mb", &O::pool_mb,
+                               "asynchzp (async): the persistent communication ring pool (rings all_gather, "
+                               "all_gather.shared, reduce_scatter, reduce_scatter.shared); 0 = sized from "
+                               "scheduler.prefetch and the largest units"),
+                   [](S& s) { s.non_negative().with_unit("MiB"); }));
+  v.push_back(enum_option<O::PoolFallback>(
+      "scheduler.pool_fallback", {{"error", O::PoolFallback::error}, {"inline", O::PoolFallback::inline_alloc}},
+      &O::pool_fallback,
+      "asynchzp (async): a unit whose block does not fit its ring is a configuration error, or is gathered / "
+      "reduce-scattered inline from the caching allocator and counted"));
+  return v;
+}
+
+}  // namespace
+
+const std::vector<SchedulerOptionDecl>& scheduler_option_decls() {
+  static const std::vector<SchedulerOptionDecl> decls = declare();
+  return decls;
+}
+
+void register_scheduler_options(OptionTable& table) {
+  for (const SchedulerOptionDecl& d : scheduler_option_decls()) table.add(d.spec);
+}
+
+SchedulerOptions scheduler_options_from(const ResolvedConfig& config) {
+  SchedulerOptions o;
+  for (const SchedulerOptionDecl& d : scheduler_option_decls()) d.read(config, o);
+  return o;
+}
+
+}  // namespace hzp::schedulers
