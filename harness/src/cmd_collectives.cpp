@@ -115,7 +115,7 @@ int run_collectives(const Args& a) {
     const std::string transport(coll::transport_name(mpi_world->transport()));
     std::unique_ptr<coll::Communicator> world = std::move(mpi_world);
     // The benchmark's own reductions run on a separate communicator so they never show in the
-    // measured communicator's counters (design.md §3: the harness's traffic is kept apart).
+    // measured communicator's counters (docs/architecture.md, Communicator: the harness's traffic is kept apart).
     MPI_Comm stats = MPI_COMM_NULL;
     MPI_Comm_dup(MPI_COMM_WORLD, &stats);
     HZP_CHECK(opt.root < mpi.size(), "--root ", opt.root, " is outside 0..", mpi.size() - 1);

@@ -471,7 +471,7 @@ ResultsWriter ResultsWriter::create(const std::filesystem::path& path, const Run
   h5::Handle fapl = HZP_H5_OWN(H5Pcreate(H5P_FILE_ACCESS), "making a file access property list");
   HZP_H5_CHECK(H5Pset_fapl_sec2(fapl.get()), "selecting the sec2 driver for ", impl->where());
   // Never the v110 ("latest") structures SWMR uses: with them a killed writer leaves a file HDF5
-  // refuses to open until h5clear (env-notes.md). Earliest-to-1.8 also keeps old readers working.
+  // refuses to open until h5clear (docs/environment.md, HDF5). Earliest-to-1.8 also keeps old readers working.
   HZP_H5_CHECK(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_EARLIEST, H5F_LIBVER_V18),
                "choosing the file format of ", impl->where());
   // Never H5F_ACC_TRUNC: the path is new (the final one, or the temporary one beside an existing file).

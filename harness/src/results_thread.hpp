@@ -1,5 +1,6 @@
 // Rank 0's results thread: the one thread that makes HDF5 calls (it creates, writes, flushes and closes
-// the results file; style.md §10, §15) and the one that listens for failure reports from other ranks.
+// the results file; HDF5 is not built thread-safe here) and the one that listens for failure reports from
+// other ranks.
 // The run loop hands it jobs through a bounded queue. Because it never waits in a collective, a failure on
 // any rank reaches the file (`failed: <rank>: <reason>`) even while rank 0's main thread is blocked in a
 // collective with the failed rank; it then aborts the job.

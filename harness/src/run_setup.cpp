@@ -129,14 +129,14 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
   RunSetup s;
   s.world_size = world_size;
   s.opt = run_options_from(cfg);
-  // Checked first so that it still holds once the CUDA backend is accepted: the fixed-point kernels have no
+  // Checked before the backend's own checks, so that this reason is the one given: the fixed-point kernels have no
   // CUDA twin and cuBLASLt's bitwise reproducibility is not established (docs/deterministic.md).
   if (s.opt.backend == "cuda" && cfg.get_bool("train.deterministic"))
     HZP_THROW(ConfigError, "train.deterministic = true with backend = cuda: deterministic mode covers the CPU "
               "backend only (docs/deterministic.md). Fix: backend = cpu, or train.deterministic = false");
   if (s.opt.backend == "cuda") {
     // The CUDA kernels, device memory and streams exist (docs/cuda.md); what runs a step on them is the
-    // scheduler, and only `none` is meant to (distributed schedulers on GPUs come later).
+    // scheduler, and only `none` does so far (the others keep their state in host memory; docs/cuda.md).
     if (!cuda_compiled())
       HZP_THROW(ConfigError, "backend = cuda: this hzpbench was built without CUDA. Fix: rebuild with "
                 "-DHZP_CUDA=ON on a machine with the CUDA toolkit, or backend = cpu");
@@ -165,7 +165,7 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
       HZP_THROW(ConfigError, "scheduler.name = none is the single-rank reference and runs on 1 rank, but the job has ",
                 world_size, " ranks. Registered schedulers: ", registered_schedulers(),
                 ". Fix: run on one rank (without mpiexec, or mpiexec -n 1); multi-rank runs need a distributed "
-                "scheduler (ddp, zero1, zero2, zero3, hsdp, asynchzp), which arrive with issue 7");
+                "scheduler (ddp, zero1, zero2, zero3, hsdp, asynchzp)");
     s.uses_world_comm = false;
     s.dp = 1;
   } else {

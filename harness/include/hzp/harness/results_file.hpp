@@ -1,4 +1,4 @@
-// The results file writer: one HDF5 file per run (design.md §5, docs/results-schema.md), written by
+// The results file writer: one HDF5 file per run (docs/results-schema.md), written by
 // one process (rank 0) on one thread. Root attributes hold provenance and the run's status; datasets
 // grow by one row per step (`[step]` or `[step, rank]`); fixed-shape arrays and tensor dumps sit
 // beside them. The file uses HDF5's earliest format with the sec2 driver and is flushed by the caller
