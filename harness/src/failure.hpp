@@ -94,7 +94,8 @@ class ControlChannel {
 };
 
 /// Ends the whole job now: flushes stdout/stderr and calls MPI_Abort(MPI_COMM_WORLD, code), which
-/// mpiexec turns into its own exit code (checked: MPICH hydra returns `code`). Never returns.
+/// mpiexec turns into its own exit code (checked: MPICH hydra returns `code`); a job of one rank ends with
+/// _Exit(code) instead (no exit handlers racing a thread that still computes). Never returns.
 [[noreturn]] void abort_job(int code) noexcept;
 
 }  // namespace hzp::harness

@@ -1,8 +1,10 @@
 """Where each task of a sweep stands, from its results file (hzpbench inspect) and from whoever ran its latest
 attempt (Slurm, or the local runner).
 
-States: ok, diverged, failed (with the reason), killed (a results file left at `running` with no live job:
-docs/results-schema.md), running, pending, never ran. `needs_rerun` says which resubmit takes.
+States: ok, diverged, failed (with the reason), killed (stopped from outside: a results file left at `running`
+with no live job, or one the run itself marked `failed: <rank>: terminated by SIG...` when Slurm's time limit,
+scancel or preemption signalled it; docs/results-schema.md), running, pending, never ran. `needs_rerun` says
+which resubmit takes.
 """
 from __future__ import annotations
 
@@ -117,6 +119,13 @@ def collect(d: Path, m: dict, query_slurm: bool = True) -> list[TaskStatus]:
                 st.state = "ok"
             elif s == "diverged":
                 st.state, st.detail = "diverged", "non-finite loss"
+            elif s.startswith("failed") and "terminated by SIG" in s:
+                # The run caught SIGTERM/SIGINT/SIGUSR1 (a time limit, scancel, preemption) and wrote its steps:
+                # stopped from outside, like a kill, not a failure of its own.
+                n = info.get("completed_steps", "?")
+                st.state = "killed"
+                why = f" ({_fin_text(fin)})" if fin else ""
+                st.detail = f"{s[len('failed'):].lstrip(': ')}{why}; {n} step{'' if n == 1 else 's'} in the file"
             elif s.startswith("failed"):
                 st.state, st.detail = "failed", s[len("failed"):].lstrip(": ")
             elif s == "running":

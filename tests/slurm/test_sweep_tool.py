@@ -255,6 +255,13 @@ def test_without_squeue_a_running_file_is_not_called_killed(tmp_path, monkeypatc
               .split("[[exclude]]")[0])
     rc, out, err = sweep_cli("run-local", str(s), "--hzpbench", HZPBENCH)
     d = tmp_path / "local"
+    # The runner's time limit ends the task with SIGTERM, which the run catches and records; a task SIGKILLed
+    # (or on a node that died) leaves its file at `running`, which is what this test is about.
+    import h5py
+    with h5py.File(d / "nan_at--1_throw_at-_steps-1000000.h5", "r+") as f:
+        assert "terminated by SIGTERM" in f.attrs["status"]
+        f.attrs["status"] = "running"
+        f.attrs["end_time"] = ""
     m = sweep_dir.read_manifest(d)
     local = {r.name: r.state for r in task_status.collect(d, m)}
     assert local == {"nan_at--1_throw_at-_steps-8": "ok", "nan_at--1_throw_at-_steps-1000000": "killed"}, (out, err)
