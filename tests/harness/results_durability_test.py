@@ -18,9 +18,7 @@ Scenarios (one CTest each, see run_tests.cmake):
 
 usage: results_durability_test.py SCENARIO --hzpbench PATH --mpiexec PATH --ranks N --workdir DIR
 """
-import argparse
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,20 +28,19 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run_e2e_test as e2e  # noqa: E402  (h5py/numpy import and the skip live there)
-from run_e2e_test import attr, check, fail  # noqa: E402
+from run_e2e_test import attr, check  # noqa: E402
 
 import h5py  # noqa: E402
 
-ARGS = None
 TINY = ["--set", "model.preset=tiny", "--set", "train.warmup_steps=1"]
 
 
 def launch(extra, out, ranks=None):
     """Starts hzpbench run in the background; returns (process, list of (time, step) printed, reader thread)."""
-    ranks = ARGS.ranks if ranks is None else ranks
-    cmd = [ARGS.hzpbench, "run", "--out", out] + extra
+    ranks = e2e.ARGS.ranks if ranks is None else ranks
+    cmd = [e2e.ARGS.hzpbench, "run", "--out", out] + extra
     if ranks > 1:
-        cmd = [ARGS.mpiexec, "-n", str(ranks)] + cmd
+        cmd = [e2e.ARGS.mpiexec, "-n", str(ranks)] + cmd
     print(f"$ {' '.join(cmd)} &")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     printed, err = [], []
@@ -86,8 +83,8 @@ def rows(path):
 # ---------------------------------------------------------------------------------------------------------
 
 def scenario_force_live():
-    path = os.path.join(ARGS.workdir, "live.h5")
-    steps = 40 if ARGS.ranks == 1 else 16
+    path = os.path.join(e2e.ARGS.workdir, "live.h5")
+    steps = 40 if e2e.ARGS.ranks == 1 else 16
     proc, printed, err, threads = launch(TINY + ["--set", f"train.steps={steps}"], path)
     wait_for_step(printed, proc, 2)
     rc, out, err2, _ = e2e.run(TINY + ["--set", "train.steps=2", "--force"], ranks=1, out=path)
@@ -98,32 +95,32 @@ def scenario_force_live():
     status, n = rows(path)
     print(f"  live run: status {status}, {n} steps in its file")
     check(status == "ok" and n == steps, f"the live run's file: status {status}, {n} of {steps} steps")
-    check(not [p for p in os.listdir(ARGS.workdir) if ".partial-" in p], "the refused run left a file behind")
+    check(not [p for p in os.listdir(e2e.ARGS.workdir) if ".partial-" in p], "the refused run left a file behind")
 
 
 def scenario_force_failing():
-    path = os.path.join(ARGS.workdir, "old.h5")
-    e2e.run(TINY + ["--set", "train.steps=3"], ranks=ARGS.ranks, out=path, expect_rc=0)
+    path = os.path.join(e2e.ARGS.workdir, "old.h5")
+    e2e.run(TINY + ["--set", "train.steps=3"], ranks=e2e.ARGS.ranks, out=path, expect_rc=0)
     before = open(path, "rb").read()
     rc, _, err, _ = e2e.run(TINY + ["--set", "train.steps=5", "--force", "--set", "debug.throw_at=0:0"],
-                            ranks=ARGS.ranks, out=path)
+                            ranks=e2e.ARGS.ranks, out=path)
     check(rc == 4, f"the failing run ended with {rc}, expected 4")
     check(open(path, "rb").read() == before, "the old results file changed although the new run never started")
-    partial = [p for p in os.listdir(ARGS.workdir) if p.startswith("old.h5.partial-")]
+    partial = [p for p in os.listdir(e2e.ARGS.workdir) if p.startswith("old.h5.partial-")]
     check(len(partial) == 1, f"expected the failed run's file beside the old one, found {partial}")
     check("is kept unchanged" in err, f"the failure does not say the old file was kept:\n{err}")
-    status, n = rows(os.path.join(ARGS.workdir, partial[0]))
+    status, n = rows(os.path.join(e2e.ARGS.workdir, partial[0]))
     check(status.startswith("failed: 0: debug.throw_at"), f"the failed run's file says {status!r}")
     # A run that starts takes the file's place, and nothing of it is left under its temporary name.
-    e2e.run(TINY + ["--set", "train.steps=4", "--force"], ranks=ARGS.ranks, out=path, expect_rc=0)
+    e2e.run(TINY + ["--set", "train.steps=4", "--force"], ranks=e2e.ARGS.ranks, out=path, expect_rc=0)
     status, n = rows(path)
     check(status == "ok" and n == 4, f"the replacing run's file: {status}, {n} steps")
-    left = [p for p in os.listdir(ARGS.workdir) if p.startswith("old.h5.")]
+    left = [p for p in os.listdir(e2e.ARGS.workdir) if p.startswith("old.h5.")]
     check(left == partial, f"files beside the results: {left}")
 
 
 def scenario_disk_full():
-    mnt = tempfile.mkdtemp(dir=ARGS.workdir, prefix="tmpfs-")
+    mnt = tempfile.mkdtemp(dir=e2e.ARGS.workdir, prefix="tmpfs-")
     m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", mnt], capture_output=True, text=True)
     if m.returncode != 0:
         print(f"SKIP: cannot mount a tmpfs here ({m.stderr.strip()}); this scenario needs mount rights")
@@ -135,7 +132,7 @@ def scenario_disk_full():
         path = os.path.join(mnt, "run.h5")
         t0 = time.monotonic()
         rc, out, err, _ = e2e.run(TINY + ["--set", "train.steps=5000", "--set", "output.flush_s=0"],
-                                  ranks=ARGS.ranks, out=path, timeout=60)
+                                  ranks=e2e.ARGS.ranks, out=path, timeout=60)
         took = time.monotonic() - t0
         check(rc == 4, f"exit {rc} (a crash is negative), expected 4:\n{err[-3000:]}")
         check(took < 20, f"the run took {took:.1f} s to stop after the disk filled")
@@ -146,34 +143,34 @@ def scenario_disk_full():
         print(f"  stopped after {took:.1f} s: status {status[:60]}..., {n} steps in the file, {len(printed)} printed")
         check(status.startswith("failed: 0: the file system holding"), f"status {status!r}")
         check(n >= 1 and n >= len(printed), f"the file holds {n} steps, {len(printed)} were printed")
-        insp = subprocess.run([ARGS.hzpbench, "inspect", path], capture_output=True, text=True)
+        insp = subprocess.run([e2e.ARGS.hzpbench, "inspect", path], capture_output=True, text=True)
         check(insp.returncode == 0, f"inspect cannot read the file:\n{insp.stdout}{insp.stderr}")
     finally:
         subprocess.run(["umount", "-l", mnt])
 
 
 def scenario_displaced():
-    path = os.path.join(ARGS.workdir, "moved.h5")
+    path = os.path.join(e2e.ARGS.workdir, "moved.h5")
     proc, printed, err, threads = launch(TINY + ["--set", "train.steps=2000", "--set", "output.flush_s=0"], path)
     wait_for_step(printed, proc, 3)
     seen = printed[-1][1]
-    other = os.path.join(ARGS.workdir, "other")
+    other = os.path.join(e2e.ARGS.workdir, "other")
     with open(other, "w") as f:
         f.write("someone else's file\n")
     os.replace(other, path)
     rc = finish(proc, threads, timeout=60)
     text = "".join(err)
     check(rc == 4, f"exit {rc}, expected 4:\n{text}")
-    saved = [p for p in os.listdir(ARGS.workdir) if p.startswith("moved.h5.displaced-")]
+    saved = [p for p in os.listdir(e2e.ARGS.workdir) if p.startswith("moved.h5.displaced-")]
     check(len(saved) == 1 and saved[0] in text, f"no saved copy named in the message ({saved}):\n{text}")
-    status, n = rows(os.path.join(ARGS.workdir, saved[0]))
+    status, n = rows(os.path.join(e2e.ARGS.workdir, saved[0]))
     print(f"  replaced after step {seen}: the copy holds {n} steps, status {status[:70]}...")
     check(status.startswith("failed: 0: results file") and "replaced or removed" in status, f"status {status!r}")
     check(n >= seen, f"the copy holds {n} steps, {seen} were printed before the file was replaced")
 
 
 def signal_scenario(sig, code):
-    path = os.path.join(ARGS.workdir, "signalled.h5")
+    path = os.path.join(e2e.ARGS.workdir, "signalled.h5")
     proc, printed, err, threads = launch(TINY + ["--set", "train.steps=5000"], path)
     wait_for_step(printed, proc, 3)
     proc.send_signal(sig)
@@ -185,6 +182,7 @@ def signal_scenario(sig, code):
     name = signal.Signals(sig).name
     print(f"  {name} after step {sent_after}: exit {rc} after {took:.2f} s")
     check(rc == code, f"exit {rc}, expected {code}:\n{text}")
+    check("Segmentation" not in text and "Caught signal" not in text, f"not a clean end:\n{text}")
     check(took < 10, f"{took:.1f} s from the signal to the exit")
     status, n = rows(path)
     check(status.startswith("failed: ") and f"terminated by {name}" in status, f"status {status!r}")
@@ -200,15 +198,15 @@ def scenario_sigint():
 
 
 def scenario_short_file():
-    path = os.path.join(ARGS.workdir, "whole.h5")
+    path = os.path.join(e2e.ARGS.workdir, "whole.h5")
     e2e.run(TINY + ["--set", "train.steps=2"], out=path, expect_rc=0)
     # Cut inside the superblock (HDF5 then speaks of the "superblock", which held the word "lock"), and
     # after it (HDF5: "truncated file").
     for size in (8, 16, 2048):
-        short = os.path.join(ARGS.workdir, f"short{size}.h5")
+        short = os.path.join(e2e.ARGS.workdir, f"short{size}.h5")
         with open(path, "rb") as f, open(short, "wb") as g:
             g.write(f.read(size))
-        insp = subprocess.run([ARGS.hzpbench, "inspect", short], capture_output=True, text=True)
+        insp = subprocess.run([e2e.ARGS.hzpbench, "inspect", short], capture_output=True, text=True)
         text = insp.stdout + insp.stderr
         print(f"  inspect of the first {size} bytes: exit {insp.returncode}: {text.strip()[:300]}")
         check(insp.returncode != 0, "a cut file was read as a results file")
@@ -217,36 +215,16 @@ def scenario_short_file():
 
 
 def scenario_default_names():
-    cmd = [ARGS.hzpbench, "run"] + TINY + ["--set", "train.steps=2"]
-    procs = [subprocess.Popen(cmd, cwd=ARGS.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = [e2e.ARGS.hzpbench, "run"] + TINY + ["--set", "train.steps=2"]
+    procs = [subprocess.Popen(cmd, cwd=e2e.ARGS.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(3)]
     outs = [p.communicate(timeout=120) for p in procs]
     for p, (out, err) in zip(procs, outs):
         check(p.returncode == 0, f"a run started beside others failed ({p.returncode}):\n{err}")
-    files = sorted(os.listdir(os.path.join(ARGS.workdir, "results")))
+    files = sorted(os.listdir(os.path.join(e2e.ARGS.workdir, "results")))
     print(f"  {files}")
     check(len([f for f in files if f.endswith(".h5")]) == 3, f"three runs, files {files}")
 
 
-def main():
-    global ARGS
-    p = argparse.ArgumentParser()
-    p.add_argument("scenario")
-    p.add_argument("--hzpbench", required=True)
-    p.add_argument("--mpiexec", default="mpiexec")
-    p.add_argument("--ranks", type=int, default=1)
-    p.add_argument("--workdir", required=True)
-    ARGS = p.parse_args()
-    e2e.ARGS = ARGS
-    shutil.rmtree(ARGS.workdir, ignore_errors=True)
-    os.makedirs(ARGS.workdir)
-    fn = globals().get(f"scenario_{ARGS.scenario}")
-    if fn is None:
-        fail(f"unknown scenario {ARGS.scenario}")
-    fn()
-    print(f"PASS {ARGS.scenario}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(e2e.main(globals()))

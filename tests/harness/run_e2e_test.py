@@ -459,8 +459,11 @@ def scenario_cuda_no_device():
         check(status.startswith("failed: 0: backend = cuda: no CUDA device visible"), f"status {status!r}")
 
 
-def main():
+def main(scenarios=None):
+    """Parses the common arguments and runs scenario_<name> from `scenarios` (this module's by default; the
+    other harness test scripts pass their own globals() and read the arguments as run_e2e_test.ARGS)."""
     global ARGS
+    scenarios = globals() if scenarios is None else scenarios
     p = argparse.ArgumentParser()
     p.add_argument("scenario")
     p.add_argument("--hzpbench", required=True)
@@ -470,7 +473,7 @@ def main():
     ARGS = p.parse_args()
     shutil.rmtree(ARGS.workdir, ignore_errors=True)
     os.makedirs(ARGS.workdir)
-    fn = globals().get(f"scenario_{ARGS.scenario}")
+    fn = scenarios.get(f"scenario_{ARGS.scenario}")
     if fn is None:
         print(f"unknown scenario {ARGS.scenario}")
         return 2

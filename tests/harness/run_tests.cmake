@@ -109,63 +109,58 @@ hzp_add_cli_test(NAME validate_bad_output_exists ARGS validate --out ${CMAKE_CUR
 
 # --- end to end, read back with h5py (the PATH python3, as for results_killed_writer above)
 if(Python3_Interpreter_FOUND)
-  # name | scenario | ranks | timeout (s)
-  foreach(spec IN ITEMS "run_e2e_none_tiny|none_tiny|1|120"
-                        "run_e2e_closure_every_scheduler|closure|0|300"
-                        "run_e2e_collective_only_np2|collective_only|2|120"
-                        "run_e2e_deterministic|deterministic|2|120"
-                        "run_e2e_diverged|diverged|1|60"
-                        "run_e2e_skip_nonfinite|skip_nonfinite|1|60"
-                        "run_e2e_throw_np1|throw|1|60"
-                        "run_e2e_throw_np2|throw|2|60"
-                        "run_e2e_stall_np1|stall|1|60"
-                        "run_e2e_stall_np2|stall|2|60"
-                        "run_e2e_stall_asynchzp_np4|stall_asynchzp|4|120"
-                        "run_e2e_killed|killed|1|180")
-    string(REPLACE "|" ";" f "${spec}")
-    list(GET f 0 name)
-    list(GET f 1 scenario)
-    list(GET f 2 ranks)
-    list(GET f 3 timeout)
-    add_test(NAME ${name}
-             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/run_e2e_test.py ${scenario}
-                     --hzpbench $<TARGET_FILE:hzpbench> --mpiexec ${MPIEXEC_EXECUTABLE} --ranks ${ranks}
-                     --workdir ${hzp_run_dir}/${name})
-    set(procs ${ranks})
-    if(procs LESS 1)
-      set(procs 2)
-    endif()
-    set_tests_properties(${name} PROPERTIES TIMEOUT ${timeout} SKIP_RETURN_CODE 77 PROCESSORS ${procs}
-                         LABELS "unit;mpi" ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
-  endforeach()
+  # hzp_add_e2e_tests(SCRIPT <python script> SPECS "name|scenario|ranks|timeout" ...): one CTest per spec,
+  # the script run with its scenario, the program, mpiexec, the rank count (0 = the scenario picks; two
+  # processors reserved) and a work folder of its own.
+  function(hzp_add_e2e_tests)
+    cmake_parse_arguments(A "" "SCRIPT" "SPECS" ${ARGN})
+    foreach(spec IN LISTS A_SPECS)
+      string(REPLACE "|" ";" f "${spec}")
+      list(GET f 0 name)
+      list(GET f 1 scenario)
+      list(GET f 2 ranks)
+      list(GET f 3 timeout)
+      add_test(NAME ${name}
+               COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/${A_SCRIPT} ${scenario}
+                       --hzpbench $<TARGET_FILE:hzpbench> --mpiexec ${MPIEXEC_EXECUTABLE} --ranks ${ranks}
+                       --workdir ${hzp_run_dir}/${name})
+      set(procs ${ranks})
+      if(procs LESS 1)
+        set(procs 2)
+      endif()
+      set_tests_properties(${name} PROPERTIES TIMEOUT ${timeout} SKIP_RETURN_CODE 77 PROCESSORS ${procs}
+                           LABELS "unit;mpi" ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
+    endforeach()
+  endfunction()
+  hzp_add_e2e_tests(SCRIPT run_e2e_test.py SPECS
+    "run_e2e_none_tiny|none_tiny|1|120"
+    "run_e2e_closure_every_scheduler|closure|0|300"
+    "run_e2e_collective_only_np2|collective_only|2|120"
+    "run_e2e_deterministic|deterministic|2|120"
+    "run_e2e_diverged|diverged|1|60"
+    "run_e2e_skip_nonfinite|skip_nonfinite|1|60"
+    "run_e2e_throw_np1|throw|1|60"
+    "run_e2e_throw_np2|throw|2|60"
+    "run_e2e_stall_np1|stall|1|60"
+    "run_e2e_stall_np2|stall|2|60"
+    "run_e2e_stall_asynchzp_np4|stall_asynchzp|4|120"
+    "run_e2e_killed|killed|1|180")
   # Nothing lost (results_durability_test.py): --force on a live file, a failing --force run, a full disk, a
   # file replaced under the run, SIGTERM/SIGINT, a cut file, default names of simultaneous runs.
-  # name | scenario | ranks | timeout (s)
-  foreach(spec IN ITEMS "results_force_live_np1|force_live|1|120"
-                        "results_force_live_np4|force_live|4|180"
-                        "results_force_failing_np1|force_failing|1|120"
-                        "results_force_failing_np2|force_failing|2|120"
-                        "results_disk_full_np1|disk_full|1|90"
-                        "results_disk_full_np4|disk_full|4|90"
-                        "results_displaced_np1|displaced|1|90"
-                        "results_sigterm_np1|sigterm|1|90"
-                        "results_sigterm_np2|sigterm|2|90"
-                        "results_sigterm_np4|sigterm|4|120"
-                        "results_sigint_np2|sigint|2|90"
-                        "results_short_file|short_file|1|60"
-                        "results_default_names|default_names|1|120")
-    string(REPLACE "|" ";" f "${spec}")
-    list(GET f 0 name)
-    list(GET f 1 scenario)
-    list(GET f 2 ranks)
-    list(GET f 3 timeout)
-    add_test(NAME ${name}
-             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/results_durability_test.py ${scenario}
-                     --hzpbench $<TARGET_FILE:hzpbench> --mpiexec ${MPIEXEC_EXECUTABLE} --ranks ${ranks}
-                     --workdir ${hzp_run_dir}/${name})
-    set_tests_properties(${name} PROPERTIES TIMEOUT ${timeout} SKIP_RETURN_CODE 77 PROCESSORS ${ranks}
-                         LABELS "unit;mpi" ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
-  endforeach()
+  hzp_add_e2e_tests(SCRIPT results_durability_test.py SPECS
+    "results_force_live_np1|force_live|1|120"
+    "results_force_live_np4|force_live|4|180"
+    "results_force_failing_np1|force_failing|1|120"
+    "results_force_failing_np2|force_failing|2|120"
+    "results_disk_full_np1|disk_full|1|90"
+    "results_disk_full_np4|disk_full|4|90"
+    "results_displaced_np1|displaced|1|90"
+    "results_sigterm_np1|sigterm|1|90"
+    "results_sigterm_np2|sigterm|2|90"
+    "results_sigterm_np4|sigterm|4|120"
+    "results_sigint_np2|sigint|2|90"
+    "results_short_file|short_file|1|60"
+    "results_default_names|default_names|1|120")
   if(HZP_HAVE_CUDA)
     # backend = cuda end to end: on a GPU (label gpu, exit 77 without a device), and the one clear failure
     # on a machine without one (CI; exit 77 where a device is visible).
