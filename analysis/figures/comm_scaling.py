@@ -31,7 +31,9 @@ def per_run(res: Results) -> pd.DataFrame:
             m = int(cfg["train.global_batch"]) / int(cfg["train.micro_batch_size"]) / world
         except (KeyError, TypeError, ValueError, ZeroDivisionError):
             m = math.nan
-        series = res.label(meta, without=("model.seq_len", "train.global_batch", "train.micro_batch_size"))
+        # Bytes do not depend on link speeds: a link axis (e.g. a ratio tied to the length) does not split lines.
+        series = res.label(meta, without=("model.seq_len", "train.global_batch", "train.micro_batch_size",
+                                          *[a for a in res.axes if a.startswith("links.")]))
         for level in res.levels:
             b = level_bytes(f, res.datasets[meta["run"]], level)
             rows.append({"run": meta["run"], "state": meta["state"], "series": series, "level": level,
@@ -51,10 +53,14 @@ def make(res: Results, out) -> Figure:
         return skip(info, "no multi-rank run completed a step")
     series = list(dict.fromkeys(p["series"]))
     colour = dict(zip(series, palette(len(series))))
-    fig, axes = plt.subplots(1, 2, figsize=(14, 6), sharey=True)
-    for ax, x, other, xlabel, short in (
-            (axes[0], "seq_len", "micro_batches_per_rank", "sequence length (tokens)", "m"),
-            (axes[1], "micro_batches_per_rank", "seq_len", "micro-batches per rank per step", "seq")):
+    panels = [(x, other, xlabel, short) for x, other, xlabel, short in (
+        ("seq_len", "micro_batches_per_rank", "sequence length (tokens)", "m"),
+        ("micro_batches_per_rank", "seq_len", "micro-batches per rank per step", "seq")) if p[x].nunique() > 1]
+    if not panels:
+        return save(*_bars(p, series), out, info)
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 6), sharey=True, squeeze=False)
+    axes = axes[0]
+    for ax, (x, other, xlabel, short) in zip(axes, panels):
         # A line joins runs that differ in this panel's x only: the other variable is part of its name and
         # sets the marker, so two lines of one colour stay apart.
         markers = dict(zip(sorted(p[other].dropna().unique()), "os^Dv<>p*h"))
@@ -69,26 +75,52 @@ def make(res: Results, out) -> Figure:
                 ax.plot(bad[x], bad["bytes_per_rank_step"], "x", color=colour[s], ms=9, mew=2,
                         label=f"{s}, {short}={o:g} — {level} (not ok: " + ", ".join(bad["state"]) + ")")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.12), frameon=False)
-        xs = p[x].dropna()
-        if spans_decades(xs, 3):
+        if spans_decades(p[x].dropna(), 3):
             ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
         if ax.get_xscale() != "log":
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(xlabel + (" (log scale)" if ax.get_xscale() == "log" else ""))
-        if len(xs.unique()) < 2:
-            ax.text(0.5, 0.02, f"only one value of {x} in these runs", transform=ax.transAxes, ha="center",
-                    fontsize=8, color="#555555")
         ax.grid(alpha=0.3, which="both")
-    positive = p["bytes_per_rank_step"][p["bytes_per_rank_step"] > 0]
-    if spans_decades(positive):
-        # symlog, not log: a level a layout never uses (0 bytes) stays on the axis instead of vanishing.
-        axes[0].set_yscale("symlog", linthresh=float(positive.min()))
-        axes[0].yaxis.set_major_formatter(BYTES)
-    else:
-        top = float(p["bytes_per_rank_step"].max())
-        axes[0].set_ylim(0, top * 1.08 if top > 0 else 1)
-        bytes_axis(axes[0], top, "y")
-    axes[0].set_ylabel("bytes sent per rank per step" + (" (log scale; 0 at the bottom)" if axes[0].get_yscale() == "symlog" else ""))
+    _bytes_scale(axes[0], p["bytes_per_rank_step"], "y")
+    axes[0].set_ylabel("bytes sent per rank per step" +
+                       (" (log scale; 0 at the bottom)" if axes[0].get_yscale() == "symlog" else ""))
     fig.suptitle("Bytes per step on each link level", y=1.0)
     return save(fig, p, out, info)
+
+
+def _bytes_scale(ax, values: pd.Series, which: str) -> None:
+    positive = values[values > 0]
+    if spans_decades(positive):
+        # symlog, not log: a level a layout never uses (0 bytes) stays on the axis instead of vanishing.
+        (ax.set_yscale if which == "y" else ax.set_xscale)("symlog", linthresh=float(positive.min()))
+        (ax.yaxis if which == "y" else ax.xaxis).set_major_formatter(BYTES)
+    else:
+        top = float(values.max())
+        (ax.set_ylim if which == "y" else ax.set_xlim)(0, top * 1.08 if top > 0 else 1)
+        bytes_axis(ax, top, which)
+
+
+def _bars(p: pd.DataFrame, series: list[str]):
+    """Neither the sequence length nor the micro-batches vary: bytes per level per layout, as bars."""
+    levels = list(dict.fromkeys(p["level"]))
+    n = len(series)
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.3 * n * max(len(levels), 1) / 1.5))
+    y = np.arange(n)[::-1]
+    h = 0.8 / max(len(levels), 1)
+    colours = {"intra": "#4393c3", "inter": "#d6604d"}
+    for k, level in enumerate(levels):
+        sub = p[p["level"] == level].groupby("series", sort=False)
+        vals = [float(sub.get_group(s)["bytes_per_rank_step"].median()) if s in sub.groups else np.nan
+                for s in series]
+        ax.barh(y + (len(levels) - 1 - 2 * k) * h / 2, vals, height=h, color=colours.get(level), label=level)
+    ax.set_yticks(y, series, fontsize=8)
+    _bytes_scale(ax, p["bytes_per_rank_step"], "x")
+    ax.set_xlabel("bytes sent per rank per step" + (" (log scale; 0 at the left)" if ax.get_xscale() == "symlog"
+                                                    else ""))
+    seq, m = p["seq_len"].iloc[0], p["micro_batches_per_rank"].iloc[0]
+    ax.set_title(f"Bytes per step on each link level (sequence length {seq:g} and {m:g} micro-batch(es) per rank "
+                 "in every run: neither swept)", fontsize=10)
+    ax.legend(title="link level", fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    return fig, p

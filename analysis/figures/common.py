@@ -97,3 +97,14 @@ def state_note(state: str, completed: int, planned) -> str:
 def palette(n: int) -> list:
     cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
     return [cmap(i % cmap.N) for i in range(n)]
+
+
+MARKERS = "osD^vP*Xph<>"
+
+
+def styles(n: int) -> list[dict]:
+    """n distinct (colour, marker) pairs: beyond the palette's 10 or 20 colours the marker changes, so two
+    series never look alike (a sweep of 40 layouts has 40 lines)."""
+    colours = palette(n)
+    size = 10 if n <= 10 else 20
+    return [{"color": colours[i], "marker": MARKERS[(i // size) % len(MARKERS)]} for i in range(n)]

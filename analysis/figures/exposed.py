@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..load import Results, labels
 from ..stats import by_run, pct
-from .common import PERCENT, Figure, palette, plt, save, skip, spans_decades, state_note
+from .common import PERCENT, STATE_COLOUR, Figure, plt, save, skip, spans_decades, state_note, styles
 
 
 def ratio(meta: pd.Series, attrs: dict) -> float:
@@ -63,14 +63,18 @@ def make(res: Results, out) -> Figure:
     if drawn.empty:
         return skip(info, "no run with emulated links (one rank, or links.emulate off)")
     series = list(dict.fromkeys(drawn["series"]))
-    colour = dict(zip(series, palette(len(series))))
+    if drawn["comm_to_compute"].round(12).nunique() == 1:
+        return save(_one_ratio(drawn, series, p), p, out, info)
+    style = dict(zip(series, styles(len(series))))
+    colour = {s: st["color"] for s, st in style.items()}
     fig, ax = plt.subplots(figsize=(10, 6))
     for s, g in drawn.groupby("series", sort=False):
         ok = g[g["state"] == "ok"]
-        ax.plot(ok["comm_to_compute"], ok["exposed_comm_frac_median"], "o", color=colour[s], alpha=0.35, ms=5)
+        ax.plot(ok["comm_to_compute"], ok["exposed_comm_frac_median"], style[s]["marker"], color=colour[s], alpha=0.35,
+                ms=5)
         med = ok.groupby("comm_to_compute")["exposed_comm_frac_median"].median().sort_index()
         if len(med):
-            ax.plot(med.index, med.to_numpy(), "-o", color=colour[s], label=s, lw=1.5, ms=6)
+            ax.plot(med.index, med.to_numpy(), "-", marker=style[s]["marker"], color=colour[s], label=s, lw=1.5, ms=6)
         bad = g[g["state"] != "ok"]
         for k, (_, b) in enumerate(bad.iterrows()):
             if math.isfinite(b["exposed_comm_frac_median"]):
@@ -94,3 +98,32 @@ def make(res: Results, out) -> Figure:
                 fontsize=7, va="top")
     ax.set_title("Exposed communication against r, per scheduler and layout")
     return save(fig, p, out, info)
+
+
+def _one_ratio(drawn: pd.DataFrame, series: list[str], p: pd.DataFrame):
+    """Every run at one r: no relation to draw, so the exposed share per layout at that r, as dots (ok runs,
+    their median as a bar) and crosses (runs not ok)."""
+    r = float(drawn["comm_to_compute"].iloc[0])
+    n = len(series)
+    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.3 * n))
+    y = dict(zip(series, np.arange(n)[::-1]))
+    for s, g in drawn.groupby("series", sort=False):
+        ok = g[g["state"] == "ok"]
+        if len(ok):
+            ax.barh(y[s], float(ok["exposed_comm_frac_median"].median()), color="#9ecae1", height=0.7)
+            ax.plot(ok["exposed_comm_frac_median"], [y[s]] * len(ok), "o", color="#08519c", ms=4)
+        for _, b in g[g["state"] != "ok"].iterrows():
+            ax.plot(b["exposed_comm_frac_median"], y[s], "x", color=STATE_COLOUR.get(b["state"], "black"), ms=9, mew=2)
+            ax.annotate(b["note"], (b["exposed_comm_frac_median"], y[s]), fontsize=7, xytext=(6, -3),
+                        textcoords="offset points")
+    ax.set_yticks(list(y.values()), list(y.keys()), fontsize=8)
+    ax.xaxis.set_major_formatter(PERCENT)
+    ax.set_xlim(0, max(1.0, float(np.nanmax(drawn["exposed_comm_frac_median"].to_numpy(dtype=float))) * 1.05))
+    ax.set_xlabel("exposed communication (share of step; bar: median of ok runs, dots: runs, x: not ok)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(f"Exposed communication per layout, all at r = {r:g} (the sweep does not vary r)", fontsize=10)
+    left_out = p[p["comm_to_compute"].isna()]
+    if len(left_out):
+        ax.text(0, -0.8, "not drawn (no emulated links): " + ", ".join(left_out["run"]), fontsize=7, va="top",
+                transform=ax.get_yaxis_transform())
+    return fig

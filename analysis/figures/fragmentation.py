@@ -8,7 +8,9 @@ import numpy as np
 import pandas as pd
 
 from ..load import Results
-from .common import BYTES, PERCENT, Figure, bytes_axis, palette, plt, save, skip, spans_decades
+from matplotlib.ticker import MaxNLocator
+
+from .common import BYTES, PERCENT, Figure, bytes_axis, plt, save, skip, spans_decades, styles
 
 SERIES = [("ranks/mem_allocated_bytes", "allocated", True), ("ranks/mem_reserved_bytes", "reserved", True),
           ("ranks/slack", "slack", False), ("ranks/ext_frag", "ext_frag", False)]
@@ -41,7 +43,8 @@ def make(res: Results, out) -> Figure:
     if d.empty:
         return skip(info, "no run completed a step")
     configs = list(dict.fromkeys(d["config"]))
-    colour = dict(zip(configs, palette(len(configs))))
+    style = dict(zip(configs, styles(len(configs))))
+    colour = {c: st["color"] for c, st in style.items()}
     fig, axes = plt.subplots(2, 2, figsize=(13, 8), sharex=True)
     for ax, (_, name, is_bytes) in zip(axes.flat, SERIES):
         if name not in d:
@@ -50,8 +53,9 @@ def make(res: Results, out) -> Figure:
         for run, g in d.groupby("run", sort=False):
             ok = g["state"].iloc[0] == "ok"
             # Runs that are not ok on top, dashed, with a cross at their last step: never hidden behind an ok run.
-            ax.plot(g["step"], g[name], ls="-" if ok else "--", color=colour[g["config"].iloc[0]], lw=1.2,
-                    marker="." if len(g) < 12 else None, zorder=2 if ok else 3)
+            cfg = g["config"].iloc[0]
+            ax.plot(g["step"], g[name], ls="-" if ok else "--", color=colour[cfg], lw=1.2, ms=4,
+                    marker=style[cfg]["marker"] if len(style) > 10 or len(g) < 12 else None, zorder=2 if ok else 3)
             if not ok:
                 ax.plot(g["step"].iloc[-1], g[name].iloc[-1], "x", color=colour[g["config"].iloc[0]], ms=8, mew=2,
                         zorder=3)
@@ -72,7 +76,9 @@ def make(res: Results, out) -> Figure:
         ax.grid(alpha=0.3)
     for ax in axes[1]:
         ax.set_xlabel("step (from 0)")
-    handles = [plt.Line2D([], [], color=colour[c]) for c in configs]
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    handles = [plt.Line2D([], [], color=colour[c], marker=style[c]["marker"] if len(style) > 10 else None, ms=4)
+               for c in configs]
     handles += [plt.Line2D([], [], color="black"), plt.Line2D([], [], color="black", ls="--", marker="x")]
     fig.legend(handles, [*configs, "run ended ok", "run not ok (cross: its last step)"], loc="upper left",
                bbox_to_anchor=(1.0, 0.95), fontsize=7, frameon=False)

@@ -1,8 +1,9 @@
 """Loss curves of every run overlaid, with the data's entropy floor (the lowest loss any model can reach on
 the synthetic source, recorded by the run), and below them each run's loss minus that of the `none`
 reference trained on the same problem (same model, data and training keys; the scheduler, topology and
-links may differ), step by step. A run that is not ok is drawn dashed and ends in a cross at its last
-finite loss, named by its state."""
+links may differ), step by step. A sweep without such a `none` run gets, instead and labelled as such, the
+difference to the median of its ok runs on the same problem at each step: whether the layouts agree.
+A run that is not ok is drawn dashed and ends in a cross at its last finite loss, named by its state."""
 from __future__ import annotations
 
 import math
@@ -11,7 +12,9 @@ import numpy as np
 import pandas as pd
 
 from ..load import Results, labels
-from .common import Figure, palette, plt, save, skip, state_note
+from matplotlib.ticker import MaxNLocator
+
+from .common import Figure, plt, save, skip, state_note, styles
 
 # Keys that do not change what is trained: a run matches a `none` run when every other key is equal.
 NOT_THE_PROBLEM = ("scheduler.", "topology.", "links.", "output.", "collectives.", "debug.", "harness.", "device.",
@@ -33,7 +36,8 @@ def curves(res: Results) -> pd.DataFrame:
 def make(res: Results, out) -> Figure:
     info = Figure("loss", "Loss curves",
                   "Top: training loss per step of every run (nats/token), with the data's entropy floor dotted. "
-                  "Bottom: loss minus that of the `none` run on the same problem at the same step. Dashed "
+                  "Bottom: loss minus that of the `none` run on the same problem at the same step (without "
+                  "one in the sweep: minus the median of the ok runs, as the axis says). Dashed "
                   "lines ending in a cross are runs that did not finish ok.")
     c = curves(res)
     if c.empty:
@@ -45,7 +49,11 @@ def make(res: Results, out) -> Figure:
         if row.get("scheduler.name") == "none" and row["state"] == "ok" and run in set(c["run"]):
             refs.setdefault(_problem(row, keys), run)
     configs = list(dict.fromkeys(runs.loc[c["run"].unique(), "config"]))
-    colour = dict(zip(configs, palette(len(configs))))
+    style = dict(zip(configs, styles(len(configs))))
+    # The fallback reference: per problem and step, the median loss of the ok runs.
+    c = c.assign(_problem=[_problem(runs.loc[r], keys) for r in c["run"]], _ok=c["run"].map(runs["state"]) == "ok")
+    medians = c[c["_ok"]].groupby(["_problem", "step"])["loss"].median()
+    use_none = bool(refs)
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(11, 8), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
     rows = []
     diffs: list[tuple] = []      # drawn after the scale is known
@@ -54,21 +62,27 @@ def make(res: Results, out) -> Figure:
         ok = meta["state"] == "ok"
         ls = "-" if ok else "--"
         label = run if ok else f"{run} ({state_note(meta['state'], int(meta['completed_steps']), meta['planned_steps'])})"
-        col = colour[meta["config"]]
-        ax.plot(g["step"], g["loss"], ls=ls, color=col, lw=1.3, label=label)
+        st = style[meta["config"]]
+        col = st["color"]
+        mk = st["marker"] if len(style) > 10 or len(g) < 12 else None
+        ax.plot(g["step"], g["loss"], ls=ls, color=col, marker=mk, ms=4, lw=1.3, label=label)
         if not ok:
             finite = g[np.isfinite(g["loss"])]
             if len(finite):
                 ax.plot(finite["step"].iloc[-1], finite["loss"].iloc[-1], "x", color=col, ms=9, mew=2)
-        ref = refs.get(_problem(meta, keys))
+        problem = _problem(meta, keys)
+        ref = refs.get(problem)
         diff = pd.Series(math.nan, index=g.index)
         if ref is not None and ref != run:
             base = c[c["run"] == ref].set_index("step")["loss"]
             diff = g["loss"] - g["step"].map(base)
-            diffs.append((g["step"], diff, ls, col))
+        to_median = g["loss"] - pd.Series([medians.get((problem, s), math.nan) for s in g["step"]], index=g.index)
+        shown = diff if use_none else to_median
+        if np.isfinite(shown).any():
+            diffs.append((g["step"], shown, ls, col, mk))
         rows.append(pd.DataFrame({"run": run, "config": meta["config"], "state": meta["state"], "step": g["step"],
                                   "loss": g["loss"], "none_run": ref if ref != run else None,
-                                  "loss_minus_none": diff,
+                                  "loss_minus_none": diff, "loss_minus_median_ok": to_median,
                                   "entropy_floor": res.attrs.get(run, {}).get("entropy_floor", math.nan)}))
     floors = sorted({round(float(a["entropy_floor"]), 6) for a in res.attrs.values() if "entropy_floor" in a})
     for fl in floors:
@@ -80,17 +94,19 @@ def make(res: Results, out) -> Figure:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     # Differences are often 1e-9 or smaller: scale them into the label, where matplotlib's offset text
     # (a small "1e-9" above the axis) is easily missed.
-    biggest = max((float(np.nanmax(np.abs(d))) for _, d, _, _ in diffs if np.isfinite(d).any()), default=0.0)
+    biggest = max((float(np.nanmax(np.abs(d))) for _, d, _, _, _ in diffs), default=0.0)
     exp = int(math.floor(math.log10(biggest))) if biggest > 0 else 0
     scale = 10.0 ** exp if exp < -2 else 1.0
-    for x, d, ls, col in diffs:
-        ax2.plot(x, d / scale, ls=ls, color=col, lw=1.3)
+    for x, d, ls, col, mk in diffs:
+        ax2.plot(x, d / scale, ls=ls, color=col, marker=mk, ms=4, lw=1.3)
     ax2.axhline(0, color="black", lw=0.8)
-    ax2.set_ylabel("loss − loss of none\n" + (f"(×1e{exp} nats/token)" if scale != 1.0 else "(nats/token)"))
+    what = "loss − loss of none" if use_none else "loss − median of the ok runs\n(no `none` run in this sweep)"
+    ax2.set_ylabel(what + "\n" + (f"(×1e{exp} nats/token)" if scale != 1.0 else "(nats/token)"))
     ax2.set_xlabel("step (from 0, as in the results file)")
+    ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax2.grid(alpha=0.3)
     if not diffs:
-        ax2.text(0.5, 0.5, "no `none` run on the same problem in this sweep: no difference to draw",
+        ax2.text(0.5, 0.5, "no reference on the same problem: no difference to draw",
                  transform=ax2.transAxes, ha="center", va="center", fontsize=9, color="#555555")
     data = pd.concat(rows, ignore_index=True)
     return save(fig, data, out, info)

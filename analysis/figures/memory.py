@@ -51,15 +51,16 @@ def make(res: Results, out) -> Figure:
     info = Figure("memory_state", "Model-state memory per rank against the closed form",
                   "Bytes per rank of each model-state component as the allocator measured them after step 0 "
                   "(bars; the rank with the largest total), and the closed form of the paper's Table 1 (black "
-                  "diamonds; e.g. 12N/z1 + 4N/z2 + 2N/z3 in bf16-mixed, 16N/W-style forms in fp32, which keeps no "
-                  "master copy). A bar slightly past its diamond is padding; hatched bars come from runs that "
+                  "ticks; e.g. 12N/z1 + 4N/z2 + 2N/z3 in bf16-mixed, 16N/W-style forms in fp32, which keeps no "
+                  "master copy). A bar slightly past its tick is padding; hatched bars come from runs that "
                   "did not finish ok.")
     t = table(res)
     if t.empty:
         return skip(info, "no run wrote memory/model_state_bytes (it is written after step 0)")
     configs = list(dict.fromkeys(t["config"]))
     n = len(configs)
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(3.0 * len(PANELS) + 3, 1.4 + 0.38 * n), sharey=True)
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(3.0 * len(PANELS) + 3, 1.4 + 0.38 * n), sharey=True,
+                             layout="constrained")
     y = np.arange(n)[::-1]
     for ax, comp in zip(axes, PANELS):
         sub = t[t["component"] == comp].set_index("config").loc[configs]
@@ -71,7 +72,8 @@ def make(res: Results, out) -> Figure:
             if meas[i] == 0 and np.nanmax(meas) > 0:
                 ax.text(0, y[i], " 0 B", va="center", fontsize=7)
         cf = sub["closed_form_bytes"].to_numpy(dtype=float)
-        ax.plot(cf, y, "D", color="black", ms=4, label="closed form (Table 1)")
+        # A tall tick marks the form's exact value (a diamond's width hides whether the bar reaches it).
+        ax.plot(cf, y, "|", color="black", ms=14, mew=2, label="closed form (Table 1)")
         top = float(np.nanmax(np.concatenate([meas, cf, [0]])))
         ax.set_xlim(0, top * 1.1 if top > 0 else 1)
         bytes_axis(ax, top)
@@ -86,5 +88,5 @@ def make(res: Results, out) -> Figure:
     for i, c in enumerate(configs):
         f = t[(t["config"] == c) & (t["component"] == "total")].iloc[0]
         axes[-1].text(axes[-1].get_xlim()[1], y[i], f"  {f['formula']}", va="center", fontsize=7)
-    fig.suptitle("Model-state bytes per rank (measured after step 0) against the closed form", y=1.0)
+    fig.suptitle("Model-state bytes per rank (measured after step 0) against the closed form")
     return save(fig, t, out, info)
