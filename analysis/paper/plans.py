@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+_MODEL = re.compile(r"^# model .*precision ([\w-]+)")
 _HEAD = re.compile(r"^scheduler (\S+), W = (\d+), rank (\d+), N = (\d+) parameters")
 _STATE = re.compile(r"^\s+(param|grad|master|m|v|total)\s+(\d+)\s")
 
@@ -18,13 +19,19 @@ class PlanError(Exception):
 
 
 def parse(stdout: str) -> list[dict]:
-    """One dict per planned scheduler: scheduler, world_size, rank, num_params, and bytes per component."""
+    """One dict per planned scheduler: scheduler, world_size, rank, num_params, precision, and bytes per
+    component (of which the closed form depends on the precision: the model's header line gives it)."""
     out: list[dict] = []
+    precision = ""
     for line in stdout.splitlines():
+        m = _MODEL.match(line)
+        if m:
+            precision = m[1]
+            continue
         m = _HEAD.match(line)
         if m:
             out.append({"scheduler": m[1], "world_size": int(m[2]), "rank": int(m[3]), "num_params": int(m[4]),
-                        "bytes": {}})
+                        "precision": precision, "bytes": {}})
             continue
         m = _STATE.match(line)
         if m and out:

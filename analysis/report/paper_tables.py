@@ -44,7 +44,7 @@ def per_config(res: Results) -> pd.DataFrame:
         z1, z2, z3 = labels.groups(cfg, world)
         row = {"config": config, "layout": m["layout"], "scheduler": cfg.get("scheduler.name"), "world": world,
                "z1": z1, "z2": z2, "z3": z3, "async": labels.truthy(cfg.get("scheduler.async", True)),
-               "seq_len": cfg.get("model.seq_len"), "ok": len(ok), "runs": len(g),
+               "seq_len": cfg.get("model.seq_len"), "global_batch": cfg.get("train.global_batch"), "ok": len(ok), "runs": len(g),
                "states": ", ".join(sorted(set(g["state"]))),
                **{c: float(ok[c].median()) if len(ok) and ok[c].notna().any() else math.nan
                   for c in ("tokens_per_s_median", "mfu_median", "exposed_comm_frac_median", "step_time_s_median",
@@ -88,7 +88,7 @@ def table1(res: Results, folder: Path) -> list:
     if saved:
         rows = []
         for p in saved:
-            cfg = {**p["config"], "scheduler.name": p["scheduler"]}
+            cfg = {**p["config"], "scheduler.name": p["scheduler"], "train.precision": p["precision"]}
             form = forms.model_state(cfg, p["world_size"], p["num_params"])
             total_form = sum(form.values()) if form else math.nan
             total = p["bytes"].get("total", math.nan)
@@ -151,8 +151,8 @@ def table3(res: Results) -> list:
 
 def table4(res: Results) -> list:
     pc = per_config(res)
-    t = _versus(pc, lambda g: g["scheduler"] == "zero3", ["seq_len"], ["seq_len"])
-    return [Table(t, "Per sequence length, speed-up against zero3 at that length.")]
+    t = _versus(pc, lambda g: g["scheduler"] == "zero3", ["seq_len", "global_batch"], ["seq_len", "global_batch"])
+    return [Table(t, "Per sequence length (and global batch), speed-up against zero3 at the same length and batch.")]
 
 
 def ablation(res: Results) -> list:
@@ -176,8 +176,13 @@ def ablation(res: Results) -> list:
         if ok[col].notna().any():
             r = ok.loc[getattr(ok[col], pick)()]
             best.append(f"{what}: z1={r['z1']} z2={r['z2']} z3={r['z3']} async {'on' if r['async'] else 'off'}")
+    runs_per = int(a["runs"].max())
+    steps = res.runs["completed_steps"].max() - (res.runs["warmup_steps"].max() if "warmup_steps" in res.runs else 0)
+    caution = (f" One run per layout and {steps:g} measured steps each: the step times carry the machine's noise "
+               "(no spread across repeats to judge it by); read differences of a few tens of percent as "
+               "inconclusive, memory and bytes as exact." if runs_per == 1 else "")
     return [Table(pd.DataFrame(rows), "Every asynchzp layout of the sweep; speed-up against z1 = z2 = z3 = W "
-                                      "inline (the zero3 layout), tokens/s of medians over ok runs."),
+                                      "inline (the zero3 layout), tokens/s of medians over ok runs." + caution),
             Bullets(best)]
 
 
