@@ -1,5 +1,7 @@
-"""Results files for the collect tests, written by the real hzpbench (HZPBENCH, set by CTest): finished,
-diverged, failed and killed runs at one rank, a ddp run at two, and broken copies made from them."""
+"""Results files for the analysis tests, written by the real hzpbench (HZPBENCH, set by CTest): finished,
+diverged, failed and killed runs at one rank, a ddp run at two, and broken copies made from them; for the
+figures and the report, a sweep folder of those plus zero3 and asynchzp runs at two ranks on emulated links
+(two sequence lengths, two micro-batch counts, two asynchzp layouts, async on and off)."""
 import os
 import shutil
 import signal
@@ -70,3 +72,30 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         "ddp": run(d / "ddp.h5", "--set", "scheduler.name=ddp", ranks=2),
     }
     return files
+
+
+# The figures' extra runs: 2 ranks as 2 virtual nodes of 1, links at comm_to_compute r (name, ranks, keys).
+LINKS = ["--set", "topology.ranks_per_node=1", "--set", "links.emulate=true"]
+SWEEP_EXTRA = [
+    ("zero3", ["--set", "scheduler.name=zero3", "--set", "links.comm_to_compute=0.5"]),
+    ("zero3_seq128", ["--set", "scheduler.name=zero3", "--set", "links.comm_to_compute=0.5",
+                      "--set", "model.seq_len=128"]),
+    ("zero3_batch32", ["--set", "scheduler.name=zero3", "--set", "links.comm_to_compute=0.5",
+                       "--set", "train.global_batch=32"]),
+    ("asynchzp_async", ["--set", "scheduler.name=asynchzp", "--set", "scheduler.z3=1",
+                        "--set", "links.comm_to_compute=0.5"]),
+    ("asynchzp_inline", ["--set", "scheduler.name=asynchzp", "--set", "scheduler.z2=1", "--set", "scheduler.async=false",
+                         "--set", "links.comm_to_compute=2"]),
+]
+
+
+@pytest.fixture(scope="session")
+def sweep(runs, tmp_path_factory) -> Path:
+    """One folder as a sweep without a manifest: the runs above (one failed, one killed, one diverged) and
+    the extra multi-rank runs the figures need."""
+    d = tmp_path_factory.mktemp("figures_sweep")
+    for name, src in runs.items():
+        shutil.copy(src, d / f"{name}.h5")
+    for name, extra in SWEEP_EXTRA:
+        run(d / f"{name}.h5", *LINKS, *extra, ranks=2)
+    return d

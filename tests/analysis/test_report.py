@@ -1,0 +1,52 @@
+"""analysis.report on the tiny sweep of conftest.py: one Markdown and one HTML file with every figure inline
+(each image it links exists), the configuration axes, provenance, and the failed, killed and diverged runs
+listed with their results files and reasons."""
+import re
+from pathlib import Path
+
+import h5py
+
+from analysis.report import cli
+
+
+def test_report_lists_every_figure_and_the_runs_that_did_not_finish(sweep, tmp_path):
+    out = tmp_path / "report"
+    assert cli.main([str(sweep), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    html = (out / "report.html").read_text()
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+    assert len(images) == 8
+    for img in images:
+        assert (out / img).is_file(), img
+        assert f"src='{img}'" in html
+    # The section of runs that did not finish ok: each named by its results file, with its state and reason.
+    section = md.split("## Runs that did not finish ok", 1)[1]
+    rows = {ln.split("|")[1].strip(): ln for ln in section.splitlines() if ln.startswith("| ") and ".h5" in ln}
+    assert set(rows) == {"failed.h5", "killed.h5", "diverged.h5"}
+    assert "| failed | failed: 0: debug.throw_at" in rows["failed.h5"]
+    assert "| killed | killed |" in rows["killed.h5"] and "| 100000 |" in rows["killed.h5"]
+    with h5py.File(sweep / "killed.h5", "r", locking=False) as f:
+        flushed = min(len(f[k]) for k in ("steps/loss", "ranks/step_time_s"))
+    assert f"| killed | killed | {flushed} |" in rows["killed.h5"]
+    # Header, provenance and axes.
+    assert "**Scale.**" in md and "**Links.**" in md and "## Provenance" in md and "git " in md
+    assert "`scheduler.name`: " in md and "## Configuration axes" in md
+    # Every run is in the per-run table by its file name.
+    for f in sweep.glob("*.h5"):
+        assert f"| {f.name} |" in md
+    assert "<table" in html and "killed.h5" in html
+
+
+def test_report_refuses_a_file(tmp_path):
+    f = tmp_path / "x.h5"
+    f.write_text("")
+    assert cli.main([str(f)]) == 2
+
+
+def test_the_package_lists_every_subpackage():
+    """pyproject.toml names the packages one by one (its folder is the package): a new one must be added."""
+    import tomllib
+    root = Path(__file__).resolve().parents[2] / "analysis"
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"analysis"} | {"analysis." + p.parent.name for p in root.glob("*/__init__.py")}
+    assert listed == found
