@@ -43,25 +43,32 @@ def build(folder: Path, out: Path, part: str | None = None) -> tuple[list, int]:
     title = info.get("title") or (paper_tables.TITLES[part] if part else f"Sweep {name}")
     b: list = [Heading(f"{title} — report of `{name}`", 1)]
     b.append(Text(f"**Scale.** {info.get('scale') or sections.scale_text(res)}"))
-    if info.get("scale"):
+    empty = res.runs.empty
+    if info.get("scale") and not empty:
         b.append(Text(f"Runs as recorded: {sections.scale_text(res)}"))
-    b.append(Text(f"**Links.** {info.get('links') or ''} {sections.links_text(res)}".replace("**Links.**  ", "**Links.** ")))
-    if info.get("wall_s") is not None:
+    if not empty:
+        links = f"{info['links']} " if info.get("links") else ""
+        b.append(Text(f"**Links.** {links}{sections.links_text(res)}"))
+    if info.get("wall_s") is not None and not empty:
         b.append(Text(f"**Time.** {duration(info['wall_s'])} of wall time for {info.get('runs', '?')} run(s) "
                       f"(estimated beforehand: {duration(info.get('estimate_s', 0))}) on {info.get('machine', '?')}."))
-    for p in res.problems:
-        b.append(Text(f"**Could not read:** {p}"))
-    b += [Heading("Provenance"), sections.provenance(res) if res.attrs else Text("No readable results file.")]
-    b += [Heading("Configuration axes"), *sections.axes_block(res)]
+    if empty:
+        b.append(Text("No results files in this folder: nothing was run for it."))
+    else:
+        for p in res.problems:
+            b.append(Text(f"**Could not read:** {p}"))
+        b += [Heading("Provenance"), sections.provenance(res) if res.attrs else Text("No readable results file.")]
+        b += [Heading("Configuration axes"), *sections.axes_block(res)]
     if part:
-        available = set(info.get("available", [])) | set(res.runs.get("scheduler.name", []).dropna())
+        ran = res.runs["scheduler.name"].dropna() if "scheduler.name" in res.runs else []
+        available = set(info.get("available", [])) | set(ran)
         b += paper_tables.blocks(part, res, folder, available)
     if not res.runs.empty:
         b += [Heading("Tables"), sections.config_table(res), sections.runs_table(res)]
         figures = draw_all(res, out / "figures")
         b += [Heading("Figures"), *sections.figure_blocks(figures, out)]
-    b += [Heading("Runs that did not finish ok"), *(sections.failed_runs(res) if not res.runs.empty
-                                                      else [Text("No runs in this folder.")])]
+    if not res.runs.empty:
+        b += [Heading("Runs that did not finish ok"), *sections.failed_runs(res)]
     return b, res.unreadable
 
 

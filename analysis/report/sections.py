@@ -44,8 +44,8 @@ def scale_text(res: Results) -> str:
     nodes = ", ".join("ranks_per_node from the machine" if v == 0 else f"virtual nodes of {v}" for v in rpn)
     return (f"{_join(worlds)} rank(s) ({nodes}); model {_join(presets)} "
             f"({', '.join(f'{p / 1e6:.3g}M' for p in params)} parameters), sequence length {_join(seq)}, "
-            f"{_join(prec)}, global batch {_join(gb)} sequences in micro-batches of {_join(mb)}, {_join(steps)} "
-            f"steps per run.")
+            f"{_join(prec)}, global batch {_join(gb)} sequences in micro-batches of {_join(mb)}; steps per run: "
+            f"{_join(steps)}.")
 
 
 def links_text(res: Results) -> str:

@@ -96,8 +96,11 @@ def test_closure_csv_equals_the_per_rank_datasets(drawn):
             assert close(bar[part], want), (bar["runs"], part)
             total += want
         assert close(bar["total_s"], total)
-        # The parts close to the step time (docs/run.md), so the bars are the step.
-        assert total == pytest.approx(h.median(h.rank_mean("ranks/step_time_s")), rel=0.05)
+        # The parts close to the step time in every step (docs/run.md), so stacked they are the step. (Their
+        # medians need not sum to the median step time: on a loaded machine the steps differ.)
+        parts = sum(h.series[f"ranks/{p}"] for p in ("compute_s", "exposed_comm_s", "pipeline_wait_s", "optimizer_s",
+                                                     "other_s"))
+        np.testing.assert_allclose(parts, h.series["ranks/step_time_s"], rtol=0.02)
     assert set(d[d["state"] != "ok"]["state"]) == {"failed", "killed", "diverged"}
 
 
