@@ -13,7 +13,7 @@ from matplotlib.ticker import MaxNLocator
 
 from ..load import Results, labels
 from ..stats import by_run, level_bytes, measured, pct
-from .common import BYTES, Figure, bytes_axis, palette, plt, save, skip, spans_decades
+from .common import Figure, bytes_axis, bytes_log_axis, palette, plt, save, skip, spans_decades
 
 LEVEL_STYLE = {"intra": "-", "inter": "--"}
 
@@ -74,7 +74,7 @@ def make(res: Results, out) -> Figure:
             if len(bad):
                 ax.plot(bad[x], bad["bytes_per_rank_step"], "x", color=colour[s], ms=9, mew=2,
                         label=f"{s}, {short}={o:g} — {level} (not ok: " + ", ".join(bad["state"]) + ")")
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.12), frameon=False)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.12), frameon=False, handlelength=4)
         if spans_decades(p[x].dropna(), 3):
             ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
@@ -83,8 +83,9 @@ def make(res: Results, out) -> Figure:
         ax.set_xlabel(xlabel + (" (log scale)" if ax.get_xscale() == "log" else ""))
         ax.grid(alpha=0.3, which="both")
     _bytes_scale(axes[0], p["bytes_per_rank_step"], "y")
-    axes[0].set_ylabel("bytes sent per rank per step" +
-                       (" (log scale; 0 at the bottom)" if axes[0].get_yscale() == "symlog" else ""))
+    scale = axes[0].get_yscale()
+    axes[0].set_ylabel("bytes sent per rank per step" + {"symlog": " (log scale; 0 at the bottom)",
+                                                         "log": " (log scale)"}.get(scale, ""))
     fig.suptitle("Bytes per step on each link level", y=1.0)
     return save(fig, p, out, info)
 
@@ -92,9 +93,7 @@ def make(res: Results, out) -> Figure:
 def _bytes_scale(ax, values: pd.Series, which: str) -> None:
     positive = values[values > 0]
     if spans_decades(positive):
-        # symlog, not log: a level a layout never uses (0 bytes) stays on the axis instead of vanishing.
-        (ax.set_yscale if which == "y" else ax.set_xscale)("symlog", linthresh=float(positive.min()))
-        (ax.yaxis if which == "y" else ax.xaxis).set_major_formatter(BYTES)
+        bytes_log_axis(ax, values, which)
     else:
         top = float(values.max())
         (ax.set_ylim if which == "y" else ax.set_xlim)(0, top * 1.08 if top > 0 else 1)
@@ -116,8 +115,8 @@ def _bars(p: pd.DataFrame, series: list[str]):
         ax.barh(y + (len(levels) - 1 - 2 * k) * h / 2, vals, height=h, color=colours.get(level), label=level)
     ax.set_yticks(y, series, fontsize=8)
     _bytes_scale(ax, p["bytes_per_rank_step"], "x")
-    ax.set_xlabel("bytes sent per rank per step" + (" (log scale; 0 at the left)" if ax.get_xscale() == "symlog"
-                                                    else ""))
+    ax.set_xlabel("bytes sent per rank per step" + {"symlog": " (log scale; 0 at the left)",
+                                                    "log": " (log scale)"}.get(ax.get_xscale(), ""))
     seq, m = p["seq_len"].iloc[0], p["micro_batches_per_rank"].iloc[0]
     ax.set_title(f"Bytes per step on each link level (sequence length {seq:g} and {m:g} micro-batch(es) per rank "
                  "in every run: neither swept)", fontsize=10)

@@ -77,6 +77,21 @@ def bytes_axis(ax, vmax: float, which: str = "x") -> None:
 PERCENT = FuncFormatter(lambda v, _: f"{100 * v:.0f}%")
 
 
+def bytes_log_axis(ax, values, which: str = "y") -> None:
+    """A log byte axis with ticks at powers of two (32 MiB, 64 MiB ...; decimal decades print as 9.54 MiB,
+    95.4 MiB). symlog when some value is 0, so a level a layout never uses stays on the axis."""
+    a = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
+    positive = a[a > 0]
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    scale = ax.set_yscale if which == "y" else ax.set_xscale
+    if (a == 0).any():
+        scale("symlog", base=2, linthresh=float(positive.min()) if positive.size else 1.0)
+    else:
+        scale("log", base=2)
+    axis.set_major_formatter(BYTES)
+    axis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+
+
 def spans_decades(values, factor: float = 20.0) -> bool:
     """Positive values whose largest is more than `factor` times the smallest: draw them on a log scale."""
     a = np.asarray([v for v in values if v is not None and np.isfinite(v) and v > 0], dtype=float)

@@ -29,9 +29,26 @@ def ratio(meta: pd.Series, attrs: dict) -> float:
         return math.nan
 
 
+def paired_axes(res: Results) -> list[str]:
+    """Swept keys that change together with links.comm_to_compute, one value of each per value of the other
+    (a sweep that ties r to the sequence length): they go with r on the x axis instead of splitting lines."""
+    if "links.comm_to_compute" not in res.axes:
+        return []
+    r = res.runs[res.runs["state"] != "never ran"]
+    out = []
+    for a in res.axes:
+        if a == "links.comm_to_compute" or a not in r or r[a].nunique() < 2:
+            continue
+        pairs = r[[a, "links.comm_to_compute"]].dropna().astype(str).drop_duplicates()
+        if pairs[a].is_unique and pairs["links.comm_to_compute"].is_unique:
+            out.append(a)
+    return out
+
+
 def points(res: Results) -> pd.DataFrame:
     frames = by_run(res.long)
     rows = []
+    paired = tuple(paired_axes(res))
     for _, meta in res.runs.iterrows():
         f = frames.get(meta["run"])
         if f is None:
@@ -41,7 +58,9 @@ def points(res: Results) -> pd.DataFrame:
         m = f[f["rank"] == 0].set_index("step")
         frac = pct(m["steps/exposed_comm_frac"][m["measured"]], 50) if "steps/exposed_comm_frac" in m else math.nan
         rows.append({"run": meta["run"], "state": meta["state"],
-                     "series": res.label(meta, without=("links.comm_to_compute",)),
+                     "series": res.label(meta, without=("links.comm_to_compute", *paired)),
+                     "x_note": ", ".join(f"{a.rsplit('.', 1)[-1]}={labels.value_text(labels.plain(meta[a]))}"
+                                         for a in paired),
                      "comm_to_compute": ratio(meta, attrs) if emulated else math.nan,
                      "ratio_source": ("links.comm_to_compute" if (meta.get("links.comm_to_compute") or 0) > 0
                                       else "link profile") if emulated else "no emulated links",
@@ -82,11 +101,17 @@ def make(res: Results, out) -> Figure:
                         label=f"{s} (not ok)" if k == 0 else None)
                 ax.annotate(b["note"], (b["comm_to_compute"], b["exposed_comm_frac_median"]), fontsize=7,
                             xytext=(5, 5), textcoords="offset points")
-    if spans_decades(drawn["comm_to_compute"], 8):
+    log = spans_decades(drawn["comm_to_compute"], 8)
+    if log:
         ax.set_xscale("log")
-        ax.set_xlabel("r = inter-node time of 4N bytes / micro-batch compute time (log scale)")
-    else:
-        ax.set_xlabel("r = inter-node time of 4N bytes / micro-batch compute time")
+    # Ticks at the r values run (and the values paired with them), not at powers of ten.
+    ticks = drawn.drop_duplicates("comm_to_compute").sort_values("comm_to_compute")
+    ax.set_xticks(ticks["comm_to_compute"], [f"{r:g}" + (f"\n{n}" if n else "") for r, n in
+                                             zip(ticks["comm_to_compute"], ticks["x_note"])], fontsize=8)
+    ax.xaxis.set_minor_locator(plt.NullLocator())
+    paired = [n.split("=")[0] for n in ticks["x_note"].iloc[0].split(", ")] if ticks["x_note"].iloc[0] else []
+    ax.set_xlabel("r = inter-node time of 4N bytes / micro-batch compute time" + (" (log scale)" if log else "")
+                  + (f"; each r run with its own {', '.join(paired)}" if paired else ""))
     ax.set_ylabel("exposed communication (share of step)")
     ax.yaxis.set_major_formatter(PERCENT)
     ax.set_ylim(0, max(1.0, float(np.nanmax(drawn["exposed_comm_frac_median"].to_numpy(dtype=float)) * 1.05)))

@@ -10,7 +10,7 @@ import pandas as pd
 from ..load import Results
 from matplotlib.ticker import MaxNLocator
 
-from .common import BYTES, PERCENT, Figure, bytes_axis, plt, save, skip, spans_decades, styles
+from .common import PERCENT, Figure, bytes_axis, bytes_log_axis, plt, save, skip, spans_decades, styles
 
 SERIES = [("ranks/mem_allocated_bytes", "allocated", True), ("ranks/mem_reserved_bytes", "reserved", True),
           ("ranks/slack", "slack", False), ("ranks/ext_frag", "ext_frag", False)]
@@ -61,8 +61,7 @@ def make(res: Results, out) -> Figure:
                         zorder=3)
         if is_bytes:
             if spans_decades(d[name]):
-                ax.set_yscale("log")
-                ax.yaxis.set_major_formatter(BYTES)
+                bytes_log_axis(ax, d[name], "y")
                 ax.set_title(f"{name} (mean over ranks, log scale)")
             else:
                 top = float(d[name].max())

@@ -52,7 +52,10 @@ def make(res: Results, out) -> Figure:
     style = dict(zip(configs, styles(len(configs))))
     # The fallback reference: per problem and step, the median loss of the ok runs.
     c = c.assign(_problem=[_problem(runs.loc[r], keys) for r in c["run"]], _ok=c["run"].map(runs["state"]) == "ok")
-    medians = c[c["_ok"]].groupby(["_problem", "step"])["loss"].median()
+    okc = c[c["_ok"]]
+    # Only a problem with at least two ok runs has a median to differ from (one run would be its own zero).
+    shared = okc.groupby("_problem")["run"].nunique()
+    medians = okc[okc["_problem"].map(shared) >= 2].groupby(["_problem", "step"])["loss"].median()
     use_none = bool(refs)
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(11, 8), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
     rows = []

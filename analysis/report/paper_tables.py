@@ -44,7 +44,8 @@ def per_config(res: Results) -> pd.DataFrame:
         z1, z2, z3 = labels.groups(cfg, world)
         row = {"config": config, "layout": m["layout"], "scheduler": cfg.get("scheduler.name"), "world": world,
                "z1": z1, "z2": z2, "z3": z3, "async": labels.truthy(cfg.get("scheduler.async", True)),
-               "seq_len": cfg.get("model.seq_len"), "global_batch": cfg.get("train.global_batch"), "ok": len(ok), "runs": len(g),
+               "seq_len": cfg.get("model.seq_len"), "global_batch": cfg.get("train.global_batch"),
+               "comm_to_compute": cfg.get("links.comm_to_compute"), "ok": len(ok), "runs": len(g),
                "states": ", ".join(sorted(set(g["state"]))),
                **{c: float(ok[c].median()) if len(ok) and ok[c].notna().any() else math.nan
                   for c in ("tokens_per_s_median", "mfu_median", "exposed_comm_frac_median", "step_time_s_median",
@@ -118,7 +119,11 @@ def table1(res: Results, folder: Path) -> list:
     return out
 
 
-def _versus(pc: pd.DataFrame, base_mask, group_cols: list[str], title_cols: list[str]) -> pd.DataFrame:
+def _versus(pc: pd.DataFrame, base_mask, group_cols: list[str], title_cols: list[str],
+            name: str = "config") -> pd.DataFrame:
+    """One row per configuration with its speed-up against the baseline of its group (the rows sharing
+    group_cols); title_cols lead the row, `name` names the configuration (its label, or just its layout when
+    the title columns say the rest)."""
     rows = []
     for _, r in pc.iterrows():
         g = pc
@@ -126,7 +131,7 @@ def _versus(pc: pd.DataFrame, base_mask, group_cols: list[str], title_cols: list
             g = g[g[c] == r[c]]
         base = g[base_mask(g)]
         b = float(base["tokens_per_s_median"].iloc[0]) if len(base) else math.nan
-        rows.append({**{c: r[c] for c in title_cols}, "configuration": r["config"], "ended": _ended(r),
+        rows.append({**{c: r[c] for c in title_cols}, "configuration": r[name], "ended": _ended(r),
                      "MFU": fmt.pct(r["mfu_median"], 2), "tokens/s": fmt.num(r["tokens_per_s_median"]),
                      "exposed comm": fmt.pct(r["exposed_comm_frac_median"]),
                      "peak memory/rank": fmt.nbytes(r["mem_peak_bytes_max"]),
@@ -151,8 +156,11 @@ def table3(res: Results) -> list:
 
 def table4(res: Results) -> list:
     pc = per_config(res)
-    t = _versus(pc, lambda g: g["scheduler"] == "zero3", ["seq_len", "global_batch"], ["seq_len", "global_batch"])
-    return [Table(t, "Per sequence length (and global batch), speed-up against zero3 at the same length and batch.")]
+    pc = pc.sort_values(["seq_len", "global_batch"], kind="stable")
+    t = _versus(pc, lambda g: g["scheduler"] == "zero3", ["seq_len", "global_batch"],
+                ["seq_len", "global_batch", "comm_to_compute"], name="layout")
+    return [Table(t, "Per sequence length and global batch (comm_to_compute r: the links' ratio at that length), "
+                     "speed-up against zero3 at the same length and batch.")]
 
 
 def ablation(res: Results) -> list:
