@@ -18,9 +18,9 @@ from ..stats import by_run, pct
 from .common import Figure, plt, save, skip
 
 METRICS = [("step_time_s", "step time (s)", 1.0, "{:.3g}"),
-           ("exposed_comm_frac", "exposed communication (% of step)", 100.0, "{:.0f}"),
-           ("peak_mib", "peak allocated per rank (MiB)", 1.0, "{:.3g}"),
-           ("model_state_mib", "model state per rank (MiB)", 1.0, "{:.3g}")]
+           ("exposed_comm_frac", "exposed comm. (% of step)", 100.0, "{:.0f}"),
+           ("peak_mib", "peak allocated (MiB/rank)", 1.0, "{:.3g}"),
+           ("model_state_mib", "model state (MiB/rank)", 1.0, "{:.3g}")]
 
 
 def per_run(res: Results) -> pd.DataFrame:
@@ -67,7 +67,7 @@ def make(res: Results, out) -> Figure:
     info = Figure("granularity", "Shard granularity: asynchzp's (z1, z2, z3)",
                   "Heat maps over asynchzp's group sizes: rows z1 (optimizer states), columns (z2 gradients, "
                   "z3 parameters); one column of panels per mode (background threads = async, or inline). "
-                  "Each cell: median over the layout's ok runs. Grey: a combination hzpbench refuses; blank: not "
+                  "Each cell: median over the layout's ok runs; colours from 0 to the largest value, one scale per metric. Grey: a combination hzpbench refuses; blank: not "
                   "run; hatched: every run of the layout failed or was killed.")
     p = per_run(res)
     if p.empty:
@@ -76,16 +76,18 @@ def make(res: Results, out) -> Figure:
     z1s = sorted(c["z1"].unique())
     pairs = sorted({(a, b) for a, b in zip(c["z2"], c["z3"])})
     modes = sorted(c["async"].unique(), reverse=True)
-    fig, axes = plt.subplots(len(METRICS), len(modes), figsize=(1.1 * len(pairs) * len(modes) + 3,
+    fig, axes = plt.subplots(len(METRICS), len(modes), figsize=(max(1.1 * len(pairs) * len(modes) + 3, 9),
                                                                  1.0 + len(METRICS) * (0.55 * len(z1s) + 1.2)),
                              squeeze=False, layout="constrained")
     for j, mode in enumerate(modes):
         sub = c[c["async"] == mode].set_index(["z1", "z2", "z3"])
         for i, (metric, title, scale, fmt) in enumerate(METRICS):
             ax = axes[i][j]
-            # One colour scale per metric across both modes, so async and inline compare by colour too.
+            # One colour scale per metric across both modes, so async and inline compare by colour too, and
+            # from 0: a colour then shows a value's size, not its rank between the smallest and the largest
+            # (a 15% spread would otherwise span the whole palette).
             vals = c[metric].to_numpy(dtype=float) * scale
-            vmin, vmax = (np.nanmin(vals), np.nanmax(vals)) if np.isfinite(vals).any() else (0.0, 1.0)
+            vmin, vmax = (0.0, float(np.nanmax(vals))) if np.isfinite(vals).any() else (0.0, 1.0)
             grid = np.full((len(z1s), len(pairs)), np.nan)
             for a, z1 in enumerate(z1s):
                 for b, (z2, z3) in enumerate(pairs):
