@@ -3,7 +3,7 @@ manifests, or single files) into pandas frames.
 
 - `runs`: one row per results file, and per task of a manifest that has none; nothing dropped. Columns:
   `run` (the file's stem, the sweep's task name), `file`, `state` (ok, diverged, failed, killed, running,
-  unreadable, never ran), `status` (the file's full text, or why it could not be read), `reason` (of a
+  unreadable, never ran; killed = left at `running`, or `failed: ...: terminated by SIG...`), `status` (the file's full text, or why it could not be read), `reason` (of a
   failure), `world_size`, `completed_steps`, `planned_steps`, `warmup_steps`, `repeat`, `layout`, `config`
   (the label of the configuration: layout and swept values), `num_params`, then every configuration key
   (dotted, as `hzpbench list` names them) with the task's axis values where a manifest gives them.
@@ -57,6 +57,10 @@ def state_of(run: Run) -> str:
     if run.killed:
         return "killed"      # or still being written: files cannot show jobs (slurm/sweep status can)
     s = run.status
+    if s.startswith("failed") and "terminated by SIG" in s:
+        # The run caught SIGTERM/SIGINT/SIGUSR1 (a time limit, scancel, preemption) and wrote its steps:
+        # stopped from outside, as slurm/sweep status counts it, not a failure of its own.
+        return "killed"
     if s.startswith("failed"):
         return "failed"
     return s

@@ -50,3 +50,15 @@ def test_the_package_lists_every_subpackage():
     listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {"analysis"} | {"analysis." + p.parent.name for p in root.glob("*/__init__.py")}
     assert listed == found
+
+
+def test_a_run_stopped_by_a_signal_counts_as_killed(runs, tmp_path):
+    """A run that caught SIGTERM (a time limit, scancel) marks itself failed: ...: terminated by SIGTERM; like
+    slurm/sweep status, the report and figures count it as killed, stopped from outside."""
+    import shutil
+    from analysis.load import load
+    shutil.copy(runs["ok"], tmp_path / "stopped.h5")
+    with h5py.File(tmp_path / "stopped.h5", "r+") as f:
+        f.attrs["status"] = "failed: 0: terminated by SIGTERM"
+    r = load([tmp_path]).runs.set_index("run")
+    assert r.loc["stopped", "state"] == "killed" and r.loc["stopped", "status"] == "failed: 0: terminated by SIGTERM"
