@@ -3,6 +3,7 @@
 // from how the flat range is split (what lets every shard initialise its own slice).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -117,6 +118,83 @@ TEST(Init, IndependentOfHowTheRangeIsSplit) {
   std::vector<float> other(n);
   workloads::init_params(layout, 0, std::span<float>(other), 43);
   EXPECT_NE(0, std::memcmp(whole.data(), other.data(), n * sizeof(float)));
+}
+
+// A piece of a sharded tensor initialises to the matching slice of the whole tensor (what lets a
+// tensor-parallel rank start from the parameters of the unsharded model). The reference slices the whole
+// tensor by explicit coordinates, independently of index_in_full.
+TEST(Init, ShardedPiecesStartFromTheSliceOfTheWholeTensor) {
+  using workloads::ParamTensor;
+  using workloads::Unit;
+  // A whole layout with a 2-D and a 3-D tensor, both normal-initialised.
+  Unit whole_unit;
+  whole_unit.name = "u";
+  whole_unit.tensors.push_back({"m", Shape{6, 8}, 0, {}});
+  whole_unit.tensors.push_back({"c", Shape{2, 6, 4}, 48, {}});
+  whole_unit.numel = 48 + 48;
+  const ParamLayout whole({whole_unit});
+  std::vector<double> ref(96);
+  workloads::init_params(whole, 0, std::span<double>(ref), 7);
+
+  for (int which = 0; which < 2; ++which) {
+    const ParamTensor& full = whole.unit(0).tensors[static_cast<std::size_t>(which)];
+    for (int dim = 0; dim < full.shape.ndim; ++dim) {
+      for (int count : {1, 2, 3}) {
+        if (full.shape[dim] % count != 0) continue;
+        for (int index = 0; index < count; ++index) {
+          ParamTensor piece;
+          piece.name = full.name;
+          piece.shape = full.shape;
+          piece.shape.dims[static_cast<std::size_t>(dim)] = full.shape[dim] / count;
+          piece.shard = {dim, index, count, "tp"};
+          piece.global_shape = full.shape;
+          piece.global_offset = full.offset;
+          Unit u;
+          u.name = "piece";
+          u.tensors.push_back(piece);
+          u.numel = piece.numel();
+          const ParamLayout sharded({u});
+          std::vector<double> got(static_cast<std::size_t>(u.numel));
+          workloads::init_params(sharded, 0, std::span<double>(got), 7);
+          // Walk the piece's coordinates; its element at coordinate x is the whole tensor's at x with
+          // x[dim] moved by index · piece extent.
+          std::int64_t local = 0;
+          std::array<std::int64_t, 3> x{};
+          const int nd = piece.shape.ndim;
+          for (; local < piece.numel(); ++local) {
+            std::int64_t rem = local;
+            for (int d = nd - 1; d >= 0; --d) {
+              x[static_cast<std::size_t>(d)] = rem % piece.shape[d];
+              rem /= piece.shape[d];
+            }
+            x[static_cast<std::size_t>(dim)] += index * piece.shape[dim];
+            std::int64_t g = 0;
+            for (int d = 0; d < nd; ++d) g = g * full.shape[d] + x[static_cast<std::size_t>(d)];
+            ASSERT_EQ(got[static_cast<std::size_t>(local)], ref[static_cast<std::size_t>(full.offset + g)])
+                << full.name << " dim " << dim << " piece " << index << "/" << count << " element " << local;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ParamLayout, RejectsAnInconsistentShard) {
+  workloads::Unit u;
+  u.name = "u";
+  workloads::ParamTensor t{"w", Shape{4, 8}, 0, {}};
+  t.shard = {0, 0, 2, "tp"};
+  t.global_shape = Shape{6, 8};  // 4 · 2 != 6
+  t.global_offset = 0;
+  u.tensors.push_back(t);
+  u.numel = 32;
+  EXPECT_TRUE(throws_with<PreconditionError>([&] { ParamLayout({u}); },
+                                             {"tensor w", "piece 0 of 2 along dim 0", "[6, 8]", "\"tp\""}));
+  u.tensors[0].global_shape = Shape{8, 8};
+  u.tensors[0].shard.group = "";  // no group: nobody could reassemble it
+  EXPECT_TRUE(throws_with<PreconditionError>([&] { ParamLayout({u}); }, {"tensor w", "a group"}));
+  u.tensors[0].shard.group = "tp";
+  EXPECT_NO_THROW(ParamLayout({u}));
 }
 
 TEST(Init, StdPerTensorKindAndNormsAtOne) {

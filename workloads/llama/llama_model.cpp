@@ -20,9 +20,27 @@ void HeadActs::reset_all() noexcept {
 }
 
 LlamaContext::LlamaContext(CachingAllocator& alloc, const ContextOptions& options, const LlamaConfig& config,
-                           int num_units)
+                           int num_units, DType act_dtype)
     : MicroBatchContext(alloc, options, config.seq_len, num_units),
-      blocks(static_cast<std::size_t>(config.layers)) {}
+      blocks(static_cast<std::size_t>(config.layers)),
+      hidden_width_(config.hidden),
+      act_dtype_(act_dtype) {}
+
+// Between units the residual stream travels in `hidden` (forward) and its gradient in `dhidden` (backward):
+// a stage's boundary is exactly those two.
+TensorView LlamaContext::allocate_boundary(bool gradient) {
+  Act& a = gradient ? dhidden : hidden;
+  a = make_act(allocator(), boundary_shape(), act_dtype_);
+  return a.view;
+}
+
+ConstTensorView LlamaContext::boundary(bool gradient) const {
+  const Act& a = gradient ? dhidden : hidden;
+  HZP_CHECK(static_cast<bool>(a), "no ", gradient ? "input gradient" : "output", " is held");
+  return a.view;
+}
+
+void LlamaContext::drop_boundary(bool gradient) { (gradient ? dhidden : hidden).reset(); }
 
 ConstTensorView LlamaContext::logits() const {
   HZP_CHECK(static_cast<bool>(head.logits), "logits are held from the head's forward until its backward, and "
@@ -42,7 +60,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision)
 
 std::unique_ptr<MicroBatchContext> LlamaModel::new_context(CachingAllocator& allocator,
                                                            const ContextOptions& options) const {
-  return std::make_unique<LlamaContext>(allocator, options, config_, layout().num_units());
+  return std::make_unique<LlamaContext>(allocator, options, config_, layout().num_units(), act_dtype());
 }
 
 Dims LlamaModel::dims(const MicroBatchContext& ctx) const {

@@ -34,8 +34,10 @@ struct HeadActs {
 
 class LlamaContext final : public MicroBatchContext {
  public:
-  LlamaContext(CachingAllocator& alloc, const ContextOptions& options, const LlamaConfig& config, int num_units);
+  LlamaContext(CachingAllocator& alloc, const ContextOptions& options, const LlamaConfig& config, int num_units,
+               DType act_dtype);
   ConstTensorView logits() const override;
+  Shape boundary_shape() const override { return Shape{tokens(), hidden_width_}; }
 
   std::vector<BlockActs> blocks;  // one per transformer block
   HeadActs head;
@@ -44,6 +46,13 @@ class LlamaContext final : public MicroBatchContext {
 
  protected:
   void release_all() override;
+  TensorView allocate_boundary(bool gradient) override;
+  ConstTensorView boundary(bool gradient) const override;
+  void drop_boundary(bool gradient) override;
+
+ private:
+  std::int64_t hidden_width_;
+  DType act_dtype_;
 };
 
 /// Dimensions used everywhere in the units (N = tokens of a micro-batch).

@@ -15,7 +15,35 @@ namespace {
 // fold other tags into possibly the same seed).
 constexpr std::uint64_t kTagInit = 0x504152414D494E49ull;  // "PARAMINI"
 
+void check_shard(const Unit& unit, const ParamTensor& t) {
+  const ParamShard& s = t.shard;
+  if (!s.sharded()) {
+    HZP_CHECK(t.global_shape.ndim == 0 || t.global_shape == t.shape, "unit ", unit.name, ": tensor ", t.name,
+              " is whole but declares global shape ", to_string(t.global_shape), " != its shape ", to_string(t.shape));
+    return;
+  }
+  const Shape& g = t.global_shape;
+  bool ok = s.dim < t.shape.ndim && s.count >= 1 && s.index >= 0 && s.index < s.count && g.ndim == t.shape.ndim &&
+            !s.group.empty() && t.global_offset >= 0;
+  for (int d = 0; ok && d < g.ndim; ++d) ok = g[d] == t.shape[d] * (d == s.dim ? s.count : 1);
+  HZP_CHECK(ok, "unit ", unit.name, ": tensor ", t.name, " of shape ", to_string(t.shape), " claims to be piece ",
+            s.index, " of ", s.count, " along dim ", s.dim, " of ", to_string(g), " over group \"", s.group,
+            "\" at global offset ", t.global_offset,
+            "; a piece has its global shape's rank, the cut dimension 1/count of it, the others equal, a group "
+            "and a global offset >= 0");
+}
+
 }  // namespace
+
+std::int64_t ParamTensor::index_in_full(std::int64_t local) const {
+  if (!shard.sharded()) return local;
+  // Row-major strides: elements before the cut dimension step over `count` pieces' worth of rows.
+  std::int64_t inner = 1;
+  for (int d = shard.dim + 1; d < shape.ndim; ++d) inner *= shape[d];
+  const std::int64_t piece = shape[shard.dim] * inner;  // one slab of this piece along the cut dimension
+  const std::int64_t outer = local / piece, within = local % piece;
+  return (outer * shard.count + shard.index) * piece + within;
+}
 
 ParamLayout::ParamLayout(std::vector<Unit> units) : units_(std::move(units)) {
   const int n = num_units();
@@ -29,6 +57,7 @@ ParamLayout::ParamLayout(std::vector<Unit> units) : units_(std::move(units)) {
       HZP_CHECK(t.offset == next, "unit ", unit.name, ": tensor ", t.name, " starts at ", t.offset,
                 ", expected ", next, " (tensors are contiguous, in order, without padding)");
       HZP_CHECK(t.numel() > 0, "unit ", unit.name, ": tensor ", t.name, " is empty");
+      check_shard(unit, t);
       next += t.numel();
     }
     HZP_CHECK(next == unit.numel, "unit ", unit.name, ": tensors hold ", next, " elements but numel is ",
@@ -133,13 +162,18 @@ void init_range(const ParamLayout& layout, std::int64_t begin, std::span<T> out,
     // Walk tensor by tensor so the init spec is looked up once per run of elements.
     const ParamLayout::Location loc = layout.locate(i);
     const ParamTensor& t = layout.unit(loc.unit).tensors[loc.tensor];
-    const std::int64_t run_end = std::min(end, i - loc.index + t.numel());
+    const std::int64_t tensor_begin = i - loc.index;
+    const std::int64_t run_end = std::min(end, tensor_begin + t.numel());
+    // The unsharded model's index of the tensor's element 0 (a whole tensor: its own).
+    const std::int64_t base = t.global_offset >= 0 ? t.global_offset : tensor_begin;
     for (; i < run_end; ++i) {
       double v = 0;
       switch (t.init.kind) {
-        case ParamInit::Kind::normal:
-          v = t.init.std * rng::Stream(rng::fold(key, static_cast<std::uint64_t>(i))).normal();
+        case ParamInit::Kind::normal: {
+          const std::int64_t g = base + t.index_in_full(i - tensor_begin);
+          v = t.init.std * rng::Stream(rng::fold(key, static_cast<std::uint64_t>(g))).normal();
           break;
+        }
         case ParamInit::Kind::ones: v = 1.0; break;
         case ParamInit::Kind::zeros: v = 0.0; break;
       }

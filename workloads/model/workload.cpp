@@ -76,8 +76,12 @@ const UnitGrads::Block& UnitGrads::block(int unit) const {
 
 MicroBatchContext::MicroBatchContext(CachingAllocator& allocator, const ContextOptions& options,
                                      std::int64_t seq_len, int num_units)
-    : allocator_(&allocator), options_(options), seq_len_(seq_len), num_units_(num_units) {
+    : allocator_(&allocator), options_(options), seq_len_(seq_len), num_units_(num_units),
+      first_unit_(options.first_unit), end_unit_(options.end_unit < 0 ? num_units : options.end_unit) {
   HZP_CHECK(options.micro_batch_size > 0, "micro_batch_size = ", options.micro_batch_size, " must be positive");
+  HZP_CHECK(first_unit_ >= 0 && first_unit_ < end_unit_ && end_unit_ <= num_units, "a context's unit range [",
+            options.first_unit, ", ", options.end_unit, ") must be a non-empty part of the model's [0, ", num_units,
+            ")");
   HZP_CHECK(allocator.device() == options.stream.device(), "a context on ", to_string(options.stream.device()),
             " needs an allocator of that device, got one of ", to_string(allocator.device()));
 }
@@ -87,8 +91,12 @@ MicroBatchContext::~MicroBatchContext() = default;
 void MicroBatchContext::begin(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets,
                               double normaliser) {
   const auto n = static_cast<std::size_t>(tokens());
-  HZP_CHECK(inputs.size() == n && targets.size() == n, "micro-batch of ", options_.micro_batch_size, " x ",
-            seq_len_, " = ", n, " tokens, got ", inputs.size(), " inputs and ", targets.size(), " targets");
+  // A stage that runs neither the embedding nor the head may be given no tokens.
+  const bool need_inputs = first_unit_ == 0, need_targets = end_unit_ == num_units_;
+  HZP_CHECK((inputs.size() == n || (!need_inputs && inputs.empty())) &&
+                (targets.size() == n || (!need_targets && targets.empty())),
+            "micro-batch of ", options_.micro_batch_size, " x ", seq_len_, " = ", n, " tokens, got ", inputs.size(),
+            " inputs and ", targets.size(), " targets");
   HZP_CHECK(normaliser > 0, "loss normaliser = ", normaliser, " must be positive (global target tokens)");
   release_all();
   inputs_ = inputs;
@@ -97,13 +105,49 @@ void MicroBatchContext::begin(std::span<const std::int32_t> inputs, std::span<co
     const std::size_t bytes = n * sizeof(std::int32_t);
     if (!device_tokens_) device_tokens_ = allocator_->allocate(2 * bytes, AllocationTag::activation);
     const Device dev = options_.stream.device();
-    copy_bytes(device_tokens_.data(), dev, inputs.data(), Device::cpu(), bytes, options_.stream);
-    copy_bytes(device_tokens_.data_as<std::int32_t>() + n, dev, targets.data(), Device::cpu(), bytes, options_.stream);
+    if (!inputs.empty()) copy_bytes(device_tokens_.data(), dev, inputs.data(), Device::cpu(), bytes, options_.stream);
+    if (!targets.empty())
+      copy_bytes(device_tokens_.data_as<std::int32_t>() + n, dev, targets.data(), Device::cpu(), bytes,
+                 options_.stream);
   }
   normaliser_ = normaliser;
   loss_sum_ = 0;
-  forwards_done_ = 0;
-  next_backward_ = num_units_ - 1;
+  forwards_done_ = first_unit_;
+  next_backward_ = end_unit_ - 1;
+  input_given_ = output_grad_given_ = false;
+}
+
+TensorView MicroBatchContext::input_slot() {
+  HZP_CHECK(first_unit_ > 0, "input_slot(): this context starts at unit 0, whose input is the tokens");
+  HZP_CHECK(forwards_done_ == first_unit_ && !input_given_, "input_slot(): the input of units [", first_unit_, ", ",
+            end_unit_, ") is taken once per micro-batch, after begin() and before forward(", first_unit_, ")");
+  input_given_ = true;
+  return allocate_boundary(false);
+}
+
+ConstTensorView MicroBatchContext::output() const {
+  HZP_CHECK(end_unit_ < num_units_, "output(): this context ends at the last unit, whose output is the loss");
+  HZP_CHECK(forwards_done_ == end_unit_ && !output_grad_given_, "output(): the output of units [", first_unit_, ", ",
+            end_unit_, ") is held from forward(", end_unit_ - 1, ") until output_grad_slot()");
+  return boundary(false);
+}
+
+TensorView MicroBatchContext::output_grad_slot() {
+  HZP_CHECK(end_unit_ < num_units_, "output_grad_slot(): this context ends at the last unit, whose backward starts "
+            "from the loss");
+  HZP_CHECK(forwards_done_ == end_unit_ && next_backward_ == end_unit_ - 1 && !output_grad_given_,
+            "output_grad_slot(): the gradient of the output of units [", first_unit_, ", ", end_unit_,
+            ") is taken once, after forward(", end_unit_ - 1, ") and before backward(", end_unit_ - 1, ")");
+  output_grad_given_ = true;
+  drop_boundary(false);
+  return allocate_boundary(true);
+}
+
+ConstTensorView MicroBatchContext::input_grad() const {
+  HZP_CHECK(first_unit_ > 0, "input_grad(): this context starts at unit 0, whose input (the tokens) has no gradient");
+  HZP_CHECK(next_backward_ == first_unit_ - 1, "input_grad(): the gradient of the input of units [", first_unit_,
+            ", ", end_unit_, ") exists after backward(", first_unit_, ")");
+  return boundary(true);
 }
 
 ConstTensorView MicroBatchContext::input_tokens() const {
@@ -120,8 +164,10 @@ ConstTensorView MicroBatchContext::target_tokens() const {
 }
 
 double MicroBatchContext::loss_sum() const {
-  HZP_CHECK(forwards_done_ == num_units_, "the loss exists after the last unit's forward; ", forwards_done_,
-            " of ", num_units_, " forwards have run");
+  HZP_CHECK(end_unit_ == num_units_, "the loss is computed by the last unit (", num_units_ - 1,
+            "), which this context over units [", first_unit_, ", ", end_unit_, ") does not run");
+  HZP_CHECK(forwards_done_ == num_units_, "the loss exists after the last unit's forward; ",
+            (forwards_done_ < 0 ? 0 : forwards_done_ - first_unit_), " of ", num_units_ - first_unit_, " forwards have run");
   return loss_sum_;
 }
 
@@ -155,8 +201,12 @@ void Workload::check_blocks(int unit, const UnitParams& params, const UnitGrads*
 
 void Workload::forward(int unit, const UnitParams& params, MicroBatchContext& ctx) const {
   HZP_CHECK(ctx.forwards_done_ >= 0, "forward(", unit, ") before begin() of a micro-batch");
-  HZP_CHECK(unit == ctx.forwards_done_, "forward(", unit, ") out of order: expected forward(",
-            ctx.forwards_done_, ") (units run 0..", layout_.num_units() - 1, " forward)");
+  HZP_CHECK(unit == ctx.forwards_done_ && unit < ctx.end_unit_, "forward(", unit, ") out of order: expected ",
+            ctx.forwards_done_ < ctx.end_unit_ ? "forward(" + std::to_string(ctx.forwards_done_) + ")"
+                                               : std::string("backward or begin()"),
+            " (this context runs units ", ctx.first_unit_, "..", ctx.end_unit_ - 1, " forward)");
+  HZP_CHECK(unit > 0 && unit == ctx.first_unit_ ? ctx.input_given_ : true, "forward(", unit,
+            ") starts a stage: fill input_slot() with the previous stage's output first");
   check_blocks(unit, params, nullptr);
   // Timed here, for every model, so that the harness can split a step into compute and the rest.
   const profile::ScopedPhase phase(profile::Phase::forward, layout_.unit(unit).name);
@@ -165,10 +215,15 @@ void Workload::forward(int unit, const UnitParams& params, MicroBatchContext& ct
 }
 
 void Workload::backward(int unit, const UnitParams& params, MicroBatchContext& ctx, const UnitGrads& grads) const {
-  HZP_CHECK(ctx.forwards_done_ == layout_.num_units(), "backward(", unit, ") before the forward pass finished (",
-            ctx.forwards_done_, " of ", layout_.num_units(), " forwards run)");
-  HZP_CHECK(unit == ctx.next_backward_, "backward(", unit, ") out of order: expected backward(",
-            ctx.next_backward_, ") (units run ", layout_.num_units() - 1, "..0 backward)");
+  HZP_CHECK(ctx.forwards_done_ == ctx.end_unit_, "backward(", unit, ") before the forward pass finished (",
+            (ctx.forwards_done_ < 0 ? 0 : ctx.forwards_done_ - ctx.first_unit_), " of ", ctx.end_unit_ - ctx.first_unit_,
+            " forwards run)");
+  HZP_CHECK(unit == ctx.next_backward_ && unit >= ctx.first_unit_, "backward(", unit, ") out of order: expected ",
+            ctx.next_backward_ >= ctx.first_unit_ ? "backward(" + std::to_string(ctx.next_backward_) + ")"
+                                                  : std::string("begin()"),
+            " (this context runs units ", ctx.end_unit_ - 1, "..", ctx.first_unit_, " backward)");
+  HZP_CHECK(unit + 1 < layout_.num_units() && unit + 1 == ctx.end_unit_ ? ctx.output_grad_given_ : true, "backward(",
+            unit, ") ends a stage: fill output_grad_slot() with the gradient of its output first");
   check_blocks(unit, params, &grads);
   const profile::ScopedPhase phase(profile::Phase::backward, layout_.unit(unit).name);
   backward_unit(unit, params, ctx, grads);

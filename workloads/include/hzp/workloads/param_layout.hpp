@@ -22,13 +22,32 @@ struct ParamInit {
   double std = 0.02;  ///< normal only: value = std · N(0, 1)
 };
 
+/// Where a tensor that is one piece of a larger one sits: cut into `count` equal pieces along `dim`, this is
+/// piece `index`, and the ranks of process group `group` ("tp", "ep", ...) hold the pieces in group order.
+struct ParamShard {
+  int dim = -1;  ///< -1: the tensor is whole
+  int index = 0;
+  int count = 1;
+  std::string group;
+  bool sharded() const noexcept { return dim >= 0; }
+};
+
 /// One parameter tensor inside its unit's block.
 struct ParamTensor {
-  std::string name;         ///< global name, e.g. "blocks.3.attn.wq"
-  Shape shape;              ///< row-major; matrices are [out, in] (y = x·Wᵀ)
+  std::string name;         ///< global name, e.g. "blocks.3.attn.wq" (the same on every shard)
+  Shape shape;              ///< this rank's piece, row-major; matrices are [out, in] (y = x·Wᵀ)
   std::int64_t offset = 0;  ///< first element, counted from the start of the unit's block
   ParamInit init;
+  /// Sharded tensors: what piece this is, the whole tensor's shape, and where the whole tensor's element 0
+  /// sits in the flat numbering of the unsharded model (the index initialisation hashes), so every piece
+  /// starts from the values the unsharded model's tensor has. Whole tensors leave all three unset.
+  ParamShard shard;
+  Shape global_shape;            ///< the whole tensor's shape; empty (ndim 0) = shape
+  std::int64_t global_offset = -1;  ///< -1 = this tensor's own flat offset in its layout
   std::int64_t numel() const noexcept { return shape.numel(); }
+  const Shape& full_shape() const noexcept { return global_shape.ndim > 0 ? global_shape : shape; }
+  /// Row-major index inside the whole tensor of this piece's element `local` (row-major in `shape`).
+  std::int64_t index_in_full(std::int64_t local) const;
 };
 
 /// One unit: what a scheduler gathers, runs and frees as a whole.
@@ -55,7 +74,9 @@ class ParamLayout {
  public:
   ParamLayout() = default;
   /// Checks the units: names non-empty, tensors contiguous from 0 in order with numel summing to the
-  /// unit's, uses naming other existing units without duplicates. PreconditionError otherwise.
+  /// unit's, uses naming other existing units without duplicates, and each shard a consistent piece of its
+  /// global shape (same rank, the cut dimension `count` times this piece's, the others equal, a group name
+  /// and a global offset). PreconditionError otherwise.
   explicit ParamLayout(std::vector<Unit> units);
 
   int num_units() const noexcept { return static_cast<int>(units_.size()); }
@@ -97,12 +118,14 @@ class ParamLayout {
   std::int64_t total_ = 0;
 };
 
-/// Writes the initial value of global flat elements [global_begin, global_begin + out.size()) into out.
-/// Element i of a tensor initialised `normal` gets std · z(seed, i), with z a standard normal made by
-/// Box–Muller from two uniforms hashed from (seed, i) (SplitMix64 folding, no generator state): the
-/// value depends only on the seed and i, so any shard initialises its own slice and every world size
-/// starts from identical parameters. `ones`/`zeros` elements get 1/0. The range must lie inside
-/// [0, total_numel()). double is the exact value; float rounds it once.
+/// Writes the initial value of flat elements [global_begin, global_begin + out.size()) of `layout` into out.
+/// An element initialised `normal` gets std · z(seed, g), with z a standard normal made by Box–Muller from
+/// two uniforms hashed from (seed, g) (SplitMix64 folding, no generator state), where g is the element's
+/// index in the flat numbering of the unsharded model: its own flat index for a whole tensor, and
+/// global_offset + index_in_full(local) for a piece of a sharded one. The value depends only on the seed and
+/// g, so any data-parallel shard initialises its own slice, any tensor-parallel piece its own piece, and
+/// every layout starts from the parameters of the unsharded model. `ones`/`zeros` elements get 1/0. The
+/// range must lie inside [0, total_numel()). double is the exact value; float rounds it once.
 void init_params(const ParamLayout& layout, std::int64_t global_begin, std::span<float> out,
                  std::uint64_t seed);
 void init_params(const ParamLayout& layout, std::int64_t global_begin, std::span<double> out,

@@ -77,6 +77,12 @@ struct ContextOptions {
   /// parameters and gradients all live there) and enqueues the kernels on it: forward and backward then
   /// return before the device has finished, except that the last forward waits for the loss.
   StreamRef stream = StreamRef::host();
+  /// The units this context runs, [first_unit, end_unit) (a pipeline stage; end_unit = -1: through the last
+  /// unit). A context not starting at unit 0 takes its input activation from outside (input_slot()); one
+  /// ending before the last unit hands its output out (output()) and takes the gradient of that output back
+  /// (output_grad_slot()); one not starting at unit 0 then gives the gradient of its input (input_grad()).
+  int first_unit = 0;
+  int end_unit = -1;
 };
 
 /// Per-micro-batch state: the tokens, every activation forward saves for backward (allocated from the
@@ -84,9 +90,13 @@ struct ContextOptions {
 /// micro-batch after micro-batch. One thread at a time.
 ///
 /// Life of one micro-batch: begin(...); forward(0..U−1); [loss_sum(), logits()]; backward(U−1..0).
-/// The order is checked: a call out of order throws PreconditionError naming what was expected.
-/// After the last backward every activation has been returned to the allocator. A micro-batch may
-/// also stop after its forwards (evaluation): begin() then starts the next one and frees what is held.
+/// A context over a unit range [a, b) (a pipeline stage) runs the same life on its range:
+///   begin(...); [a > 0: fill input_slot()]; forward(a..b−1); [b < U: read output()];
+///   [b < U: fill output_grad_slot()]; backward(b−1..a); [a > 0: read input_grad()].
+/// The order is checked relative to the range: a call out of order, or a missing input or output gradient,
+/// throws PreconditionError naming what was expected. After the last backward every activation has been
+/// returned to the allocator except input_grad(). A micro-batch may also stop after its forwards
+/// (evaluation): begin() then starts the next one and frees what is held.
 class MicroBatchContext {
  public:
   virtual ~MicroBatchContext();
@@ -97,8 +107,27 @@ class MicroBatchContext {
   /// reference until the next begin(); on a CUDA stream also copied to the device, enqueued, so the
   /// caller may refill its host buffers as soon as begin() returns). normaliser (> 0) is the number of target tokens of the whole
   /// GLOBAL batch, so that the micro-batch losses loss_sum()/normaliser add up to the global mean at
-  /// any world size, and backward's gradients to the gradient of that mean.
+  /// any world size, and backward's gradients to the gradient of that mean. A stage that does not run
+  /// unit 0 may pass empty inputs, one that does not run the last unit empty targets.
   void begin(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets, double normaliser);
+
+  /// The unit range, [first_unit(), end_unit()).
+  int first_unit() const noexcept { return first_unit_; }
+  int end_unit() const noexcept { return end_unit_; }
+  /// Shape of the activation between two units, [tokens, width] (what a stage receives and sends).
+  virtual Shape boundary_shape() const = 0;
+  /// first_unit() > 0, after begin() and before forward(first_unit()): allocates the stage's input
+  /// activation (boundary_shape(), the activation dtype, on the stream's device) for the caller to fill.
+  TensorView input_slot();
+  /// end_unit() < U, after forward(end_unit() − 1): the stage's output, held until output_grad_slot() or
+  /// the next begin().
+  ConstTensorView output() const;
+  /// end_unit() < U, before backward(end_unit() − 1): frees output() and allocates the buffer the caller
+  /// fills with the gradient of the loss with respect to it.
+  TensorView output_grad_slot();
+  /// first_unit() > 0, after backward(first_unit()): the gradient of the stage's input, held until the next
+  /// begin().
+  ConstTensorView input_grad() const;
 
   /// Σ of this micro-batch's per-token losses in nats (fp64, token order), after the last forward.
   double loss_sum() const;
@@ -127,6 +156,12 @@ class MicroBatchContext {
                     int num_units);
   /// Frees every activation held (called by begin() before a new micro-batch).
   virtual void release_all() = 0;
+  /// The activation between units the model passes along: the last forward's output (gradient = false) or
+  /// the gradient of the next backward's output (true). allocate_boundary replaces it with a fresh
+  /// boundary_shape() buffer; drop_boundary frees it.
+  virtual TensorView allocate_boundary(bool gradient) = 0;
+  virtual ConstTensorView boundary(bool gradient) const = 0;
+  virtual void drop_boundary(bool gradient) = 0;
   void set_loss_sum(double v) noexcept { loss_sum_ = v; }
 
  private:
@@ -139,9 +174,12 @@ class MicroBatchContext {
   Allocation device_tokens_;  // CUDA contexts: inputs then targets, allocated at the first begin()
   double normaliser_ = 0;
   double loss_sum_ = 0;
-  // The order check: forwards done so far this micro-batch, and the next backward expected.
+  int first_unit_ = 0, end_unit_ = 0;
+  // The order check: forwards done so far this micro-batch (counted as the next unit to run), and the next
+  // backward expected; whether a stage's input and its output's gradient have been provided.
   int forwards_done_ = -1;  // -1: no micro-batch begun
   int next_backward_ = -1;
+  bool input_given_ = false, output_grad_given_ = false;
 };
 
 /// A model. Immutable after construction: forward/backward are const and may run concurrently on
@@ -172,7 +210,8 @@ class Workload {
   std::unique_ptr<MicroBatchContext> make_context(CachingAllocator& allocator, const ContextOptions& options) const;
 
   /// Runs unit `unit`'s forward. params must hold the blocks of layout().param_blocks(unit). Reads the
-  /// previous unit's output from ctx and leaves its own there; the last unit computes the loss.
+  /// previous unit's output (or the stage's input) from ctx and leaves its own there; the last unit
+  /// computes the loss.
   void forward(int unit, const UnitParams& params, MicroBatchContext& ctx) const;
   /// Runs unit `unit`'s backward (re-running its forward first under recompute), reading the gradient
   /// of its output from ctx and leaving the gradient of its input there. params as for forward (the
