@@ -122,7 +122,7 @@ class Run {
     origin_s_ = wall_seconds();
     ctx_.harness->broadcast(TensorView(&origin_s_, Shape{1}, DType::f64), 0, StreamRef::host());
     progress_.beat(-1, "building the model");
-    model_ = workloads::make_llama(s_.model, s_.train.precision);
+    model_ = s_.model->build(s_.train.precision);
     open_device();
     alloc_ = std::make_unique<CachingAllocator>(*backing_);
     if (o_.trace) {
@@ -159,7 +159,7 @@ class Run {
 
   void calibrate() {
     progress_.beat(-1, "measuring the device peak");
-    const double tokens = static_cast<double>(s_.train.micro_batch_size * s_.model.seq_len);
+    const double tokens = static_cast<double>(s_.train.micro_batch_size * s_.model->seq_len());
     if (o_.peak_tflops > 0) {
       peak_flops_ = o_.peak_tflops * 1e12;
       peak_source_ = "device.peak_tflops";
@@ -177,8 +177,8 @@ class Run {
       peak_text_ = fmt_rate(peak_flops_) + " per rank (" + peak_source_ + ")";
     } else {
       // The CPU backend: the machine's own GEMM rate on a model-like shape, agreed as the mean over ranks.
-      gemm_ = measure_gemm_peak(model_like_gemm_shape(static_cast<std::int64_t>(tokens), s_.model.hidden,
-                                                      s_.model.ffn_hidden));
+      const workloads::ModelSpec::Linear widest = s_.model->widest_linear();
+      gemm_ = measure_gemm_peak(model_like_gemm_shape(static_cast<std::int64_t>(tokens), widest.in, widest.out));
       peak_flops_ = all_reduce_sum(*ctx_.harness, gemm_.flops_per_s) / ctx_.world_size;
       peak_source_ = "measured " + gemm_.shape_text() + ", " + std::to_string(gemm_.openblas_threads) +
                      " OpenBLAS thread(s), mean over ranks";
@@ -191,7 +191,7 @@ class Run {
     in.custom_inter_flop_per_byte = o_.custom_inter_flop_per_byte;
     in.comm_to_compute = o_.comm_to_compute;
     in.given = s_.comm.links;
-    in.num_params = s_.model.num_params();
+    in.num_params = s_.model->num_params();
     if (s_.uses_world_comm && link_plan_needs_measurement(in)) {
       progress_.beat(-1, "measuring the model's compute rate");
       rate_ = measure_model_rate(*model_, s_.train, source_);
@@ -224,6 +224,7 @@ class Run {
     args.train = s_.train;
     args.allocator = alloc_.get();
     args.world = world_.get();
+    args.topology = &ctx_.topology;
     args.stream = stream_.ref();
     args.options = s_.sched;
     scheduler_ = o_.collective_only ? make_collective_only_scheduler(args) : schedulers::make_scheduler(o_.scheduler, args);
@@ -242,7 +243,7 @@ class Run {
         {"warmup_steps", o_.warmup_steps},
         {"scheduler", std::string(scheduler_->name())},
         {"model.description", model_->describe()},
-        {"model.num_params", s_.model.num_params()},
+        {"model.num_params", s_.model->num_params()},
         {"model.flops_per_token", scale_.flops_per_token_full},
         {"model.flops_per_token_causal", scale_.flops_per_token_causal},
         {"device.peak_flops_per_rank", peak_flops_},
@@ -284,7 +285,7 @@ class Run {
   void print_header() {
     if (!root_) return;
     std::printf("# %s; %lld parameters; scheduler %s on %s\n", model_->describe().c_str(),
-                static_cast<long long>(s_.model.num_params()), std::string(scheduler_->name()).c_str(),
+                static_cast<long long>(s_.model->num_params()), std::string(scheduler_->name()).c_str(),
                 ctx_.topology.summary().c_str());
     std::printf("# peak %s\n# links: %s\n", peak_text_.c_str(), links_.how.c_str());
     std::printf("# threads: OpenBLAS %d per rank%s (%d ranks on %d cores)\n", ctx_.threads.openblas,

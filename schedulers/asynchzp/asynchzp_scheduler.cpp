@@ -151,7 +151,8 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
   workloads::TrainConfig train_;
   SchedulerOptions opts_;
   CachingAllocator* alloc_;
-  coll::Communicator* world_;
+  std::unique_ptr<ProcessGroups> groups_;
+  coll::Communicator* world_;  // the data-parallel group
   DType pdt_;
   NestedGroups g_;
   int o_ = 0;
@@ -184,9 +185,12 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
       train_(args.train),
       opts_(args.options),
       alloc_(args.allocator),
-      world_(args.world),
       pdt_(workloads::param_dtype(args.train.precision)),
       g_(validated_groups(args)) {
+  // The mesh shards over z1 (its dp_shard axis) and replicates over W / z1; the nested z2 and z3 groups and
+  // the step end's groups are cut from its data-parallel group, ordered by NestedGroups' slice indices.
+  groups_ = data_parallel_groups(args, g_.z1());
+  world_ = &groups_->data_parallel();
   const int r = world_->rank(), w = world_->size();
   auto split = [&](GroupSlot s, const char* name) { return world_->split(s.color, s.key, name); };
   z3_comm_ = split(g_.z3_group(r), "z3");

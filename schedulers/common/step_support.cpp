@@ -1,4 +1,4 @@
-// Validation, loss reduction and group membership shared by the data-parallel schedulers
+// Validation, loss reduction and the process groups shared by the data-parallel schedulers
 // (common/step_support.hpp), plus the state digest of data_parallel.hpp.
 #include "hzp/schedulers/common/step_support.hpp"
 
@@ -33,6 +33,22 @@ void validate_data_parallel(std::string_view scheduler, const SchedulerArgs& arg
   if (args.options.bucket_mb <= 0)
     bad << "\n  scheduler.bucket_mb = " << args.options.bucket_mb << " must be > 0";
   if (!bad.str().empty()) HZP_THROW(ConfigError, "scheduler ", scheduler, " at world size ", w, ":", bad.str());
+}
+
+ParallelDims data_parallel_dims(int world_size, int shard) {
+  HZP_CHECK(shard >= 1 && world_size % shard == 0, "data-parallel dims: shard group ", shard,
+            " does not divide W = ", world_size);
+  ParallelDims d;
+  d.dp_shard = shard;
+  d.dp_replicate = world_size / shard;
+  return d;
+}
+
+std::unique_ptr<ProcessGroups> data_parallel_groups(const SchedulerArgs& args, int shard) {
+  const int w = args.world->size();
+  const coll::Topology one_node = coll::Topology::virtual_nodes(w, w, args.world->rank());
+  return std::make_unique<ProcessGroups>(*args.world, data_parallel_dims(w, shard),
+                                         args.topology ? *args.topology : one_node);
 }
 
 namespace {
@@ -105,19 +121,6 @@ double all_reduce_sum(coll::Communicator& comm, double local) {
   double v = local;
   comm.all_reduce(TensorView(&v, Shape{1}, DType::f64), coll::ReduceOp::sum, StreamRef::host());
   return v;
-}
-
-std::vector<int> contiguous_group_of(int world, int z, int rank) {
-  std::vector<int> g;
-  for (int i = 0; i < z; ++i) g.push_back(rank / z * z + i);
-  (void)world;
-  return g;
-}
-
-std::vector<int> strided_group_of(int world, int z, int rank) {
-  std::vector<int> g;
-  for (int r = rank % z; r < world; r += z) g.push_back(r);
-  return g;
 }
 
 std::uint64_t state_digest(const void* data, std::size_t bytes) noexcept {

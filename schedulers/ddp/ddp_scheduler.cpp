@@ -45,7 +45,8 @@ class DdpScheduler final : public DataParallelScheduler, private ParameterEngine
   const workloads::Workload* model_;
   workloads::TrainConfig train_;
   CachingAllocator* alloc_;
-  coll::Communicator* world_;
+  std::unique_ptr<ProcessGroups> groups_;
+  coll::Communicator* world_;  // the data-parallel group
   DType pdt_;
   std::int64_t n_;
   std::unique_ptr<coll::Communicator> dp_comm_, scalars_comm_;
@@ -83,7 +84,9 @@ DdpScheduler::DdpScheduler(const SchedulerArgs& args) {
   model_ = args.model;
   train_ = args.train;
   alloc_ = args.allocator;
-  world_ = args.world;
+  // Full replicas on every rank: the mesh's data-parallel group is every rank.
+  groups_ = data_parallel_groups(args, 1);
+  world_ = &groups_->data_parallel();
   pdt_ = workloads::param_dtype(train_.precision);
   n_ = model_->layout().total_numel();
   dp_comm_ = world_->duplicate("dp");

@@ -268,7 +268,10 @@ SchedulerPlan plan_zero(const PlanInputs& in, int stage, bool hybrid) {
   p.state_bytes = {(stage < 3 ? full : slice) * pe, (stage == 1 ? full : slice) * grad_bytes(in), mixed ? slice * 4 : 0,
                    slice * 4, slice * 4};
   Builder b(p, in.small_message_bytes);
-  const Geometry shard = geometry(contiguous_group_of(w, z, in.rank), in.rank, in.ranks_per_node);
+  // The groups of the scheduler's own mesh (step/process_groups.hpp): dp_shard of Z, dp_replicate of W / Z.
+  const coll::RankMesh mesh = data_parallel_dims(w, z).mesh(
+      coll::Topology::virtual_nodes(w, in.ranks_per_node > 0 ? in.ranks_per_node : w, in.rank));
+  const Geometry shard = geometry(mesh.group(kAxisShard, in.rank), in.rank, in.ranks_per_node);
   const std::int64_t m = p.micro_batches_per_rank;
   for (int u = 0; u < sl.num_segments(); ++u) {
     if (stage == 3) {
@@ -282,7 +285,7 @@ SchedulerPlan plan_zero(const PlanInputs& in, int stage, bool hybrid) {
     }
   }
   if (hybrid) {
-    const Geometry replica = geometry(strided_group_of(w, z, in.rank), in.rank, in.ranks_per_node);
+    const Geometry replica = geometry(mesh.group(kAxisReplicate, in.rank), in.rank, in.ranks_per_node);
     if (replica.size() > 1) b.all_reduce("replica", replica, sl.slice_total(), gw, 1, "per step (gradient shards)");
   }
   // The norm: an fp64 sum of squares, or in deterministic mode its exact 128-bit sum as four int64 limbs.

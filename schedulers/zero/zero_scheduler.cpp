@@ -114,7 +114,8 @@ class ZeroScheduler final : public DataParallelScheduler, private ParameterEngin
   const workloads::Workload* model_;
   workloads::TrainConfig train_;
   CachingAllocator* alloc_;
-  coll::Communicator* world_;
+  std::unique_ptr<ProcessGroups> groups_;
+  coll::Communicator* world_;  // the data-parallel group
   DType pdt_;
   int z_ = 1, idx_ = 0;
   std::unique_ptr<coll::Communicator> shard_comm_, replica_comm_, scalars_comm_, debug_comm_;
@@ -137,14 +138,15 @@ ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, 
   model_ = args.model;
   train_ = args.train;
   alloc_ = args.allocator;
-  world_ = args.world;
   pdt_ = workloads::param_dtype(train_.precision);
-  const int w = world_->size();
+  const int w = args.world->size();
   z_ = z_opt > 0 ? z_opt : w;
-  // Shard groups are contiguous ranks (inside a node when Z = ranks_per_node); replicas strided by Z.
-  const int wr = world_->rank();
-  shard_comm_ = world_->split(wr / z_, wr % z_, "shard");
-  if (hybrid_) replica_comm_ = world_->split(wr % z_, wr / z_, "replica");
+  // The mesh's dp_shard groups are contiguous ranks (inside a node when Z = ranks_per_node), its dp_replicate
+  // groups strided by Z.
+  groups_ = data_parallel_groups(args, z_);
+  world_ = &groups_->data_parallel();
+  shard_comm_ = groups_->split({kAxisShard}, "shard");
+  if (hybrid_) replica_comm_ = groups_->split({kAxisReplicate}, "replica");
   scalars_comm_ = world_->duplicate("scalars");
   debug_comm_ = shard_comm_->duplicate("debug", /*share_counters=*/false);
   idx_ = shard_comm_->rank();

@@ -25,6 +25,7 @@
 
 namespace hzp::coll {
 class Communicator;
+class Topology;
 }
 
 namespace hzp::schedulers {
@@ -106,6 +107,9 @@ struct SchedulerArgs {
   CachingAllocator* allocator = nullptr;
   /// The ranks taking part; nullptr for the single-rank reference.
   coll::Communicator* world = nullptr;
+  /// Which node each rank of `world` is on: the scheduler's process groups are laid out on it
+  /// (step/process_groups.hpp). nullptr: every rank on one node.
+  const coll::Topology* topology = nullptr;
   /// The training loop's compute stream: every kernel of the step is enqueued on it. A CUDA stream (with an
   /// allocator over CudaBacking on the same device) puts the whole step on the GPU; only `none` takes one
   /// so far, the others refuse it (the harness refuses backend = cuda for them first).

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/schedulers/common/sharded_optimizer.hpp"
 #include "hzp/schedulers/scheduler.hpp"
+#include "hzp/schedulers/step/process_groups.hpp"
 #include "hzp/workloads/batch_plan.hpp"
 
 namespace hzp::schedulers {
@@ -20,6 +22,14 @@ namespace hzp::schedulers {
 /// the micro-batch count, listing every problem: W < 1; group_size not dividing W (when group_size > 0);
 /// micro-batches per step not a multiple of dp = W. Also validates train and the model's precision.
 void validate_data_parallel(std::string_view scheduler, const SchedulerArgs& args, int group_size);
+
+/// The degrees a data-parallel scheduler runs with (after validate_data_parallel): every rank is a
+/// data-parallel rank, the model state sharded over `shard` consecutive ranks (1: ddp's full replicas; W:
+/// zero1-3; scheduler.group_size: hsdp; scheduler.z1: asynchzp) and replicated over W / shard.
+ParallelDims data_parallel_dims(int world_size, int shard);
+/// The process groups of those degrees over args.world, laid out on args.topology (one node when absent).
+/// Collective over args.world.
+std::unique_ptr<ProcessGroups> data_parallel_groups(const SchedulerArgs& args, int shard);
 
 /// Sum of `local` over `comm` (fp64, blocking): the global mean loss when each rank passes the sum of its
 /// micro-batches' loss() values.
@@ -46,9 +56,5 @@ double ordered_global_loss(coll::Communicator& scalars, const workloads::BatchPl
 /// Deterministic mode: the verdict on a step's attempt: this rank's tally combined by a MAX all-reduce
 /// (fp64) over `group` (every rank that converted micro-batch gradients), then FixedPointGrads::conclude().
 bool conclude_fixed_point_attempt(FixedPointGrads& fixed, coll::Communicator& group);
-
-/// The contiguous group (size z) and the strided replica group (stride z) holding world rank `rank`.
-std::vector<int> contiguous_group_of(int world, int z, int rank);
-std::vector<int> strided_group_of(int world, int z, int rank);
 
 }  // namespace hzp::schedulers
