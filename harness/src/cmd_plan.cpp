@@ -12,7 +12,7 @@
 #include "hzp/harness/model_options.hpp"
 #include "hzp/harness/scheduler_options.hpp"
 #include "hzp/schedulers/plan.hpp"
-#include "hzp/workloads/llama.hpp"
+#include "hzp/workloads/model_factory.hpp"
 
 namespace hzp::harness {
 
@@ -37,12 +37,12 @@ Command add_plan_command(CLI::App& app) {
 
   return {sub, [args] {
             const ResolvedConfig cfg = args->config.resolve();
-            const workloads::LlamaConfig model = llama_config_from(cfg);
-            const workloads::ParamLayout layout = workloads::llama_layout(model);
+            const std::unique_ptr<workloads::ModelSpec> model = workloads::model_spec_from(cfg);
+            const workloads::ParamLayout layout = model->layout();
             const schedulers::PlanInputs in = plan_inputs_from(cfg, layout, args->rank);
             std::vector<std::string> names = args->schedulers;
             if (names.empty()) names = schedulers::scheduler_names();
-            std::cout << "# model " << model.describe() << ", precision " << workloads::to_string(in.train.precision)
+            std::cout << "# model " << model->describe() << ", precision " << workloads::to_string(in.train.precision)
                       << ", topology.ranks_per_node = " << in.ranks_per_node << "\n";
             for (const std::string& n : names) {
               try {

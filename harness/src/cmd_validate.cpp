@@ -27,8 +27,8 @@ int validate(const RunCliArgs& args) {
     const workloads::BatchPlan plan(s.train.global_batch, s.train.micro_batch_size, s.dp);
     std::printf("valid for %d rank%s%s\n", world, world == 1 ? "" : "s",
                 w0 == 0 ? " (topology.world_size = 0: checked for 1 rank; set it to check another world size)" : "");
-    std::printf("  model      %s, %lld parameters\n", s.model.describe().c_str(),
-                static_cast<long long>(s.model.num_params()));
+    std::printf("  model      %s, %lld parameters\n", s.model->describe().c_str(),
+                static_cast<long long>(s.model->num_params()));
     std::printf("  scheduler  %s%s\n", s.opt.collective_only ? "debug.collective_only" : s.opt.scheduler.c_str(),
                 s.uses_world_comm ? "" : " (no communicator)");
     std::printf("  batch      %lld sequences per step = %lld micro-batches of %lld; %lld per rank over %lld "

@@ -1,12 +1,13 @@
-// The `model.*`, `train.*` and `data.*` keys, the model presets, and the typed configs read back from a
-// resolved configuration (model_options.hpp). Key defaults are tiny's values and every preset's values
-// are taken from workloads::model_presets(), so shapes and training defaults live in one place.
+// The `train.*` and `data.*` keys around the workload factory's `model.*` keys and presets, and the typed
+// configs read back from a resolved configuration (model_options.hpp). Key defaults are tiny's values, as
+// the model keys' are (workloads/model/model_factory.cpp).
 #include "hzp/harness/model_options.hpp"
 
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "hzp/workloads/model_factory.hpp"
 #include "hzp/workloads/presets.hpp"
 
 namespace hzp::harness {
@@ -15,68 +16,13 @@ namespace {
 using S = OptionSpec;
 using workloads::ModelPreset;
 
-std::vector<std::pair<std::string, OptionValue>> preset_values(const ModelPreset& p) {
-  const auto& m = p.model;
-  const auto& t = p.train;
-  using I = std::int64_t;
-  return {
-      {"model.layers", I{m.layers}},
-      {"model.hidden", I{m.hidden}},
-      {"model.heads", I{m.heads}},
-      {"model.kv_heads", I{m.kv_heads}},
-      {"model.head_dim", I{m.head_dim}},
-      {"model.ffn_hidden", I{m.ffn_hidden}},
-      {"model.vocab", I{m.vocab}},
-      {"model.seq_len", I{m.seq_len}},
-      {"model.max_seq_len", I{m.max_seq_len}},
-      {"model.rope_base", m.rope_base},
-      {"model.norm_eps", m.norm_eps},
-      {"model.tied_embeddings", m.tied_embeddings},
-      {"train.global_batch", I{t.global_batch}},
-      {"train.micro_batch_size", I{t.micro_batch_size}},
-      {"train.steps", I{t.steps}},
-      {"train.warmup_steps", I{t.warmup_steps}},
-      {"train.lr", t.lr},
-      {"train.lr_min", t.lr_min},
-      {"train.clip", t.clip},
-      {"train.weight_decay", t.weight_decay},
-      {"train.beta1", t.beta1},
-      {"train.beta2", t.beta2},
-      {"train.precision", std::string(workloads::to_string(t.precision))},
-      {"data.synthetic.order", I{p.chain.order}},
-      {"data.synthetic.successors", I{p.chain.successors}},
-      {"data.synthetic.concentration", p.chain.concentration},
-  };
-}
-
 }  // namespace
 
 void register_model_keys(OptionTable& t) {
   const ModelPreset& tiny = workloads::model_preset("tiny");
-  const auto& m = tiny.model;
   const auto& tr = tiny.train;
 
-  // ---- model: the Llama decoder's shape (workloads/llama) ----------------------------------------
-  t.add(S::enumeration("model.preset", {"tiny"}, "tiny",
-                       "Model shape with its training and data defaults (tiny, small, 1b, 9b, seed-oss-36b; "
-                       "docs/workloads.md); any model.*, train.* or data.* key set explicitly overrides it"));
-  t.add(S::integer("model.layers", m.layers, "Transformer blocks").positive());
-  t.add(S::integer("model.hidden", m.hidden, "Model width d (residual stream)").positive());
-  t.add(S::integer("model.heads", m.heads, "Query heads").positive());
-  t.add(S::integer("model.kv_heads", m.kv_heads, "Key/value heads (grouped-query attention); must divide model.heads")
-            .positive());
-  t.add(S::integer("model.head_dim", m.head_dim, "Dimension of one head; 0 = model.hidden / model.heads").non_negative());
-  t.add(S::integer("model.ffn_hidden", m.ffn_hidden, "SwiGLU inner width").positive());
-  t.add(S::integer("model.vocab", m.vocab, "Vocabulary size (the synthetic chain's too)").at_least(2));
-  t.add(S::integer("model.seq_len", m.seq_len, "Tokens per sequence (T)").positive().with_unit("tokens"));
-  t.add(S::integer("model.max_seq_len", m.max_seq_len,
-                   "Longest model.seq_len the preset allows (its context length); 0 = no limit")
-            .non_negative()
-            .with_unit("tokens"));
-  t.add(S::real("model.rope_base", m.rope_base, "RoPE frequency base theta").above(1));
-  t.add(S::real("model.norm_eps", m.norm_eps, "RMSNorm epsilon").non_negative());
-  t.add(S::boolean("model.tied_embeddings", m.tied_embeddings,
-                   "The LM head reads the embedding table (stored once, in the embedding unit)"));
+  workloads::register_model_options(t);
 
   // ---- train: batches, optimizer, schedule, numerics (schedulers/) --------------------------------
   t.add(S::integer("train.global_batch", tr.global_batch, "Sequences per optimizer step, all ranks together")
@@ -126,27 +72,7 @@ void register_model_keys(OptionTable& t) {
                    "Seed of the chain's table and of its samples")
             .non_negative());
 
-  for (const ModelPreset& p : workloads::model_presets())
-    t.add_preset("model.preset", p.name, preset_values(p), p.meaning);
-}
-
-workloads::LlamaConfig llama_config_from(const ResolvedConfig& c) {
-  workloads::LlamaConfig m;
-  m.preset = c.get_string("model.preset");
-  m.layers = c.get_int("model.layers");
-  m.hidden = c.get_int("model.hidden");
-  m.heads = c.get_int("model.heads");
-  m.kv_heads = c.get_int("model.kv_heads");
-  m.head_dim = c.get_int("model.head_dim");
-  m.ffn_hidden = c.get_int("model.ffn_hidden");
-  m.vocab = c.get_int("model.vocab");
-  m.seq_len = c.get_int("model.seq_len");
-  m.max_seq_len = c.get_int("model.max_seq_len");
-  m.rope_base = c.get_double("model.rope_base");
-  m.norm_eps = c.get_double("model.norm_eps");
-  m.tied_embeddings = c.get_bool("model.tied_embeddings");
-  m.validate();
-  return m;
+  workloads::register_model_presets(t);
 }
 
 workloads::TrainConfig train_config_from(const ResolvedConfig& c) {

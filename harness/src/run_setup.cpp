@@ -145,7 +145,7 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
                 " keeps its buffers in host memory. Fix: scheduler.name = none on one rank, or backend = cpu");
   }
   validate_link_profile(s.opt.links_profile);
-  s.model = llama_config_from(cfg);
+  s.model = workloads::model_spec_from(cfg);
   s.train = train_config_from(cfg);
   s.data = data_config_from(cfg);
   s.comm = mpi_comm_config_from(cfg);
@@ -177,7 +177,7 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
   s.sched = scheduler_options_from(cfg);
   if (!s.opt.collective_only) {
     // The scheduler's own checks (group sizes dividing the world, ...) without building it.
-    const workloads::ParamLayout layout = workloads::llama_layout(s.model);
+    const workloads::ParamLayout layout = s.model->layout();
     schedulers::PlanInputs in;
     in.layout = &layout;
     in.train = s.train;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,7 +17,7 @@
 #include "hzp/schedulers/plan.hpp"
 #include "hzp/schedulers/scheduler.hpp"
 #include "hzp/workloads/data/data_config.hpp"
-#include "hzp/workloads/llama.hpp"
+#include "hzp/workloads/model_factory.hpp"
 #include "hzp/workloads/train_config.hpp"
 
 namespace hzp::harness {
@@ -38,7 +39,8 @@ void fit_warmup_to_steps(ResolvedConfig& cfg);
 
 struct RunSetup {
   RunOptions opt;
-  workloads::LlamaConfig model;
+  /// The model the workload factory builds from model.* (described, not yet allocated).
+  std::shared_ptr<const workloads::ModelSpec> model;
   workloads::TrainConfig train;
   workloads::DataConfig data;
   coll::MpiCommConfig comm;       ///< collectives.* and links.* as configured (profiles applied later)

@@ -1,10 +1,11 @@
-// The model.*, train.* and data.* keys: each model preset, selected through the option table, resolves
+// The model.*, train.* and data.* keys and the workload factory: each model preset, selected through the option table, resolves
 // to exactly the workload layer's preset (one source of truth); explicit keys override a preset; the
 // typed configs refuse bad combinations naming the keys and values.
 #include <gtest/gtest.h>
 
 #include "hzp/harness/model_options.hpp"
 #include "hzp/harness/option_keys.hpp"
+#include "hzp/workloads/model_factory.hpp"
 #include "hzp/workloads/presets.hpp"
 
 namespace hzp::harness {
@@ -20,7 +21,7 @@ TEST(ModelOptions, EveryPresetResolvesToTheWorkloadPreset) {
   for (const auto& p : workloads::model_presets()) {
     const std::string set = "model.preset=" + p.name;
     const ResolvedConfig c = resolve({set.c_str()});
-    const workloads::LlamaConfig m = llama_config_from(c);
+    const workloads::LlamaConfig m = workloads::llama_config_from(c);
     EXPECT_EQ(m.num_params(), p.model.num_params()) << p.name;
     EXPECT_EQ(m.layers, p.model.layers) << p.name;
     EXPECT_EQ(m.heads, p.model.heads) << p.name;
@@ -43,19 +44,37 @@ TEST(ModelOptions, EveryPresetResolvesToTheWorkloadPreset) {
 }
 
 TEST(ModelOptions, DefaultsAreTinyAndExplicitKeysOverrideThePreset) {
-  const workloads::LlamaConfig tiny = llama_config_from(resolve({}));
+  const workloads::LlamaConfig tiny = workloads::llama_config_from(resolve({}));
   EXPECT_EQ(tiny.preset, "tiny");
   EXPECT_EQ(tiny.num_params(), workloads::model_preset("tiny").model.num_params());
   const ResolvedConfig c = resolve({"model.preset=small", "model.layers=2", "train.lr=0.01"});
-  EXPECT_EQ(llama_config_from(c).layers, 2);
-  EXPECT_EQ(llama_config_from(c).hidden, 512);
+  EXPECT_EQ(workloads::llama_config_from(c).layers, 2);
+  EXPECT_EQ(workloads::llama_config_from(c).hidden, 512);
   EXPECT_EQ(train_config_from(c).lr, 0.01);
 }
 
+// The harness builds the model through the workload factory: the spec of the default kind describes the
+// same model the Llama factory builds, without allocating it.
+TEST(ModelOptions, TheFactoryBuildsTheConfiguredKind) {
+  const ResolvedConfig c = resolve({"model.preset=small"});
+  EXPECT_EQ(c.get_string("model.kind"), "llama");
+  const auto spec = workloads::model_spec_from(c);
+  const workloads::LlamaConfig small = workloads::model_preset("small").model;
+  EXPECT_EQ(spec->kind(), "llama");
+  EXPECT_EQ(spec->num_params(), small.num_params());
+  EXPECT_EQ(spec->layout().total_numel(), small.num_params());
+  EXPECT_EQ(spec->widest_linear().out, small.ffn_hidden);
+  EXPECT_EQ(spec->widest_linear().in, small.hidden);
+  const auto model = spec->build(workloads::Precision::fp32);
+  EXPECT_EQ(model->describe(), spec->describe());
+  EXPECT_EQ(model->layout().num_units(), small.layers + 2);
+  EXPECT_EQ(workloads::model_kinds(), std::vector<std::string>{"llama"});
+}
+
 TEST(ModelOptions, RefusalsNameTheValues) {
-  EXPECT_THROW(llama_config_from(resolve({"model.heads=6", "model.kv_heads=4"})), ConfigError);
+  EXPECT_THROW(workloads::llama_config_from(resolve({"model.heads=6", "model.kv_heads=4"})), ConfigError);
   try {
-    llama_config_from(resolve({"model.seq_len=4096"}));
+    workloads::llama_config_from(resolve({"model.seq_len=4096"}));
     FAIL() << "seq_len above tiny's limit was accepted";
   } catch (const ConfigError& e) {
     const std::string what = e.what();

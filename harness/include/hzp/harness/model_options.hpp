@@ -5,18 +5,17 @@
 
 #include "hzp/core/options.hpp"
 #include "hzp/workloads/data/data_config.hpp"
-#include "hzp/workloads/llama.hpp"
+#include "hzp/workloads/model_factory.hpp"
 #include "hzp/workloads/train_config.hpp"
 
 namespace hzp::harness {
 
-/// Adds the model.*, train.* and data.* keys and one `model.preset` preset per workloads::model_presets()
-/// entry (the presets' values come from there: one source of truth).
+/// Adds the workload factory's model.* keys, the train.* and data.* keys, and the factory's model presets
+/// (their values come from workloads::model_presets(): one source of truth).
 void register_model_keys(OptionTable& table);
 
-/// The typed configs of a resolved configuration. Each validates itself and throws ConfigError naming
-/// every key and value involved.
-workloads::LlamaConfig llama_config_from(const ResolvedConfig& config);
+/// The typed configs of a resolved configuration (the model's: workloads::model_spec_from). Each validates
+/// itself and throws ConfigError naming every key and value involved.
 workloads::TrainConfig train_config_from(const ResolvedConfig& config);
 /// data.synthetic.vocab = 0 follows model.vocab; seq_len is model.seq_len.
 workloads::DataConfig data_config_from(const ResolvedConfig& config);

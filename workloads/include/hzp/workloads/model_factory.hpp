@@ -1,0 +1,58 @@
+// The workload factory: model kinds by name (`model.kind`), each declaring its own `model.*` keys and
+// presets and building, from a resolved configuration, a ModelSpec: the model's description (shape,
+// parameter count, layout, FLOPs) without allocating anything, and the Workload itself on request. The
+// harness only asks the factory, so a new model kind (the MoE decoder) is a new entry here and its keys,
+// not a change to the harness.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hzp/core/options.hpp"
+#include "hzp/workloads/llama.hpp"
+#include "hzp/workloads/param_layout.hpp"
+#include "hzp/workloads/precision.hpp"
+#include "hzp/workloads/workload.hpp"
+
+namespace hzp::workloads {
+
+/// A configured model, before anything is allocated. Immutable; cheap to copy around by pointer.
+class ModelSpec {
+ public:
+  virtual ~ModelSpec() = default;
+  /// The model.kind it was made for ("llama").
+  virtual std::string kind() const = 0;
+  /// One line for logs and results files: the kind and its shape.
+  virtual std::string describe() const = 0;
+  /// Every parameter once (N).
+  virtual std::int64_t num_params() const = 0;
+  virtual std::int64_t seq_len() const = 0;
+  virtual std::int64_t vocab() const = 0;
+  virtual FlopsPerToken flops_per_token() const = 0;
+  /// The unit layout the built model will have (what plans and validation read).
+  virtual ParamLayout layout() const = 0;
+  /// The widest linear layer's weight, [out, in] (the shape a compute-peak probe imitates).
+  struct Linear {
+    std::int64_t out = 0, in = 0;
+  };
+  virtual Linear widest_linear() const = 0;
+  /// The model, for `precision`.
+  virtual std::unique_ptr<Workload> build(Precision precision) const = 0;
+};
+
+/// Registered model kinds, in registration order ("llama" first).
+std::vector<std::string> model_kinds();
+/// Adds `model.kind`, `model.preset` and every kind's `model.*` keys.
+void register_model_options(OptionTable& table);
+/// Adds one `model.preset` preset per model_presets() entry. A preset also sets train.* and data.synthetic.*
+/// keys, so the caller registers those first.
+void register_model_presets(OptionTable& table);
+/// The spec of the configured kind; ConfigError naming every key and value a problem involves.
+std::unique_ptr<ModelSpec> model_spec_from(const ResolvedConfig& config);
+
+/// The Llama decoder's `model.*` keys read back (validated): what model_spec_from builds for "llama".
+LlamaConfig llama_config_from(const ResolvedConfig& config);
+
+}  // namespace hzp::workloads

@@ -1,0 +1,153 @@
+// The workload factory (model_factory.hpp): the registered model kinds, the `model.*` keys and the model
+// presets (shapes with their training and data defaults, taken from model_presets() so they live in one
+// place), and the Llama decoder's spec built from a resolved configuration.
+#include "hzp/workloads/model_factory.hpp"
+
+#include <array>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hzp/core/error.hpp"
+#include "hzp/workloads/presets.hpp"
+
+namespace hzp::workloads {
+namespace {
+
+using S = OptionSpec;
+
+std::vector<std::pair<std::string, OptionValue>> preset_values(const ModelPreset& p) {
+  const auto& m = p.model;
+  const auto& t = p.train;
+  using I = std::int64_t;
+  return {
+      {"model.layers", I{m.layers}},
+      {"model.hidden", I{m.hidden}},
+      {"model.heads", I{m.heads}},
+      {"model.kv_heads", I{m.kv_heads}},
+      {"model.head_dim", I{m.head_dim}},
+      {"model.ffn_hidden", I{m.ffn_hidden}},
+      {"model.vocab", I{m.vocab}},
+      {"model.seq_len", I{m.seq_len}},
+      {"model.max_seq_len", I{m.max_seq_len}},
+      {"model.rope_base", m.rope_base},
+      {"model.norm_eps", m.norm_eps},
+      {"model.tied_embeddings", m.tied_embeddings},
+      {"train.global_batch", I{t.global_batch}},
+      {"train.micro_batch_size", I{t.micro_batch_size}},
+      {"train.steps", I{t.steps}},
+      {"train.warmup_steps", I{t.warmup_steps}},
+      {"train.lr", t.lr},
+      {"train.lr_min", t.lr_min},
+      {"train.clip", t.clip},
+      {"train.weight_decay", t.weight_decay},
+      {"train.beta1", t.beta1},
+      {"train.beta2", t.beta2},
+      {"train.precision", std::string(to_string(t.precision))},
+      {"data.synthetic.order", I{p.chain.order}},
+      {"data.synthetic.successors", I{p.chain.successors}},
+      {"data.synthetic.concentration", p.chain.concentration},
+  };
+}
+
+void register_llama_keys(OptionTable& t) {
+  const ModelPreset& tiny = model_preset("tiny");
+  // Key defaults are tiny's shape; the presets fill the rest (register_model_presets).
+  const auto& m = tiny.model;
+  t.add(S::integer("model.layers", m.layers, "Transformer blocks").positive());
+  t.add(S::integer("model.hidden", m.hidden, "Model width d (residual stream)").positive());
+  t.add(S::integer("model.heads", m.heads, "Query heads").positive());
+  t.add(S::integer("model.kv_heads", m.kv_heads, "Key/value heads (grouped-query attention); must divide model.heads")
+            .positive());
+  t.add(S::integer("model.head_dim", m.head_dim, "Dimension of one head; 0 = model.hidden / model.heads").non_negative());
+  t.add(S::integer("model.ffn_hidden", m.ffn_hidden, "SwiGLU inner width").positive());
+  t.add(S::integer("model.vocab", m.vocab, "Vocabulary size (the synthetic chain's too)").at_least(2));
+  t.add(S::integer("model.seq_len", m.seq_len, "Tokens per sequence (T)").positive().with_unit("tokens"));
+  t.add(S::integer("model.max_seq_len", m.max_seq_len,
+                   "Longest model.seq_len the preset allows (its context length); 0 = no limit")
+            .non_negative()
+            .with_unit("tokens"));
+  t.add(S::real("model.rope_base", m.rope_base, "RoPE frequency base theta").above(1));
+  t.add(S::real("model.norm_eps", m.norm_eps, "RMSNorm epsilon").non_negative());
+  t.add(S::boolean("model.tied_embeddings", m.tied_embeddings,
+                   "The LM head reads the embedding table (stored once, in the embedding unit)"));
+
+}
+
+class LlamaSpec final : public ModelSpec {
+ public:
+  explicit LlamaSpec(LlamaConfig c) : c_(std::move(c)) {}
+  std::string kind() const override { return "llama"; }
+  std::string describe() const override { return c_.describe(); }
+  std::int64_t num_params() const override { return c_.num_params(); }
+  std::int64_t seq_len() const override { return c_.seq_len; }
+  std::int64_t vocab() const override { return c_.vocab; }
+  FlopsPerToken flops_per_token() const override { return c_.flops_per_token(); }
+  ParamLayout layout() const override { return llama_layout(c_); }
+  Linear widest_linear() const override { return {c_.ffn_hidden, c_.hidden}; }
+  std::unique_ptr<Workload> build(Precision precision) const override { return make_llama(c_, precision); }
+
+ private:
+  LlamaConfig c_;
+};
+
+struct Kind {
+  const char* name;
+  void (*register_keys)(OptionTable&);
+  std::unique_ptr<ModelSpec> (*from_config)(const ResolvedConfig&);
+};
+
+std::unique_ptr<ModelSpec> llama_from(const ResolvedConfig& c) { return std::make_unique<LlamaSpec>(llama_config_from(c)); }
+
+// One line per model kind; the first is the default.
+constexpr std::array kKinds = {Kind{"llama", &register_llama_keys, &llama_from}};
+
+}  // namespace
+
+std::vector<std::string> model_kinds() {
+  std::vector<std::string> names;
+  for (const Kind& k : kKinds) names.emplace_back(k.name);
+  return names;
+}
+
+void register_model_options(OptionTable& t) {
+  t.add(S::enumeration("model.kind", model_kinds(), kKinds.front().name,
+                       "Which model the workload factory builds (docs/workloads.md); its shape keys follow"));
+  t.add(S::enumeration("model.preset", {"tiny"}, "tiny",
+                       "Model shape with its training and data defaults (tiny, small, 1b, 9b, seed-oss-36b; "
+                       "docs/workloads.md); any model.*, train.* or data.* key set explicitly overrides it"));
+  for (const Kind& k : kKinds) k.register_keys(t);
+}
+
+void register_model_presets(OptionTable& t) {
+  for (const ModelPreset& p : model_presets()) t.add_preset("model.preset", p.name, preset_values(p), p.meaning);
+}
+
+std::unique_ptr<ModelSpec> model_spec_from(const ResolvedConfig& c) {
+  const std::string kind = c.get_string("model.kind");
+  for (const Kind& k : kKinds)
+    if (kind == k.name) return k.from_config(c);
+  HZP_THROW(ConfigError, "model.kind = \"", kind, "\" is not a registered model kind");  // the enumeration refuses it first
+}
+
+LlamaConfig llama_config_from(const ResolvedConfig& c) {
+  LlamaConfig m;
+  m.preset = c.get_string("model.preset");
+  m.layers = c.get_int("model.layers");
+  m.hidden = c.get_int("model.hidden");
+  m.heads = c.get_int("model.heads");
+  m.kv_heads = c.get_int("model.kv_heads");
+  m.head_dim = c.get_int("model.head_dim");
+  m.ffn_hidden = c.get_int("model.ffn_hidden");
+  m.vocab = c.get_int("model.vocab");
+  m.seq_len = c.get_int("model.seq_len");
+  m.max_seq_len = c.get_int("model.max_seq_len");
+  m.rope_base = c.get_double("model.rope_base");
+  m.norm_eps = c.get_double("model.norm_eps");
+  m.tied_embeddings = c.get_bool("model.tied_embeddings");
+  m.validate();
+  return m;
+}
+
+}  // namespace hzp::workloads
