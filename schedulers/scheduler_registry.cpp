@@ -12,39 +12,33 @@
 #include "hzp/schedulers/none.hpp"
 #include "hzp/schedulers/plan.hpp"
 #include "hzp/schedulers/scheduler.hpp"
+#include "plan/engine_plans.hpp"
 
 namespace hzp::schedulers {
-
-namespace detail {
-SchedulerPlan plan_none(const PlanInputs& in);
-SchedulerPlan plan_ddp(const PlanInputs& in);
-SchedulerPlan plan_zero(const PlanInputs& in, int stage, bool hybrid);
-SchedulerPlan plan_asynchzp(const PlanInputs& in);
-}  // namespace detail
 
 namespace {
 
 struct Entry {
   const char* name;
   std::unique_ptr<Scheduler> (*make)(const SchedulerArgs&);
-  SchedulerPlan (*plan)(const PlanInputs&);
+  std::unique_ptr<EnginePlan> (*plan)(const PlanInputs&);  ///< its engine's declaration (plan/engine_plans.hpp)
 };
 
-SchedulerPlan plan_zero1(const PlanInputs& in) { return detail::plan_zero(in, 1, false); }
-SchedulerPlan plan_zero2(const PlanInputs& in) { return detail::plan_zero(in, 2, false); }
-SchedulerPlan plan_zero3(const PlanInputs& in) { return detail::plan_zero(in, 3, false); }
-SchedulerPlan plan_hsdp(const PlanInputs& in) { return detail::plan_zero(in, 3, true); }
+std::unique_ptr<EnginePlan> plan_zero1(const PlanInputs& in) { return plan_zero_engine(in, 1, false); }
+std::unique_ptr<EnginePlan> plan_zero2(const PlanInputs& in) { return plan_zero_engine(in, 2, false); }
+std::unique_ptr<EnginePlan> plan_zero3(const PlanInputs& in) { return plan_zero_engine(in, 3, false); }
+std::unique_ptr<EnginePlan> plan_hsdp(const PlanInputs& in) { return plan_zero_engine(in, 3, true); }
 
 // Registration order = the order scheduler_names() lists: the reference first. Every entry has a factory
-// and a plan, so a new scheduler cannot enter the parity matrix without entering the plan tests too.
+// and its engine's plan declaration, so a new scheduler cannot enter the parity matrix without entering the plan tests too.
 constexpr std::array kEntries = {
-    Entry{"none", &make_none_scheduler, &detail::plan_none},
-    Entry{"ddp", &make_ddp_scheduler, &detail::plan_ddp},
+    Entry{"none", &make_none_scheduler, &plan_none_engine},
+    Entry{"ddp", &make_ddp_scheduler, &plan_ddp_engine},
     Entry{"zero1", &make_zero1_scheduler, &plan_zero1},
     Entry{"zero2", &make_zero2_scheduler, &plan_zero2},
     Entry{"zero3", &make_zero3_scheduler, &plan_zero3},
     Entry{"hsdp", &make_hsdp_scheduler, &plan_hsdp},
-    Entry{"asynchzp", &make_asynchzp_scheduler, &detail::plan_asynchzp},
+    Entry{"asynchzp", &make_asynchzp_scheduler, &plan_asynchzp_engine},
 };
 
 }  // namespace
@@ -68,7 +62,10 @@ std::unique_ptr<Scheduler> make_scheduler(std::string_view name, const Scheduler
 
 SchedulerPlan plan_scheduler(std::string_view name, const PlanInputs& in) {
   for (const Entry& e : kEntries)
-    if (name == e.name) return e.plan(in);
+    if (name == e.name) {
+      HZP_CHECK(in.layout != nullptr, "plan: a parameter layout is required");
+      return plan_from_engine(e.name, in, *e.plan(in));
+    }
   std::ostringstream known;
   for (const Entry& e : kEntries) known << (known.tellp() > 0 ? ", " : "") << e.name;
   HZP_THROW(ConfigError, "scheduler.name = \"", name, "\" is not a registered scheduler; registered: ", known.str());

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "hzp/schedulers/step/first_use_gathers.hpp"
 #include "hzp/collectives/comm_wait_observer.hpp"
 #include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
@@ -135,22 +136,14 @@ AsyncHzpStats AsyncComm::stats() const {
 
 std::vector<int> gather_order(const workloads::ParamLayout& layout, const std::vector<Action>& actions) {
   std::vector<int> order;
-  std::vector<bool> held(static_cast<std::size_t>(layout.num_units()), false);
-  auto use = [&](int u) {
-    for (int b : layout.param_blocks(u))
-      if (!held[b]) order.push_back(b), held[b] = true;
-  };
+  FirstUseGathers gathers(layout);
   for (const Action& a : actions) {
     if (a.kind == Action::Kind::forward) {
-      for (int u = a.first_unit; u < a.end_unit; ++u) {
-        use(u);
-        for (int b : layout.params_last_used_in_forward(u)) held[b] = false;
-      }
+      for (int u = a.first_unit; u < a.end_unit; ++u)
+        for (int b : gathers.call(a, u)) order.push_back(b);
     } else {
-      for (int u = a.end_unit - 1; u >= a.first_unit; --u) {
-        use(u);
-        for (int b : layout.grads_final_after(u)) held[b] = false;
-      }
+      for (int u = a.end_unit - 1; u >= a.first_unit; --u)
+        for (int b : gathers.call(a, u)) order.push_back(b);
     }
   }
   return order;

@@ -99,9 +99,7 @@ class Block {
   RingSlot slot_;
 };
 
-/// The parameter blocks a schedule gathers, in the order its actions consume them, when blocks are gathered
-/// on first use and dropped after their last use in a forward (params_last_used_in_forward) and after their
-/// final gradient (grads_final_after); what is held carries over from one action to the next.
+/// The parameter blocks a schedule gathers, in the order its actions consume them (FirstUseGathers).
 std::vector<int> gather_order(const workloads::ParamLayout& layout, const std::vector<Action>& actions);
 
 class AsyncComm {

@@ -1,7 +1,8 @@
-// Plans of the registered schedulers (plan.hpp): state bytes per component from the shard layout, and
-// each collective's calls, elements and bytes per link level for one rank, following the MPI backend's
-// algorithm choice (docs/collectives.md "Bytes per level"): ring above collectives.small_message_bytes,
-// Bruck all-gather / direct reduce-scatter / recursive-doubling all-reduce below it.
+// The plan from an engine's declaration (step/engine_plan.hpp): the driver's schedule walked over the
+// engine's per-unit and step-end declarations, and each declared call's bytes per link level for one rank,
+// following the MPI backend's algorithm choice (docs/collectives.md "Bytes per level"): ring above
+// collectives.small_message_bytes, Bruck all-gather / direct reduce-scatter / recursive-doubling all-reduce
+// below it. Nothing here knows a scheduler: each engine's declaration lives in its own file.
 #include "hzp/schedulers/plan.hpp"
 
 #include <algorithm>
@@ -9,12 +10,8 @@
 #include <sstream>
 
 #include "hzp/core/error.hpp"
-#include "asynchzp/asynchzp_segments.hpp"
-#include "asynchzp/ring_sizing.hpp"
-#include "hzp/schedulers/common/bucketed_all_reduce.hpp"
-#include "hzp/schedulers/common/nested_groups.hpp"
-#include "hzp/schedulers/common/shard_layout.hpp"
-#include "hzp/schedulers/common/step_support.hpp"
+#include "hzp/schedulers/step/engine_plan.hpp"
+#include "hzp/schedulers/step/step_driver.hpp"
 
 namespace hzp::schedulers {
 namespace {
@@ -45,9 +42,20 @@ Geometry geometry(std::vector<int> members, int world_rank, int rpn) {
 
 std::size_t acc_size(DType t) { return t == DType::bf16 ? 4 : dtype_size(t); }
 
-class Builder {
+class Builder final : public CollectiveLedger {
  public:
-  Builder(SchedulerPlan& plan, std::size_t small) : plan_(plan), small_(small) {}
+  Builder(SchedulerPlan& plan, std::size_t small, int rank, int rpn) : plan_(plan), small_(small), rank_(rank), rpn_(rpn) {}
+
+  void all_gather(const PlanGroup& g, std::int64_t shard, DType t, std::int64_t times, std::string_view when) override {
+    all_gather(g.name, geometry(g.members, rank_, rpn_), shard, t, times, std::string(when));
+  }
+  void reduce_scatter(const PlanGroup& g, std::int64_t full, DType t, std::int64_t times,
+                      std::string_view when) override {
+    reduce_scatter(g.name, geometry(g.members, rank_, rpn_), full, t, times, std::string(when));
+  }
+  void all_reduce(const PlanGroup& g, std::int64_t count, DType t, std::int64_t times, std::string_view when) override {
+    all_reduce(g.name, geometry(g.members, rank_, rpn_), count, t, times, std::string(when));
+  }
 
   PlannedCollective& entry(CollOp op, const std::string& group, const Geometry& g, DType t, const std::string& when) {
     for (PlannedCollective& c : plan_.collectives)
@@ -125,6 +133,7 @@ class Builder {
  private:
   SchedulerPlan& plan_;
   std::size_t small_;
+  int rank_, rpn_;
 };
 
 }  // namespace
@@ -160,31 +169,12 @@ std::string SchedulerPlan::to_text() const {
   return o.str();
 }
 
-namespace detail {
-
-// Registry-side planners (scheduler_registry.cpp dispatches by name).
-SchedulerPlan plan_none(const PlanInputs& in);
-SchedulerPlan plan_ddp(const PlanInputs& in);
-SchedulerPlan plan_zero(const PlanInputs& in, int stage, bool hybrid);
-SchedulerPlan plan_asynchzp(const PlanInputs& in);
-
-namespace {
-SchedulerPlan base(const char* name, const PlanInputs& in) {
-  HZP_CHECK(in.layout != nullptr, "plan: a parameter layout is required");
-  if (in.world_size < 1 || in.rank < 0 || in.rank >= in.world_size)
-    HZP_THROW(ConfigError, "plan: world size ", in.world_size, " and rank ", in.rank, " do not fit");
-  if (in.ranks_per_node > 0 && in.world_size % in.ranks_per_node != 0)
-    HZP_THROW(ConfigError, "plan: topology.ranks_per_node = ", in.ranks_per_node, " does not divide the world size ",
-              in.world_size);
-  SchedulerPlan p;
-  p.scheduler = name;
-  p.world_size = in.world_size;
-  p.rank = in.rank;
-  p.params = in.layout->total_numel();
-  return p;
+coll::Topology plan_topology(const PlanInputs& in) {
+  return coll::Topology::virtual_nodes(in.world_size, in.ranks_per_node > 0 ? in.ranks_per_node : in.world_size,
+                                       in.rank);
 }
 
-void check_batches(const char* name, const PlanInputs& in, int group) {
+void check_plan_batches(std::string_view scheduler, const PlanInputs& in, int group) {
   const std::int64_t mb = in.train.micro_batches();
   std::ostringstream bad;
   if (group > 0 && in.world_size % group != 0)
@@ -193,172 +183,39 @@ void check_batches(const char* name, const PlanInputs& in, int group) {
     bad << "\n  train.global_batch = " << in.train.global_batch << " / train.micro_batch_size = "
         << in.train.micro_batch_size << " gives " << mb << " micro-batches per step, not a multiple of dp = W = "
         << in.world_size;
-  if (!bad.str().empty()) HZP_THROW(ConfigError, "scheduler ", name, " at world size ", in.world_size, ":", bad.str());
-}
-}  // namespace
-
-// Deterministic mode: gradients are summed as int64 fixed point (8 bytes per element in memory and on the
-// wire), the loss is all-gathered per micro-batch, and every attempt of a step ends with a MAX all-reduce
-// of the per-tensor maxima and the overflow flags (the plan counts one attempt: retries cannot be planned).
-DType grad_wire_dtype(const PlanInputs& in) { return in.train.deterministic ? DType::i64 : DType::f32; }
-std::uint64_t grad_bytes(const PlanInputs& in) { return dtype_size(grad_wire_dtype(in)); }
-
-void add_scalars(Builder& b, const PlanInputs& in, std::int64_t micro_batches_per_rank) {
-  std::vector<int> all;
-  for (int r = 0; r < in.world_size; ++r) all.push_back(r);
-  const Geometry world = geometry(all, in.rank, in.ranks_per_node);
-  if (!in.train.deterministic) {
-    b.all_reduce("scalars", world, 1, DType::f64, 1, "per step (loss)");
-    return;
-  }
-  std::int64_t tensors = 0;
-  for (const workloads::Unit& u : in.layout->units()) tensors += static_cast<std::int64_t>(u.tensors.size());
-  b.all_reduce("scalars", world, tensors + 2, DType::f64, 1, "per attempt (fixed-point tally, max)");
-  b.all_gather("scalars", world, micro_batches_per_rank, DType::f64, 1, "per step (loss per micro-batch)");
+  if (!bad.str().empty())
+    HZP_THROW(ConfigError, "scheduler ", scheduler, " at world size ", in.world_size, ":", bad.str());
 }
 
-SchedulerPlan plan_none(const PlanInputs& in) {
-  if (in.world_size != 1)
-    HZP_THROW(ConfigError, "scheduler none is the single-rank reference and runs on 1 rank, not topology.world_size = ",
-              in.world_size, "; plan it with --set topology.world_size=1");
-  SchedulerPlan p = base("none", in);
-  const std::uint64_t n = static_cast<std::uint64_t>(p.params);
-  const bool mixed = workloads::has_separate_master(in.train.precision);
-  p.micro_batches_per_rank = in.train.micro_batches();
-  // Deterministic mode: the fp32 micro-batch gradient (also the step's converted sum) and the int64 sum.
-  p.state_bytes = {n * dtype_size(workloads::param_dtype(in.train.precision)), n * (in.train.deterministic ? 12 : 4),
-                   mixed ? n * 4 : 0, n * 4, n * 4};
-  return p;
-}
+DType grad_wire_dtype(const workloads::TrainConfig& train) { return train.deterministic ? DType::i64 : DType::f32; }
 
-SchedulerPlan plan_ddp(const PlanInputs& in) {
-  SchedulerPlan p = base("ddp", in);
-  check_batches("ddp", in, 0);
-  const std::uint64_t n = static_cast<std::uint64_t>(p.params);
-  const bool mixed = workloads::has_separate_master(in.train.precision);
-  p.micro_batches_per_rank = in.train.micro_batches() / in.world_size;
-  p.state_bytes = {n * dtype_size(workloads::param_dtype(in.train.precision)), n * grad_bytes(in), mixed ? n * 4 : 0,
-                   n * 4, n * 4};
-  Builder b(p, in.small_message_bytes);
-  std::vector<int> all;
-  for (int r = 0; r < in.world_size; ++r) all.push_back(r);
-  const Geometry world = geometry(all, in.rank, in.ranks_per_node);
-  const auto bucket_bytes = std::max<std::size_t>(static_cast<std::size_t>(in.options.bucket_mb * 1024.0 * 1024.0), 1);
-  for (const BucketedAllReduce::Bucket& k : BucketedAllReduce::make_buckets(*in.layout, bucket_bytes, grad_bytes(in)))
-    b.all_reduce("dp", world, k.numel, grad_wire_dtype(in), 1, "per step (buckets, last micro-batch)");
-  add_scalars(b, in, p.micro_batches_per_rank);
-  return p;
-}
-
-SchedulerPlan plan_zero(const PlanInputs& in, int stage, bool hybrid) {
-  const char* name = hybrid ? "hsdp" : stage == 1 ? "zero1" : stage == 2 ? "zero2" : "zero3";
-  SchedulerPlan p = base(name, in);
-  const int group = hybrid ? in.options.group_size : 0;
-  check_batches(name, in, group);
-  const int w = in.world_size;
-  const int z = group > 0 ? group : w;
-  const ShardLayout sl = ShardLayout::per_unit(*in.layout, z);
-  const DType pdt = workloads::param_dtype(in.train.precision);
-  const std::uint64_t pe = dtype_size(pdt);
-  const std::uint64_t full = static_cast<std::uint64_t>(sl.padded_total());
-  const std::uint64_t slice = static_cast<std::uint64_t>(sl.slice_total());
-  const bool mixed = workloads::has_separate_master(in.train.precision);
-  p.micro_batches_per_rank = in.train.micro_batches() / w;
-  const DType gw = grad_wire_dtype(in);
-  p.state_bytes = {(stage < 3 ? full : slice) * pe, (stage == 1 ? full : slice) * grad_bytes(in), mixed ? slice * 4 : 0,
-                   slice * 4, slice * 4};
-  Builder b(p, in.small_message_bytes);
-  // The groups of the scheduler's own mesh (step/process_groups.hpp): dp_shard of Z, dp_replicate of W / Z.
-  const coll::RankMesh mesh = data_parallel_dims(w, z).mesh(
-      coll::Topology::virtual_nodes(w, in.ranks_per_node > 0 ? in.ranks_per_node : w, in.rank));
-  const Geometry shard = geometry(mesh.group(kAxisShard, in.rank), in.rank, in.ranks_per_node);
-  const std::int64_t m = p.micro_batches_per_rank;
-  for (int u = 0; u < sl.num_segments(); ++u) {
-    if (stage == 3) {
-      // Before forward and again before backward, every micro-batch.
-      b.all_gather("shard", shard, sl.slice_numel(u), pdt, 2 * m, "per micro-batch (forward + backward)");
-      b.reduce_scatter("shard", shard, sl.padded_numel(u), gw, m, "per micro-batch (gradients)");
-    } else if (stage == 2) {
-      b.reduce_scatter("shard", shard, sl.padded_numel(u), gw, m, "per micro-batch (gradients)");
-    } else {
-      b.reduce_scatter("shard", shard, sl.padded_numel(u), gw, 1, "per step (gradients)");
-    }
-  }
-  if (hybrid) {
-    const Geometry replica = geometry(mesh.group(kAxisReplicate, in.rank), in.rank, in.ranks_per_node);
-    if (replica.size() > 1) b.all_reduce("replica", replica, sl.slice_total(), gw, 1, "per step (gradient shards)");
-  }
-  // The norm: an fp64 sum of squares, or in deterministic mode its exact 128-bit sum as four int64 limbs.
-  if (shard.size() > 1) {
-    if (in.train.deterministic)
-      b.all_reduce("shard", shard, 4, DType::i64, 1, "per step (norm, exact)");
+SchedulerPlan plan_from_engine(std::string scheduler, const PlanInputs& in, EnginePlan& e) {
+  HZP_CHECK(in.layout != nullptr, "plan: a parameter layout is required");
+  if (in.world_size < 1 || in.rank < 0 || in.rank >= in.world_size)
+    HZP_THROW(ConfigError, "plan: world size ", in.world_size, " and rank ", in.rank, " do not fit");
+  if (in.ranks_per_node > 0 && in.world_size % in.ranks_per_node != 0)
+    HZP_THROW(ConfigError, "plan: topology.ranks_per_node = ", in.ranks_per_node, " does not divide the world size ",
+              in.world_size);
+  SchedulerPlan p;
+  p.scheduler = std::move(scheduler);
+  p.world_size = in.world_size;
+  p.rank = in.rank;
+  p.params = in.layout->total_numel();
+  p.micro_batches_per_rank = e.micro_batches_per_rank;
+  p.state_bytes = e.state_bytes;
+  Builder b(p, in.small_message_bytes, in.rank, in.ranks_per_node);
+  // The schedule the driver runs (step_driver.cpp), unit by unit in the order it calls the model.
+  const int m = static_cast<int>(e.micro_batches_per_rank);
+  for (const Action& a : sequential_schedule(m, in.layout->num_units())) {
+    if (a.kind == Action::Kind::forward)
+      for (int u = a.first_unit; u < a.end_unit; ++u) e.unit(a, u, m, b);
     else
-      b.all_reduce("shard", shard, 1, DType::f64, 1, "per step (norm)");
+      for (int u = a.end_unit - 1; u >= a.first_unit; --u) e.unit(a, u, m, b);
   }
-  if (stage < 3)
-    for (int u = 0; u < sl.num_segments(); ++u)
-      b.all_gather("shard", shard, sl.slice_numel(u), pdt, 1, "per step (updated parameters)");
-  add_scalars(b, in, m);
+  e.step_end(b);
+  if (!e.driver_group.members.empty())
+    StepDriver::plan_collectives(in.train, *in.layout, e.driver_group, e.micro_batches_per_rank, b);
   return p;
 }
 
-SchedulerPlan plan_asynchzp(const PlanInputs& in) {
-  SchedulerPlan p = base("asynchzp", in);
-  check_batches("asynchzp", in, 0);
-  const int w = in.world_size;
-  const NestedGroups g = nested_groups_from(in.options, w);
-  const bool rs_end = in.options.step_end == SchedulerOptions::StepEnd::reduce_scatter;
-  const Segments seg(*in.layout, in.options.launch, g, rs_end ? w : g.z1());
-  const DType pdt = workloads::param_dtype(in.train.precision);
-  // The ring pool the run would build: a pool too small is refused here, before a run creates anything.
-  if (in.options.async && in.options.pool_fallback == SchedulerOptions::PoolFallback::error)
-    check_rings_fit(size_rings(*in.layout, seg, pdt, in.options.prefetch, in.options.pool_mb), *in.layout, seg, pdt,
-                    in.options.pool_mb, in.options.prefetch);
-  const bool mixed = workloads::has_separate_master(in.train.precision);
-  const auto s3 = static_cast<std::uint64_t>(seg.l3.slice_total()), s2 = static_cast<std::uint64_t>(seg.l2.slice_total()),
-             s1 = static_cast<std::uint64_t>(seg.l1.slice_total());
-  p.micro_batches_per_rank = in.train.micro_batches() / w;
-  const DType gw = grad_wire_dtype(in);
-  p.state_bytes = {s3 * dtype_size(pdt), s2 * grad_bytes(in), mixed ? s1 * 4 : 0, s1 * 4, s1 * 4};
-  Builder b(p, in.small_message_bytes);
-  auto geo = [&](auto slot_of) { return geometry(g.members(in.rank, slot_of), in.rank, in.ranks_per_node); };
-  const Geometry z3 = geo([&](int r) { return g.z3_group(r); });
-  const Geometry z2 = geo([&](int r) { return g.z2_group(r); });
-  const Geometry z1 = geo([&](int r) { return g.z1_group(r); });
-  const Geometry replica = geo([&](int r) { return g.replica_group(r); });
-  const Geometry opt_replica = geo([&](int r) { return g.opt_replica_group(r); });
-  const Geometry refresh = geo([&](int r) { return g.refresh_group(r); });
-  const std::int64_t m = p.micro_batches_per_rank;
-  for (int s = 0; s < seg.l3.num_segments(); ++s) {
-    b.all_gather("z3", z3, seg.l3.slice_numel(s), pdt, 2 * m, "per micro-batch (forward + backward)");
-    if (seg.l2.slice_numel(s) > 0)
-      b.reduce_scatter("z2", z2, seg.l2.padded_numel(s), gw, m, "per micro-batch (gradients)");
-  }
-  if (z1.size() > 1) {
-    if (in.train.deterministic)
-      b.all_reduce("z1", z1, 4, DType::i64, 1, "per step (norm, exact)");
-    else
-      b.all_reduce("z1", z1, 1, DType::f64, 1, "per step (norm)");
-  }
-  if (!rs_end) {
-    if (replica.size() > 1 && s2 > 0)
-      b.all_reduce("replica", replica, seg.l2.slice_total(), gw, 1, "per step (gradient shards)");
-  } else {
-    for (int s = 0; s < seg.l3.num_segments(); ++s) {
-      if (replica.size() > 1 && seg.in_grad_slice.slice_numel(s) > 0)
-        b.reduce_scatter("replica", replica, seg.l2.slice_numel(s), gw, 1, "per step (gradient shards)");
-      if (opt_replica.size() > 1 && seg.l1.slice_numel(s) > 0)
-        b.all_gather("opt_replica", opt_replica, seg.in_opt_slice.slice_numel(s), gw, 1,
-                     "per step (optimizer-slice gradients)");
-    }
-  }
-  if (refresh.size() > 1)
-    for (int s = 0; s < seg.l3.num_segments(); ++s)
-      if (seg.l3.slice_numel(s) > 0)
-        b.all_gather("refresh", refresh, seg.in_shard.slice_numel(s), pdt, 1, "per step (updated parameters)");
-  add_scalars(b, in, m);
-  return p;
-}
-
-}  // namespace detail
 }  // namespace hzp::schedulers

@@ -75,4 +75,17 @@ StepStats StepDriver::step(const StepBatch& batch, ParameterEngine& engine) {
   return st;
 }
 
+void StepDriver::plan_collectives(const workloads::TrainConfig& train, const workloads::ParamLayout& layout,
+                                  const PlanGroup& group, std::int64_t micro_batches, CollectiveLedger& out) {
+  if (!train.deterministic) {
+    out.all_reduce(group, 1, DType::f64, 1, "per step (loss)");  // data_parallel_step_stats
+    return;
+  }
+  // conclude_fixed_point_attempt: every tensor's maximum and the two overflow flags; ordered_global_loss.
+  std::int64_t tensors = 0;
+  for (const workloads::Unit& u : layout.units()) tensors += static_cast<std::int64_t>(u.tensors.size());
+  out.all_reduce(group, tensors + 2, DType::f64, 1, "per attempt (fixed-point tally, max)");
+  out.all_gather(group, micro_batches, DType::f64, 1, "per step (loss per micro-batch)");
+}
+
 }  // namespace hzp::schedulers

@@ -12,6 +12,7 @@
 
 #include "hzp/core/caching_allocator.hpp"
 #include "hzp/schedulers/scheduler.hpp"
+#include "hzp/schedulers/step/engine_plan.hpp"
 #include "hzp/schedulers/step/parameter_engine.hpp"
 #include "hzp/schedulers/step/schedule.hpp"
 
@@ -27,6 +28,13 @@ class StepDriver {
   const std::vector<Action>& schedule() const noexcept { return actions_; }
   /// Runs step `batch.step` over `engine`. Steps run in order 0, 1, 2, ... (PreconditionError otherwise).
   StepStats step(const StepBatch& batch, ParameterEngine& engine);
+
+  /// The collectives step() issues itself, declared for the plan (step/engine_plan.hpp), over `group` (the
+  /// engine's scalars communicator: its data-parallel ranks): the loss's all-reduce; in deterministic mode
+  /// the fixed-point tally's MAX all-reduce (once per attempt; a plan counts one) and the all-gather of the
+  /// micro-batch losses, summed in global order.
+  static void plan_collectives(const workloads::TrainConfig& train, const workloads::ParamLayout& layout,
+                               const PlanGroup& group, std::int64_t micro_batches, CollectiveLedger& out);
 
  private:
   std::string scheduler_;

@@ -1,0 +1,98 @@
+// asynchzp's declaration for the plan (plan/engine_plans.hpp), mirroring AsyncHzp: each segment of a block
+// is all-gathered over z3 on the block's first use (FirstUseGathers, the order its background thread follows;
+// prefetching moves a call earlier, not its count) and reduce-scattered over z2 once the block's gradient is final, every micro-batch; the step end
+// reduces the gradient shards across replicas (all-reduce, or reduce-scatter then all-gather of the optimizer
+// slices), takes the norm over z1 and refreshes the parameter shards. The ring pool a run would build is
+// checked here too, so a pool too small is refused before anything is created.
+#include "asynchzp/asynchzp_segments.hpp"
+#include "asynchzp/ring_sizing.hpp"
+#include "hzp/schedulers/common/nested_groups.hpp"
+#include "hzp/schedulers/step/first_use_gathers.hpp"
+#include "plan/engine_plans.hpp"
+
+namespace hzp::schedulers {
+namespace {
+
+class AsyncHzpPlan final : public EnginePlan {
+ public:
+  explicit AsyncHzpPlan(const PlanInputs& in)
+      : layout_(*in.layout),
+        g_((check_plan_batches("asynchzp", in, 0), nested_groups_from(in.options, in.world_size))),
+        rs_end_(in.options.step_end == SchedulerOptions::StepEnd::reduce_scatter),
+        seg_(*in.layout, in.options.launch, g_, rs_end_ ? in.world_size : g_.z1()),
+        pdt_(workloads::param_dtype(in.train.precision)),
+        wire_(grad_wire_dtype(in.train)),
+        deterministic_(in.train.deterministic) {
+    if (in.options.async && in.options.pool_fallback == SchedulerOptions::PoolFallback::error)
+      check_rings_fit(size_rings(layout_, seg_, pdt_, in.options.prefetch, in.options.pool_mb), layout_, seg_, pdt_,
+                      in.options.pool_mb, in.options.prefetch);
+    const bool mixed = workloads::has_separate_master(in.train.precision);
+    const auto s3 = static_cast<std::uint64_t>(seg_.l3.slice_total()), s2 = static_cast<std::uint64_t>(seg_.l2.slice_total()),
+               s1 = static_cast<std::uint64_t>(seg_.l1.slice_total());
+    micro_batches_per_rank = in.train.micro_batches() / in.world_size;
+    state_bytes = {s3 * dtype_size(pdt_), s2 * dtype_size(wire_), mixed ? s1 * 4 : 0, s1 * 4, s1 * 4};
+    const int r = in.rank;
+    auto group = [&](const char* name, auto slot_of) { return PlanGroup{name, g_.members(r, slot_of)}; };
+    z3_ = group("z3", [&](int q) { return g_.z3_group(q); });
+    z2_ = group("z2", [&](int q) { return g_.z2_group(q); });
+    z1_ = group("z1", [&](int q) { return g_.z1_group(q); });
+    replica_ = group("replica", [&](int q) { return g_.replica_group(q); });
+    opt_replica_ = group("opt_replica", [&](int q) { return g_.opt_replica_group(q); });
+    refresh_ = group("refresh", [&](int q) { return g_.refresh_group(q); });
+    for (int q = 0; q < in.world_size; ++q) driver_group.members.push_back(q);
+    driver_group.name = "scalars";
+  }
+
+  void unit(const Action& a, int u, int, CollectiveLedger& out) override {
+    const bool fwd = a.kind == Action::Kind::forward;
+    for (int b : gathers_.call(a, u))  // the order AsyncComm's gather_order issues them in
+      for (int s = seg_.first(b); s < seg_.end(b); ++s)
+        out.all_gather(z3_, seg_.l3.slice_numel(s), pdt_, 1, "per micro-batch (forward + backward)");
+    if (!fwd)
+      for (int b : layout_.grads_final_after(u))
+        for (int s = seg_.first(b); s < seg_.end(b); ++s)
+          if (seg_.l2.slice_numel(s) > 0)
+            out.reduce_scatter(z2_, seg_.l2.padded_numel(s), wire_, 1, "per micro-batch (gradients)");
+  }
+
+  void step_end(CollectiveLedger& out) const override {
+    const int segments = seg_.l3.num_segments();
+    if (z1_.members.size() > 1) {
+      if (deterministic_)
+        out.all_reduce(z1_, 4, DType::i64, 1, "per step (norm, exact)");
+      else
+        out.all_reduce(z1_, 1, DType::f64, 1, "per step (norm)");
+    }
+    if (!rs_end_) {
+      if (replica_.members.size() > 1 && seg_.l2.slice_total() > 0)
+        out.all_reduce(replica_, seg_.l2.slice_total(), wire_, 1, "per step (gradient shards)");
+    } else {
+      for (int s = 0; s < segments; ++s) {
+        if (replica_.members.size() > 1 && seg_.in_grad_slice.slice_numel(s) > 0)
+          out.reduce_scatter(replica_, seg_.l2.slice_numel(s), wire_, 1, "per step (gradient shards)");
+        if (opt_replica_.members.size() > 1 && seg_.l1.slice_numel(s) > 0)
+          out.all_gather(opt_replica_, seg_.in_opt_slice.slice_numel(s), wire_, 1, "per step (optimizer-slice gradients)");
+      }
+    }
+    if (refresh_.members.size() > 1)
+      for (int s = 0; s < segments; ++s)
+        if (seg_.l3.slice_numel(s) > 0)
+          out.all_gather(refresh_, seg_.in_shard.slice_numel(s), pdt_, 1, "per step (updated parameters)");
+  }
+
+ private:
+  const workloads::ParamLayout& layout_;
+  NestedGroups g_;
+  bool rs_end_;
+  Segments seg_;
+  DType pdt_, wire_;
+  bool deterministic_;
+  PlanGroup z3_, z2_, z1_, replica_, opt_replica_, refresh_;
+  FirstUseGathers gathers_{layout_};
+};
+
+}  // namespace
+
+std::unique_ptr<EnginePlan> plan_asynchzp_engine(const PlanInputs& in) { return std::make_unique<AsyncHzpPlan>(in); }
+
+}  // namespace hzp::schedulers

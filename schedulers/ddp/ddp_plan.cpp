@@ -1,0 +1,53 @@
+// ddp's declaration for the plan (plan/engine_plans.hpp): full replicas over the mesh's data-parallel group,
+// and each gradient bucket all-reduced during the last micro-batch's backward, at the unit after which every
+// block in it is final (what BucketedAllReduce::on_backward_done launches).
+#include <algorithm>
+
+#include "hzp/schedulers/common/bucketed_all_reduce.hpp"
+#include "hzp/schedulers/common/step_support.hpp"
+#include "plan/engine_plans.hpp"
+
+namespace hzp::schedulers {
+namespace {
+
+class DdpPlan final : public EnginePlan {
+ public:
+  explicit DdpPlan(const PlanInputs& in) : wire_(grad_wire_dtype(in.train)) {
+    check_plan_batches("ddp", in, 0);
+    const workloads::ParamLayout& layout = *in.layout;
+    const coll::RankMesh mesh = data_parallel_dims(in.world_size, 1).mesh(plan_topology(in));
+    const std::vector<int> dp = mesh.group(std::vector<std::string_view>{kAxisReplicate, kAxisShard}, in.rank);
+    dp_ = {"dp", dp};
+    driver_group = {"scalars", dp};
+    const auto n = static_cast<std::uint64_t>(layout.total_numel());
+    const bool mixed = workloads::has_separate_master(in.train.precision);
+    micro_batches_per_rank = in.train.micro_batches() / in.world_size;
+    state_bytes = {n * dtype_size(workloads::param_dtype(in.train.precision)), n * dtype_size(wire_),
+                   mixed ? n * 4 : 0, n * 4, n * 4};
+    const auto bucket_bytes = std::max<std::size_t>(static_cast<std::size_t>(in.options.bucket_mb * 1024.0 * 1024.0), 1);
+    for (const BucketedAllReduce::Bucket& k : BucketedAllReduce::make_buckets(layout, bucket_bytes, dtype_size(wire_))) {
+      // Complete when its last block becomes final: backward runs downwards, so at the smallest last writer.
+      int at = k.last_unit;
+      for (int b = k.first_unit; b <= k.last_unit; ++b) at = std::min(at, layout.last_grad_writer(b));
+      buckets_.push_back({at, k.numel});
+    }
+  }
+
+  void unit(const Action& a, int u, int micro_batches, CollectiveLedger& out) override {
+    if (a.kind != Action::Kind::backward || a.micro_batch != micro_batches - 1) return;
+    for (const auto& [at, numel] : buckets_)
+      if (at == u) out.all_reduce(dp_, numel, wire_, 1, "per step (buckets, last micro-batch)");
+  }
+  void step_end(CollectiveLedger&) const override {}
+
+ private:
+  DType wire_;
+  PlanGroup dp_;
+  std::vector<std::pair<int, std::int64_t>> buckets_;  // (unit after whose backward it launches, elements)
+};
+
+}  // namespace
+
+std::unique_ptr<EnginePlan> plan_ddp_engine(const PlanInputs& in) { return std::make_unique<DdpPlan>(in); }
+
+}  // namespace hzp::schedulers

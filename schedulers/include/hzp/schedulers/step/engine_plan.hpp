@@ -1,0 +1,75 @@
+// The plan as the step runs it: a parameter engine declares, next to the code that issues them, which
+// collectives it runs for each unit of each action and at the end of the step, and how many bytes of model
+// state it keeps; the driver declares its own (the loss, deterministic mode's tally). plan_scheduler walks the
+// schedule the driver would run over those declarations, so a new schedule (a pipeline's) or a new engine
+// changes the plan without a second description of either. The bytes per link level of each call are
+// worked out from the group's members by the plan (schedulers/plan/scheduler_plan.cpp).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hzp/collectives/topology.hpp"
+#include "hzp/core/dtype.hpp"
+#include "hzp/schedulers/plan.hpp"
+#include "hzp/schedulers/step/schedule.hpp"
+#include "hzp/workloads/param_layout.hpp"
+
+namespace hzp::schedulers {
+
+/// A group as the plan sees it: the communicator's name and its members' world ranks in position order.
+struct PlanGroup {
+  std::string name;
+  std::vector<int> members;
+};
+
+/// Where declarations go. Elements as the counters record them: all_gather the shard each rank sends,
+/// reduce_scatter the full input, all_reduce the buffer. `times` identical calls; `when` labels the row.
+class CollectiveLedger {
+ public:
+  virtual ~CollectiveLedger() = default;
+  virtual void all_gather(const PlanGroup& g, std::int64_t shard, DType t, std::int64_t times, std::string_view when) = 0;
+  virtual void reduce_scatter(const PlanGroup& g, std::int64_t full, DType t, std::int64_t times,
+                              std::string_view when) = 0;
+  virtual void all_reduce(const PlanGroup& g, std::int64_t count, DType t, std::int64_t times, std::string_view when) = 0;
+};
+
+/// An engine's declaration for one configuration and rank (made by the engine's own `plan_*` function from
+/// PlanInputs, without MPI).
+class EnginePlan {
+ public:
+  virtual ~EnginePlan() = default;
+  /// The collectives the engine issues around unit `u` of action `a` (forward: for its parameters; backward:
+  /// for its parameters and the gradients that become final). micro_batches: the rank's per step.
+  /// Called in the order the driver calls the model, so an engine may keep state across calls.
+  virtual void unit(const Action& a, int u, int micro_batches, CollectiveLedger& out) = 0;
+  /// The collectives of finish_step (the step-end exchange, the norm, the parameter refresh).
+  virtual void step_end(CollectiveLedger& out) const = 0;
+
+  /// Model-state bytes per rank: param, grad, master, m, v (the allocation tags' requested bytes).
+  std::array<std::uint64_t, 5> state_bytes{};
+  /// The rank's micro-batches per step.
+  std::int64_t micro_batches_per_rank = 0;
+  /// The group the step driver reduces the loss over (and, in deterministic mode, the fixed-point tally);
+  /// empty for a scheduler that does not run on the driver (none).
+  PlanGroup driver_group;
+};
+
+/// The plan of `scheduler` from an engine's declaration: the sequential schedule the driver runs walked over
+/// e.unit(), then e.step_end(), then the driver's own collectives over e.driver_group.
+SchedulerPlan plan_from_engine(std::string scheduler, const PlanInputs& in, EnginePlan& e);
+
+/// The topology the plan lays groups on: W ranks, topology.ranks_per_node of them per node (all on one when 0).
+coll::Topology plan_topology(const PlanInputs& in);
+
+/// ConfigError naming scheduler, W, the group size and the batch when the micro-batches per step are not a
+/// multiple of W or `group` (> 0) does not divide W: the data-parallel schedulers' own check, without MPI.
+void check_plan_batches(std::string_view scheduler, const PlanInputs& in, int group);
+
+/// Deterministic mode sums gradients as int64 fixed point (8 bytes on the wire); fp32 otherwise.
+DType grad_wire_dtype(const workloads::TrainConfig& train);
+
+}  // namespace hzp::schedulers

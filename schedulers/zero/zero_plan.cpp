@@ -1,0 +1,81 @@
+// zero1/2/3 and hsdp's declaration for the plan (plan/engine_plans.hpp), mirroring ZeroScheduler: shards of
+// Z ranks (the mesh's dp_shard groups: the world, or scheduler.group_size for hsdp) over the per-unit shard
+// layout; stage 3 gathers a block on first use and holds it to its last (FirstUseGathers); stages 2-3
+// reduce-scatter a block's gradient as soon as it is final in every micro-batch, stage 1 once per step; hsdp
+// all-reduces the gradient shards over its replicas; stages 1-2 gather the updated parameters.
+#include "hzp/schedulers/common/shard_layout.hpp"
+#include "hzp/schedulers/common/step_support.hpp"
+#include "hzp/schedulers/step/first_use_gathers.hpp"
+#include "plan/engine_plans.hpp"
+
+namespace hzp::schedulers {
+namespace {
+
+class ZeroPlan final : public EnginePlan {
+ public:
+  ZeroPlan(const PlanInputs& in, int stage, bool hybrid)
+      : layout_(*in.layout),
+        stage_(stage),
+        shards_(ShardLayout::per_unit(*in.layout, 1)),  // replaced below, once Z is validated
+        pdt_(workloads::param_dtype(in.train.precision)),
+        wire_(grad_wire_dtype(in.train)),
+        deterministic_(in.train.deterministic) {
+    const char* name = hybrid ? "hsdp" : stage == 1 ? "zero1" : stage == 2 ? "zero2" : "zero3";
+    const int group = hybrid ? in.options.group_size : 0;
+    check_plan_batches(name, in, group);
+    const int w = in.world_size, z = group > 0 ? group : w;
+    shards_ = ShardLayout::per_unit(layout_, z);
+    const coll::RankMesh mesh = data_parallel_dims(w, z).mesh(plan_topology(in));
+    shard_ = {"shard", mesh.group(kAxisShard, in.rank)};
+    if (hybrid) replica_ = {"replica", mesh.group(kAxisReplicate, in.rank)};
+    driver_group = {"scalars", mesh.group(std::vector<std::string_view>{kAxisReplicate, kAxisShard}, in.rank)};
+    const auto full = static_cast<std::uint64_t>(shards_.padded_total()), slice = static_cast<std::uint64_t>(shards_.slice_total());
+    const bool mixed = workloads::has_separate_master(in.train.precision);
+    micro_batches_per_rank = in.train.micro_batches() / w;
+    state_bytes = {(stage < 3 ? full : slice) * dtype_size(pdt_), (stage == 1 ? full : slice) * dtype_size(wire_),
+                   mixed ? slice * 4 : 0, slice * 4, slice * 4};
+  }
+
+  void unit(const Action& a, int u, int, CollectiveLedger& out) override {
+    const bool fwd = a.kind == Action::Kind::forward;
+    if (stage_ == 3)
+      for (int b : gathers_.call(a, u))
+        out.all_gather(shard_, shards_.slice_numel(b), pdt_, 1, "per micro-batch (forward + backward)");
+    if (stage_ >= 2 && !fwd)
+      for (int b : layout_.grads_final_after(u))
+        out.reduce_scatter(shard_, shards_.padded_numel(b), wire_, 1, "per micro-batch (gradients)");
+  }
+
+  void step_end(CollectiveLedger& out) const override {
+    const int units = layout_.num_units();
+    if (stage_ == 1)
+      for (int u = 0; u < units; ++u) out.reduce_scatter(shard_, shards_.padded_numel(u), wire_, 1, "per step (gradients)");
+    if (replica_.members.size() > 1) out.all_reduce(replica_, shards_.slice_total(), wire_, 1, "per step (gradient shards)");
+    // The norm: an fp64 sum of squares, or in deterministic mode its exact 128-bit sum as four int64 limbs.
+    if (shard_.members.size() > 1) {
+      if (deterministic_)
+        out.all_reduce(shard_, 4, DType::i64, 1, "per step (norm, exact)");
+      else
+        out.all_reduce(shard_, 1, DType::f64, 1, "per step (norm)");
+    }
+    if (stage_ < 3)
+      for (int u = 0; u < units; ++u) out.all_gather(shard_, shards_.slice_numel(u), pdt_, 1, "per step (updated parameters)");
+  }
+
+ private:
+  const workloads::ParamLayout& layout_;
+  int stage_;
+  ShardLayout shards_;
+  DType pdt_, wire_;
+  bool deterministic_;
+  PlanGroup shard_, replica_;
+  FirstUseGathers gathers_{layout_};
+};
+
+}  // namespace
+
+std::unique_ptr<EnginePlan> plan_zero_engine(const PlanInputs& in, int stage, bool hybrid) {
+  return std::make_unique<ZeroPlan>(in, stage, hybrid);
+}
+
+}  // namespace hzp::schedulers
