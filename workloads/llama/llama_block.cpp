@@ -2,6 +2,9 @@
 //   h1 = RMSNorm(x)·g1;  q,k,v = h1·Wqᵀ, h1·Wkᵀ, h1·Wvᵀ;  q,k = RoPE(q), RoPE(k)
 //   x2 = x + Attention(q, k, v)·Woᵀ        (causal, grouped-query, scale 1/sqrt(head_dim))
 //   h2 = RMSNorm(x2)·g2;  y = x2 + (silu(h2·Wgᵀ) ⊙ h2·Wuᵀ)·Wdᵀ
+// Under tensor parallelism each rank runs its heads and its share of the MLP width, and the four sums over
+// the group (row-parallel outputs in forward, column-parallel inputs' gradients in backward) make the
+// residual stream and its gradient whole again on every rank.
 // Every tensor between kernels is in the activation dtype (bf16 in bf16-mixed: each kernel accumulates
 // in fp32 and rounds once on store); parameter gradients go straight into the fp32 gradient blocks.
 #include <cstddef>
@@ -68,6 +71,7 @@ void LlamaModel::block_compute(int unit, const UnitParams& params, LlamaContext&
   }
   s.x2 = make_act(alloc, Shape{d.tokens, d.hidden}, at);
   linear_fwd(s.x2.view, s.att.view, w(kWo), alloc, stream);
+  tp_all_reduce(s.x2.view, stream);  // row-parallel: each rank holds its heads' share of att·Woᵀ
   kernels::add(s.x2.view, s.x.view, s.x2.view, stream);
 
   // --- MLP ---
@@ -84,6 +88,7 @@ void LlamaModel::block_compute(int unit, const UnitParams& params, LlamaContext&
   if (out == nullptr) return;  // a recompute needs the saved tensors only, not y
   *out = make_act(alloc, Shape{d.tokens, d.hidden}, at);
   linear_fwd(out->view, s.a.view, w(kWdown), alloc, stream);
+  tp_all_reduce(out->view, stream);
   kernels::add(out->view, s.x2.view, out->view, stream);
 }
 
@@ -121,6 +126,7 @@ void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext
   Act dh2 = make_act(alloc, Shape{d.tokens, d.hidden}, at);
   linear_bwd_data(dh2.view, dg, w(kWgate), false, alloc, stream);
   linear_bwd_data(dh2.view, du, w(kWup), true, alloc, stream);
+  tp_all_reduce(dh2.view, stream);  // h2 fed every rank's column-parallel piece: its gradient is their sum
   s.g.reset();
   s.u.reset();
   s.h2.reset();
@@ -163,6 +169,7 @@ void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext
   linear_bwd_data(dh1.view, dq.view, w(kWq), false, alloc, stream);
   linear_bwd_data(dh1.view, dk.view, w(kWk), true, alloc, stream);
   linear_bwd_data(dh1.view, dv.view, w(kWv), true, alloc, stream);
+  tp_all_reduce(dh1.view, stream);
   dq.reset();
   dk.reset();
   dv.reset();

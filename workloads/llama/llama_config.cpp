@@ -83,7 +83,58 @@ std::string LlamaConfig::describe() const {
   return os.str();
 }
 
-ParamLayout llama_layout(const LlamaConfig& c) {
+void check_tensor_parallel(const LlamaConfig& c, int tp) {
+  const bool ok = tp >= 1 && c.heads % tp == 0 && c.kv_heads % tp == 0 && c.ffn_hidden % tp == 0;
+  if (!ok)
+    HZP_THROW(ConfigError, "tensor parallelism over tp = ", tp, " ranks splits the heads, the key/value heads and the "
+              "MLP's inner width, so tp must divide model.heads = ", c.heads, ", model.kv_heads = ", c.kv_heads,
+              " and model.ffn_hidden = ", c.ffn_hidden, "; fix: choose tp among the common divisors");
+}
+
+namespace {
+
+// The rank's piece of a tensor of the unsharded layout: cut along `dim` into tp pieces.
+ParamTensor piece_of(const ParamTensor& whole, std::int64_t global_offset, int dim, int tp, int rank) {
+  ParamTensor t = whole;
+  t.shape.dims[static_cast<std::size_t>(dim)] /= tp;
+  t.shard = {dim, rank, tp, "tp"};
+  t.global_shape = whole.shape;
+  t.global_offset = global_offset;
+  return t;
+}
+
+ParamLayout tensor_parallel_layout(const ParamLayout& whole, int tp, int rank) {
+  std::vector<Unit> units;
+  for (int u = 0; u < whole.num_units(); ++u) {
+    Unit unit = whole.unit(u);
+    unit.numel = 0;
+    for (std::size_t t = 0; t < unit.tensors.size(); ++t) {
+      const ParamTensor& w = whole.unit(u).tensors[t];
+      const std::string_view n = w.name;
+      // Column-parallel (output rows split) and row-parallel (input columns split) projections.
+      const bool column = n.ends_with("attn.wq") || n.ends_with("attn.wk") || n.ends_with("attn.wv") ||
+                          n.ends_with("mlp.w_gate") || n.ends_with("mlp.w_up");
+      const bool row = n.ends_with("attn.wo") || n.ends_with("mlp.w_down");
+      const std::int64_t global = whole.tensor_offset(u, static_cast<int>(t));
+      if (column || row) unit.tensors[t] = piece_of(w, global, column ? 0 : 1, tp, rank);
+      // A whole tensor after the first piece sits elsewhere in this layout than in the unsharded one.
+      unit.tensors[t].global_offset = global;
+      unit.tensors[t].offset = unit.numel;
+      unit.numel += unit.tensors[t].numel();
+    }
+    units.push_back(std::move(unit));
+  }
+  return ParamLayout(std::move(units));
+}
+
+}  // namespace
+
+ParamLayout llama_layout(const LlamaConfig& c, int tp_size, int tp_rank) {
+  HZP_CHECK(tp_rank >= 0 && tp_rank < tp_size, "llama_layout: tensor-parallel rank ", tp_rank, " of ", tp_size);
+  if (tp_size > 1) {
+    check_tensor_parallel(c, tp_size);
+    return tensor_parallel_layout(llama_layout(c), tp_size, tp_rank);
+  }
   c.validate();
   const std::int64_t d = c.hidden, hd = c.resolved_head_dim(), q = c.heads * hd, kv = c.kv_heads * hd;
   const ParamInit normal{ParamInit::Kind::normal, 0.02};

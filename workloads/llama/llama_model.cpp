@@ -2,7 +2,9 @@
 // transformer block or the head (llama_model.hpp). The factory make_llama (llama.hpp) lives here.
 #include "llama/llama_model.hpp"
 
+#include "hzp/collectives/communicator.hpp"
 #include "hzp/core/error.hpp"
+#include "hzp/core/phase_timer.hpp"
 
 namespace hzp::workloads::llama {
 
@@ -55,8 +57,19 @@ void LlamaContext::release_all() {
   dhidden.reset();
 }
 
-LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision)
-    : Workload(llama_layout(config), precision, config.seq_len, config.vocab), config_(config) {}
+LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, coll::Communicator* tensor_parallel)
+    : Workload(llama_layout(config, tensor_parallel ? tensor_parallel->size() : 1,
+                            tensor_parallel ? tensor_parallel->rank() : 0),
+               precision, config.seq_len, config.vocab),
+      config_(config),
+      tp_(tensor_parallel && tensor_parallel->size() > 1 ? tensor_parallel : nullptr),
+      tp_size_(tp_ ? tp_->size() : 1) {}
+
+void LlamaModel::tp_all_reduce(TensorView v, StreamRef stream) const {
+  if (tp_ == nullptr) return;
+  const profile::ScopedPhase phase(profile::Phase::comm_wait, "tp all_reduce");
+  tp_->all_reduce(v, coll::ReduceOp::sum, stream);
+}
 
 std::unique_ptr<MicroBatchContext> LlamaModel::new_context(CachingAllocator& allocator,
                                                            const ContextOptions& options) const {
@@ -68,10 +81,10 @@ Dims LlamaModel::dims(const MicroBatchContext& ctx) const {
               config_.seq_len,
               ctx.tokens(),
               config_.hidden,
-              config_.heads,
-              config_.kv_heads,
+              config_.heads / tp_size_,  // this rank's heads and MLP width under tensor parallelism
+              config_.kv_heads / tp_size_,
               config_.resolved_head_dim(),
-              config_.ffn_hidden,
+              config_.ffn_hidden / tp_size_,
               config_.vocab};
 }
 
@@ -107,8 +120,9 @@ void LlamaModel::backward_unit(int unit, const UnitParams& params, MicroBatchCon
 
 namespace hzp::workloads {
 
-std::unique_ptr<Workload> make_llama(const LlamaConfig& config, Precision precision) {
-  return std::make_unique<llama::LlamaModel>(config, precision);
+std::unique_ptr<Workload> make_llama(const LlamaConfig& config, Precision precision,
+                                     coll::Communicator* tensor_parallel) {
+  return std::make_unique<llama::LlamaModel>(config, precision, tensor_parallel);
 }
 
 }  // namespace hzp::workloads

@@ -62,7 +62,7 @@ struct Dims {
 
 class LlamaModel final : public Workload {
  public:
-  LlamaModel(const LlamaConfig& config, Precision precision);
+  LlamaModel(const LlamaConfig& config, Precision precision, coll::Communicator* tensor_parallel);
   std::string describe() const override { return config_.describe(); }
   FlopsPerToken flops_per_token() const override { return config_.flops_per_token(); }
   const LlamaConfig& config() const noexcept { return config_; }
@@ -85,11 +85,15 @@ class LlamaModel final : public Workload {
   void block_backward(int unit, const UnitParams& params, LlamaContext& ctx, const UnitGrads& grads) const;
 
   int head_unit() const noexcept { return static_cast<int>(config_.layers) + 1; }
+  /// Sums `v` over the tensor-parallel group in place (nothing without one), timed as a communication wait.
+  void tp_all_reduce(TensorView v, StreamRef stream) const;
   DType act_dtype() const noexcept { return activation_dtype(precision()); }
   /// rstd and lse: fp32, fp64 in fp64 mode (what the kernels write).
   DType stat_dtype() const noexcept { return precision() == Precision::fp64 ? DType::f64 : DType::f32; }
 
   LlamaConfig config_;
+  coll::Communicator* tp_;  // nullptr: the whole model on this rank
+  int tp_size_;
 };
 
 }  // namespace hzp::workloads::llama

@@ -12,6 +12,10 @@
 #include "hzp/workloads/precision.hpp"
 #include "hzp/workloads/workload.hpp"
 
+namespace hzp::coll {
+class Communicator;
+}
+
 namespace hzp::workloads {
 
 /// The `model.*` keys.
@@ -60,9 +64,25 @@ struct LlamaConfig {
 /// untied; uses = {0} when tied). Initialisation: normal(0, 0.02) everywhere except the two output
 /// projections per block (wo, w_down), scaled by 1/sqrt(2L) (GPT-2's residual scaling, so the residual
 /// stream's variance does not grow with depth), and the norm gains, which start at 1.
-ParamLayout llama_layout(const LlamaConfig& config);
+///
+/// With tensor parallelism over `tp_size` ranks (Megatron's layout), rank `tp_rank` holds, of every block,
+/// the column-parallel pieces of wq, wk, wv (its H/tp query and KV/tp key/value heads, contiguous) and of
+/// w_gate, w_up (F/tp rows), and the row-parallel pieces of wo and w_down (the matching columns); the norms,
+/// the embedding and the head are whole on every rank. Each piece records its shard (dim, tp_rank, tp_size,
+/// group "tp") and where the whole tensor sits in the unsharded layout, so it initialises to its slice of the
+/// unsharded model's tensor. ConfigError (check_tensor_parallel) unless tp divides heads, kv_heads and ffn_hidden.
+ParamLayout llama_layout(const LlamaConfig& config, int tp_size = 1, int tp_rank = 0);
 
-/// Builds the model (validating `config`). Cheap: holds no parameters; activations live in contexts.
-std::unique_ptr<Workload> make_llama(const LlamaConfig& config, Precision precision);
+/// ConfigError naming model.heads, model.kv_heads, model.ffn_hidden and tp unless tp (>= 1) divides all three.
+void check_tensor_parallel(const LlamaConfig& config, int tp);
+
+/// Builds the model (validating `config`). Cheap: holds no parameters; activations live in contexts. With a
+/// tensor-parallel communicator (`tensor_parallel`, which must outlive the model) the model runs its rank's
+/// pieces (llama_layout above) and sums the row-parallel outputs over the group: an all-reduce after wo and
+/// after w_down in forward, and of the column-parallel inputs' gradients (before each block's two norms) in
+/// backward; a recompute repeats the attention's forward all-reduce (the MLP output is not rebuilt). Every
+/// context's micro-batch must then run on every rank of the group in the same order.
+std::unique_ptr<Workload> make_llama(const LlamaConfig& config, Precision precision,
+                                     coll::Communicator* tensor_parallel = nullptr);
 
 }  // namespace hzp::workloads

@@ -40,7 +40,9 @@ struct ParamTensor {
   ParamInit init;
   /// Sharded tensors: what piece this is, the whole tensor's shape, and where the whole tensor's element 0
   /// sits in the flat numbering of the unsharded model (the index initialisation hashes), so every piece
-  /// starts from the values the unsharded model's tensor has. Whole tensors leave all three unset.
+  /// starts from the values the unsharded model's tensor has. A whole tensor leaves shard and global_shape
+  /// unset, and sets global_offset when its own offset differs from the unsharded model's (a layout whose
+  /// earlier tensors are pieces).
   ParamShard shard;
   Shape global_shape;            ///< the whole tensor's shape; empty (ndim 0) = shape
   std::int64_t global_offset = -1;  ///< -1 = this tensor's own flat offset in its layout
