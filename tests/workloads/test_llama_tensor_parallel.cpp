@@ -3,8 +3,8 @@
 // start from their slices of the whole model's tensors, and two micro-batches of forward and backward give
 // the whole model's loss (run on every rank without communication: the independent reference) and, for
 // every element of every piece, the whole model's gradient at that element. fp64, tied and untied, with and
-// without recompute. The tp group's all-reduces are counted against the closed form: 2 per block in forward
-// and 2 in backward, each of tokens x d elements, plus 1 per block under recompute.
+// without recompute, with and without sequence parallelism. The tp group's collectives are counted against
+// closed forms in the number of blocks, tokens, width and tp (see the comments at the checks).
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -35,14 +35,15 @@ Reference whole_model(const workloads::LlamaConfig& cfg, const std::vector<Token
   return r;
 }
 
-void expect_tensor_parallel_matches(coll::Communicator& tp, const workloads::LlamaConfig& cfg, bool recompute) {
+void expect_tensor_parallel_matches(coll::Communicator& tp, const workloads::LlamaConfig& cfg, bool recompute,
+                                    bool sp) {
   HostBacking backing;
   CachingAllocator alloc(backing);
   const auto mbs = split(random_sequences(4, cfg.seq_len, cfg.vocab, 21), 2, cfg.seq_len);
   const double norm = 4.0 * static_cast<double>(cfg.seq_len);
   const Reference ref = whole_model(cfg, mbs, norm, recompute, alloc);
 
-  const auto model = workloads::make_llama(cfg, Precision::fp64, &tp);
+  const auto model = workloads::make_llama(cfg, Precision::fp64, {.group = &tp, .sequence_parallel = sp});
   const workloads::ParamLayout& layout = model->layout();
   auto params = initial_params<double>(*model, 9);  // each piece from the unsharded model's numbering
   std::vector<double> grads(params.size(), -3.0);
@@ -51,6 +52,7 @@ void expect_tensor_parallel_matches(coll::Communicator& tp, const workloads::Lla
   const coll::CounterSnapshot d = tp.counters().delta(before);
 
   const std::string label = std::string(cfg.tied_embeddings ? "tied" : "untied") + (recompute ? " recompute" : "") +
+                            (sp ? " sequence-parallel" : "") +
                             " tp=" + std::to_string(tp.size()) + " rank " + std::to_string(tp.rank());
   // The sums over the group add the heads' (and the MLP's) shares in another order than one matmul does.
   EXPECT_NEAR(loss, ref.loss, 1e-12 * std::abs(ref.loss)) << label;
@@ -70,12 +72,29 @@ void expect_tensor_parallel_matches(coll::Communicator& tp, const workloads::Lla
     }
   EXPECT_LE(worst, 1e-11 * scale) << label << ": largest gradient difference " << worst << " (largest gradient " << scale << ")";
 
-  // 2 micro-batches x L blocks x (2 forward + 2 backward [+ 1 recompute]) all-reduces of tokens x d.
-  const std::int64_t per_block = recompute ? 5 : 4;
-  const coll::OpTotals ar = d.total("tp", coll::CollOp::all_reduce);
-  EXPECT_EQ(ar.calls, static_cast<std::uint64_t>(2 * cfg.layers * per_block)) << label;
-  EXPECT_EQ(ar.elements, 2 * cfg.layers * per_block * (2 * cfg.seq_len) * cfg.hidden) << label;
-  EXPECT_EQ(d.calls(), ar.calls) << label << ": a tensor-parallel model calls nothing but these all-reduces";
+  // Per micro-batch (2 of them), of tokens N = 2T and width d, with L blocks:
+  const std::int64_t m = 2, L = cfg.layers, n = 2 * cfg.seq_len, dm = cfg.hidden, tpn = tp.size();
+  const coll::OpTotals ar = d.total("tp", coll::CollOp::all_reduce), ag = d.total("tp", coll::CollOp::all_gather),
+                       rs = d.total("tp", coll::CollOp::reduce_scatter);
+  if (!sp) {
+    // 2 all-reduces of N x d per block forward, 2 in backward, and the attention's again under recompute.
+    const std::int64_t per_block = recompute ? 5 : 4;
+    EXPECT_EQ(ar.calls, static_cast<std::uint64_t>(m * L * per_block)) << label;
+    EXPECT_EQ(ar.elements, m * L * per_block * n * dm) << label;
+    EXPECT_EQ(ag.calls + rs.calls, 0u) << label;
+  } else {
+    // Per block 4 all-gathers of the N/tp x d rows (2 forward, 2 backward) and 4 reduce-scatters of N x d,
+    // plus the recompute's 2 gathers and 1 reduce-scatter; the embedding's backward and the head's forward
+    // gather once each; the two norm weights' gradients are summed (d elements each) per block.
+    const std::int64_t gathers = L * (recompute ? 6 : 4) + 2, scatters = L * (recompute ? 5 : 4);
+    EXPECT_EQ(ag.calls, static_cast<std::uint64_t>(m * gathers)) << label;
+    EXPECT_EQ(ag.elements, m * gathers * (n / tpn) * dm) << label;
+    EXPECT_EQ(rs.calls, static_cast<std::uint64_t>(m * scatters)) << label;
+    EXPECT_EQ(rs.elements, m * scatters * n * dm) << label;
+    EXPECT_EQ(ar.calls, static_cast<std::uint64_t>(m * L * 2)) << label;
+    EXPECT_EQ(ar.elements, m * L * 2 * dm) << label;
+  }
+  EXPECT_EQ(d.calls(), ar.calls + ag.calls + rs.calls) << label << ": the model calls nothing else";
 }
 
 TEST(LlamaTensorParallel, PiecesGiveTheWholeModelsLossAndGradients) {
@@ -83,13 +102,15 @@ TEST(LlamaTensorParallel, PiecesGiveTheWholeModelsLossAndGradients) {
   const int w = world_size(), r = world_rank();
   auto world = coll::make_mpi_world(coll::Topology::virtual_nodes(w, w, r), coll::MpiCommConfig{});
   auto pair = world->split(r / 2, r % 2, "tp");
-  for (bool tied : {true, false})
-    for (bool recompute : {false, true}) expect_tensor_parallel_matches(*pair, shrunk_llama(tied), recompute);
+  for (bool sp : {false, true})
+    for (bool tied : {true, false})
+      for (bool recompute : {false, true}) expect_tensor_parallel_matches(*pair, shrunk_llama(tied), recompute, sp);
   if (w % 4 == 0) {
     auto quad = world->split(r / 4, r % 4, "tp");
     workloads::LlamaConfig four = shrunk_llama(true);
     four.kv_heads = 4;  // tp = 4 must divide the KV heads too
-    expect_tensor_parallel_matches(*quad, four, false);
+    expect_tensor_parallel_matches(*quad, four, false, false);
+    expect_tensor_parallel_matches(*quad, four, true, true);
   }
 }
 

@@ -18,6 +18,14 @@ namespace {
 using workloads::LlamaConfig;
 using workloads::ParamLayout;
 
+workloads::ParamTensor tensor(std::string name, Shape shape, std::int64_t offset) {
+  workloads::ParamTensor t;
+  t.name = std::move(name);
+  t.shape = shape;
+  t.offset = offset;
+  return t;
+}
+
 LlamaConfig tiny_shape(bool tied) {
   LlamaConfig c;  // the defaults are tiny's shape
   c.tied_embeddings = tied;
@@ -87,13 +95,13 @@ TEST(ParamLayout, LocateFindsUnitTensorAndIndex) {
 TEST(ParamLayout, RejectsInconsistentUnits) {
   workloads::Unit u;
   u.name = "x";
-  u.tensors.push_back({"a", Shape{4}, 0, {}});
-  u.tensors.push_back({"b", Shape{4}, 5, {}});  // gap
+  u.tensors.push_back(tensor("a", Shape{4}, 0));
+  u.tensors.push_back(tensor("b", Shape{4}, 5));  // gap
   u.numel = 9;
   EXPECT_TRUE(throws_with<PreconditionError>([&] { ParamLayout({u}); }, {"tensor b starts at 5", "expected 4"}));
   workloads::Unit v;
   v.name = "y";
-  v.tensors.push_back({"a", Shape{4}, 0, {}});
+  v.tensors.push_back(tensor("a", Shape{4}, 0));
   v.numel = 4;
   v.uses = {0};
   EXPECT_TRUE(throws_with<PreconditionError>([&] { ParamLayout({v}); }, {"uses unit 0"}));
@@ -129,8 +137,8 @@ TEST(Init, ShardedPiecesStartFromTheSliceOfTheWholeTensor) {
   // A whole layout with a 2-D and a 3-D tensor, both normal-initialised.
   Unit whole_unit;
   whole_unit.name = "u";
-  whole_unit.tensors.push_back({"m", Shape{6, 8}, 0, {}});
-  whole_unit.tensors.push_back({"c", Shape{2, 6, 4}, 48, {}});
+  whole_unit.tensors.push_back(tensor("m", Shape{6, 8}, 0));
+  whole_unit.tensors.push_back(tensor("c", Shape{2, 6, 4}, 48));
   whole_unit.numel = 48 + 48;
   const ParamLayout whole({whole_unit});
   std::vector<double> ref(96);
@@ -182,7 +190,7 @@ TEST(Init, ShardedPiecesStartFromTheSliceOfTheWholeTensor) {
 TEST(ParamLayout, RejectsAnInconsistentShard) {
   workloads::Unit u;
   u.name = "u";
-  workloads::ParamTensor t{"w", Shape{4, 8}, 0, {}};
+  workloads::ParamTensor t = tensor("w", Shape{4, 8}, 0);
   t.shard = {0, 0, 2, "tp"};
   t.global_shape = Shape{6, 8};  // 4 · 2 != 6
   t.global_offset = 0;

@@ -4,7 +4,9 @@
 //   h2 = RMSNorm(x2)·g2;  y = x2 + (silu(h2·Wgᵀ) ⊙ h2·Wuᵀ)·Wdᵀ
 // Under tensor parallelism each rank runs its heads and its share of the MLP width, and the four sums over
 // the group (row-parallel outputs in forward, column-parallel inputs' gradients in backward) make the
-// residual stream and its gradient whole again on every rank.
+// residual stream and its gradient whole again on every rank; under sequence parallelism the residual
+// stream, the norms and the adds run on the rank's rows, the sums become reduce-scatters to those rows, and
+// the matmuls' inputs (and the output gradients they read) are all-gathered from them.
 // Every tensor between kernels is in the activation dtype (bf16 in bf16-mixed: each kernel accumulates
 // in fp32 and rounds once on store); parameter gradients go straight into the fp32 gradient blocks.
 #include <cstddef>
@@ -42,14 +44,11 @@ void LlamaModel::block_compute(int unit, const UnitParams& params, LlamaContext&
   const DType at = act_dtype(), st = stat_dtype();
   const ConstTensorView block = params.block(unit);
   auto w = [&](int t) { return tensor_in_block(layout(), unit, t, block); };
-  const float eps = static_cast<float>(config_.norm_eps);
   const StreamRef stream = ctx.stream();
   HZP_CHECK(static_cast<bool>(s.x), "block ", unit - 1, ": no input held");
 
   // --- attention ---
-  s.h1 = make_act(alloc, Shape{d.tokens, d.hidden}, at);
-  s.rstd1 = make_act(alloc, Shape{d.tokens}, st);
-  kernels::rmsnorm_fwd(s.h1.view, s.rstd1.view, s.x.view, w(kAttnNorm), eps, stream);
+  s.h1 = norm_for_column_parallel(unit, kAttnNorm, params, ctx, s.x, s.rstd1);
   s.q = make_act(alloc, Shape{d.tokens, d.heads * d.head_dim}, at);
   s.k = make_act(alloc, Shape{d.tokens, d.kv_heads * d.head_dim}, at);
   s.v = make_act(alloc, Shape{d.tokens, d.kv_heads * d.head_dim}, at);
@@ -69,15 +68,15 @@ void LlamaModel::block_compute(int unit, const UnitParams& params, LlamaContext&
     Allocation ws = alloc.allocate(n, AllocationTag::workspace);
     kernels::attention_fwd(s.att.view, s.lse.view, s.q.view, s.k.view, s.v.view, ad, bytes_of(ws, n), stream);
   }
-  s.x2 = make_act(alloc, Shape{d.tokens, d.hidden}, at);
-  linear_fwd(s.x2.view, s.att.view, w(kWo), alloc, stream);
-  tp_all_reduce(s.x2.view, stream);  // row-parallel: each rank holds its heads' share of att·Woᵀ
+  {
+    Act partial = make_act(alloc, Shape{d.tokens, d.hidden}, at);
+    linear_fwd(partial.view, s.att.view, w(kWo), alloc, stream);
+    s.x2 = finish_row_parallel(std::move(partial), ctx);  // row-parallel: each rank holds its heads' share
+  }
   kernels::add(s.x2.view, s.x.view, s.x2.view, stream);
 
   // --- MLP ---
-  s.h2 = make_act(alloc, Shape{d.tokens, d.hidden}, at);
-  s.rstd2 = make_act(alloc, Shape{d.tokens}, st);
-  kernels::rmsnorm_fwd(s.h2.view, s.rstd2.view, s.x2.view, w(kMlpNorm), eps, stream);
+  s.h2 = norm_for_column_parallel(unit, kMlpNorm, params, ctx, s.x2, s.rstd2);
   s.g = make_act(alloc, Shape{d.tokens, d.ffn}, at);
   s.u = make_act(alloc, Shape{d.tokens, d.ffn}, at);
   linear_fwd(s.g.view, s.h2.view, w(kWgate), alloc, stream);
@@ -86,9 +85,9 @@ void LlamaModel::block_compute(int unit, const UnitParams& params, LlamaContext&
   kernels::swiglu_fwd(s.a.view, s.g.view, s.u.view, stream);
 
   if (out == nullptr) return;  // a recompute needs the saved tensors only, not y
-  *out = make_act(alloc, Shape{d.tokens, d.hidden}, at);
-  linear_fwd(out->view, s.a.view, w(kWdown), alloc, stream);
-  tp_all_reduce(out->view, stream);
+  Act partial = make_act(alloc, Shape{d.tokens, d.hidden}, at);
+  linear_fwd(partial.view, s.a.view, w(kWdown), alloc, stream);
+  *out = finish_row_parallel(std::move(partial), ctx);
   kernels::add(out->view, s.x2.view, out->view, stream);
 }
 
@@ -110,12 +109,22 @@ void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext
   const UnitGrads::Block& gb = grads.block(unit);
   auto dw = [&](int t) { return tensor_in_block(layout(), unit, t, gb.view); };
   const bool acc = gb.accumulate;
-  Act dy = std::move(ctx.dhidden);
+  Act dy = std::move(ctx.dhidden);  // this rank's rows under sequence parallelism
+  // The row-parallel matmuls read the gradient of every token: gathered under sequence parallelism.
+  auto all_tokens = [&](const Act& rows, Act& gathered) -> ConstTensorView {
+    if (!sp_) return rows.view;
+    gathered = make_act(alloc, Shape{d.tokens, d.hidden}, at);
+    tp_all_gather(rows.view, gathered.view, stream);
+    return gathered.view;
+  };
 
   // --- MLP: y = x2 + a·Wdᵀ ---
-  linear_bwd_weight(dw(kWdown), dy.view, s.a.view, acc, alloc, stream);
+  Act dy_all;
+  const ConstTensorView dyv = all_tokens(dy, dy_all);
+  linear_bwd_weight(dw(kWdown), dyv, s.a.view, acc, alloc, stream);
   Act da = make_act(alloc, Shape{d.tokens, d.ffn}, at);
-  linear_bwd_data(da.view, dy.view, w(kWdown), false, alloc, stream);
+  linear_bwd_data(da.view, dyv, w(kWdown), false, alloc, stream);
+  dy_all.reset();
   s.a.reset();
   // dgate and dup overwrite gate and up (the kernel reads each element before writing it).
   kernels::swiglu_bwd(s.g.view, s.u.view, da.view, s.g.view, s.u.view, stream);
@@ -126,12 +135,12 @@ void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext
   Act dh2 = make_act(alloc, Shape{d.tokens, d.hidden}, at);
   linear_bwd_data(dh2.view, dg, w(kWgate), false, alloc, stream);
   linear_bwd_data(dh2.view, du, w(kWup), true, alloc, stream);
-  tp_all_reduce(dh2.view, stream);  // h2 fed every rank's column-parallel piece: its gradient is their sum
+  dh2 = finish_column_parallel_grad(std::move(dh2), ctx);  // h2 fed every rank's piece: the sum of theirs
   s.g.reset();
   s.u.reset();
   s.h2.reset();
-  Act dx2 = make_act(alloc, Shape{d.tokens, d.hidden}, at);
-  kernels::rmsnorm_bwd(dx2.view, dw(kMlpNorm), dh2.view, s.x2.view, w(kMlpNorm), s.rstd2.view, acc, stream);
+  Act dx2 = make_act(alloc, Shape{local_rows(d), d.hidden}, at);
+  norm_backward(unit, kMlpNorm, params, ctx, dx2.view, dh2.view, s.x2, s.rstd2, gb);
   dh2.reset();
   s.rstd2.reset();
   s.x2.reset();
@@ -139,9 +148,12 @@ void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext
   dy.reset();
 
   // --- attention: x2 = x + att·Woᵀ ---
-  linear_bwd_weight(dw(kWo), dx2.view, s.att.view, acc, alloc, stream);
+  Act dx2_all;
+  const ConstTensorView dx2v = all_tokens(dx2, dx2_all);
+  linear_bwd_weight(dw(kWo), dx2v, s.att.view, acc, alloc, stream);
   Act datt = make_act(alloc, Shape{d.tokens, d.heads * d.head_dim}, at);
-  linear_bwd_data(datt.view, dx2.view, w(kWo), false, alloc, stream);
+  linear_bwd_data(datt.view, dx2v, w(kWo), false, alloc, stream);
+  dx2_all.reset();
   Act dq = make_act(alloc, Shape{d.tokens, d.heads * d.head_dim}, at);
   Act dk = make_act(alloc, Shape{d.tokens, d.kv_heads * d.head_dim}, at);
   Act dv = make_act(alloc, Shape{d.tokens, d.kv_heads * d.head_dim}, at);
@@ -169,13 +181,13 @@ void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext
   linear_bwd_data(dh1.view, dq.view, w(kWq), false, alloc, stream);
   linear_bwd_data(dh1.view, dk.view, w(kWk), true, alloc, stream);
   linear_bwd_data(dh1.view, dv.view, w(kWv), true, alloc, stream);
-  tp_all_reduce(dh1.view, stream);
+  dh1 = finish_column_parallel_grad(std::move(dh1), ctx);
   dq.reset();
   dk.reset();
   dv.reset();
   s.h1.reset();
-  Act dx = make_act(alloc, Shape{d.tokens, d.hidden}, at);
-  kernels::rmsnorm_bwd(dx.view, dw(kAttnNorm), dh1.view, s.x.view, w(kAttnNorm), s.rstd1.view, acc, stream);
+  Act dx = make_act(alloc, Shape{local_rows(d), d.hidden}, at);
+  norm_backward(unit, kAttnNorm, params, ctx, dx.view, dh1.view, s.x, s.rstd1, gb);
   dh1.reset();
   kernels::add(dx.view, dx.view, dx2.view, stream);
   s.reset_all();

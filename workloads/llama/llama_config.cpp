@@ -148,7 +148,11 @@ ParamLayout llama_layout(const LlamaConfig& c, int tp_size, int tp_rank) {
     u.name = std::move(name);
     u.uses = std::move(uses);
     for (auto& [tname, spec] : ts) {
-      ParamTensor t{tname, spec.first, u.numel, spec.second};
+      ParamTensor t;
+      t.name = tname;
+      t.shape = spec.first;
+      t.offset = u.numel;
+      t.init = spec.second;
       u.numel += t.numel();
       u.tensors.push_back(std::move(t));
     }

@@ -1,7 +1,10 @@
 // The two end units of the Llama decoder: the token embedding (unit 0) and the head (unit L+1: final
 // RMSNorm, LM head, softmax cross-entropy against the targets). With tied embeddings the head reads
 // the embedding table from unit 0's block and writes its LM-head gradient into unit 0's gradient,
-// which the embedding's own backward then accumulates into (ParamLayout's writer rules).
+// which the embedding's own backward then accumulates into (ParamLayout's writer rules). Under sequence
+// parallelism both ends stay whole on every rank: the embedding looks up its rows only and gathers the rows'
+// gradients to write the whole table's, the head gathers the rows and computes logits and loss for every token.
+#include "hzp/core/cuda_backing.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/phase_timer.hpp"
 #include "hzp/core/stream.hpp"
@@ -21,15 +24,26 @@ constexpr std::int32_t kNoIgnore = -1;
 void LlamaModel::embedding_forward(const UnitParams& params, LlamaContext& ctx) const {
   const Dims d = dims(ctx);
   const ConstTensorView table = tensor_in_block(layout(), 0, 0, params.block(0));
-  ctx.hidden = make_act(ctx.allocator(), Shape{d.tokens, d.hidden}, act_dtype());
-  kernels::embedding_fwd(ctx.hidden.view, ctx.input_tokens(), table, ctx.stream());
+  // Under sequence parallelism only this rank's rows of tokens are looked up.
+  const ConstTensorView all = ctx.input_tokens();
+  const std::int64_t rows = local_rows(d);
+  const ConstTensorView mine(static_cast<const std::int32_t*>(all.data()) + first_row(d), Shape{rows}, DType::i32,
+                             all.device());
+  ctx.hidden = make_act(ctx.allocator(), Shape{rows, d.hidden}, act_dtype());
+  kernels::embedding_fwd(ctx.hidden.view, mine, table, ctx.stream());
 }
 
 void LlamaModel::embedding_backward(LlamaContext& ctx, const UnitGrads& grads) const {
   HZP_CHECK(static_cast<bool>(ctx.dhidden), "embedding backward: no gradient of its output is held");
   const UnitGrads::Block& g = grads.block(0);
-  kernels::embedding_bwd(tensor_in_block(layout(), 0, 0, g.view), ctx.input_tokens(), ctx.dhidden.view,
-                         g.accumulate, ctx.stream());
+  Act gathered;  // sequence parallelism: every token's gradient, so every rank writes the whole table's
+  if (sp_) {
+    const Dims d = dims(ctx);
+    gathered = make_act(ctx.allocator(), Shape{d.tokens, d.hidden}, act_dtype());
+    tp_all_gather(ctx.dhidden.view, gathered.view, ctx.stream());
+  }
+  kernels::embedding_bwd(tensor_in_block(layout(), 0, 0, g.view), ctx.input_tokens(),
+                         sp_ ? gathered.view : ctx.dhidden.view, g.accumulate, ctx.stream());
   ctx.dhidden.reset();
 }
 
@@ -40,7 +54,16 @@ void LlamaModel::head_forward(const UnitParams& params, LlamaContext& ctx, bool 
   const int hu = head_unit();
   CachingAllocator& alloc = ctx.allocator();
   HeadActs& s = ctx.head;
-  if (!recomputing) s.x = std::move(ctx.hidden);
+  if (!recomputing) {
+    HZP_CHECK(static_cast<bool>(ctx.hidden), "head forward: no input (did the last block run?)");
+    if (sp_) {  // every rank computes the whole head on every token: gather the rows
+      s.x = make_act(alloc, Shape{d.tokens, d.hidden}, act_dtype());
+      tp_all_gather(ctx.hidden.view, s.x.view, ctx.stream());
+      ctx.hidden.reset();
+    } else {
+      s.x = std::move(ctx.hidden);
+    }
+  }
   HZP_CHECK(static_cast<bool>(s.x), "head forward: no input (did the last block run?)");
   const ConstTensorView norm_w = tensor_in_block(layout(), hu, 0, params.block(hu));
   const ConstTensorView w = config_.tied_embeddings ? tensor_in_block(layout(), 0, 0, params.block(0))
@@ -100,6 +123,15 @@ void LlamaModel::head_backward(const UnitParams& params, LlamaContext& ctx, cons
   kernels::rmsnorm_bwd(ctx.dhidden.view, tensor_in_block(layout(), hu, 0, gh.view), dh.view, s.x.view, norm_w,
                        s.rstd.view, gh.accumulate, ctx.stream());
   s.reset_all();
+  if (sp_) {
+    // Every rank computed the same loss once over every token: the gradient of its rows is its slice.
+    Act rows = make_act(alloc, Shape{local_rows(d), d.hidden}, act_dtype());
+    const std::size_t row_bytes = static_cast<std::size_t>(d.hidden) * dtype_size(act_dtype());
+    copy_bytes(rows.view.data(), rows.view.device(),
+               static_cast<const std::byte*>(ctx.dhidden.view.data()) + static_cast<std::size_t>(first_row(d)) * row_bytes,
+               ctx.dhidden.view.device(), static_cast<std::size_t>(local_rows(d)) * row_bytes, ctx.stream());
+    ctx.dhidden = std::move(rows);
+  }
 }
 
 }  // namespace hzp::workloads::llama

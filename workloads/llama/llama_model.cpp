@@ -4,7 +4,10 @@
 
 #include "hzp/collectives/communicator.hpp"
 #include "hzp/core/error.hpp"
+#include "hzp/core/cuda_backing.hpp"
 #include "hzp/core/phase_timer.hpp"
+#include "hzp/kernels/add.hpp"
+#include "hzp/kernels/rmsnorm.hpp"
 
 namespace hzp::workloads::llama {
 
@@ -22,11 +25,12 @@ void HeadActs::reset_all() noexcept {
 }
 
 LlamaContext::LlamaContext(CachingAllocator& alloc, const ContextOptions& options, const LlamaConfig& config,
-                           int num_units, DType act_dtype)
+                           int num_units, DType act_dtype, std::int64_t rows)
     : MicroBatchContext(alloc, options, config.seq_len, num_units),
       blocks(static_cast<std::size_t>(config.layers)),
       hidden_width_(config.hidden),
-      act_dtype_(act_dtype) {}
+      act_dtype_(act_dtype),
+      rows_(rows) {}
 
 // Between units the residual stream travels in `hidden` (forward) and its gradient in `dhidden` (backward):
 // a stage's boundary is exactly those two.
@@ -57,13 +61,14 @@ void LlamaContext::release_all() {
   dhidden.reset();
 }
 
-LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, coll::Communicator* tensor_parallel)
-    : Workload(llama_layout(config, tensor_parallel ? tensor_parallel->size() : 1,
-                            tensor_parallel ? tensor_parallel->rank() : 0),
-               precision, config.seq_len, config.vocab),
+LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, const TensorParallel& tp)
+    : Workload(llama_layout(config, tp.group ? tp.group->size() : 1, tp.group ? tp.group->rank() : 0), precision,
+               config.seq_len, config.vocab),
       config_(config),
-      tp_(tensor_parallel && tensor_parallel->size() > 1 ? tensor_parallel : nullptr),
-      tp_size_(tp_ ? tp_->size() : 1) {}
+      tp_(tp.group && tp.group->size() > 1 ? tp.group : nullptr),
+      tp_size_(tp_ ? tp_->size() : 1),
+      tp_rank_(tp_ ? tp_->rank() : 0),
+      sp_(tp_ != nullptr && tp.sequence_parallel) {}
 
 void LlamaModel::tp_all_reduce(TensorView v, StreamRef stream) const {
   if (tp_ == nullptr) return;
@@ -71,9 +76,72 @@ void LlamaModel::tp_all_reduce(TensorView v, StreamRef stream) const {
   tp_->all_reduce(v, coll::ReduceOp::sum, stream);
 }
 
+void LlamaModel::tp_all_gather(ConstTensorView rows, TensorView full, StreamRef stream) const {
+  const profile::ScopedPhase phase(profile::Phase::comm_wait, "tp all_gather");
+  tp_->all_gather(rows, full, stream);
+}
+
+void LlamaModel::tp_reduce_scatter(ConstTensorView full, TensorView rows, StreamRef stream) const {
+  const profile::ScopedPhase phase(profile::Phase::comm_wait, "tp reduce_scatter");
+  tp_->reduce_scatter(full, rows, coll::ReduceOp::sum, stream);
+}
+
+Act LlamaModel::norm_for_column_parallel(int unit, int t, const UnitParams& params, LlamaContext& ctx, const Act& x,
+                                         Act& rstd) const {
+  const Dims d = dims(ctx);
+  CachingAllocator& alloc = ctx.allocator();
+  const std::int64_t rows = local_rows(d);
+  rstd = make_act(alloc, Shape{rows}, stat_dtype());
+  Act h = make_act(alloc, Shape{rows, d.hidden}, act_dtype());
+  kernels::rmsnorm_fwd(h.view, rstd.view, x.view, tensor_in_block(layout(), unit, t, params.block(unit)),
+                       static_cast<float>(config_.norm_eps), ctx.stream());
+  if (!sp_) return h;
+  Act full = make_act(alloc, Shape{d.tokens, d.hidden}, act_dtype());
+  tp_all_gather(h.view, full.view, ctx.stream());
+  return full;
+}
+
+void LlamaModel::norm_backward(int unit, int t, const UnitParams& params, LlamaContext& ctx, TensorView dx,
+                               ConstTensorView dh, const Act& x, const Act& rstd, const UnitGrads::Block& grad) const {
+  const ConstTensorView w = tensor_in_block(layout(), unit, t, params.block(unit));
+  const TensorView dw = tensor_in_block(layout(), unit, t, grad.view);
+  if (!sp_) {
+    kernels::rmsnorm_bwd(dx, dw, dh, x.view, w, rstd.view, grad.accumulate, ctx.stream());
+    return;
+  }
+  // This rank's rows' share of the weight gradient, summed over the group before it is written.
+  Act part = make_act(ctx.allocator(), dw.shape(), dw.dtype(), AllocationTag::workspace);
+  kernels::rmsnorm_bwd(dx, part.view, dh, x.view, w, rstd.view, false, ctx.stream());
+  tp_all_reduce(part.view, ctx.stream());
+  if (grad.accumulate)
+    kernels::add(dw, dw, part.view, ctx.stream());
+  else
+    copy_bytes(dw.data(), dw.device(), part.view.data(), part.view.device(),
+               static_cast<std::size_t>(dw.numel()) * dtype_size(dw.dtype()), ctx.stream());
+}
+
+Act LlamaModel::finish_row_parallel(Act partial, LlamaContext& ctx) const {
+  if (!sp_) {
+    tp_all_reduce(partial.view, ctx.stream());
+    return partial;
+  }
+  const Dims d = dims(ctx);
+  Act rows = make_act(ctx.allocator(), Shape{local_rows(d), d.hidden}, act_dtype());
+  tp_reduce_scatter(partial.view, rows.view, ctx.stream());
+  return rows;
+}
+
+Act LlamaModel::finish_column_parallel_grad(Act partial, LlamaContext& ctx) const { return finish_row_parallel(std::move(partial), ctx); }
+
 std::unique_ptr<MicroBatchContext> LlamaModel::new_context(CachingAllocator& allocator,
                                                            const ContextOptions& options) const {
-  return std::make_unique<LlamaContext>(allocator, options, config_, layout().num_units(), act_dtype());
+  const std::int64_t tokens = options.micro_batch_size * config_.seq_len;
+  if (sp_ && tokens % tp_size_ != 0)
+    HZP_THROW(ConfigError, "sequence parallelism splits a micro-batch's train.micro_batch_size x model.seq_len = ",
+              options.micro_batch_size, " x ", config_.seq_len, " = ", tokens, " tokens over tp = ", tp_size_,
+              " ranks, which does not divide them; fix: a micro-batch size or sequence length whose product tp divides");
+  return std::make_unique<LlamaContext>(allocator, options, config_, layout().num_units(), act_dtype(),
+                                        sp_ ? tokens / tp_size_ : tokens);
 }
 
 Dims LlamaModel::dims(const MicroBatchContext& ctx) const {
@@ -120,9 +188,8 @@ void LlamaModel::backward_unit(int unit, const UnitParams& params, MicroBatchCon
 
 namespace hzp::workloads {
 
-std::unique_ptr<Workload> make_llama(const LlamaConfig& config, Precision precision,
-                                     coll::Communicator* tensor_parallel) {
-  return std::make_unique<llama::LlamaModel>(config, precision, tensor_parallel);
+std::unique_ptr<Workload> make_llama(const LlamaConfig& config, Precision precision, const TensorParallel& tp) {
+  return std::make_unique<llama::LlamaModel>(config, precision, tp);
 }
 
 }  // namespace hzp::workloads

@@ -34,10 +34,11 @@ struct HeadActs {
 
 class LlamaContext final : public MicroBatchContext {
  public:
+  /// rows: the activation rows between units ([tokens/tp] under sequence parallelism, else every token).
   LlamaContext(CachingAllocator& alloc, const ContextOptions& options, const LlamaConfig& config, int num_units,
-               DType act_dtype);
+               DType act_dtype, std::int64_t rows);
   ConstTensorView logits() const override;
-  Shape boundary_shape() const override { return Shape{tokens(), hidden_width_}; }
+  Shape boundary_shape() const override { return Shape{rows_, hidden_width_}; }
 
   std::vector<BlockActs> blocks;  // one per transformer block
   HeadActs head;
@@ -53,6 +54,7 @@ class LlamaContext final : public MicroBatchContext {
  private:
   std::int64_t hidden_width_;
   DType act_dtype_;
+  std::int64_t rows_;
 };
 
 /// Dimensions used everywhere in the units (N = tokens of a micro-batch).
@@ -62,7 +64,7 @@ struct Dims {
 
 class LlamaModel final : public Workload {
  public:
-  LlamaModel(const LlamaConfig& config, Precision precision, coll::Communicator* tensor_parallel);
+  LlamaModel(const LlamaConfig& config, Precision precision, const TensorParallel& tp);
   std::string describe() const override { return config_.describe(); }
   FlopsPerToken flops_per_token() const override { return config_.flops_per_token(); }
   const LlamaConfig& config() const noexcept { return config_; }
@@ -87,13 +89,35 @@ class LlamaModel final : public Workload {
   int head_unit() const noexcept { return static_cast<int>(config_.layers) + 1; }
   /// Sums `v` over the tensor-parallel group in place (nothing without one), timed as a communication wait.
   void tp_all_reduce(TensorView v, StreamRef stream) const;
+  /// Sequence parallelism: every rank's rows into `full` / the sum over the group of `full`'s rows into this
+  /// rank's `rows` (timed as communication waits).
+  void tp_all_gather(ConstTensorView rows, TensorView full, StreamRef stream) const;
+  void tp_reduce_scatter(ConstTensorView full, TensorView rows, StreamRef stream) const;
+  /// This rank's rows of a [tokens, ...] tensor under sequence parallelism.
+  std::int64_t local_rows(const Dims& d) const noexcept { return sp_ ? d.tokens / tp_size_ : d.tokens; }
+  std::int64_t first_row(const Dims& d) const noexcept { return sp_ ? local_rows(d) * tp_rank_ : 0; }
+  /// The layer norm at `t` of `unit` applied to rows `x` (saving rstd), returned over every token: gathered
+  /// under sequence parallelism.
+  Act norm_for_column_parallel(int unit, int t, const UnitParams& params, LlamaContext& ctx, const Act& x,
+                               Act& rstd) const;
+  /// A norm's backward on this rank's rows; under sequence parallelism its weight gradient covers only these
+  /// rows and is summed over the group before it is written (overwriting or accumulating as `dweight` says).
+  void norm_backward(int unit, int t, const UnitParams& params, LlamaContext& ctx, TensorView dx, ConstTensorView dh,
+                     const Act& x, const Act& rstd, const UnitGrads::Block& grad) const;
+  /// The row-parallel matmul's partial [tokens, d] product made whole on this rank's rows: all-reduced in
+  /// place, or reduce-scattered into a fresh [rows, d] activation under sequence parallelism.
+  Act finish_row_parallel(Act partial, LlamaContext& ctx) const;
+  /// The column-parallel pair's input gradient [tokens, d] (this rank's share) summed over the group: in
+  /// place, or reduce-scattered to [rows, d] under sequence parallelism.
+  Act finish_column_parallel_grad(Act partial, LlamaContext& ctx) const;
   DType act_dtype() const noexcept { return activation_dtype(precision()); }
   /// rstd and lse: fp32, fp64 in fp64 mode (what the kernels write).
   DType stat_dtype() const noexcept { return precision() == Precision::fp64 ? DType::f64 : DType::f32; }
 
   LlamaConfig config_;
   coll::Communicator* tp_;  // nullptr: the whole model on this rank
-  int tp_size_;
+  int tp_size_, tp_rank_;
+  bool sp_;
 };
 
 }  // namespace hzp::workloads::llama

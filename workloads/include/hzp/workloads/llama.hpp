@@ -76,13 +76,26 @@ ParamLayout llama_layout(const LlamaConfig& config, int tp_size = 1, int tp_rank
 /// ConfigError naming model.heads, model.kv_heads, model.ffn_hidden and tp unless tp (>= 1) divides all three.
 void check_tensor_parallel(const LlamaConfig& config, int tp);
 
+/// How the model is split over a tensor-parallel group (docs/workloads.md "Tensor parallelism").
+struct TensorParallel {
+  /// The group (must outlive the model); nullptr or a group of one: the whole model on this rank.
+  coll::Communicator* group = nullptr;
+  /// Megatron's sequence parallelism: the residual stream, the norms and the residual adds on 1/tp of the
+  /// tokens; an all-gather before each column-parallel pair and a reduce-scatter after each row-parallel
+  /// matmul instead of the all-reduces, and the norm weights' gradients summed over the group.
+  bool sequence_parallel = false;
+};
+
 /// Builds the model (validating `config`). Cheap: holds no parameters; activations live in contexts. With a
-/// tensor-parallel communicator (`tensor_parallel`, which must outlive the model) the model runs its rank's
-/// pieces (llama_layout above) and sums the row-parallel outputs over the group: an all-reduce after wo and
-/// after w_down in forward, and of the column-parallel inputs' gradients (before each block's two norms) in
-/// backward; a recompute repeats the attention's forward all-reduce (the MLP output is not rebuilt). Every
-/// context's micro-batch must then run on every rank of the group in the same order.
-std::unique_ptr<Workload> make_llama(const LlamaConfig& config, Precision precision,
-                                     coll::Communicator* tensor_parallel = nullptr);
+/// tensor-parallel group the model runs its rank's pieces (llama_layout above). Without sequence parallelism
+/// it sums the row-parallel outputs over the group (an all-reduce after wo and after w_down in forward) and
+/// the column-parallel inputs' gradients (before each block's two norms in backward); a recompute repeats the
+/// attention's forward all-reduce (the MLP output is not rebuilt). With it, each of those all-reduces becomes
+/// an all-gather (forward: the normed input; backward: the output gradient) or a reduce-scatter, the activation
+/// between units is the rank's [tokens/tp, d] rows, the embedding looks up only its rows (and gathers the
+/// output gradient to write the whole table's gradient) and the head gathers the rows to compute the full
+/// logits and loss on every rank. Every context's micro-batch must run on every rank of the group in the same
+/// order; tokens per micro-batch must divide by tp under sequence parallelism.
+std::unique_ptr<Workload> make_llama(const LlamaConfig& config, Precision precision, const TensorParallel& tp = {});
 
 }  // namespace hzp::workloads
