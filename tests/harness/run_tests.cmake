@@ -141,9 +141,9 @@ if(Python3_Interpreter_FOUND)
     "run_e2e_skip_nonfinite|skip_nonfinite|1|60"
     "run_e2e_throw_np1|throw|1|60"
     "run_e2e_throw_np2|throw|2|60"
-    "run_e2e_stall_np1|stall|1|60"
-    "run_e2e_stall_np2|stall|2|60"
-    "run_e2e_stall_asynchzp_np4|stall_asynchzp|4|120"
+    "run_e2e_stall_np1|stall|1|90"
+    "run_e2e_stall_np2|stall|2|90"
+    "run_e2e_stall_asynchzp_np4|stall_asynchzp|4|150"
     "run_e2e_killed|killed|1|180")
   # Nothing lost (results_durability_test.py): --force on a live file, a failing --force run, a full disk, a
   # file replaced under the run, SIGTERM/SIGINT, a cut file, default names of simultaneous runs.
