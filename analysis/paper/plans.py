@@ -1,7 +1,7 @@
 """`hzpbench plan` output read back: the model-state bytes per rank by component of one planned layout (the
 program computes them from the layout alone, so the paper's 9B and 36B shapes at 256 cards plan in
 milliseconds). scripts/reproduce saves each plan as `plans/<label>.json` in the sweep folder: the label, the
-command line and the program's stdout; this module parses the stdout.
+command line and the program's stdout (`hzpbench plan --json`); this module parses the stdout.
 """
 from __future__ import annotations
 
@@ -20,7 +20,17 @@ class PlanError(Exception):
 
 def parse(stdout: str) -> list[dict]:
     """One dict per planned scheduler: scheduler, world_size, rank, num_params, precision, and bytes per
-    component (of which the closed form depends on the precision: the model's header line gives it)."""
+    component (of which the closed form depends on the precision: the model's header line gives it). Reads
+    `hzpbench plan --json` (what scripts/reproduce saves) and, for folders saved before it, the tables."""
+    if stdout.lstrip().startswith("{"):
+        doc = json.loads(stdout)
+        out = [{"scheduler": p["scheduler"], "world_size": p["world_size"], "rank": p["rank"],
+                "num_params": p["params"], "precision": doc["precision"], "bytes": dict(p["state_bytes"])}
+               for p in doc["plans"]]
+        if not out:
+            raise PlanError("no plan in the JSON plan output (not_plannable: "
+                            f"{[r['scheduler'] for r in doc.get('not_plannable', [])]})")
+        return out
     out: list[dict] = []
     precision = ""
     for line in stdout.splitlines():

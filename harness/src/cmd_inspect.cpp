@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "commands.hpp"
+#include "hzp/core/json_text.hpp"
 #include "hzp/harness/results_reader.hpp"
 
 namespace hzp::harness {
@@ -179,52 +180,31 @@ void print_text(const Summary& s) {
                 d.units.c_str());
 }
 
-std::string json_str(std::string_view v) {
-  std::string o = "\"";
-  for (char c : v) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      case '\r': o += "\\r"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          o += buf;
-        } else {
-          o += c;
-        }
-    }
-  }
-  return o + "\"";
-}
 
 std::string json_num(double v) { return std::isnan(v) || std::isinf(v) ? "null" : num(v, "%.17g"); }
 
 void print_json(const Summary& s) {
   std::string o = "{";
   auto field = [&](std::string_view k, const std::string& v) {
-    o += (o.size() > 1 ? ", " : "") + json_str(k) + ": " + v;
+    o += (o.size() > 1 ? ", " : "") + json_quote(k) + ": " + v;
   };
-  field("file", json_str(s.file));
+  field("file", json_quote(s.file));
   field("schema_version", std::to_string(s.schema));
-  field("status", json_str(s.status_text));
+  field("status", json_quote(s.status_text));
   field("finished", s.status.kind() == RunStatus::Kind::running ? "false" : "true");
-  field("hzpbench_version", json_str(s.hzpbench_version));
-  field("git_sha", json_str(s.git_sha));
+  field("hzpbench_version", json_quote(s.hzpbench_version));
+  field("git_sha", json_quote(s.git_sha));
   field("git_dirty", s.git_dirty ? "true" : "false");
-  field("start_time", json_str(s.start_time));
-  field("end_time", json_str(s.end_time));
+  field("start_time", json_quote(s.start_time));
+  field("end_time", json_quote(s.end_time));
   field("last_flush_unix_s", json_num(s.last_flush));
   field("world_size", std::to_string(s.world_size));
-  field("backend", json_str(s.backend));
+  field("backend", json_quote(s.backend));
   std::string cfg = "{";
   // Numbers and booleans are valid JSON as TOML prints them; everything else goes as a string.
   for (std::size_t i = 0; i < s.config.size(); ++i)
-    cfg += (cfg.size() > 1 ? ", " : "") + json_str(s.config[i].first) + ": " +
-           (s.config_is_string[i] ? json_str(s.config[i].second) : s.config[i].second);
+    cfg += (cfg.size() > 1 ? ", " : "") + json_quote(s.config[i].first) + ": " +
+           (s.config_is_string[i] ? json_quote(s.config[i].second) : s.config[i].second);
   field("config", cfg + "}");
   field("completed_steps", std::to_string(s.completed));
   field("first_loss", s.has_loss ? json_num(s.first_loss) : "null");
@@ -233,15 +213,15 @@ void print_json(const Summary& s) {
   field("measured_steps", std::to_string(s.measured));
   field("warmup_steps", s.warmup >= 0 ? std::to_string(s.warmup) : "null");
   std::string data = "{";
-  for (const auto& [k, v] : s.data) data += (data.size() > 1 ? ", " : "") + json_str(k) + ": " + json_str(v);
+  for (const auto& [k, v] : s.data) data += (data.size() > 1 ? ", " : "") + json_quote(k) + ": " + json_quote(v);
   field("data", data + "}");
   std::string ds = "[";
   for (const DatasetInfo& d : s.datasets) {
     std::string shape = "[";
     for (std::size_t i = 0; i < d.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(d.shape[i]);
-    ds += (ds.size() > 1 ? ", " : "") + std::string("{\"name\": ") + json_str(d.name) +
-          ", \"shape\": " + shape + "], \"dtype\": " + json_str(d.dtype) +
-          ", \"units\": " + json_str(d.units) + "}";
+    ds += (ds.size() > 1 ? ", " : "") + std::string("{\"name\": ") + json_quote(d.name) +
+          ", \"shape\": " + shape + "], \"dtype\": " + json_quote(d.dtype) +
+          ", \"units\": " + json_quote(d.units) + "}";
   }
   field("datasets", ds + "]");
   std::printf("%s}\n", o.c_str());

@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "hzp/core/error.hpp"
+#include "hzp/core/json_text.hpp"
 #include "hzp/harness/model_options.hpp"
 #include "hzp/harness/scheduler_options.hpp"
 #include "hzp/schedulers/plan.hpp"
@@ -21,6 +22,7 @@ Command add_plan_command(CLI::App& app) {
     ConfigArgs config;
     std::vector<std::string> schedulers;
     int rank = 0;
+    bool json = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
@@ -31,6 +33,9 @@ Command add_plan_command(CLI::App& app) {
       ->type_name("NAME");
   sub->add_option("--rank", args->rank, "Whose bytes per link level to print (ring hops differ by rank)")
       ->default_val(0);
+  sub->add_flag("--json", args->json,
+                "One JSON object on stdout instead of the tables: model, precision, ranks_per_node, plans (each as "
+                "the table's fields) and not_plannable (scheduler, error) — for scripts");
   sub->footer(
       "Example: hzpbench plan --set model.preset=9b --set topology.world_size=256 "
       "--set topology.ranks_per_node=8 --scheduler hsdp --set scheduler.group_size=8\n");
@@ -42,16 +47,34 @@ Command add_plan_command(CLI::App& app) {
             const schedulers::PlanInputs in = plan_inputs_from(cfg, layout, args->rank);
             std::vector<std::string> names = args->schedulers;
             if (names.empty()) names = schedulers::scheduler_names();
-            std::cout << "# model " << model->describe() << ", precision " << workloads::to_string(in.train.precision)
-                      << ", topology.ranks_per_node = " << in.ranks_per_node << "\n";
+            if (!args->json)
+              std::cout << "# model " << model->describe() << ", precision " << workloads::to_string(in.train.precision)
+                        << ", topology.ranks_per_node = " << in.ranks_per_node << "\n";
+            std::vector<std::string> plans, refused;
             for (const std::string& n : names) {
               try {
-                std::cout << schedulers::plan_scheduler(n, in).to_text() << "\n";
+                const schedulers::SchedulerPlan p = schedulers::plan_scheduler(n, in);
+                if (args->json)
+                  plans.push_back(p.to_json());
+                else
+                  std::cout << p.to_text() << "\n";
               } catch (const ConfigError& e) {
                 // One scheduler that does not fit this world (say hsdp's group) should not hide the others.
                 if (names.size() == 1) throw;
-                std::cout << "scheduler " << n << ": not plannable here: " << e.message() << "\n\n";
+                if (args->json)
+                  refused.push_back("{\"scheduler\": " + json_quote(n) + ", \"error\": " + json_quote(e.message()) + "}");
+                else
+                  std::cout << "scheduler " << n << ": not plannable here: " << e.message() << "\n\n";
               }
+            }
+            if (args->json) {
+              std::cout << "{\"model\": " << json_quote(model->describe()) << ", \"precision\": "
+                        << json_quote(workloads::to_string(in.train.precision)) << ", \"ranks_per_node\": "
+                        << in.ranks_per_node << ", \"plans\": [";
+              for (std::size_t i = 0; i < plans.size(); ++i) std::cout << (i ? ", " : "") << plans[i];
+              std::cout << "], \"not_plannable\": [";
+              for (std::size_t i = 0; i < refused.size(); ++i) std::cout << (i ? ", " : "") << refused[i];
+              std::cout << "]}\n";
             }
             return 0;
           }};

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "hzp/core/error.hpp"
+#include "hzp/core/json_text.hpp"
 
 namespace hzp::harness {
 namespace {
@@ -14,27 +15,6 @@ namespace {
 constexpr int kSizeTag = 101;
 constexpr int kDataTag = 102;
 
-std::string json_escape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
 
 }  // namespace
 

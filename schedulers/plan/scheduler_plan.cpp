@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "hzp/core/error.hpp"
+#include "hzp/core/json_text.hpp"
 #include "hzp/schedulers/step/engine_plan.hpp"
 #include "hzp/schedulers/step/step_driver.hpp"
 
@@ -166,6 +167,24 @@ std::string SchedulerPlan::to_text() const {
     o << "  " << std::left << std::setw(15) << coll::coll_op_name(c.op) << std::setw(9) << c.group << std::right
       << std::setw(6) << c.group_size << std::setw(6) << dtype_name(c.dtype) << std::setw(9) << c.calls << std::setw(16)
       << c.elements << std::setw(18) << c.bytes[0] << std::setw(18) << c.bytes[1] << "  " << c.when << "\n";
+  return o.str();
+}
+
+
+std::string SchedulerPlan::to_json() const {
+  std::ostringstream o;
+  o << "{\"scheduler\": " << json_quote(scheduler) << ", \"world_size\": " << world_size << ", \"rank\": " << rank
+    << ", \"params\": " << params << ", \"micro_batches_per_rank\": " << micro_batches_per_rank << ", \"state_bytes\": {";
+  for (std::size_t i = 0; i < state_bytes.size(); ++i) o << json_quote(kStateComponents[i]) << ": " << state_bytes[i] << ", ";
+  o << "\"total\": " << state_total() << "}, \"collectives\": [";
+  for (std::size_t i = 0; i < collectives.size(); ++i) {
+    const PlannedCollective& c = collectives[i];
+    o << (i ? ", " : "") << "{\"op\": " << json_quote(coll::coll_op_name(c.op)) << ", \"group\": " << json_quote(c.group)
+      << ", \"group_size\": " << c.group_size << ", \"dtype\": " << json_quote(dtype_name(c.dtype))
+      << ", \"calls\": " << c.calls << ", \"elements\": " << c.elements << ", \"bytes\": {\"intra\": " << c.bytes[0]
+      << ", \"inter\": " << c.bytes[1] << "}, \"when\": " << json_quote(c.when) << "}";
+  }
+  o << "]}";
   return o.str();
 }
 

@@ -58,6 +58,10 @@ struct SchedulerPlan {
   std::uint64_t state_total() const;
   /// A table for `hzpbench plan`.
   std::string to_text() const;
+  /// The same as one JSON object (`hzpbench plan --json`): scheduler, world_size, rank, params,
+  /// micro_batches_per_rank, state_bytes {param, grad, master, m, v, total}, and collectives, each with op,
+  /// group, group_size, dtype, calls, elements, bytes {intra, inter} and when.
+  std::string to_json() const;
 };
 
 inline constexpr std::array<std::string_view, 5> kStateComponents = {"param", "grad", "master", "m", "v"};
