@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "hzp/core/error.hpp"
+#include "hzp/core/json_text.hpp"
 #include "options_internal.hpp"
 
 namespace hzp {
@@ -55,28 +56,8 @@ std::string format_double(double v) {
   return s;
 }
 
-std::string toml_quote(std::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  out += '"';
-  return out;
-}
+// A TOML basic string escapes exactly as a JSON string does (DEL included, which json_escape also escapes).
+std::string toml_quote(std::string_view s) { return json_quote(s); }
 
 }  // namespace detail
 

@@ -1,5 +1,5 @@
-// Strings for the JSON the program writes by hand (plan --json, inspect --json, the trace): one escaper, so
-// every writer quotes the same way.
+// Strings for the JSON the program writes by hand (plan --json, inspect --json, the trace) and the TOML of
+// resolved configurations (whose basic strings escape the same way): one escaper for every writer.
 #pragma once
 
 #include <string>
@@ -7,7 +7,7 @@
 
 namespace hzp {
 
-/// `s` with ", \ and control characters escaped as JSON requires (no surrounding quotes).
+/// `s` with ", \, control characters and DEL escaped (no surrounding quotes): valid in JSON and TOML strings.
 std::string json_escape(std::string_view s);
 /// json_escape(s) in double quotes: a JSON string.
 std::string json_quote(std::string_view s);
