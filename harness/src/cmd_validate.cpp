@@ -31,6 +31,7 @@ int validate(const RunCliArgs& args) {
                 static_cast<long long>(s.model->num_params()));
     std::printf("  scheduler  %s%s\n", s.opt.collective_only ? "debug.collective_only" : s.opt.scheduler.c_str(),
                 s.uses_world_comm ? "" : " (no communicator)");
+    std::printf("  parallel   %s\n", s.dims.describe().c_str());
     std::printf("  batch      %lld sequences per step = %lld micro-batches of %lld; %lld per rank over %lld "
                 "data-parallel rank%s\n",
                 static_cast<long long>(s.train.global_batch), static_cast<long long>(plan.micro_batches_per_step()),

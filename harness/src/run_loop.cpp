@@ -257,6 +257,12 @@ class Run {
         {"links.inter_latency_us", links_.links.inter.latency_us},
         {"stability.spike_window", o_.spike_window},
         {"stability.spike_threshold", o_.spike_threshold},
+        {"parallel.pp", std::int64_t{s_.dims.pp}},
+        {"parallel.dp_replicate", std::int64_t{s_.dims.dp_replicate}},
+        {"parallel.dp_shard", std::int64_t{s_.dims.dp_shard}},
+        {"parallel.cp", std::int64_t{s_.dims.cp}},
+        {"parallel.tp", std::int64_t{s_.dims.tp}},
+        {"parallel.ep", std::int64_t{s_.dims.ep}},
     };
     if (world_) a.emplace_back("collectives.transport_used", std::string(coll::transport_name(world_->transport())));
     if (gemm_.flops_per_s > 0) {

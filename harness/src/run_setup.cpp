@@ -187,6 +187,9 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
     in.rank = 0;
     in.small_message_bytes = static_cast<std::size_t>(cfg.get_int("collectives.small_message_bytes"));
     s.plan = schedulers::plan_scheduler(s.opt.scheduler, in);
+    s.dims = schedulers::scheduler_parallel_dims(s.opt.scheduler, s.sched, world_size);
+  } else {
+    s.dims.dp_replicate = world_size;  // the collective-only stand-in all-reduces over every rank
   }
 
   for (const auto& [key, f] : {std::pair{"debug.throw_at", s.opt.throw_at}, std::pair{"debug.stall_at", s.opt.stall_at}})

@@ -49,6 +49,8 @@ struct RunSetup {
   /// absent for debug.collective_only. Making it runs the scheduler's own configuration checks.
   std::optional<schedulers::SchedulerPlan> plan;
   int world_size = 1;
+  /// The parallel degrees the scheduler runs with (recorded in the results file as parallel.*).
+  schedulers::ParallelDims dims;
   std::int64_t dp = 1;            ///< data-parallel ranks the batch is split over
   bool uses_world_comm = false;   ///< the scheduler takes a world communicator (none does not)
   std::vector<std::int64_t> dump_steps;  ///< --dump-tensors, sorted

@@ -189,7 +189,7 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
       g_(validated_groups(args)) {
   // The mesh shards over z1 (its dp_shard axis) and replicates over W / z1; the nested z2 and z3 groups and
   // the step end's groups are cut from its data-parallel group, ordered by NestedGroups' slice indices.
-  groups_ = data_parallel_groups(args, g_.z1());
+  groups_ = data_parallel_groups("asynchzp", args);
   world_ = &groups_->data_parallel();
   const int r = world_->rank(), w = world_->size();
   auto split = [&](GroupSlot s, const char* name) { return world_->split(s.color, s.key, name); };

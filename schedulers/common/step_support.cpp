@@ -44,10 +44,10 @@ ParallelDims data_parallel_dims(int world_size, int shard) {
   return d;
 }
 
-std::unique_ptr<ProcessGroups> data_parallel_groups(const SchedulerArgs& args, int shard) {
+std::unique_ptr<ProcessGroups> data_parallel_groups(std::string_view name, const SchedulerArgs& args) {
   const int w = args.world->size();
   const coll::Topology one_node = coll::Topology::virtual_nodes(w, w, args.world->rank());
-  return std::make_unique<ProcessGroups>(*args.world, data_parallel_dims(w, shard),
+  return std::make_unique<ProcessGroups>(*args.world, scheduler_parallel_dims(name, args.options, w),
                                          args.topology ? *args.topology : one_node);
 }
 

@@ -15,7 +15,7 @@ class DdpPlan final : public EnginePlan {
   explicit DdpPlan(const PlanInputs& in) : wire_(grad_wire_dtype(in.train)) {
     check_plan_batches("ddp", in, 0);
     const workloads::ParamLayout& layout = *in.layout;
-    const coll::RankMesh mesh = data_parallel_dims(in.world_size, 1).mesh(plan_topology(in));
+    const coll::RankMesh mesh = scheduler_parallel_dims("ddp", in.options, in.world_size).mesh(plan_topology(in));
     const std::vector<int> dp = mesh.group(std::vector<std::string_view>{kAxisReplicate, kAxisShard}, in.rank);
     dp_ = {"dp", dp};
     driver_group = {"scalars", dp};

@@ -85,7 +85,7 @@ DdpScheduler::DdpScheduler(const SchedulerArgs& args) {
   train_ = args.train;
   alloc_ = args.allocator;
   // Full replicas on every rank: the mesh's data-parallel group is every rank.
-  groups_ = data_parallel_groups(args, 1);
+  groups_ = data_parallel_groups("ddp", args);
   world_ = &groups_->data_parallel();
   pdt_ = workloads::param_dtype(train_.precision);
   n_ = model_->layout().total_numel();

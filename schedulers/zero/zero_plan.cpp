@@ -25,7 +25,7 @@ class ZeroPlan final : public EnginePlan {
     check_plan_batches(name, in, group);
     const int w = in.world_size, z = group > 0 ? group : w;
     shards_ = ShardLayout::per_unit(layout_, z);
-    const coll::RankMesh mesh = data_parallel_dims(w, z).mesh(plan_topology(in));
+    const coll::RankMesh mesh = scheduler_parallel_dims(name, in.options, w).mesh(plan_topology(in));
     shard_ = {"shard", mesh.group(kAxisShard, in.rank)};
     if (hybrid) replica_ = {"replica", mesh.group(kAxisReplicate, in.rank)};
     driver_group = {"scalars", mesh.group(std::vector<std::string_view>{kAxisReplicate, kAxisShard}, in.rank)};

@@ -63,7 +63,8 @@ ROOT_ATTRS = ["schema_version", "hzpbench_version", "git_sha", "git_dirty", "bui
               "device.peak_flops_per_rank", "device.peak_source", "links.emulated", "links.how",
               "links.intra_bandwidth_gbps", "links.inter_bandwidth_gbps", "entropy_floor", "entropy_rate",
               "unigram_entropy", "threads.openblas", "threads.wait_policy", "data.kind",
-              "summary.step_time_median_s", "summary.measured_steps"]
+              "summary.step_time_median_s", "summary.measured_steps", "parallel.pp", "parallel.dp_replicate",
+              "parallel.dp_shard", "parallel.cp", "parallel.tp", "parallel.ep"]
 
 
 def fail(msg):
@@ -213,6 +214,12 @@ def scenario_closure():
             with h5py.File(path, "r") as f:
                 check(attr(f, "scheduler") == name, f"ran {attr(f, 'scheduler')}")
                 closure_check(f, f"{name} at {ranks} rank(s){', links emulated' if links else ''}", first=2)
+                # The degrees recorded: none and ddp replicate, the sharded schedulers shard over every rank
+                # by default (hsdp's group and asynchzp's z1 default to W); nothing else is split.
+                shard = 1 if name in ("none", "ddp") else ranks
+                got = {k: attr(f, f"parallel.{k}") for k in ("pp", "dp_replicate", "dp_shard", "cp", "tp", "ep")}
+                want = {"pp": 1, "dp_replicate": ranks // shard, "dp_shard": shard, "cp": 1, "tp": 1, "ep": 1}
+                check(got == want, f"{name}: parallel degrees {got}, expected {want}")
             if trace:
                 with open(path[:-3] + ".trace.json") as tf:
                     events = json.load(tf)["traceEvents"]

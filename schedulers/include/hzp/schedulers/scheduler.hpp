@@ -19,6 +19,7 @@
 #include "hzp/core/stream.hpp"
 #include "hzp/core/tensor.hpp"
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
+#include "hzp/schedulers/step/process_groups.hpp"
 #include "hzp/workloads/data_source.hpp"
 #include "hzp/workloads/train_config.hpp"
 #include "hzp/workloads/workload.hpp"
@@ -148,6 +149,10 @@ using SchedulerFactory = std::function<std::unique_ptr<Scheduler>(const Schedule
 
 /// Registered names, in registration order (none first).
 std::vector<std::string> scheduler_names();
+/// The parallel degrees scheduler `name` runs with at `world_size` ranks (step/process_groups.hpp): its process
+/// groups are made from them and results files record them. Call after the scheduler's own validation (plan or
+/// construction): a group size that does not divide W is a PreconditionError here. ConfigError for an unknown name.
+ParallelDims scheduler_parallel_dims(std::string_view name, const SchedulerOptions& options, int world_size);
 /// The scheduler registered as `name`; ConfigError naming it and the registered names.
 std::unique_ptr<Scheduler> make_scheduler(std::string_view name, const SchedulerArgs& args);
 

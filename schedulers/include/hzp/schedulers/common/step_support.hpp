@@ -27,9 +27,9 @@ void validate_data_parallel(std::string_view scheduler, const SchedulerArgs& arg
 /// data-parallel rank, the model state sharded over `shard` consecutive ranks (1: ddp's full replicas; W:
 /// zero1-3; scheduler.group_size: hsdp; scheduler.z1: asynchzp) and replicated over W / shard.
 ParallelDims data_parallel_dims(int world_size, int shard);
-/// The process groups of those degrees over args.world, laid out on args.topology (one node when absent).
-/// Collective over args.world.
-std::unique_ptr<ProcessGroups> data_parallel_groups(const SchedulerArgs& args, int shard);
+/// The process groups of scheduler `name`'s degrees (scheduler_parallel_dims) over args.world, laid out on
+/// args.topology (one node when absent). Collective over args.world.
+std::unique_ptr<ProcessGroups> data_parallel_groups(std::string_view name, const SchedulerArgs& args);
 
 /// Sum of `local` over `comm` (fp64, blocking): the global mean loss when each rank passes the sum of its
 /// micro-batches' loss() values.
