@@ -71,7 +71,7 @@ void LlamaModel::block_compute(int unit, const UnitParams& params, LlamaContext&
   {
     Act partial = make_act(alloc, Shape{d.tokens, d.hidden}, at);
     linear_fwd(partial.view, s.att.view, w(kWo), alloc, stream);
-    s.x2 = finish_row_parallel(std::move(partial), ctx);  // row-parallel: each rank holds its heads' share
+    s.x2 = sum_partial(std::move(partial), ctx);  // row-parallel: each rank holds its heads' share
   }
   kernels::add(s.x2.view, s.x.view, s.x2.view, stream);
 
@@ -87,7 +87,7 @@ void LlamaModel::block_compute(int unit, const UnitParams& params, LlamaContext&
   if (out == nullptr) return;  // a recompute needs the saved tensors only, not y
   Act partial = make_act(alloc, Shape{d.tokens, d.hidden}, at);
   linear_fwd(partial.view, s.a.view, w(kWdown), alloc, stream);
-  *out = finish_row_parallel(std::move(partial), ctx);
+  *out = sum_partial(std::move(partial), ctx);
   kernels::add(out->view, s.x2.view, out->view, stream);
 }
 
@@ -113,8 +113,7 @@ void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext
   // The row-parallel matmuls read the gradient of every token: gathered under sequence parallelism.
   auto all_tokens = [&](const Act& rows, Act& gathered) -> ConstTensorView {
     if (!sp_) return rows.view;
-    gathered = make_act(alloc, Shape{d.tokens, d.hidden}, at);
-    tp_all_gather(rows.view, gathered.view, stream);
+    gathered = gather_rows(rows.view, ctx);
     return gathered.view;
   };
 
@@ -135,7 +134,7 @@ void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext
   Act dh2 = make_act(alloc, Shape{d.tokens, d.hidden}, at);
   linear_bwd_data(dh2.view, dg, w(kWgate), false, alloc, stream);
   linear_bwd_data(dh2.view, du, w(kWup), true, alloc, stream);
-  dh2 = finish_column_parallel_grad(std::move(dh2), ctx);  // h2 fed every rank's piece: the sum of theirs
+  dh2 = sum_partial(std::move(dh2), ctx);  // h2 fed every rank's column-parallel piece: the sum of theirs
   s.g.reset();
   s.u.reset();
   s.h2.reset();
@@ -181,7 +180,7 @@ void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext
   linear_bwd_data(dh1.view, dq.view, w(kWq), false, alloc, stream);
   linear_bwd_data(dh1.view, dk.view, w(kWk), true, alloc, stream);
   linear_bwd_data(dh1.view, dv.view, w(kWv), true, alloc, stream);
-  dh1 = finish_column_parallel_grad(std::move(dh1), ctx);
+  dh1 = sum_partial(std::move(dh1), ctx);
   dq.reset();
   dk.reset();
   dv.reset();

@@ -37,11 +37,7 @@ void LlamaModel::embedding_backward(LlamaContext& ctx, const UnitGrads& grads) c
   HZP_CHECK(static_cast<bool>(ctx.dhidden), "embedding backward: no gradient of its output is held");
   const UnitGrads::Block& g = grads.block(0);
   Act gathered;  // sequence parallelism: every token's gradient, so every rank writes the whole table's
-  if (sp_) {
-    const Dims d = dims(ctx);
-    gathered = make_act(ctx.allocator(), Shape{d.tokens, d.hidden}, act_dtype());
-    tp_all_gather(ctx.dhidden.view, gathered.view, ctx.stream());
-  }
+  if (sp_) gathered = gather_rows(ctx.dhidden.view, ctx);
   kernels::embedding_bwd(tensor_in_block(layout(), 0, 0, g.view), ctx.input_tokens(),
                          sp_ ? gathered.view : ctx.dhidden.view, g.accumulate, ctx.stream());
   ctx.dhidden.reset();
@@ -56,13 +52,9 @@ void LlamaModel::head_forward(const UnitParams& params, LlamaContext& ctx, bool 
   HeadActs& s = ctx.head;
   if (!recomputing) {
     HZP_CHECK(static_cast<bool>(ctx.hidden), "head forward: no input (did the last block run?)");
-    if (sp_) {  // every rank computes the whole head on every token: gather the rows
-      s.x = make_act(alloc, Shape{d.tokens, d.hidden}, act_dtype());
-      tp_all_gather(ctx.hidden.view, s.x.view, ctx.stream());
-      ctx.hidden.reset();
-    } else {
-      s.x = std::move(ctx.hidden);
-    }
+    // Sequence parallelism: every rank computes the whole head on every token, so it gathers the rows.
+    s.x = sp_ ? gather_rows(ctx.hidden.view, ctx) : std::move(ctx.hidden);
+    ctx.hidden.reset();
   }
   HZP_CHECK(static_cast<bool>(s.x), "head forward: no input (did the last block run?)");
   const ConstTensorView norm_w = tensor_in_block(layout(), hu, 0, params.block(hu));

@@ -95,9 +95,13 @@ Act LlamaModel::norm_for_column_parallel(int unit, int t, const UnitParams& para
   Act h = make_act(alloc, Shape{rows, d.hidden}, act_dtype());
   kernels::rmsnorm_fwd(h.view, rstd.view, x.view, tensor_in_block(layout(), unit, t, params.block(unit)),
                        static_cast<float>(config_.norm_eps), ctx.stream());
-  if (!sp_) return h;
-  Act full = make_act(alloc, Shape{d.tokens, d.hidden}, act_dtype());
-  tp_all_gather(h.view, full.view, ctx.stream());
+  return sp_ ? gather_rows(h.view, ctx) : std::move(h);
+}
+
+Act LlamaModel::gather_rows(ConstTensorView rows, LlamaContext& ctx) const {
+  const Dims d = dims(ctx);
+  Act full = make_act(ctx.allocator(), Shape{d.tokens, d.hidden}, act_dtype());
+  tp_all_gather(rows, full.view, ctx.stream());
   return full;
 }
 
@@ -120,7 +124,7 @@ void LlamaModel::norm_backward(int unit, int t, const UnitParams& params, LlamaC
                static_cast<std::size_t>(dw.numel()) * dtype_size(dw.dtype()), ctx.stream());
 }
 
-Act LlamaModel::finish_row_parallel(Act partial, LlamaContext& ctx) const {
+Act LlamaModel::sum_partial(Act partial, LlamaContext& ctx) const {
   if (!sp_) {
     tp_all_reduce(partial.view, ctx.stream());
     return partial;
@@ -130,8 +134,6 @@ Act LlamaModel::finish_row_parallel(Act partial, LlamaContext& ctx) const {
   tp_reduce_scatter(partial.view, rows.view, ctx.stream());
   return rows;
 }
-
-Act LlamaModel::finish_column_parallel_grad(Act partial, LlamaContext& ctx) const { return finish_row_parallel(std::move(partial), ctx); }
 
 std::unique_ptr<MicroBatchContext> LlamaModel::new_context(CachingAllocator& allocator,
                                                            const ContextOptions& options) const {

@@ -104,12 +104,12 @@ class LlamaModel final : public Workload {
   /// rows and is summed over the group before it is written (overwriting or accumulating as `dweight` says).
   void norm_backward(int unit, int t, const UnitParams& params, LlamaContext& ctx, TensorView dx, ConstTensorView dh,
                      const Act& x, const Act& rstd, const UnitGrads::Block& grad) const;
-  /// The row-parallel matmul's partial [tokens, d] product made whole on this rank's rows: all-reduced in
+  /// A [tokens, d] tensor of which this rank holds its share of a sum over the group (a row-parallel matmul's
+  /// output, or the gradient of a column-parallel pair's input) made whole on this rank's rows: all-reduced in
   /// place, or reduce-scattered into a fresh [rows, d] activation under sequence parallelism.
-  Act finish_row_parallel(Act partial, LlamaContext& ctx) const;
-  /// The column-parallel pair's input gradient [tokens, d] (this rank's share) summed over the group: in
-  /// place, or reduce-scattered to [rows, d] under sequence parallelism.
-  Act finish_column_parallel_grad(Act partial, LlamaContext& ctx) const;
+  Act sum_partial(Act partial, LlamaContext& ctx) const;
+  /// Sequence parallelism: every rank's [rows, d] gathered into a fresh [tokens, d] activation.
+  Act gather_rows(ConstTensorView rows, LlamaContext& ctx) const;
   DType act_dtype() const noexcept { return activation_dtype(precision()); }
   /// rstd and lse: fp32, fp64 in fp64 mode (what the kernels write).
   DType stat_dtype() const noexcept { return precision() == Precision::fp64 ? DType::f64 : DType::f32; }
