@@ -137,15 +137,9 @@ AsyncHzpStats AsyncComm::stats() const {
 std::vector<int> gather_order(const workloads::ParamLayout& layout, const std::vector<Action>& actions) {
   std::vector<int> order;
   FirstUseGathers gathers(layout);
-  for (const Action& a : actions) {
-    if (a.kind == Action::Kind::forward) {
-      for (int u = a.first_unit; u < a.end_unit; ++u)
-        for (int b : gathers.call(a, u)) order.push_back(b);
-    } else {
-      for (int u = a.end_unit - 1; u >= a.first_unit; --u)
-        for (int b : gathers.call(a, u)) order.push_back(b);
-    }
-  }
+  for_each_unit_call(actions, [&](const Action& a, int u) {
+    for (int b : gathers.call(a, u)) order.push_back(b);
+  });
   return order;
 }
 

@@ -39,8 +39,8 @@ class AsyncHzpPlan final : public EnginePlan {
     replica_ = group("replica", [&](int q) { return g_.replica_group(q); });
     opt_replica_ = group("opt_replica", [&](int q) { return g_.opt_replica_group(q); });
     refresh_ = group("refresh", [&](int q) { return g_.refresh_group(q); });
-    for (int q = 0; q < in.world_size; ++q) driver_group.members.push_back(q);
-    driver_group.name = "scalars";
+    driver_group = {"scalars",
+                    data_parallel_ranks(scheduler_parallel_dims("asynchzp", in.options, in.world_size).mesh(plan_topology(in)), r)};
   }
 
   void unit(const Action& a, int u, int, CollectiveLedger& out) override {

@@ -16,7 +16,7 @@ class DdpPlan final : public EnginePlan {
     check_plan_batches("ddp", in, 0);
     const workloads::ParamLayout& layout = *in.layout;
     const coll::RankMesh mesh = scheduler_parallel_dims("ddp", in.options, in.world_size).mesh(plan_topology(in));
-    const std::vector<int> dp = mesh.group(std::vector<std::string_view>{kAxisReplicate, kAxisShard}, in.rank);
+    const std::vector<int> dp = data_parallel_ranks(mesh, in.rank);
     dp_ = {"dp", dp};
     driver_group = {"scalars", dp};
     const auto n = static_cast<std::uint64_t>(layout.total_numel());

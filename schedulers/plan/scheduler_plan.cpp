@@ -225,12 +225,8 @@ SchedulerPlan plan_from_engine(std::string scheduler, const PlanInputs& in, Engi
   Builder b(p, in.small_message_bytes, in.rank, in.ranks_per_node);
   // The schedule the driver runs (step_driver.cpp), unit by unit in the order it calls the model.
   const int m = static_cast<int>(e.micro_batches_per_rank);
-  for (const Action& a : sequential_schedule(m, in.layout->num_units())) {
-    if (a.kind == Action::Kind::forward)
-      for (int u = a.first_unit; u < a.end_unit; ++u) e.unit(a, u, m, b);
-    else
-      for (int u = a.end_unit - 1; u >= a.first_unit; --u) e.unit(a, u, m, b);
-  }
+  for_each_unit_call(sequential_schedule(m, in.layout->num_units()),
+                     [&](const Action& a, int u) { e.unit(a, u, m, b); });
   e.step_end(b);
   if (!e.driver_group.members.empty())
     StepDriver::plan_collectives(in.train, *in.layout, e.driver_group, e.micro_batches_per_rank, b);

@@ -71,13 +71,19 @@ coll::RankGroups ParallelDims::expert_groups(const coll::RankMesh& mesh) const {
   return out;
 }
 
+std::vector<std::string_view> data_parallel_axes() { return {kAxisReplicate, kAxisShard}; }
+
+std::vector<int> data_parallel_ranks(const coll::RankMesh& mesh, int rank) {
+  return mesh.group(data_parallel_axes(), rank);
+}
+
 ProcessGroups::ProcessGroups(coll::Communicator& world, const ParallelDims& dims, const coll::Topology& topology)
     : world_(world), dims_(dims), mesh_(dims.mesh(topology)) {
   HZP_CHECK(world.size() == mesh_.world_size(), "process groups: communicator '", world.name(), "' has ",
             world.size(), " ranks but the degrees ", dims.describe(), " describe ", mesh_.world_size());
   const int w = world.size();
   // One fixed order on every rank: each split is collective over the world.
-  if (dims.dp() != w) dp_ = split({kAxisReplicate, kAxisShard}, "dp");
+  if (dims.dp() != w) dp_ = split(data_parallel_axes(), "dp");
   if (dims.dp() * dims.cp != w) dp_cp_ = split({kAxisReplicate, kAxisShard, kAxisContext}, "dp_cp");
   if (dims.tp > 1) tp_ = split({kAxisTensor}, "tp");
   if (dims.pp > 1) pp_ = split({kAxisPipeline}, "pp");

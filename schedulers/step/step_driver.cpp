@@ -37,28 +37,24 @@ StepStats StepDriver::step(const StepBatch& batch, ParameterEngine& engine) {
   for (bool accepted = false; !accepted;) {
     if (fixed) fixed->begin_attempt(batch.step);
     engine.begin_attempt(batch.step, actions_);
-    for (const Action& a : actions_) {
+    for_each_unit_call(actions_, [&](const Action& a, int u) {
       if (a.kind == Action::Kind::forward) {
-        if (a.first_unit == 0) {
+        if (u == 0) {
           workloads::fill_micro_batch(*batch.source, plan, batch.step, mine[static_cast<std::size_t>(a.micro_batch)],
                                       inputs_, targets_);
           ctx_->begin(inputs_, targets_, normaliser);
         }
-        for (int u = a.first_unit; u < a.end_unit; ++u) {
-          model_.forward(u, engine.unit_params(u, a), *ctx_);
-          engine.forward_done(u, a);
-        }
-        if (a.end_unit == units) losses[static_cast<std::size_t>(a.micro_batch)] = ctx_->loss();
+        model_.forward(u, engine.unit_params(u, a), *ctx_);
+        engine.forward_done(u, a);
+        if (u == units - 1) losses[static_cast<std::size_t>(a.micro_batch)] = ctx_->loss();
       } else {
-        for (int u = a.end_unit - 1; u >= a.first_unit; --u) {
-          // Parameters first, then gradient buffers: an engine with rings hands them out in that order.
-          const workloads::UnitParams params = engine.unit_params(u, a);
-          const workloads::UnitGrads grads = engine.unit_grads(u, a);
-          model_.backward(u, params, *ctx_, grads);
-          engine.backward_done(u, a);
-        }
+        // Parameters first, then gradient buffers: an engine with rings hands them out in that order.
+        const workloads::UnitParams params = engine.unit_params(u, a);
+        const workloads::UnitGrads grads = engine.unit_grads(u, a);
+        model_.backward(u, params, *ctx_, grads);
+        engine.backward_done(u, a);
       }
-    }
+    });
     engine.attempt_done();
     accepted = !fixed || conclude_fixed_point_attempt(*fixed, engine.scalars());
     if (!accepted) engine.attempt_voided();

@@ -11,24 +11,31 @@
 namespace hzp::schedulers {
 namespace {
 
+// The scheduler's own checks, then its degrees (the registry's: Z is their dp_shard).
+ParallelDims checked_dims(const PlanInputs& in, const char* name, int group) {
+  check_plan_batches(name, in, group);
+  return scheduler_parallel_dims(name, in.options, in.world_size);
+}
+
+const char* zero_name(int stage, bool hybrid) {
+  return hybrid ? "hsdp" : stage == 1 ? "zero1" : stage == 2 ? "zero2" : "zero3";
+}
+
 class ZeroPlan final : public EnginePlan {
  public:
   ZeroPlan(const PlanInputs& in, int stage, bool hybrid)
       : layout_(*in.layout),
         stage_(stage),
-        shards_(ShardLayout::per_unit(*in.layout, 1)),  // replaced below, once Z is validated
+        dims_(checked_dims(in, zero_name(stage, hybrid), hybrid ? in.options.group_size : 0)),
+        shards_(ShardLayout::per_unit(*in.layout, dims_.dp_shard)),
         pdt_(workloads::param_dtype(in.train.precision)),
         wire_(grad_wire_dtype(in.train)),
         deterministic_(in.train.deterministic) {
-    const char* name = hybrid ? "hsdp" : stage == 1 ? "zero1" : stage == 2 ? "zero2" : "zero3";
-    const int group = hybrid ? in.options.group_size : 0;
-    check_plan_batches(name, in, group);
-    const int w = in.world_size, z = group > 0 ? group : w;
-    shards_ = ShardLayout::per_unit(layout_, z);
-    const coll::RankMesh mesh = scheduler_parallel_dims(name, in.options, w).mesh(plan_topology(in));
+    const int w = in.world_size;
+    const coll::RankMesh mesh = dims_.mesh(plan_topology(in));
     shard_ = {"shard", mesh.group(kAxisShard, in.rank)};
     if (hybrid) replica_ = {"replica", mesh.group(kAxisReplicate, in.rank)};
-    driver_group = {"scalars", mesh.group(std::vector<std::string_view>{kAxisReplicate, kAxisShard}, in.rank)};
+    driver_group = {"scalars", data_parallel_ranks(mesh, in.rank)};
     const auto full = static_cast<std::uint64_t>(shards_.padded_total()), slice = static_cast<std::uint64_t>(shards_.slice_total());
     const bool mixed = workloads::has_separate_master(in.train.precision);
     micro_batches_per_rank = in.train.micro_batches() / w;
@@ -65,6 +72,7 @@ class ZeroPlan final : public EnginePlan {
  private:
   const workloads::ParamLayout& layout_;
   int stage_;
+  ParallelDims dims_;
   ShardLayout shards_;
   DType pdt_, wire_;
   bool deterministic_;

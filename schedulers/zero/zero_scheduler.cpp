@@ -140,10 +140,10 @@ ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, 
   alloc_ = args.allocator;
   pdt_ = workloads::param_dtype(train_.precision);
   const int w = args.world->size();
-  z_ = z_opt > 0 ? z_opt : w;
   // The mesh's dp_shard groups are contiguous ranks (inside a node when Z = ranks_per_node), its dp_replicate
   // groups strided by Z.
   groups_ = data_parallel_groups(name_, args);
+  z_ = groups_->dims().dp_shard;
   world_ = &groups_->data_parallel();
   shard_comm_ = groups_->split({kAxisShard}, "shard");
   if (hybrid_) replica_comm_ = groups_->split({kAxisReplicate}, "replica");

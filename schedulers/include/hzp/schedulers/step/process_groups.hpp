@@ -49,6 +49,12 @@ struct ParallelDims {
 inline constexpr std::string_view kAxisPipeline = "pp", kAxisReplicate = "dp_replicate", kAxisShard = "dp_shard",
                                   kAxisContext = "cp", kAxisTensor = "tp";
 
+/// The axes of the data-parallel group (the replicas and shards of one piece of the model).
+std::vector<std::string_view> data_parallel_axes();
+/// The world ranks of `rank`'s data-parallel group in `mesh`, in rank order (what ProcessGroups::data_parallel()
+/// holds; the plan's groups are made from it).
+std::vector<int> data_parallel_ranks(const coll::RankMesh& mesh, int rank);
+
 /// The communicators of one rank, split from the world once, in a fixed order on every rank (collective
 /// over `world`). A group of one rank is not split: its accessor returns nullptr. A group that is the whole
 /// world is not split either: its accessor returns the world itself, so counters and names stay the

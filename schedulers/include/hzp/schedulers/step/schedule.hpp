@@ -22,6 +22,19 @@ struct Action {
 /// "F2[0,5)" / "B2[0,5)": for messages and tests.
 std::string to_string(const Action& a);
 
+/// Calls fn(action, unit) for every unit call of `actions`, in the order the step driver makes them: a
+/// forward's units upwards, a backward's downwards. The driver, the plan and asynchzp's gather order all walk a
+/// schedule through this, so they agree on the order by construction.
+template <typename Fn>
+void for_each_unit_call(const std::vector<Action>& actions, Fn&& fn) {
+  for (const Action& a : actions) {
+    if (a.kind == Action::Kind::forward)
+      for (int u = a.first_unit; u < a.end_unit; ++u) fn(a, u);
+    else
+      for (int u = a.end_unit - 1; u >= a.first_unit; --u) fn(a, u);
+  }
+}
+
 /// Today's order, the one every data-parallel scheduler runs: for each of the rank's micro-batches in order,
 /// the forward of every unit, then the backward of every unit.
 std::vector<Action> sequential_schedule(int micro_batches, int units);
