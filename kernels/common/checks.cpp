@@ -1,6 +1,8 @@
 // Kernel argument validation: one place that formats shape/dtype/device errors.
 #include "hzp/kernels/checks.hpp"
 
+#include <cmath>
+
 #include "hzp/core/error.hpp"
 
 namespace hzp::kernels {
@@ -31,6 +33,13 @@ void check_workspace(std::string_view kernel, std::size_t have, std::size_t need
 
 void check_positive(std::string_view kernel, std::string_view what, long long value) {
   if (value <= 0) HZP_THROW(PreconditionError, kernel, ": ", what, " = ", value, " must be positive");
+}
+
+void check_cross_entropy_scale(std::string_view kernel, double normaliser, double dloss) {
+  if (!(normaliser > 0.0) || !std::isfinite(normaliser))
+    HZP_THROW(PreconditionError, kernel, ": normaliser = ", normaliser,
+              " must be positive and finite (the number of non-ignored tokens of the global batch)");
+  if (!std::isfinite(dloss)) HZP_THROW(PreconditionError, kernel, ": dloss = ", dloss, " is not finite");
 }
 
 }  // namespace hzp::kernels

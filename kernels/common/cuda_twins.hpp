@@ -85,4 +85,21 @@ void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView 
 // add.cu: out = a + b (the residual add), fp32 or bf16, computed in fp32, rounded once.
 void add(TensorView out, ConstTensorView a, ConstTensorView b, StreamRef s);
 
+// vocab_parallel.cu: one tensor-parallel rank's slice [vocab_begin, vocab_begin + Vl) of the vocabulary.
+void embedding_fwd_vocab_range(TensorView out, ConstTensorView tokens, ConstTensorView table_rows,
+                               std::int64_t vocab_begin, StreamRef s);
+void embedding_bwd_vocab_range(TensorView dtable_rows, ConstTensorView tokens, ConstTensorView dout,
+                               std::int64_t vocab_begin, bool accumulate, StreamRef s);
+void vocab_parallel_ce_local_stats(TensorView row_max, TensorView target_logit, ConstTensorView logits,
+                                   ConstTensorView targets, std::int64_t vocab_begin, std::int32_t ignore_index,
+                                   StreamRef s);
+void vocab_parallel_ce_sum_exp(TensorView sum_exp, ConstTensorView logits, ConstTensorView global_max, StreamRef s);
+/// Blocks the host (copies the losses back: the loss sum is returned by value).
+CrossEntropyResult vocab_parallel_ce_loss(TensorView losses, ConstTensorView global_max,
+                                          ConstTensorView global_sum_exp, ConstTensorView global_target_logit,
+                                          ConstTensorView targets, std::int32_t ignore_index, StreamRef s);
+void vocab_parallel_ce_bwd(TensorView dlogits, ConstTensorView logits, ConstTensorView targets,
+                           std::int64_t vocab_begin, ConstTensorView global_max, ConstTensorView global_sum_exp,
+                           const CrossEntropyGrad& grad, StreamRef s);
+
 }  // namespace hzp::kernels::cuda

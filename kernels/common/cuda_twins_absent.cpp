@@ -58,4 +58,25 @@ void attention_bwd(TensorView, TensorView, TensorView, ConstTensorView, ConstTen
   absent("attention_bwd");
 }
 void add(TensorView, ConstTensorView, ConstTensorView, StreamRef) { absent("add"); }
+void embedding_fwd_vocab_range(TensorView, ConstTensorView, ConstTensorView, std::int64_t, StreamRef) {
+  absent("embedding_fwd_vocab_range");
+}
+void embedding_bwd_vocab_range(TensorView, ConstTensorView, ConstTensorView, std::int64_t, bool, StreamRef) {
+  absent("embedding_bwd_vocab_range");
+}
+void vocab_parallel_ce_local_stats(TensorView, TensorView, ConstTensorView, ConstTensorView, std::int64_t,
+                                   std::int32_t, StreamRef) {
+  absent("vocab_parallel_ce_local_stats");
+}
+void vocab_parallel_ce_sum_exp(TensorView, ConstTensorView, ConstTensorView, StreamRef) {
+  absent("vocab_parallel_ce_sum_exp");
+}
+CrossEntropyResult vocab_parallel_ce_loss(TensorView, ConstTensorView, ConstTensorView, ConstTensorView,
+                                          ConstTensorView, std::int32_t, StreamRef) {
+  absent("vocab_parallel_ce_loss");
+}
+void vocab_parallel_ce_bwd(TensorView, ConstTensorView, ConstTensorView, std::int64_t, ConstTensorView,
+                           ConstTensorView, const CrossEntropyGrad&, StreamRef) {
+  absent("vocab_parallel_ce_bwd");
+}
 }  // namespace hzp::kernels::cuda

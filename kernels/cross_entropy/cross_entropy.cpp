@@ -52,10 +52,7 @@ void check_target_values(std::string_view kernel, const std::int32_t* targets, s
 }
 
 void check_grad(std::string_view kernel, const CrossEntropyGrad& g) {
-  if (!(g.normaliser > 0.0) || !std::isfinite(g.normaliser))
-    HZP_THROW(PreconditionError, kernel, ": normaliser = ", g.normaliser,
-              " must be positive and finite (the number of non-ignored tokens of the global batch)");
-  if (!std::isfinite(g.dloss)) HZP_THROW(PreconditionError, kernel, ": dloss = ", g.dloss, " is not finite");
+  check_cross_entropy_scale(kernel, g.normaliser, g.dloss);
 }
 
 template <typename Fn>

@@ -21,5 +21,8 @@ void check_device(std::string_view kernel, std::string_view arg, Device actual, 
 void check_workspace(std::string_view kernel, std::size_t have, std::size_t needed);
 /// Throws unless a dimension is positive (sizes of zero are refused by name).
 void check_positive(std::string_view kernel, std::string_view what, long long value);
+/// Throws unless a cross-entropy backward's normaliser is positive and finite and its dloss finite (the full and
+/// the vocabulary-parallel backward share the rule).
+void check_cross_entropy_scale(std::string_view kernel, double normaliser, double dloss);
 
 }  // namespace hzp::kernels
