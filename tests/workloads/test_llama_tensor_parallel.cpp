@@ -76,25 +76,60 @@ void expect_tensor_parallel_matches(coll::Communicator& tp, const workloads::Lla
   const std::int64_t m = 2, L = cfg.layers, n = 2 * cfg.seq_len, dm = cfg.hidden, tpn = tp.size();
   const coll::OpTotals ar = d.total("tp", coll::CollOp::all_reduce), ag = d.total("tp", coll::CollOp::all_gather),
                        rs = d.total("tp", coll::CollOp::reduce_scatter);
+  // Both ends are vocabulary-parallel: the embedding's partial lookups are summed like a row-parallel output,
+  // the LM head's input gradient like a column-parallel input's, and the softmax takes two all-reduces per
+  // micro-batch: the row maxima (N) and the sums of exponentials with the target logits (2N).
+  const std::int64_t softmax_calls = 2, softmax_elements = 3 * n;
   if (!sp) {
-    // 2 all-reduces of N x d per block forward, 2 in backward, and the attention's again under recompute.
-    const std::int64_t per_block = recompute ? 5 : 4;
-    EXPECT_EQ(ar.calls, static_cast<std::uint64_t>(m * L * per_block)) << label;
-    EXPECT_EQ(ar.elements, m * L * per_block * n * dm) << label;
+    // 2 all-reduces of N x d per block forward, 2 in backward, and the attention's again under recompute; the
+    // embedding's forward and the head's backward one each.
+    const std::int64_t sums = L * (recompute ? 5 : 4) + 2;
+    EXPECT_EQ(ar.calls, static_cast<std::uint64_t>(m * (sums + softmax_calls))) << label;
+    EXPECT_EQ(ar.elements, m * (sums * n * dm + softmax_elements)) << label;
     EXPECT_EQ(ag.calls + rs.calls, 0u) << label;
   } else {
     // Per block 4 all-gathers of the N/tp x d rows (2 forward, 2 backward) and 4 reduce-scatters of N x d,
     // plus the recompute's 2 gathers and 1 reduce-scatter; the embedding's backward and the head's forward
-    // gather once each; the two norm weights' gradients are summed (d elements each) per block.
-    const std::int64_t gathers = L * (recompute ? 6 : 4) + 2, scatters = L * (recompute ? 5 : 4);
+    // gather once each (and the head's recompute once more); the embedding's forward and the head's backward
+    // reduce-scatter once each; the norm weights' gradients are summed (d elements each): two per block and
+    // the final norm's.
+    const std::int64_t gathers = L * (recompute ? 6 : 4) + 2 + (recompute ? 1 : 0),
+                       scatters = L * (recompute ? 5 : 4) + 2;
     EXPECT_EQ(ag.calls, static_cast<std::uint64_t>(m * gathers)) << label;
     EXPECT_EQ(ag.elements, m * gathers * (n / tpn) * dm) << label;
     EXPECT_EQ(rs.calls, static_cast<std::uint64_t>(m * scatters)) << label;
     EXPECT_EQ(rs.elements, m * scatters * n * dm) << label;
-    EXPECT_EQ(ar.calls, static_cast<std::uint64_t>(m * L * 2)) << label;
-    EXPECT_EQ(ar.elements, m * L * 2 * dm) << label;
+    EXPECT_EQ(ar.calls, static_cast<std::uint64_t>(m * (2 * L + 1 + softmax_calls))) << label;
+    EXPECT_EQ(ar.elements, m * ((2 * L + 1) * dm + softmax_elements)) << label;
   }
   EXPECT_EQ(d.calls(), ar.calls + ag.calls + rs.calls) << label << ": the model calls nothing else";
+
+  // What the model declares for the plan (llama_tensor_parallel_calls) is what it ran, call for call.
+  const workloads::TensorParallelRun run{.tp = static_cast<int>(tpn), .sequence_parallel = sp, .recompute = recompute,
+                                         .micro_batch_size = 2, .precision = Precision::fp64};
+  std::uint64_t calls[3] = {0, 0, 0};
+  std::int64_t elements[3] = {0, 0, 0};
+  const coll::CollOp ops[3] = {coll::CollOp::all_reduce, coll::CollOp::all_gather, coll::CollOp::reduce_scatter};
+  for (int u = 0; u < layout.num_units(); ++u)
+    for (bool backward : {false, true})
+      for (const workloads::TensorParallelCall& c : workloads::llama_tensor_parallel_calls(cfg, u, backward, run))
+        for (int k = 0; k < 3; ++k)
+          if (c.op == ops[k]) {
+            calls[k] += static_cast<std::uint64_t>(m * c.times);
+            elements[k] += m * c.times * c.elements;
+          }
+  const coll::OpTotals* got[3] = {&ar, &ag, &rs};
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(calls[k], got[k]->calls) << label << " " << coll::coll_op_name(ops[k]) << ": declared vs run";
+    EXPECT_EQ(elements[k], got[k]->elements) << label << " " << coll::coll_op_name(ops[k]) << ": declared vs run";
+  }
+}
+
+// The shrunk model with a vocabulary tp = 2 and 4 divide (its own 11 is prime: the ends split by vocabulary).
+workloads::LlamaConfig tp_llama(bool tied) {
+  workloads::LlamaConfig c = shrunk_llama(tied);
+  c.vocab = 12;
+  return c;
 }
 
 TEST(LlamaTensorParallel, PiecesGiveTheWholeModelsLossAndGradients) {
@@ -104,10 +139,10 @@ TEST(LlamaTensorParallel, PiecesGiveTheWholeModelsLossAndGradients) {
   auto pair = world->split(r / 2, r % 2, "tp");
   for (bool sp : {false, true})
     for (bool tied : {true, false})
-      for (bool recompute : {false, true}) expect_tensor_parallel_matches(*pair, shrunk_llama(tied), recompute, sp);
+      for (bool recompute : {false, true}) expect_tensor_parallel_matches(*pair, tp_llama(tied), recompute, sp);
   if (w % 4 == 0) {
     auto quad = world->split(r / 4, r % 4, "tp");
-    workloads::LlamaConfig four = shrunk_llama(true);
+    workloads::LlamaConfig four = tp_llama(true);
     four.kv_heads = 4;  // tp = 4 must divide the KV heads too
     expect_tensor_parallel_matches(*quad, four, false, false);
     expect_tensor_parallel_matches(*quad, four, true, true);
@@ -115,10 +150,13 @@ TEST(LlamaTensorParallel, PiecesGiveTheWholeModelsLossAndGradients) {
 }
 
 TEST(LlamaTensorParallel, RefusesADegreeThatDoesNotDivideTheHeads) {
-  workloads::LlamaConfig c = shrunk_llama(true);  // heads 4, kv_heads 2, ffn 24
+  workloads::LlamaConfig c = tp_llama(true);  // heads 4, kv_heads 2, ffn 24, vocab 12
   EXPECT_TRUE(throws_with<ConfigError>([&] { workloads::llama_layout(c, 4, 0); },
                                        {"tp = 4", "model.heads = 4", "model.kv_heads = 2", "model.ffn_hidden = 24"}));
   EXPECT_NO_THROW(workloads::llama_layout(c, 2, 1));
+  // The vocabulary is split too, and not padded.
+  c.vocab = 33;
+  EXPECT_TRUE(throws_with<ConfigError>([&] { workloads::llama_layout(c, 2, 0); }, {"tp = 2", "model.vocab = 33"}));
 }
 
 }  // namespace

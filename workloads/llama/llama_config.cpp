@@ -84,11 +84,14 @@ std::string LlamaConfig::describe() const {
 }
 
 void check_tensor_parallel(const LlamaConfig& c, int tp) {
-  const bool ok = tp >= 1 && c.heads % tp == 0 && c.kv_heads % tp == 0 && c.ffn_hidden % tp == 0;
+  const bool ok = tp >= 1 && c.heads % tp == 0 && c.kv_heads % tp == 0 && c.ffn_hidden % tp == 0 && c.vocab % tp == 0;
+  // The vocabulary is not padded: a padded row would change the softmax of every token unless masked, and the
+  // presets' vocabularies (155,136 and the powers of two) divide by every tp a node holds.
   if (!ok)
-    HZP_THROW(ConfigError, "tensor parallelism over tp = ", tp, " ranks splits the heads, the key/value heads and the "
-              "MLP's inner width, so tp must divide model.heads = ", c.heads, ", model.kv_heads = ", c.kv_heads,
-              " and model.ffn_hidden = ", c.ffn_hidden, "; fix: choose tp among the common divisors");
+    HZP_THROW(ConfigError, "tensor parallelism over tp = ", tp, " ranks splits the heads, the key/value heads, the "
+              "MLP's inner width and the vocabulary, so tp must divide model.heads = ", c.heads, ", model.kv_heads = ",
+              c.kv_heads, ", model.ffn_hidden = ", c.ffn_hidden, " and model.vocab = ", c.vocab,
+              " (the vocabulary is not padded); fix: choose tp among their common divisors");
 }
 
 namespace {
@@ -111,9 +114,11 @@ ParamLayout tensor_parallel_layout(const ParamLayout& whole, int tp, int rank) {
     for (std::size_t t = 0; t < unit.tensors.size(); ++t) {
       const ParamTensor& w = whole.unit(u).tensors[t];
       const std::string_view n = w.name;
-      // Column-parallel (output rows split) and row-parallel (input columns split) projections.
+      // Column-parallel (output rows split) and row-parallel (input columns split) projections; the embedding
+      // table and the LM head split by vocabulary rows.
       const bool column = n.ends_with("attn.wq") || n.ends_with("attn.wk") || n.ends_with("attn.wv") ||
-                          n.ends_with("mlp.w_gate") || n.ends_with("mlp.w_up");
+                          n.ends_with("mlp.w_gate") || n.ends_with("mlp.w_up") || n == "tok_embeddings" ||
+                          n == "lm_head";
       const bool row = n.ends_with("attn.wo") || n.ends_with("mlp.w_down");
       const std::int64_t global = whole.tensor_offset(u, static_cast<int>(t));
       if (column || row) unit.tensors[t] = piece_of(w, global, column ? 0 : 1, tp, rank);

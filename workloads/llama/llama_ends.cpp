@@ -1,9 +1,13 @@
 // The two end units of the Llama decoder: the token embedding (unit 0) and the head (unit L+1: final
 // RMSNorm, LM head, softmax cross-entropy against the targets). With tied embeddings the head reads
 // the embedding table from unit 0's block and writes its LM-head gradient into unit 0's gradient,
-// which the embedding's own backward then accumulates into (ParamLayout's writer rules). Under sequence
-// parallelism both ends stay whole on every rank: the embedding looks up its rows only and gathers the rows'
-// gradients to write the whole table's, the head gathers the rows and computes logits and loss for every token.
+// which the embedding's own backward then accumulates into (ParamLayout's writer rules). Under tensor
+// parallelism both ends are vocabulary-parallel: the embedding looks up every token in its V/tp rows and the
+// partial lookups are summed over the group (an all-reduce, or a reduce-scatter to the rank's rows under sequence
+// parallelism); its backward writes its rows' gradient from every token's output gradient (gathered under
+// sequence parallelism). The head's final norm feeds a column-parallel LM head (its [tokens, V/tp] logits) and
+// the cross-entropy takes the row maxima and sums of exponentials over the group (vocab_parallel.hpp); its input
+// gradient is summed over the group like a column-parallel input's.
 #include "hzp/core/cuda_backing.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/phase_timer.hpp"
@@ -11,6 +15,7 @@
 #include "hzp/kernels/cross_entropy.hpp"
 #include "hzp/kernels/embedding.hpp"
 #include "hzp/kernels/rmsnorm.hpp"
+#include "hzp/kernels/vocab_parallel.hpp"
 #include "llama/llama_model.hpp"
 
 namespace hzp::workloads::llama {
@@ -19,27 +24,44 @@ namespace {
 // Our data never ignores a target; -1 keeps the kernel's "ignore" branch unreachable.
 constexpr std::int32_t kNoIgnore = -1;
 
+// Rows [first, first + count) of a [rows, N] statistics buffer, flattened.
+TensorView stats_row(const Act& a, std::int64_t first, std::int64_t count) {
+  const std::int64_t n = a.view.shape()[1];
+  return TensorView(static_cast<std::byte*>(a.view.data()) + static_cast<std::size_t>(first * n) * dtype_size(a.view.dtype()),
+                    Shape{count * n}, a.view.dtype(), a.view.device());
+}
+
 }  // namespace
 
 void LlamaModel::embedding_forward(const UnitParams& params, LlamaContext& ctx) const {
   const Dims d = dims(ctx);
   const ConstTensorView table = tensor_in_block(layout(), 0, 0, params.block(0));
-  // Under sequence parallelism only this rank's rows of tokens are looked up.
-  const ConstTensorView all = ctx.input_tokens();
-  const std::int64_t rows = local_rows(d);
-  const ConstTensorView mine(static_cast<const std::int32_t*>(all.data()) + first_row(d), Shape{rows}, DType::i32,
-                             all.device());
-  ctx.hidden = make_act(ctx.allocator(), Shape{rows, d.hidden}, act_dtype());
-  kernels::embedding_fwd(ctx.hidden.view, mine, table, ctx.stream());
+  if (tp_ == nullptr) {
+    ctx.hidden = make_act(ctx.allocator(), Shape{d.tokens, d.hidden}, act_dtype());
+    kernels::embedding_fwd(ctx.hidden.view, ctx.input_tokens(), table, ctx.stream());
+    return;
+  }
+  // Every token looked up in this rank's vocabulary rows (zero elsewhere): one rank holds each token's row,
+  // so the sum over the group is the lookup.
+  Act partial = make_act(ctx.allocator(), Shape{d.tokens, d.hidden}, act_dtype());
+  kernels::embedding_fwd_vocab_range(partial.view, ctx.input_tokens(), table, vocab_begin(), ctx.stream());
+  ctx.hidden = sum_partial(std::move(partial), ctx);
 }
 
 void LlamaModel::embedding_backward(LlamaContext& ctx, const UnitGrads& grads) const {
   HZP_CHECK(static_cast<bool>(ctx.dhidden), "embedding backward: no gradient of its output is held");
   const UnitGrads::Block& g = grads.block(0);
-  Act gathered;  // sequence parallelism: every token's gradient, so every rank writes the whole table's
-  if (sp_) gathered = gather_rows(ctx.dhidden.view, ctx);
-  kernels::embedding_bwd(tensor_in_block(layout(), 0, 0, g.view), ctx.input_tokens(),
-                         sp_ ? gathered.view : ctx.dhidden.view, g.accumulate, ctx.stream());
+  const TensorView dtable = tensor_in_block(layout(), 0, 0, g.view);
+  if (tp_ == nullptr) {
+    kernels::embedding_bwd(dtable, ctx.input_tokens(), ctx.dhidden.view, g.accumulate, ctx.stream());
+  } else {
+    // This rank's vocabulary rows take the gradient of every token that looked them up, so it needs every
+    // token's output gradient: gathered under sequence parallelism.
+    Act gathered;
+    if (sp_) gathered = gather_rows(ctx.dhidden.view, ctx);
+    kernels::embedding_bwd_vocab_range(dtable, ctx.input_tokens(), sp_ ? gathered.view : ctx.dhidden.view,
+                                       vocab_begin(), g.accumulate, ctx.stream());
+  }
   ctx.dhidden.reset();
 }
 
@@ -52,32 +74,50 @@ void LlamaModel::head_forward(const UnitParams& params, LlamaContext& ctx, bool 
   HeadActs& s = ctx.head;
   if (!recomputing) {
     HZP_CHECK(static_cast<bool>(ctx.hidden), "head forward: no input (did the last block run?)");
-    // Sequence parallelism: every rank computes the whole head on every token, so it gathers the rows.
-    s.x = sp_ ? gather_rows(ctx.hidden.view, ctx) : std::move(ctx.hidden);
-    ctx.hidden.reset();
+    s.x = std::move(ctx.hidden);  // this rank's rows under sequence parallelism
   }
   HZP_CHECK(static_cast<bool>(s.x), "head forward: no input (did the last block run?)");
-  const ConstTensorView norm_w = tensor_in_block(layout(), hu, 0, params.block(hu));
   const ConstTensorView w = config_.tied_embeddings ? tensor_in_block(layout(), 0, 0, params.block(0))
                                                     : tensor_in_block(layout(), hu, 1, params.block(hu));
-  s.h = make_act(alloc, Shape{d.tokens, d.hidden}, act_dtype());
-  s.rstd = make_act(alloc, Shape{d.tokens}, stat_dtype());
-  kernels::rmsnorm_fwd(s.h.view, s.rstd.view, s.x.view, norm_w, static_cast<float>(config_.norm_eps),
-                       ctx.stream());
-  s.logits = make_act(alloc, Shape{d.tokens, d.vocab}, act_dtype());
+  // The final norm: on every token, or on the rank's rows and gathered (the LM head is column-parallel).
+  s.h = norm_for_column_parallel(hu, 0, params, ctx, s.x, s.rstd);
+  s.logits = make_act(alloc, Shape{d.tokens, d.vocab}, act_dtype());  // V/tp columns under tensor parallelism
   linear_fwd(s.logits.view, s.h.view, w, alloc, ctx.stream());
   if (!recomputing) {
     // The loss is computed on the first run only; a recompute in backward rebuilds identical logits.
-    Act losses = make_act(alloc, Shape{d.tokens}, stat_dtype());
-    const kernels::CrossEntropyResult r = kernels::cross_entropy_fwd(
-        losses.view, s.logits.view, ctx.target_tokens(), kNoIgnore, ctx.stream());
-    set_loss_sum(ctx, r.loss_sum);
+    if (tp_ != nullptr) {
+      set_loss_sum(ctx, vocab_parallel_loss(ctx));
+    } else {
+      Act losses = make_act(alloc, Shape{d.tokens}, stat_dtype());
+      const kernels::CrossEntropyResult r = kernels::cross_entropy_fwd(
+          losses.view, s.logits.view, ctx.target_tokens(), kNoIgnore, ctx.stream());
+      set_loss_sum(ctx, r.loss_sum);
+    }
   }
   if (!keep) {
     s.h.reset();
     s.rstd.reset();
     s.logits.reset();
   }
+}
+
+double LlamaModel::vocab_parallel_loss(LlamaContext& ctx) const {
+  const Dims d = dims(ctx);
+  HeadActs& s = ctx.head;
+  const StreamRef stream = ctx.stream();
+  // [3, N]: row maxima, sums of exponentials, target logits. The last two are sums over the group, adjacent so
+  // that one all-reduce takes both.
+  s.softmax_stats = make_act(ctx.allocator(), Shape{3, d.tokens}, stat_dtype());
+  const TensorView row_max = stats_row(s.softmax_stats, 0, 1), sum_exp = stats_row(s.softmax_stats, 1, 1),
+                   target = stats_row(s.softmax_stats, 2, 1);
+  kernels::vocab_parallel_ce_local_stats(row_max, target, s.logits.view, ctx.target_tokens(), vocab_begin(), kNoIgnore,
+                                         stream);
+  tp_all_reduce(row_max, stream, /*max=*/true);
+  kernels::vocab_parallel_ce_sum_exp(sum_exp, s.logits.view, row_max, stream);
+  tp_all_reduce(stats_row(s.softmax_stats, 1, 2), stream);
+  Act losses = make_act(ctx.allocator(), Shape{d.tokens}, stat_dtype());
+  return kernels::vocab_parallel_ce_loss(losses.view, row_max, sum_exp, target, ctx.target_tokens(), kNoIgnore, stream)
+      .loss_sum;
 }
 
 void LlamaModel::head_backward(const UnitParams& params, LlamaContext& ctx, const UnitGrads& grads) const {
@@ -91,15 +131,19 @@ void LlamaModel::head_backward(const UnitParams& params, LlamaContext& ctx, cons
   }
   HZP_CHECK(static_cast<bool>(s.logits), "head backward: its forward state is missing");
 
-  // dlogits overwrite the logits in place (the kernel reads each row before writing it).
+  // dlogits overwrite the logits in place (the kernels read each row before writing it).
   kernels::CrossEntropyGrad cg;
   cg.ignore_index = kNoIgnore;
   cg.normaliser = ctx.normaliser();
   cg.dloss = 1.0;
-  kernels::cross_entropy_bwd(s.logits.view, s.logits.view, ctx.target_tokens(), cg, ctx.stream());
+  if (tp_ != nullptr) {
+    kernels::vocab_parallel_ce_bwd(s.logits.view, s.logits.view, ctx.target_tokens(), vocab_begin(),
+                                   stats_row(s.softmax_stats, 0, 1), stats_row(s.softmax_stats, 1, 1), cg, ctx.stream());
+  } else {
+    kernels::cross_entropy_bwd(s.logits.view, s.logits.view, ctx.target_tokens(), cg, ctx.stream());
+  }
 
   const UnitGrads::Block& gh = grads.block(hu);
-  const ConstTensorView norm_w = tensor_in_block(layout(), hu, 0, params.block(hu));
   const ConstTensorView w = config_.tied_embeddings ? tensor_in_block(layout(), 0, 0, params.block(0))
                                                     : tensor_in_block(layout(), hu, 1, params.block(hu));
   const UnitGrads::Block& gw = config_.tied_embeddings ? grads.block(0) : gh;
@@ -110,20 +154,12 @@ void LlamaModel::head_backward(const UnitParams& params, LlamaContext& ctx, cons
   linear_bwd_data(dh.view, s.logits.view, w, false, alloc, ctx.stream());
   s.logits.reset();
   s.h.reset();
+  // Column-parallel over the vocabulary: each rank's dh is its columns' share.
+  dh = sum_partial(std::move(dh), ctx);
 
-  ctx.dhidden = make_act(alloc, Shape{d.tokens, d.hidden}, act_dtype());
-  kernels::rmsnorm_bwd(ctx.dhidden.view, tensor_in_block(layout(), hu, 0, gh.view), dh.view, s.x.view, norm_w,
-                       s.rstd.view, gh.accumulate, ctx.stream());
+  ctx.dhidden = make_act(alloc, Shape{local_rows(d), d.hidden}, act_dtype());
+  norm_backward(hu, 0, params, ctx, ctx.dhidden.view, dh.view, s.x, s.rstd, gh);
   s.reset_all();
-  if (sp_) {
-    // Every rank computed the same loss once over every token: the gradient of its rows is its slice.
-    Act rows = make_act(alloc, Shape{local_rows(d), d.hidden}, act_dtype());
-    const std::size_t row_bytes = static_cast<std::size_t>(d.hidden) * dtype_size(act_dtype());
-    copy_bytes(rows.view.data(), rows.view.device(),
-               static_cast<const std::byte*>(ctx.dhidden.view.data()) + static_cast<std::size_t>(first_row(d)) * row_bytes,
-               ctx.dhidden.view.device(), static_cast<std::size_t>(local_rows(d)) * row_bytes, ctx.stream());
-    ctx.dhidden = std::move(rows);
-  }
 }
 
 }  // namespace hzp::workloads::llama

@@ -21,7 +21,7 @@ void BlockActs::reset_all() noexcept {
 }
 
 void HeadActs::reset_all() noexcept {
-  for (Act* a : {&x, &h, &rstd, &logits}) a->reset();
+  for (Act* a : {&x, &h, &rstd, &logits, &softmax_stats}) a->reset();
 }
 
 LlamaContext::LlamaContext(CachingAllocator& alloc, const ContextOptions& options, const LlamaConfig& config,
@@ -70,10 +70,10 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, const Ten
       tp_rank_(tp_ ? tp_->rank() : 0),
       sp_(tp_ != nullptr && tp.sequence_parallel) {}
 
-void LlamaModel::tp_all_reduce(TensorView v, StreamRef stream) const {
+void LlamaModel::tp_all_reduce(TensorView v, StreamRef stream, bool max) const {
   if (tp_ == nullptr) return;
   const profile::ScopedPhase phase(profile::Phase::comm_wait, "tp all_reduce");
-  tp_->all_reduce(v, coll::ReduceOp::sum, stream);
+  tp_->all_reduce(v, max ? coll::ReduceOp::max : coll::ReduceOp::sum, stream);
 }
 
 void LlamaModel::tp_all_gather(ConstTensorView rows, TensorView full, StreamRef stream) const {
@@ -155,7 +155,7 @@ Dims LlamaModel::dims(const MicroBatchContext& ctx) const {
               config_.kv_heads / tp_size_,
               config_.resolved_head_dim(),
               config_.ffn_hidden / tp_size_,
-              config_.vocab};
+              config_.vocab / tp_size_};  // the rank's vocabulary rows (vocabulary-parallel ends)
 }
 
 void LlamaModel::forward_unit(int unit, const UnitParams& params, MicroBatchContext& base) const {

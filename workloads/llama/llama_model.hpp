@@ -26,9 +26,13 @@ struct BlockActs {
   void reset_internals() noexcept;  // everything but x
 };
 
-/// What the head keeps: its input, the final RMSNorm, the logits (under recompute only x).
+/// What the head keeps: its input, the final RMSNorm, the logits (under recompute only x). Vocabulary-parallel
+/// (tensor parallelism): the logits are the rank's [tokens, V/tp] columns, and the softmax's row maxima and sums
+/// of exponentials over the whole vocabulary ([2, tokens]: maxima, then sums) are kept under recompute too, so
+/// backward's rebuilt logits need no second round of their all-reduces.
 struct HeadActs {
   Act x, h, rstd, logits;
+  Act softmax_stats;
   void reset_all() noexcept;
 };
 
@@ -81,14 +85,20 @@ class LlamaModel final : public Workload {
   void embedding_backward(LlamaContext& ctx, const UnitGrads& grads) const;
   void head_forward(const UnitParams& params, LlamaContext& ctx, bool recomputing) const;
   void head_backward(const UnitParams& params, LlamaContext& ctx, const UnitGrads& grads) const;
+  /// Vocabulary-parallel softmax cross-entropy of the head's logits slice (tensor parallelism): fills
+  /// ctx.head.softmax_stats and returns the loss sum over every token.
+  double vocab_parallel_loss(LlamaContext& ctx) const;
+  /// The first vocabulary row this rank holds.
+  std::int64_t vocab_begin() const noexcept { return config_.vocab / tp_size_ * tp_rank_; }
   // llama_block.cpp. block_compute fills every saved tensor of `s` from s.x; with `out` it also
   // computes the block's output (skipped when backward recomputes, which does not need it).
   void block_compute(int unit, const UnitParams& params, LlamaContext& ctx, BlockActs& s, Act* out) const;
   void block_backward(int unit, const UnitParams& params, LlamaContext& ctx, const UnitGrads& grads) const;
 
   int head_unit() const noexcept { return static_cast<int>(config_.layers) + 1; }
-  /// Sums `v` over the tensor-parallel group in place (nothing without one), timed as a communication wait.
-  void tp_all_reduce(TensorView v, StreamRef stream) const;
+  /// Sums `v` over the tensor-parallel group in place (nothing without one), timed as a communication wait;
+  /// `max`: the element-wise maximum instead.
+  void tp_all_reduce(TensorView v, StreamRef stream, bool max = false) const;
   /// Sequence parallelism: every rank's rows into `full` / the sum over the group of `full`'s rows into this
   /// rank's `rows` (timed as communication waits).
   void tp_all_gather(ConstTensorView rows, TensorView full, StreamRef stream) const;

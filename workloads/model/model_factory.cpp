@@ -85,8 +85,15 @@ class LlamaSpec final : public ModelSpec {
   std::int64_t vocab() const override { return c_.vocab; }
   FlopsPerToken flops_per_token() const override { return c_.flops_per_token(); }
   ParamLayout layout() const override { return llama_layout(c_); }
+  ParamLayout tensor_parallel_layout(int tp, int tp_rank) const override { return llama_layout(c_, tp, tp_rank); }
+  std::vector<TensorParallelCall> tensor_parallel_calls(int unit, bool backward,
+                                                        const TensorParallelRun& run) const override {
+    return llama_tensor_parallel_calls(c_, unit, backward, run);
+  }
   Linear widest_linear() const override { return {c_.ffn_hidden, c_.hidden}; }
-  std::unique_ptr<Workload> build(Precision precision) const override { return make_llama(c_, precision); }
+  std::unique_ptr<Workload> build(Precision precision, const TensorParallel& tp) const override {
+    return make_llama(c_, precision, tp);
+  }
 
  private:
   LlamaConfig c_;
@@ -98,7 +105,7 @@ struct Kind {
   std::unique_ptr<ModelSpec> (*from_config)(const ResolvedConfig&);
 };
 
-std::unique_ptr<ModelSpec> llama_from(const ResolvedConfig& c) { return std::make_unique<LlamaSpec>(llama_config_from(c)); }
+std::unique_ptr<ModelSpec> llama_from(const ResolvedConfig& c) { return llama_spec(llama_config_from(c)); }
 
 // One line per model kind; the first is the default.
 constexpr std::array kKinds = {Kind{"llama", &register_llama_keys, &llama_from}};
@@ -129,6 +136,11 @@ std::unique_ptr<ModelSpec> model_spec_from(const ResolvedConfig& c) {
   for (const Kind& k : kKinds)
     if (kind == k.name) return k.from_config(c);
   HZP_THROW(ConfigError, "model.kind = \"", kind, "\" is not a registered model kind");  // the enumeration refuses it first
+}
+
+std::unique_ptr<ModelSpec> llama_spec(const LlamaConfig& config) {
+  config.validate();
+  return std::make_unique<LlamaSpec>(config);
 }
 
 LlamaConfig llama_config_from(const ResolvedConfig& c) {

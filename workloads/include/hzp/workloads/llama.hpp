@@ -7,14 +7,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hzp/workloads/param_layout.hpp"
 #include "hzp/workloads/precision.hpp"
+#include "hzp/workloads/tensor_parallel.hpp"
 #include "hzp/workloads/workload.hpp"
-
-namespace hzp::coll {
-class Communicator;
-}
 
 namespace hzp::workloads {
 
@@ -67,24 +65,22 @@ struct LlamaConfig {
 ///
 /// With tensor parallelism over `tp_size` ranks (Megatron's layout), rank `tp_rank` holds, of every block,
 /// the column-parallel pieces of wq, wk, wv (its H/tp query and KV/tp key/value heads, contiguous) and of
-/// w_gate, w_up (F/tp rows), and the row-parallel pieces of wo and w_down (the matching columns); the norms,
-/// the embedding and the head are whole on every rank. Each piece records its shard (dim, tp_rank, tp_size,
-/// group "tp") and where the whole tensor sits in the unsharded layout, so it initialises to its slice of the
-/// unsharded model's tensor. ConfigError (check_tensor_parallel) unless tp divides heads, kv_heads and ffn_hidden.
+/// w_gate, w_up (F/tp rows), the row-parallel pieces of wo and w_down (the matching columns), and V/tp
+/// consecutive vocabulary rows of tok_embeddings and lm_head (vocabulary-parallel ends); the norms are whole on
+/// every rank. Each piece records its shard (dim, tp_rank, tp_size, group "tp") and where the whole tensor sits
+/// in the unsharded layout, so it initialises to its slice of the unsharded model's tensor. ConfigError
+/// (check_tensor_parallel) unless tp divides heads, kv_heads, ffn_hidden and vocab.
 ParamLayout llama_layout(const LlamaConfig& config, int tp_size = 1, int tp_rank = 0);
 
-/// ConfigError naming model.heads, model.kv_heads, model.ffn_hidden and tp unless tp (>= 1) divides all three.
+/// ConfigError naming model.heads, model.kv_heads, model.ffn_hidden, model.vocab and tp unless tp (>= 1) divides
+/// all four (the vocabulary is not padded).
 void check_tensor_parallel(const LlamaConfig& config, int tp);
 
-/// How the model is split over a tensor-parallel group (docs/workloads.md "Tensor parallelism").
-struct TensorParallel {
-  /// The group (must outlive the model); nullptr or a group of one: the whole model on this rank.
-  coll::Communicator* group = nullptr;
-  /// Megatron's sequence parallelism: the residual stream, the norms and the residual adds on 1/tp of the
-  /// tokens; an all-gather before each column-parallel pair and a reduce-scatter after each row-parallel
-  /// matmul instead of the all-reduces, and the norm weights' gradients summed over the group.
-  bool sequence_parallel = false;
-};
+/// The tensor-parallel collectives one micro-batch of the model issues in unit `unit`'s forward (`backward`
+/// false) or backward (recompute included), for the plan; what the model's code calls, written beside it
+/// (llama_tp_calls.cpp). Empty at tp = 1.
+std::vector<TensorParallelCall> llama_tensor_parallel_calls(const LlamaConfig& config, int unit, bool backward,
+                                                            const TensorParallelRun& run);
 
 /// Builds the model (validating `config`). Cheap: holds no parameters; activations live in contexts. With a
 /// tensor-parallel group the model runs its rank's pieces (llama_layout above). Without sequence parallelism
@@ -92,10 +88,12 @@ struct TensorParallel {
 /// the column-parallel inputs' gradients (before each block's two norms in backward); a recompute repeats the
 /// attention's forward all-reduce (the MLP output is not rebuilt). With it, each of those all-reduces becomes
 /// an all-gather (forward: the normed input; backward: the output gradient) or a reduce-scatter, the activation
-/// between units is the rank's [tokens/tp, d] rows, the embedding looks up only its rows (and gathers the
-/// output gradient to write the whole table's gradient) and the head gathers the rows to compute the full
-/// logits and loss on every rank. Every context's micro-batch must run on every rank of the group in the same
-/// order; tokens per micro-batch must divide by tp under sequence parallelism.
+/// between units is the rank's [tokens/tp, d] rows. The ends are vocabulary-parallel: the embedding looks up
+/// every token in its V/tp rows (zero elsewhere) and sums the partial lookups like a row-parallel output; the
+/// head computes its [tokens, V/tp] logits and the softmax cross-entropy from row maxima and sums of
+/// exponentials all-reduced over the group (full-vocabulary logits never exist on a rank), and sums its input
+/// gradient like a column-parallel input's. Every context's micro-batch must run on every rank of the group in
+/// the same order; tokens per micro-batch must divide by tp under sequence parallelism.
 std::unique_ptr<Workload> make_llama(const LlamaConfig& config, Precision precision, const TensorParallel& tp = {});
 
 }  // namespace hzp::workloads

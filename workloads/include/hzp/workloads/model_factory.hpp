@@ -33,13 +33,19 @@ class ModelSpec {
   virtual FlopsPerToken flops_per_token() const = 0;
   /// The unit layout the built model will have (what plans and validation read).
   virtual ParamLayout layout() const = 0;
+  /// The layout of rank `tp_rank` of a tensor-parallel group of `tp` (layout() at tp = 1): its pieces.
+  /// ConfigError naming the sizes tp must divide.
+  virtual ParamLayout tensor_parallel_layout(int tp, int tp_rank) const = 0;
+  /// The tensor-parallel collectives one micro-batch issues in unit `unit`'s forward or backward (for the plan).
+  virtual std::vector<TensorParallelCall> tensor_parallel_calls(int unit, bool backward,
+                                                                const TensorParallelRun& run) const = 0;
   /// The widest linear layer's weight, [out, in] (the shape a compute-peak probe imitates).
   struct Linear {
     std::int64_t out = 0, in = 0;
   };
   virtual Linear widest_linear() const = 0;
-  /// The model, for `precision`.
-  virtual std::unique_ptr<Workload> build(Precision precision) const = 0;
+  /// The model, for `precision`, split over `tp`'s group when it has one.
+  virtual std::unique_ptr<Workload> build(Precision precision, const TensorParallel& tp = {}) const = 0;
 };
 
 /// Registered model kinds, in registration order ("llama" first).
@@ -54,5 +60,7 @@ std::unique_ptr<ModelSpec> model_spec_from(const ResolvedConfig& config);
 
 /// The Llama decoder's `model.*` keys read back (validated): what model_spec_from builds for "llama".
 LlamaConfig llama_config_from(const ResolvedConfig& config);
+/// The spec of a Llama decoder of `config` (validated): what model_spec_from makes for model.kind = llama.
+std::unique_ptr<ModelSpec> llama_spec(const LlamaConfig& config);
 
 }  // namespace hzp::workloads
