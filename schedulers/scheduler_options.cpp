@@ -115,6 +115,21 @@ std::vector<SchedulerOptionDecl> declare() {
       &O::pool_fallback,
       "asynchzp (async): a unit whose block does not fit its ring is a configuration error, or is gathered / "
       "reduce-scattered inline from the caching allocator and counted"));
+  // ---- nd (docs/nd-parallel.md) ----
+  v.push_back(with(int_option("scheduler.tp", &O::tp,
+                              "nd: tensor-parallel degree: attention heads, KV heads, the MLP width and the vocabulary "
+                              "split over tp consecutive ranks (inside a node); must divide the world size; dp = W / tp"),
+                   [](S& s) { s.positive(); }));
+  v.push_back(bool_option("scheduler.sequence_parallel", &O::sequence_parallel,
+                          "nd: sequence parallelism inside the tensor-parallel group (norms and residuals on 1/tp of "
+                          "the tokens; all-gathers and reduce-scatters instead of all-reduces)"));
+  v.push_back(bool_option("scheduler.distributed_optimizer", &O::distributed_optimizer,
+                          "nd: Megatron's distributed optimizer over the dp group (gradients reduce-scattered, AdamW "
+                          "on the rank's shard, parameters all-gathered); false = full replicas and a bucketed "
+                          "all-reduce (scheduler.bucket_mb, scheduler.overlap)"));
+  v.push_back(bool_option("scheduler.tp_across_nodes", &O::tp_across_nodes,
+                          "nd: allow a tensor-parallel group to span virtual nodes (its collectives then run at "
+                          "inter-node bandwidth on every layer)"));
   return v;
 }
 

@@ -9,6 +9,7 @@
 #include "hzp/core/error.hpp"
 #include "hzp/schedulers/asynchzp.hpp"
 #include "hzp/schedulers/data_parallel.hpp"
+#include "hzp/schedulers/nd.hpp"
 #include "hzp/schedulers/none.hpp"
 #include "hzp/schedulers/plan.hpp"
 #include "hzp/schedulers/scheduler.hpp"
@@ -23,30 +24,39 @@ struct Entry {
   const char* name;
   std::unique_ptr<Scheduler> (*make)(const SchedulerArgs&);
   std::unique_ptr<EnginePlan> (*plan)(const PlanInputs&);  ///< its engine's declaration (plan/engine_plans.hpp)
-  /// The ranks its model state is sharded over (the rest replicate): the mesh's dp_shard degree.
-  int (*shard)(const SchedulerOptions&, int world_size);
+  /// Its parallel degrees at W ranks (for the data-parallel ones: the ranks its model state is sharded over,
+  /// the mesh's dp_shard degree; the rest replicate).
+  ParallelDims (*dims)(const SchedulerOptions&, int world_size);
 };
 
-int shard_replicated(const SchedulerOptions&, int) { return 1; }
-int shard_world(const SchedulerOptions&, int w) { return w; }
-int shard_group(const SchedulerOptions& o, int w) { return o.group_size > 0 ? o.group_size : w; }
-int shard_z1(const SchedulerOptions& o, int w) { return o.z1 > 0 ? o.z1 : w; }
+ParallelDims dims_replicated(const SchedulerOptions&, int w) { return data_parallel_dims(w, 1); }
+ParallelDims dims_world(const SchedulerOptions&, int w) { return data_parallel_dims(w, w); }
+// A group size the world does not divide is the configuration's error, named by its key.
+ParallelDims dims_sharded_over(const char* key, int group, int w) {
+  if (group > 0 && w % group != 0)
+    HZP_THROW(ConfigError, key, " = ", group, " does not divide the world size ", w, ". Fix: a divisor of ", w);
+  return data_parallel_dims(w, group > 0 ? group : w);
+}
+ParallelDims dims_group(const SchedulerOptions& o, int w) { return dims_sharded_over("scheduler.group_size", o.group_size, w); }
+ParallelDims dims_z1(const SchedulerOptions& o, int w) { return dims_sharded_over("scheduler.z1", o.z1, w); }
 
-std::unique_ptr<EnginePlan> plan_zero1(const PlanInputs& in) { return plan_zero_engine(in, 1, false); }
-std::unique_ptr<EnginePlan> plan_zero2(const PlanInputs& in) { return plan_zero_engine(in, 2, false); }
-std::unique_ptr<EnginePlan> plan_zero3(const PlanInputs& in) { return plan_zero_engine(in, 3, false); }
-std::unique_ptr<EnginePlan> plan_hsdp(const PlanInputs& in) { return plan_zero_engine(in, 3, true); }
+std::unique_ptr<EnginePlan> plan_ddp(const PlanInputs& in) { return plan_ddp_engine(in, "ddp"); }
+std::unique_ptr<EnginePlan> plan_zero1(const PlanInputs& in) { return plan_zero_engine(in, 1, false, "zero1"); }
+std::unique_ptr<EnginePlan> plan_zero2(const PlanInputs& in) { return plan_zero_engine(in, 2, false, "zero2"); }
+std::unique_ptr<EnginePlan> plan_zero3(const PlanInputs& in) { return plan_zero_engine(in, 3, false, "zero3"); }
+std::unique_ptr<EnginePlan> plan_hsdp(const PlanInputs& in) { return plan_zero_engine(in, 3, true, "hsdp"); }
 
 // Registration order = the order scheduler_names() lists: the reference first. Every entry has a factory
 // and its engine's plan declaration, so a new scheduler cannot enter the parity matrix without entering the plan tests too.
 constexpr std::array kEntries = {
-    Entry{"none", &make_none_scheduler, &plan_none_engine, &shard_replicated},
-    Entry{"ddp", &make_ddp_scheduler, &plan_ddp_engine, &shard_replicated},
-    Entry{"zero1", &make_zero1_scheduler, &plan_zero1, &shard_world},
-    Entry{"zero2", &make_zero2_scheduler, &plan_zero2, &shard_world},
-    Entry{"zero3", &make_zero3_scheduler, &plan_zero3, &shard_world},
-    Entry{"hsdp", &make_hsdp_scheduler, &plan_hsdp, &shard_group},
-    Entry{"asynchzp", &make_asynchzp_scheduler, &plan_asynchzp_engine, &shard_z1},
+    Entry{"none", &make_none_scheduler, &plan_none_engine, &dims_replicated},
+    Entry{"ddp", &make_ddp_scheduler, &plan_ddp, &dims_replicated},
+    Entry{"zero1", &make_zero1_scheduler, &plan_zero1, &dims_world},
+    Entry{"zero2", &make_zero2_scheduler, &plan_zero2, &dims_world},
+    Entry{"zero3", &make_zero3_scheduler, &plan_zero3, &dims_world},
+    Entry{"hsdp", &make_hsdp_scheduler, &plan_hsdp, &dims_group},
+    Entry{"asynchzp", &make_asynchzp_scheduler, &plan_asynchzp_engine, &dims_z1},
+    Entry{"nd", &make_nd_scheduler, &plan_nd_engine, &nd_parallel_dims},
 };
 
 }  // namespace
@@ -70,7 +80,7 @@ std::unique_ptr<Scheduler> make_scheduler(std::string_view name, const Scheduler
 
 ParallelDims scheduler_parallel_dims(std::string_view name, const SchedulerOptions& options, int world_size) {
   for (const Entry& e : kEntries)
-    if (name == e.name) return data_parallel_dims(world_size, e.shard(options, world_size));
+    if (name == e.name) return e.dims(options, world_size);
   HZP_THROW(ConfigError, "scheduler.name = \"", name, "\" is not a registered scheduler");
 }
 

@@ -77,7 +77,7 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
     return gather_opt_slices(second ? opt_->v() : opt_->m());
   }
   void visit_state(StateVisitor& visitor) override {
-    visit_gathered_state(*this, model_->layout(), train_.precision, world_->rank() == 0, visitor);
+    visit_gathered_state(*this, model_->layout(), train_.precision, world_->rank() == 0, nullptr, visitor);
   }
   RingPool* ring_pool() noexcept override { return async_ ? async_->pool() : nullptr; }
 
@@ -151,8 +151,8 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
   workloads::TrainConfig train_;
   SchedulerOptions opts_;
   CachingAllocator* alloc_;
-  std::unique_ptr<ProcessGroups> groups_;
-  coll::Communicator* world_;  // the data-parallel group
+  std::unique_ptr<ProcessGroups> own_groups_;  // when the caller handed none (SchedulerArgs::groups)
+  coll::Communicator* world_;                   // the data-parallel group
   DType pdt_;
   NestedGroups g_;
   int o_ = 0;
@@ -189,8 +189,7 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
       g_(validated_groups(args)) {
   // The mesh shards over z1 (its dp_shard axis) and replicates over W / z1; the nested z2 and z3 groups and
   // the step end's groups are cut from its data-parallel group, ordered by NestedGroups' slice indices.
-  groups_ = data_parallel_groups("asynchzp", args);
-  world_ = &groups_->data_parallel();
+  world_ = &scheduler_groups("asynchzp", args, own_groups_).data_parallel();
   const int r = world_->rank(), w = world_->size();
   auto split = [&](GroupSlot s, const char* name) { return world_->split(s.color, s.key, name); };
   z3_comm_ = split(g_.z3_group(r), "z3");

@@ -143,6 +143,14 @@ double FixedPointGrads::global_sum_squares(ConstTensorView grads, coll::Communic
   return std::ldexp(static_cast<double>(all_reduce_uint128(group, local)), -s);
 }
 
+double FixedPointGrads::global_sum_squares(std::span<const ConstTensorView> parts, coll::Communicator* group) const {
+  const int s = square_exponent();
+  uint128 local = 0;  // exact: the order of the parts cannot change it
+  for (const ConstTensorView& p : parts)
+    if (p.numel() > 0) local += kernels::fixed_sum_squares(p, s, StreamRef::host());
+  return std::ldexp(static_cast<double>(all_reduce_uint128(group, local)), -s);
+}
+
 uint128 all_reduce_uint128(coll::Communicator* group, uint128 local) {
   if (group == nullptr || group->size() <= 1) return local;
   std::int64_t limbs[4];

@@ -69,7 +69,12 @@ ShardedOptimizer::~ShardedOptimizer() = default;
 double ShardedOptimizer::global_sum_squares(ConstTensorView grads, coll::Communicator* norm_group) const {
   HZP_CHECK(grads.numel() == numel_ && grads.dtype() == DType::f32, "ShardedOptimizer: gradient slice of ",
             grads.numel(), " ", dtype_name(grads.dtype()), " elements, expected ", numel_, " f32");
-  double sq = numel_ > 0 ? kernels::grad_norm_sum_squares({&grads, 1}, StreamRef::host()) : 0.0;
+  return numel_ > 0 ? global_sum_squares(std::span<const ConstTensorView>(&grads, 1), norm_group)
+                    : global_sum_squares(std::span<const ConstTensorView>{}, norm_group);
+}
+
+double ShardedOptimizer::global_sum_squares(std::span<const ConstTensorView> parts, coll::Communicator* norm_group) const {
+  double sq = parts.empty() ? 0.0 : kernels::grad_norm_sum_squares(parts, StreamRef::host());
   if (norm_group != nullptr && norm_group->size() > 1) {
     // fp64 so the combined sum loses nothing to the shard boundaries.
     norm_group->all_reduce(TensorView(&sq, Shape{1}, DType::f64), coll::ReduceOp::sum, StreamRef::host());

@@ -11,7 +11,7 @@
 
 namespace hzp::schedulers {
 
-void validate_data_parallel(std::string_view scheduler, const SchedulerArgs& args, int group_size) {
+void validate_data_parallel(std::string_view scheduler, const SchedulerArgs& args, int group_size, int dp) {
   HZP_CHECK(args.model != nullptr && args.allocator != nullptr && args.world != nullptr, "scheduler ", scheduler,
             ": a model, an allocator and a world communicator are required");
   args.train.validate();
@@ -26,10 +26,12 @@ void validate_data_parallel(std::string_view scheduler, const SchedulerArgs& arg
   std::ostringstream bad;
   if (group_size > 0 && w % group_size != 0)
     bad << "\n  scheduler.group_size = " << group_size << " does not divide the world size " << w;
-  if (mb % w != 0)
+  if (dp == 0) dp = w;
+  if (mb % dp != 0)
     bad << "\n  train.global_batch = " << args.train.global_batch << " / train.micro_batch_size = "
         << args.train.micro_batch_size << " gives " << mb << " micro-batches per step, not a multiple of the "
-        << "data-parallel size dp = W = " << w << " (every rank must process the same number)";
+        << "data-parallel size dp = " << (dp == w ? "W = " : "") << dp
+        << " (every data-parallel rank must process the same number)";
   if (args.options.bucket_mb <= 0)
     bad << "\n  scheduler.bucket_mb = " << args.options.bucket_mb << " must be > 0";
   if (!bad.str().empty()) HZP_THROW(ConfigError, "scheduler ", scheduler, " at world size ", w, ":", bad.str());
@@ -44,11 +46,41 @@ ParallelDims data_parallel_dims(int world_size, int shard) {
   return d;
 }
 
-std::unique_ptr<ProcessGroups> data_parallel_groups(std::string_view name, const SchedulerArgs& args) {
+const ProcessGroups& scheduler_groups(std::string_view name, const SchedulerArgs& args,
+                                      std::unique_ptr<ProcessGroups>& owned) {
   const int w = args.world->size();
+  const ParallelDims dims = scheduler_parallel_dims(name, args.options, w);
+  if (args.groups != nullptr) {
+    const ParallelDims& got = args.groups->dims();
+    if (got.describe() != dims.describe() || &args.groups->world() != args.world)
+      HZP_THROW(ConfigError, "scheduler ", name, " runs with the degrees ", dims.describe(), " over '",
+                args.world->name(), "', but was handed process groups of ", got.describe(), " over '",
+                args.groups->world().name(), "'. Fix: build the groups from scheduler_parallel_dims");
+    return *args.groups;
+  }
   const coll::Topology one_node = coll::Topology::virtual_nodes(w, w, args.world->rank());
-  return std::make_unique<ProcessGroups>(*args.world, scheduler_parallel_dims(name, args.options, w),
-                                         args.topology ? *args.topology : one_node);
+  owned = std::make_unique<ProcessGroups>(*args.world, dims, args.topology ? *args.topology : one_node);
+  return *owned;
+}
+
+void check_tensor_parallel_model(std::string_view scheduler, const ProcessGroups& groups,
+                                 const workloads::Workload& model) {
+  const int tp = groups.dims().tp;
+  const int tp_rank = groups.tensor() ? groups.tensor()->rank() : 0;
+  int pieces = 0;
+  for (const workloads::Unit& u : model.layout().units())
+    for (const workloads::ParamTensor& t : u.tensors) {
+      if (!t.shard.sharded()) continue;
+      if (t.shard.count != tp || t.shard.index != tp_rank || t.shard.group != "tp")
+        HZP_THROW(ConfigError, "scheduler ", scheduler, " runs tp = ", tp, " but the model's ", t.name, " is piece ",
+                  t.shard.index, " of ", t.shard.count, " over group '", t.shard.group, "' on tensor-parallel rank ",
+                  tp_rank, ". Fix: build the model with the run's tensor-parallel group");
+      ++pieces;
+    }
+  if (tp > 1 && pieces == 0)
+    HZP_THROW(ConfigError, "scheduler ", scheduler, " runs tp = ", tp, " but the model (", model.describe(),
+              ") holds no tensor-parallel pieces: it was built whole. Fix: build it with the run's tensor-parallel "
+              "group (ProcessGroups::tensor())");
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // ddp's declaration for the plan (plan/engine_plans.hpp): full replicas over the mesh's data-parallel group,
 // and each gradient bucket all-reduced during the last micro-batch's backward, at the unit after which every
-// block in it is final (what BucketedAllReduce::on_backward_done launches).
+// block in it is final (what BucketedAllReduce::on_backward_done launches). As nd's engine (tensor parallelism),
+// the layout is the rank's pieces, and the norm's sum of squares is all-reduced over the tensor-parallel group.
 #include <algorithm>
 
 #include "hzp/schedulers/common/bucketed_all_reduce.hpp"
@@ -12,16 +13,22 @@ namespace {
 
 class DdpPlan final : public EnginePlan {
  public:
-  explicit DdpPlan(const PlanInputs& in) : wire_(grad_wire_dtype(in.train)) {
-    check_plan_batches("ddp", in, 0);
+  DdpPlan(const PlanInputs& in, std::string_view name)
+      : wire_(grad_wire_dtype(in.train)), deterministic_(in.train.deterministic) {
+    const ParallelDims dims = scheduler_parallel_dims(name, in.options, in.world_size);
+    check_plan_batches(name, in, 0, dims.dp());
     const workloads::ParamLayout& layout = *in.layout;
-    const coll::RankMesh mesh = scheduler_parallel_dims("ddp", in.options, in.world_size).mesh(plan_topology(in));
+    const coll::RankMesh mesh = dims.mesh(plan_topology(in));
     const std::vector<int> dp = data_parallel_ranks(mesh, in.rank);
     dp_ = {"dp", dp};
     driver_group = {"scalars", dp};
+    if (dims.tp > 1) {
+      tp_ = {"tp", mesh.group(kAxisTensor, in.rank)};
+      if (in.train.deterministic) verdict_group = world_plan_group("verdict", in.world_size);
+    }
     const auto n = static_cast<std::uint64_t>(layout.total_numel());
     const bool mixed = workloads::has_separate_master(in.train.precision);
-    micro_batches_per_rank = in.train.micro_batches() / in.world_size;
+    micro_batches_per_rank = in.train.micro_batches() / dims.dp();
     state_bytes = {n * dtype_size(workloads::param_dtype(in.train.precision)), n * dtype_size(wire_),
                    mixed ? n * 4 : 0, n * 4, n * 4};
     const auto bucket_bytes = std::max<std::size_t>(static_cast<std::size_t>(in.options.bucket_mb * 1024.0 * 1024.0), 1);
@@ -38,16 +45,27 @@ class DdpPlan final : public EnginePlan {
     for (const auto& [at, numel] : buckets_)
       if (at == u) out.all_reduce(dp_, numel, wire_, 1, "per step (buckets, last micro-batch)");
   }
-  void step_end(CollectiveLedger&) const override {}
+  void step_end(CollectiveLedger& out) const override {
+    // The norm over the tensor-parallel pieces (distinct_norm.hpp): fp64, or the exact sum as four int64 limbs.
+    if (tp_.members.size() > 1) {
+      if (deterministic_)
+        out.all_reduce(tp_, 4, DType::i64, 1, "per step (norm, exact)");
+      else
+        out.all_reduce(tp_, 1, DType::f64, 1, "per step (norm)");
+    }
+  }
 
  private:
   DType wire_;
-  PlanGroup dp_;
+  bool deterministic_;
+  PlanGroup dp_, tp_;
   std::vector<std::pair<int, std::int64_t>> buckets_;  // (unit after whose backward it launches, elements)
 };
 
 }  // namespace
 
-std::unique_ptr<EnginePlan> plan_ddp_engine(const PlanInputs& in) { return std::make_unique<DdpPlan>(in); }
+std::unique_ptr<EnginePlan> plan_ddp_engine(const PlanInputs& in, std::string_view name) {
+  return std::make_unique<DdpPlan>(in, name);
+}
 
 }  // namespace hzp::schedulers

@@ -1,12 +1,16 @@
 // `ddp`: full replicas of parameters, gradients and optimizer state on every rank; gradients summed over
 // the world by a bucketed all-reduce launched as units finish backward on the last micro-batch
 // (scheduler.bucket_mb), non-blocking and awaited at the end of backward (scheduler.overlap = true) or
-// blocking inline. The optimizer is the shared ShardedOptimizer over the whole model as one slice.
+// blocking inline. The optimizer is the shared ShardedOptimizer over the whole model as one slice. The same
+// engine is nd's without the distributed optimizer: replicas over the mesh's data-parallel group of a model
+// split over a tensor-parallel group, the norm counting each distinct element once (distinct_norm.hpp).
 // Deterministic mode (train.deterministic): each micro-batch's gradient blocks are written fresh into
 // transient fp32 blocks, converted to fixed point once final and added into an int64 buffer, which the
 // buckets all-reduce (int64 sums: exact); converted back to fp32 once for the norm and the update.
 #include <cstring>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "hzp/core/clock.hpp"
@@ -14,6 +18,7 @@
 #include "hzp/core/stream.hpp"
 #include "hzp/kernels/cast.hpp"
 #include "hzp/schedulers/common/bucketed_all_reduce.hpp"
+#include "hzp/schedulers/common/distinct_norm.hpp"
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/schedulers/common/sharded_optimizer.hpp"
 #include "hzp/schedulers/common/state_dump.hpp"
@@ -29,8 +34,8 @@ namespace {
 // The scheduler is its own parameter engine; the step's loop is the shared StepDriver's.
 class DdpScheduler final : public DataParallelScheduler, private ParameterEngine {
  public:
-  explicit DdpScheduler(const SchedulerArgs& args);
-  std::string_view name() const override { return "ddp"; }
+  DdpScheduler(const SchedulerArgs& args, std::string name);
+  std::string_view name() const override { return name_; }
   StepStats step(const StepBatch& batch) override { return driver_->step(batch, *this); }
   ReplicaDigests replicated_state() const override;
   std::vector<float> gather_gradient() override;
@@ -38,15 +43,20 @@ class DdpScheduler final : public DataParallelScheduler, private ParameterEngine
   std::vector<float> gather_working_params() override;
   std::vector<float> gather_moment(bool second) override;
   void visit_state(StateVisitor& visitor) override {
-    visit_gathered_state(*this, model_->layout(), train_.precision, world_->rank() == 0, visitor);
+    visit_gathered_state(*this, model_->layout(), train_.precision, groups_->rank() == 0, tp_debug_.get(), visitor);
   }
 
  private:
+  std::string name_;
   const workloads::Workload* model_;
   workloads::TrainConfig train_;
   CachingAllocator* alloc_;
-  std::unique_ptr<ProcessGroups> groups_;
+  std::unique_ptr<ProcessGroups> own_groups_;  // when the caller handed none (SchedulerArgs::groups)
+  const ProcessGroups* groups_;
   coll::Communicator* world_;  // the data-parallel group
+  std::unique_ptr<coll::Communicator> tp_debug_;  // tensor parallelism: the dump's gathers (uncounted)
+  std::unique_ptr<DistinctNorm> norm_;
+  std::unique_ptr<coll::Communicator> verdict_;  // tensor parallelism, deterministic mode: the whole world
   DType pdt_;
   std::int64_t n_;
   std::unique_ptr<coll::Communicator> dp_comm_, scalars_comm_;
@@ -76,17 +86,25 @@ class DdpScheduler final : public DataParallelScheduler, private ParameterEngine
   void attempt_done() override { buckets_->finish(); }
   FixedPointGrads* fixed_point() noexcept override { return fixed_.get(); }
   coll::Communicator& scalars() noexcept override { return *scalars_comm_; }
+  coll::Communicator& verdict_group() noexcept override { return verdict_ ? *verdict_ : *scalars_comm_; }
   StepFinish finish_step(std::int64_t step, double lr) override;
 };
 
-DdpScheduler::DdpScheduler(const SchedulerArgs& args) {
-  validate_data_parallel("ddp", args, 0);
+DdpScheduler::DdpScheduler(const SchedulerArgs& args, std::string name) : name_(std::move(name)) {
+  validate_data_parallel(name_, args, 0, scheduler_parallel_dims(name_, args.options, args.world->size()).dp());
   model_ = args.model;
   train_ = args.train;
   alloc_ = args.allocator;
-  // Full replicas on every rank: the mesh's data-parallel group is every rank.
-  groups_ = data_parallel_groups("ddp", args);
+  // Full replicas over the mesh's data-parallel group (every rank for ddp; the ranks holding the same
+  // tensor-parallel pieces for nd).
+  groups_ = &scheduler_groups(name_, args, own_groups_);
   world_ = &groups_->data_parallel();
+  check_tensor_parallel_model(name_, *groups_, *model_);
+  coll::Communicator* tp = groups_->tensor();
+  if (tp != nullptr) tp_debug_ = tp->duplicate("debug", /*share_counters=*/false);
+  if (tp != nullptr && args.train.deterministic) verdict_ = groups_->world().duplicate("verdict");
+  norm_ = std::make_unique<DistinctNorm>(model_->layout(), ShardLayout::per_unit(model_->layout(), 1), 0,
+                                         tp ? tp->size() : 1, tp ? tp->rank() : 0, tp);
   pdt_ = workloads::param_dtype(train_.precision);
   n_ = model_->layout().total_numel();
   dp_comm_ = world_->duplicate("dp");
@@ -105,7 +123,7 @@ DdpScheduler::DdpScheduler(const SchedulerArgs& args) {
   const auto bucket_bytes = static_cast<std::size_t>(args.options.bucket_mb * 1024.0 * 1024.0);
   buckets_ = std::make_unique<BucketedAllReduce>(*dp_comm_, model_->layout(), grads(),
                                                  std::max<std::size_t>(bucket_bytes, 1), args.options.overlap);
-  driver_ = std::make_unique<StepDriver>("ddp", *model_, train_, *alloc_, world_->rank(), world_->size());
+  driver_ = std::make_unique<StepDriver>(name_, *model_, train_, *alloc_, world_->rank(), world_->size());
   last_micro_batch_ = static_cast<int>(train_.micro_batches() / world_->size()) - 1;
 }
 
@@ -142,10 +160,11 @@ StepFinish DdpScheduler::finish_step(std::int64_t step, double lr) {
   if (fixed_) {
     const Allocation g32 = converted_gradient();
     const ConstTensorView g(g32.data(), Shape{n_}, DType::f32);
-    const double sq = fixed_->global_sum_squares(g, nullptr);  // replicated: the local sum is global
+    // Replicated over dp: the local sum is global (over the tensor-parallel pieces when the model is split).
+    const double sq = norm_->sum_squares(g, *opt_, fixed_.get());
     end.update = opt_->step(g, sq, step, lr);
   } else {
-    const double sq = opt_->global_sum_squares(grads(), nullptr);  // replicated: the local sum is global
+    const double sq = norm_->sum_squares(grads(), *opt_, nullptr);
     end.update = opt_->step(grads(), sq, step, lr);
   }
   end.optimizer_seconds = opt.wall();
@@ -162,7 +181,8 @@ Allocation DdpScheduler::converted_gradient() const {
 }
 
 ReplicaDigests DdpScheduler::replicated_state() const {
-  ReplicaDigests d;  // everything is replicated over the world
+  ReplicaDigests d;  // everything is replicated over the data-parallel group (the world without tensor parallelism)
+  d.replica_key = groups_->tensor() ? groups_->tensor()->rank() : 0;
   d.digests.emplace_back("param", state_digest(params_.data(), static_cast<std::size_t>(n_) * dtype_size(pdt_)));
   d.digests.emplace_back("grad", state_digest(grads_.data(), grads().bytes()));
   if (opt_->has_master()) d.digests.emplace_back("master", state_digest(opt_->master().data(), opt_->master().bytes()));
@@ -199,6 +219,12 @@ std::vector<float> DdpScheduler::gather_master_params() {
 
 }  // namespace
 
-std::unique_ptr<Scheduler> make_ddp_scheduler(const SchedulerArgs& args) { return std::make_unique<DdpScheduler>(args); }
+std::unique_ptr<Scheduler> make_ddp_scheduler(const SchedulerArgs& args) {
+  return std::make_unique<DdpScheduler>(args, "ddp");
+}
+
+std::unique_ptr<Scheduler> make_replicated_nd_scheduler(const SchedulerArgs& args) {
+  return std::make_unique<DdpScheduler>(args, "nd");
+}
 
 }  // namespace hzp::schedulers

@@ -5,15 +5,21 @@
 #pragma once
 
 #include <memory>
+#include <string_view>
 
 #include "hzp/schedulers/step/engine_plan.hpp"
 
 namespace hzp::schedulers {
 
 std::unique_ptr<EnginePlan> plan_none_engine(const PlanInputs& in);
-std::unique_ptr<EnginePlan> plan_ddp_engine(const PlanInputs& in);
-/// zero1/2/3 (stage) and hsdp (stage 3, sharded over scheduler.group_size).
-std::unique_ptr<EnginePlan> plan_zero_engine(const PlanInputs& in, int stage, bool hybrid);
+/// ddp's engine, as scheduler `name` runs it (ddp; nd without the distributed optimizer, over the tensor-parallel
+/// layout in `in.layout`).
+std::unique_ptr<EnginePlan> plan_ddp_engine(const PlanInputs& in, std::string_view name = "ddp");
+/// zero1/2/3 (stage) and hsdp (stage 3, sharded over scheduler.group_size); nd's distributed optimizer is stage 1
+/// as `name` "nd".
+std::unique_ptr<EnginePlan> plan_zero_engine(const PlanInputs& in, int stage, bool hybrid, std::string_view name);
+/// nd: the model's tensor-parallel collectives around ddp's or zero1's engine over its data-parallel group.
+std::unique_ptr<EnginePlan> plan_nd_engine(const PlanInputs& in);
 std::unique_ptr<EnginePlan> plan_asynchzp_engine(const PlanInputs& in);
 
 }  // namespace hzp::schedulers

@@ -193,17 +193,24 @@ coll::Topology plan_topology(const PlanInputs& in) {
                                        in.rank);
 }
 
-void check_plan_batches(std::string_view scheduler, const PlanInputs& in, int group) {
+void check_plan_batches(std::string_view scheduler, const PlanInputs& in, int group, int dp) {
   const std::int64_t mb = in.train.micro_batches();
   std::ostringstream bad;
   if (group > 0 && in.world_size % group != 0)
     bad << "\n  scheduler.group_size = " << group << " does not divide the world size " << in.world_size;
-  if (mb % in.world_size != 0)
+  if (dp == 0) dp = in.world_size;
+  if (mb % dp != 0)
     bad << "\n  train.global_batch = " << in.train.global_batch << " / train.micro_batch_size = "
-        << in.train.micro_batch_size << " gives " << mb << " micro-batches per step, not a multiple of dp = W = "
-        << in.world_size;
+        << in.train.micro_batch_size << " gives " << mb << " micro-batches per step, not a multiple of dp = "
+        << (dp == in.world_size ? "W = " : "") << dp;
   if (!bad.str().empty())
     HZP_THROW(ConfigError, "scheduler ", scheduler, " at world size ", in.world_size, ":", bad.str());
+}
+
+PlanGroup world_plan_group(std::string name, int world_size) {
+  PlanGroup g{std::move(name), std::vector<int>(static_cast<std::size_t>(world_size))};
+  for (int r = 0; r < world_size; ++r) g.members[static_cast<std::size_t>(r)] = r;
+  return g;
 }
 
 DType grad_wire_dtype(const workloads::TrainConfig& train) { return train.deterministic ? DType::i64 : DType::f32; }
@@ -229,7 +236,9 @@ SchedulerPlan plan_from_engine(std::string scheduler, const PlanInputs& in, Engi
                      [&](const Action& a, int u) { e.unit(a, u, m, b); });
   e.step_end(b);
   if (!e.driver_group.members.empty())
-    StepDriver::plan_collectives(in.train, *in.layout, e.driver_group, e.micro_batches_per_rank, b);
+    StepDriver::plan_collectives(in.train, *in.layout, e.driver_group,
+                                 e.verdict_group.members.empty() ? e.driver_group : e.verdict_group,
+                                 e.micro_batches_per_rank, b);
   return p;
 }
 

@@ -56,7 +56,7 @@ StepStats StepDriver::step(const StepBatch& batch, ParameterEngine& engine) {
       }
     });
     engine.attempt_done();
-    accepted = !fixed || conclude_fixed_point_attempt(*fixed, engine.scalars());
+    accepted = !fixed || conclude_fixed_point_attempt(*fixed, engine.verdict_group());
     if (!accepted) engine.attempt_voided();
   }
   const double compute_seconds = whole.wall();
@@ -72,7 +72,8 @@ StepStats StepDriver::step(const StepBatch& batch, ParameterEngine& engine) {
 }
 
 void StepDriver::plan_collectives(const workloads::TrainConfig& train, const workloads::ParamLayout& layout,
-                                  const PlanGroup& group, std::int64_t micro_batches, CollectiveLedger& out) {
+                                  const PlanGroup& group, const PlanGroup& verdict, std::int64_t micro_batches,
+                                  CollectiveLedger& out) {
   if (!train.deterministic) {
     out.all_reduce(group, 1, DType::f64, 1, "per step (loss)");  // data_parallel_step_stats
     return;
@@ -80,7 +81,7 @@ void StepDriver::plan_collectives(const workloads::TrainConfig& train, const wor
   // conclude_fixed_point_attempt: every tensor's maximum and the two overflow flags; ordered_global_loss.
   std::int64_t tensors = 0;
   for (const workloads::Unit& u : layout.units()) tensors += static_cast<std::int64_t>(u.tensors.size());
-  out.all_reduce(group, tensors + 2, DType::f64, 1, "per attempt (fixed-point tally, max)");
+  out.all_reduce(verdict, tensors + 2, DType::f64, 1, "per attempt (fixed-point tally, max)");
   out.all_gather(group, micro_batches, DType::f64, 1, "per step (loss per micro-batch)");
 }
 

@@ -2,7 +2,9 @@
 // Z ranks (the mesh's dp_shard groups: the world, or scheduler.group_size for hsdp) over the per-unit shard
 // layout; stage 3 gathers a block on first use and holds it to its last (FirstUseGathers); stages 2-3
 // reduce-scatter a block's gradient as soon as it is final in every micro-batch, stage 1 once per step; hsdp
-// all-reduces the gradient shards over its replicas; stages 1-2 gather the updated parameters.
+// all-reduces the gradient shards over its replicas; stages 1-2 gather the updated parameters. As nd's
+// distributed optimizer (stage 1 with tensor parallelism) the layout is the rank's pieces and the norm is summed
+// over every rank holding a distinct part (the shards × tp: group "distinct").
 #include "hzp/schedulers/common/shard_layout.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
 #include "hzp/schedulers/step/first_use_gathers.hpp"
@@ -12,33 +14,35 @@ namespace hzp::schedulers {
 namespace {
 
 // The scheduler's own checks, then its degrees (the registry's: Z is their dp_shard).
-ParallelDims checked_dims(const PlanInputs& in, const char* name, int group) {
-  check_plan_batches(name, in, group);
-  return scheduler_parallel_dims(name, in.options, in.world_size);
-}
-
-const char* zero_name(int stage, bool hybrid) {
-  return hybrid ? "hsdp" : stage == 1 ? "zero1" : stage == 2 ? "zero2" : "zero3";
+ParallelDims checked_dims(const PlanInputs& in, std::string_view name, int group) {
+  const ParallelDims dims = scheduler_parallel_dims(name, in.options, in.world_size);
+  check_plan_batches(name, in, group, dims.dp());
+  return dims;
 }
 
 class ZeroPlan final : public EnginePlan {
  public:
-  ZeroPlan(const PlanInputs& in, int stage, bool hybrid)
+  ZeroPlan(const PlanInputs& in, int stage, bool hybrid, std::string_view name)
       : layout_(*in.layout),
         stage_(stage),
-        dims_(checked_dims(in, zero_name(stage, hybrid), hybrid ? in.options.group_size : 0)),
+        dims_(checked_dims(in, name, hybrid ? in.options.group_size : 0)),
         shards_(ShardLayout::per_unit(*in.layout, dims_.dp_shard)),
         pdt_(workloads::param_dtype(in.train.precision)),
         wire_(grad_wire_dtype(in.train)),
         deterministic_(in.train.deterministic) {
-    const int w = in.world_size;
     const coll::RankMesh mesh = dims_.mesh(plan_topology(in));
     shard_ = {"shard", mesh.group(kAxisShard, in.rank)};
+    norm_ = shard_;
+    if (dims_.tp > 1) {
+      const std::string_view distinct[] = {kAxisShard, kAxisTensor};
+      norm_ = {"distinct", mesh.group(distinct, in.rank)};
+      if (in.train.deterministic) verdict_group = world_plan_group("verdict", in.world_size);
+    }
     if (hybrid) replica_ = {"replica", mesh.group(kAxisReplicate, in.rank)};
     driver_group = {"scalars", data_parallel_ranks(mesh, in.rank)};
     const auto full = static_cast<std::uint64_t>(shards_.padded_total()), slice = static_cast<std::uint64_t>(shards_.slice_total());
     const bool mixed = workloads::has_separate_master(in.train.precision);
-    micro_batches_per_rank = in.train.micro_batches() / w;
+    micro_batches_per_rank = in.train.micro_batches() / dims_.dp();
     state_bytes = {(stage < 3 ? full : slice) * dtype_size(pdt_), (stage == 1 ? full : slice) * dtype_size(wire_),
                    mixed ? slice * 4 : 0, slice * 4, slice * 4};
   }
@@ -59,11 +63,11 @@ class ZeroPlan final : public EnginePlan {
       for (int u = 0; u < units; ++u) out.reduce_scatter(shard_, shards_.padded_numel(u), wire_, 1, "per step (gradients)");
     if (replica_.members.size() > 1) out.all_reduce(replica_, shards_.slice_total(), wire_, 1, "per step (gradient shards)");
     // The norm: an fp64 sum of squares, or in deterministic mode its exact 128-bit sum as four int64 limbs.
-    if (shard_.members.size() > 1) {
+    if (norm_.members.size() > 1) {
       if (deterministic_)
-        out.all_reduce(shard_, 4, DType::i64, 1, "per step (norm, exact)");
+        out.all_reduce(norm_, 4, DType::i64, 1, "per step (norm, exact)");
       else
-        out.all_reduce(shard_, 1, DType::f64, 1, "per step (norm)");
+        out.all_reduce(norm_, 1, DType::f64, 1, "per step (norm)");
     }
     if (stage_ < 3)
       for (int u = 0; u < units; ++u) out.all_gather(shard_, shards_.slice_numel(u), pdt_, 1, "per step (updated parameters)");
@@ -76,14 +80,14 @@ class ZeroPlan final : public EnginePlan {
   ShardLayout shards_;
   DType pdt_, wire_;
   bool deterministic_;
-  PlanGroup shard_, replica_;
+  PlanGroup shard_, replica_, norm_;
   FirstUseGathers gathers_{layout_};
 };
 
 }  // namespace
 
-std::unique_ptr<EnginePlan> plan_zero_engine(const PlanInputs& in, int stage, bool hybrid) {
-  return std::make_unique<ZeroPlan>(in, stage, hybrid);
+std::unique_ptr<EnginePlan> plan_zero_engine(const PlanInputs& in, int stage, bool hybrid, std::string_view name) {
+  return std::make_unique<ZeroPlan>(in, stage, hybrid, name);
 }
 
 }  // namespace hzp::schedulers

@@ -12,6 +12,8 @@
 // too), converted to int64 fixed point once final, and summed as int64 (zero1 locally then one reduce-
 // scatter; the others by a reduce-scatter per micro-batch, and hsdp's replicas by an int64 all-reduce);
 // the slice is converted back to fp32 once, for the exact norm and the update.
+// zero1's engine is also nd's distributed optimizer (Megatron's): the same slices over the mesh's data-parallel
+// group of a model split over a tensor-parallel group, the norm counting each distinct element once.
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -20,6 +22,7 @@
 #include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/kernels/cast.hpp"
+#include "hzp/schedulers/common/distinct_norm.hpp"
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/schedulers/common/gather_scatter.hpp"
 #include "hzp/schedulers/common/shard_layout.hpp"
@@ -60,7 +63,7 @@ class ZeroScheduler final : public DataParallelScheduler, private ParameterEngin
   std::vector<float> gather_working_params() override;
   std::vector<float> gather_moment(bool second) override { return gather_slices(second ? opt_->v() : opt_->m()); }
   void visit_state(StateVisitor& visitor) override {
-    visit_gathered_state(*this, model_->layout(), train_.precision, world_->rank() == 0, visitor);
+    visit_gathered_state(*this, model_->layout(), train_.precision, groups_->rank() == 0, tp_debug_.get(), visitor);
   }
 
  private:
@@ -103,6 +106,7 @@ class ZeroScheduler final : public DataParallelScheduler, private ParameterEngin
   void backward_done(int u, const Action& a) override;
   FixedPointGrads* fixed_point() noexcept override { return fixed_.get(); }
   coll::Communicator& scalars() noexcept override { return *scalars_comm_; }
+  coll::Communicator& verdict_group() noexcept override { return verdict_ ? *verdict_ : *scalars_comm_; }
   StepFinish finish_step(std::int64_t step, double lr) override;
 
   // Every shard group member's fp32 slice (slice order), all-gathered uncounted, as a flat [N] vector.
@@ -114,11 +118,16 @@ class ZeroScheduler final : public DataParallelScheduler, private ParameterEngin
   const workloads::Workload* model_;
   workloads::TrainConfig train_;
   CachingAllocator* alloc_;
-  std::unique_ptr<ProcessGroups> groups_;
+  std::unique_ptr<ProcessGroups> own_groups_;  // when the caller handed none (SchedulerArgs::groups)
+  const ProcessGroups* groups_;
   coll::Communicator* world_;  // the data-parallel group
   DType pdt_;
-  int z_ = 1, idx_ = 0;
+  int z_ = 1, idx_ = 0, tp_rank_ = 0;
   std::unique_ptr<coll::Communicator> shard_comm_, replica_comm_, scalars_comm_, debug_comm_;
+  // Tensor parallelism: the ranks holding distinct parts (shards × tp) for the norm, the dump's uncounted
+  // gathers, and deterministic mode's verdict over the whole world.
+  std::unique_ptr<coll::Communicator> distinct_comm_, tp_debug_, verdict_;
+  std::unique_ptr<DistinctNorm> norm_;
   std::unique_ptr<ShardLayout> shards_;
   std::unique_ptr<GatherScatter> engine_;
   Allocation params_;   // stages 1-2: full padded buffer; stage 3: this rank's shard
@@ -134,27 +143,36 @@ class ZeroScheduler final : public DataParallelScheduler, private ParameterEngin
 ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, std::string name)
     : name_(std::move(name)), stage_(stage), hybrid_(hybrid) {
   const int z_opt = hybrid ? args.options.group_size : 0;
-  validate_data_parallel(name_, args, z_opt);
+  validate_data_parallel(name_, args, z_opt, scheduler_parallel_dims(name_, args.options, args.world->size()).dp());
   model_ = args.model;
   train_ = args.train;
   alloc_ = args.allocator;
   pdt_ = workloads::param_dtype(train_.precision);
-  const int w = args.world->size();
   // The mesh's dp_shard groups are contiguous ranks (inside a node when Z = ranks_per_node), its dp_replicate
-  // groups strided by Z.
-  groups_ = data_parallel_groups(name_, args);
+  // groups strided by Z; with tensor parallelism, among the ranks holding the same pieces.
+  groups_ = &scheduler_groups(name_, args, own_groups_);
   z_ = groups_->dims().dp_shard;
   world_ = &groups_->data_parallel();
+  check_tensor_parallel_model(name_, *groups_, *model_);
   shard_comm_ = groups_->split({kAxisShard}, "shard");
   if (hybrid_) replica_comm_ = groups_->split({kAxisReplicate}, "replica");
   scalars_comm_ = world_->duplicate("scalars");
   debug_comm_ = shard_comm_->duplicate("debug", /*share_counters=*/false);
   idx_ = shard_comm_->rank();
+  coll::Communicator* tp = groups_->tensor();
+  if (tp != nullptr) {
+    tp_rank_ = tp->rank();
+    distinct_comm_ = groups_->split({kAxisShard, kAxisTensor}, "distinct");
+    tp_debug_ = tp->duplicate("debug", /*share_counters=*/false);
+    if (args.train.deterministic) verdict_ = groups_->world().duplicate("verdict");
+  }
 
   const ParamLayout& layout = model_->layout();
   if (train_.deterministic)
     fixed_ = std::make_unique<FixedPointGrads>(layout, train_.micro_batches(), args.fixed_point);
   shards_ = std::make_unique<ShardLayout>(ShardLayout::per_unit(layout, z_));
+  norm_ = std::make_unique<DistinctNorm>(layout, *shards_, idx_, tp ? tp->size() : 1, tp_rank_,
+                                         tp ? distinct_comm_.get() : shard_comm_.get());
   engine_ = std::make_unique<GatherScatter>(*shard_comm_, *shards_, *alloc_);
   const int units = layout.num_units();
 
@@ -172,7 +190,7 @@ ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, 
 
   gathered_.resize(static_cast<std::size_t>(units));
   grad_blocks_.resize(static_cast<std::size_t>(units));
-  driver_ = std::make_unique<StepDriver>(name_, *model_, train_, *alloc_, world_->rank(), w);
+  driver_ = std::make_unique<StepDriver>(name_, *model_, train_, *alloc_, world_->rank(), world_->size());
 }
 
 void ZeroScheduler::ensure_gathered(const std::vector<int>& blocks) {
@@ -246,7 +264,7 @@ StepFinish ZeroScheduler::finish_step(std::int64_t step, double lr) {
     g32 = converted_slice();
     g = ConstTensorView(g32.data(), Shape{shards_->slice_total()}, DType::f32);
   }
-  const double sq = fixed_ ? fixed_->global_sum_squares(g, shard_comm_.get()) : opt_->global_sum_squares(g, shard_comm_.get());
+  const double sq = norm_->sum_squares(g, *opt_, fixed_.get());
   // The update alone: the collectives around it (reduce-scatters, the norm's all-reduce, the gathers)
   // are the harness's exposed communication, so counting them here too would break the step's closure.
   const Stopwatch update;
@@ -292,8 +310,9 @@ ReplicaDigests ZeroScheduler::replicated_state() const {
   auto add = [&](const char* name, const void* p, std::size_t bytes) { d.digests.emplace_back(name, state_digest(p, bytes)); };
   const std::int64_t s = shards_->slice_total();
   if (full_params()) {
-    // zero1/zero2: the full working parameters are replicated over the whole world.
-    d.replica_key = 0;
+    // zero1/zero2: the full working parameters are replicated over the data-parallel group (the world without
+    // tensor parallelism; the ranks holding the same pieces with it).
+    d.replica_key = tp_rank_;
     add("param", params_.data(), static_cast<std::size_t>(shards_->padded_total()) * dtype_size(pdt_));
   } else if (hybrid_ && replica_comm_->size() > 1) {
     // hsdp: every state is a shard replicated across the W/Z groups (same position in each).
@@ -305,7 +324,7 @@ ReplicaDigests ZeroScheduler::replicated_state() const {
     add("v", opt_->v().data(), opt_->v().bytes());
   } else {
     // zero3 (and hsdp with Z = W): every rank's state is its own shard; nothing is replicated.
-    d.replica_key = world_->rank();
+    d.replica_key = groups_->rank();
   }
   return d;
 }
@@ -358,6 +377,9 @@ std::unique_ptr<Scheduler> make_zero3_scheduler(const SchedulerArgs& a) {
 }
 std::unique_ptr<Scheduler> make_hsdp_scheduler(const SchedulerArgs& a) {
   return std::make_unique<ZeroScheduler>(a, 3, true, "hsdp");
+}
+std::unique_ptr<Scheduler> make_distributed_optimizer_nd_scheduler(const SchedulerArgs& a) {
+  return std::make_unique<ZeroScheduler>(a, 1, false, "nd");
 }
 
 }  // namespace hzp::schedulers

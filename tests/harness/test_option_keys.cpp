@@ -35,7 +35,8 @@ TEST(OptionKeys, SchedulerKeysReachTheirFieldsAndDefaultToTheStruct) {
   for (const char* s : {"scheduler.bucket_mb=7", "scheduler.overlap=false", "scheduler.group_size=2", "scheduler.z1=8",
                         "scheduler.z2=4", "scheduler.z3=2", "scheduler.step_end=reduce_scatter", "scheduler.async=false",
                         "scheduler.prefetch=3", "scheduler.launch=tensor", "scheduler.pool_mb=5",
-                        "scheduler.pool_fallback=inline"})
+                        "scheduler.pool_fallback=inline", "scheduler.tp=4", "scheduler.sequence_parallel=true",
+                        "scheduler.distributed_optimizer=true", "scheduler.tp_across_nodes=true"})
     r.add_set(s);
   const O o = schedulers::scheduler_options_from(r.resolve());
   EXPECT_EQ(o.bucket_mb, 7);
@@ -50,7 +51,13 @@ TEST(OptionKeys, SchedulerKeysReachTheirFieldsAndDefaultToTheStruct) {
   EXPECT_EQ(o.launch, O::Launch::tensor);
   EXPECT_EQ(o.pool_mb, 5);
   EXPECT_EQ(o.pool_fallback, O::PoolFallback::inline_alloc);
-  EXPECT_EQ(schedulers::scheduler_option_decls().size(), 12u);  // a new key is declared there, and tested here
+  EXPECT_EQ(o.tp, 4);
+  EXPECT_TRUE(o.sequence_parallel);
+  EXPECT_TRUE(o.distributed_optimizer);
+  EXPECT_TRUE(o.tp_across_nodes);
+  EXPECT_EQ(d.tp, want.tp);
+  EXPECT_EQ(d.distributed_optimizer, want.distributed_optimizer);
+  EXPECT_EQ(schedulers::scheduler_option_decls().size(), 16u);  // a new key is declared there, and tested here
 }
 
 TEST(OptionKeys, FoundationKeysAreRegistered) {

@@ -78,12 +78,24 @@ inline std::vector<Variant> variants_for(const std::string& name, int w) {
       add(w, h, q, SO::StepEnd::reduce_scatter, false, 1, SO::Launch::tensor);
       add(h, q, q, SO::StepEnd::all_reduce, true, 2, SO::Launch::tensor);
     }
+  } else if (name == "nd") {
+    // The matrix's model is whole, so tp = 1 here: nd's two engines over every rank. Tensor parallelism needs the
+    // model built over the tensor-parallel group: test_nd runs it.
+    v.push_back({name, {}, "nd tp=1 replicas"});
+    v.push_back({name, {.distributed_optimizer = true}, "nd tp=1 distributed optimizer"});
   } else {
     ADD_FAILURE() << "scheduler \"" << name << "\" is registered but has no test configuration in variants_for() "
                   << "(data_parallel_test_util.hpp): add its configurations, or state there why it cannot run at W = "
                   << w;
   }
   return v;
+}
+
+/// The engine a configuration runs, for formulas: nd at tp = 1 is ddp's (replicas) or zero1's (distributed
+/// optimizer) over every rank; the others are their own.
+inline std::string engine_of(const Variant& v) {
+  if (v.scheduler == "nd") return v.options.distributed_optimizer ? "zero1" : "ddp";
+  return v.scheduler;
 }
 
 /// Every configuration of every registered scheduler at world size w, in registry order.

@@ -229,6 +229,7 @@ TEST(DataParallel, StateBytesMatchFormulas) {
     for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
       for (const Variant& v : all_variants(w)) {
         SCOPED_TRACE(v.label + " " + std::string(workloads::to_string(p)));
+        const std::string engine = engine_of(v);
         DpRun run(p, v, *world);
         run.sched->step({0, run.setup.source.get()});
         const auto stats = run.setup.alloc->stats();
@@ -239,7 +240,7 @@ TEST(DataParallel, StateBytesMatchFormulas) {
         const double pe = mixed ? 2 : 4;
         const AllocationTag tags[5] = {AllocationTag::param, AllocationTag::grad, AllocationTag::master,
                                        AllocationTag::adam_m, AllocationTag::adam_v};
-        if (v.scheduler == "asynchzp") {
+        if (engine == "asynchzp") {
           // 12N/z1 + 4N/z2 + 2N/z3 (bf16-mixed), 8N/z1 + 4N/z2 + 4N/z3 (fp32). Padding: every segment (unit or
           // tensor) is padded to a multiple of pad = z1 (W for the reduce-scatter step end), so a slice of
           // 1/z of it carries fewer than pad/z padding elements.
@@ -271,16 +272,16 @@ TEST(DataParallel, StateBytesMatchFormulas) {
           continue;
         }
         // Which state is divided by how many ranks: g = the sharding group (W, or Z for hsdp).
-        const int g = v.scheduler == "hsdp" ? v.options.group_size : w;
-        const bool ps = v.scheduler == "zero3" || v.scheduler == "hsdp";
-        const bool gs = ps || v.scheduler == "zero2";
-        const bool os = gs || v.scheduler == "zero1";
+        const int g = engine == "hsdp" ? v.options.group_size : w;
+        const bool ps = engine == "zero3" || engine == "hsdp";
+        const bool gs = ps || engine == "zero2";
+        const bool os = gs || engine == "zero1";
         const double want[5] = {pe * n / (ps ? g : 1), 4 * n / (gs ? g : 1), mixed ? 4 * n / (os ? g : 1) : 0,
                                 4 * n / (os ? g : 1), 4 * n / (os ? g : 1)};
         // Padding bound: each unit is padded to a multiple of g (< g elements); a full buffer carries all of
         // it (< U·g elements), a slice at most one element per unit (< U). ddp pads nothing.
         auto bound = [&](bool sharded, double e) {
-          return v.scheduler == "ddp" ? 0.0 : e * (sharded ? units : units * (g - 1));
+          return engine == "ddp" ? 0.0 : e * (sharded ? units : units * (g - 1));
         };
         const double bounds[5] = {bound(ps, pe), bound(gs, 4), mixed ? bound(os, 4) : 0, bound(os, 4), bound(os, 4)};
         double total = 0, total_want = 0, total_bound = 0;
@@ -295,11 +296,11 @@ TEST(DataParallel, StateBytesMatchFormulas) {
         // The headline forms: bf16-mixed ddp 18N, zero1 6N + 12N/W, zero2 2N + 16N/W, zero3 18N/W, hsdp 18N/Z;
         // fp32 ddp 16N, zero1 8N + 8N/W, zero2 4N + 12N/W, zero3 16N/W, hsdp 16N/Z.
         double headline = 0;
-        if (v.scheduler == "ddp") headline = (mixed ? 18 : 16) * n;
-        if (v.scheduler == "zero1") headline = mixed ? 6 * n + 12 * n / w : 8 * n + 8 * n / w;
-        if (v.scheduler == "zero2") headline = mixed ? 2 * n + 16 * n / w : 4 * n + 12 * n / w;
-        if (v.scheduler == "zero3") headline = (mixed ? 18 : 16) * n / w;
-        if (v.scheduler == "hsdp") headline = (mixed ? 18 : 16) * n / g;
+        if (engine == "ddp") headline = (mixed ? 18 : 16) * n;
+        if (engine == "zero1") headline = mixed ? 6 * n + 12 * n / w : 8 * n + 8 * n / w;
+        if (engine == "zero2") headline = mixed ? 2 * n + 16 * n / w : 4 * n + 12 * n / w;
+        if (engine == "zero3") headline = (mixed ? 18 : 16) * n / w;
+        if (engine == "hsdp") headline = (mixed ? 18 : 16) * n / g;
         EXPECT_NEAR(total, headline, total_bound + 1e-9 * headline);
         EXPECT_NEAR(total_want, headline, 1e-9 * headline);
         if (world_rank() == 0)
@@ -385,7 +386,8 @@ TEST(DataParallel, CollectiveBytesMatchFormulas) {
     auto world = make_world(rpn, /*small_message_bytes=*/0);
     for (Precision p : {Precision::fp32, Precision::bf16_mixed}) {
       for (const Variant& v : all_variants(w)) {
-        if (v.scheduler == "ddp" && v.options.bucket_mb < 1) continue;  // one bucket keeps the formula exact
+        const std::string engine = engine_of(v);
+        if (engine == "ddp" && v.options.bucket_mb < 1) continue;  // one bucket keeps the formula exact
         SCOPED_TRACE(v.label + " " + std::string(workloads::to_string(p)));
         DpRun run(p, v, *world);
         run.sched->step({0, run.setup.source.get()});
@@ -396,11 +398,11 @@ TEST(DataParallel, CollectiveBytesMatchFormulas) {
         const int units = layout.num_units();
         const std::int64_t m = run.setup.train.micro_batches() / w;
         const std::size_t pe = p == Precision::bf16_mixed ? 2 : 4;
-        if (v.scheduler == "asynchzp") {
+        if (engine == "asynchzp") {
           check_asynchzp_bytes(v, layout, m, pe, d);
           continue;
         }
-        const int z = v.scheduler == "hsdp" ? v.options.group_size : w;
+        const int z = engine == "hsdp" ? v.options.group_size : w;
         std::int64_t slice_total = 0;
         std::uint64_t ag_one = 0, rs_one = 0;  // bytes of one all-gather / reduce-scatter of every unit
         for (int u = 0; u < units; ++u) {
@@ -417,16 +419,16 @@ TEST(DataParallel, CollectiveBytesMatchFormulas) {
         };
         auto inter = [&](const char* g, coll::CollOp op) { return d.total(g, op).level[1].bytes; };
         using coll::CollOp;
-        if (v.scheduler == "ddp") {
+        if (engine == "ddp") {
           const std::int64_t n = layout.total_numel();
           EXPECT_EQ(d.total("dp", CollOp::all_reduce).calls, 1u);
           EXPECT_EQ(bytes("dp", CollOp::all_reduce), ring_ar(w, r, n, 4));
-        } else if (v.scheduler == "zero1") {
+        } else if (engine == "zero1") {
           EXPECT_EQ(d.total("shard", CollOp::reduce_scatter).calls, std::uint64_t(units));
           EXPECT_EQ(bytes("shard", CollOp::reduce_scatter), rs_one);
           EXPECT_EQ(d.total("shard", CollOp::all_gather).calls, std::uint64_t(units));
           EXPECT_EQ(bytes("shard", CollOp::all_gather), ag_one);
-        } else if (v.scheduler == "zero2") {
+        } else if (engine == "zero2") {
           EXPECT_EQ(d.total("shard", CollOp::reduce_scatter).calls, std::uint64_t(units * m));
           EXPECT_EQ(bytes("shard", CollOp::reduce_scatter), rs_one * m);
           EXPECT_EQ(d.total("shard", CollOp::all_gather).calls, std::uint64_t(units));
@@ -436,7 +438,7 @@ TEST(DataParallel, CollectiveBytesMatchFormulas) {
           EXPECT_EQ(bytes("shard", CollOp::all_gather), 2 * ag_one * m);
           EXPECT_EQ(d.total("shard", CollOp::reduce_scatter).calls, std::uint64_t(units * m));
           EXPECT_EQ(bytes("shard", CollOp::reduce_scatter), rs_one * m);
-          if (v.scheduler == "hsdp" && z < w) {
+          if (engine == "hsdp" && z < w) {
             const int reps = w / z;
             EXPECT_EQ(d.total("replica", CollOp::all_reduce).calls, 1u);
             EXPECT_EQ(bytes("replica", CollOp::all_reduce), ring_ar(reps, r / z, slice_total, 4));
@@ -448,7 +450,7 @@ TEST(DataParallel, CollectiveBytesMatchFormulas) {
             EXPECT_EQ(inter("replica", CollOp::all_reduce), bytes("replica", CollOp::all_reduce));
           }
         }
-        if (v.scheduler != "ddp") {
+        if (engine != "ddp") {
           // The level split of ring hops inside contiguous shard groups.
           const std::uint64_t sb = bytes("shard", CollOp::all_gather) + bytes("shard", CollOp::reduce_scatter);
           EXPECT_EQ(inter("shard", CollOp::all_gather) + inter("shard", CollOp::reduce_scatter), shard_hop_inter ? sb : 0);

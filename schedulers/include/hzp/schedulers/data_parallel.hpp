@@ -54,5 +54,9 @@ std::unique_ptr<Scheduler> make_zero1_scheduler(const SchedulerArgs& args);
 std::unique_ptr<Scheduler> make_zero2_scheduler(const SchedulerArgs& args);
 std::unique_ptr<Scheduler> make_zero3_scheduler(const SchedulerArgs& args);
 std::unique_ptr<Scheduler> make_hsdp_scheduler(const SchedulerArgs& args);
+/// nd's two engines (nd.hpp): ddp's replicas, and zero1's sharded optimizer (Megatron's distributed optimizer),
+/// each over nd's data-parallel group of a tensor-parallel model.
+std::unique_ptr<Scheduler> make_replicated_nd_scheduler(const SchedulerArgs& args);
+std::unique_ptr<Scheduler> make_distributed_optimizer_nd_scheduler(const SchedulerArgs& args);
 
 }  // namespace hzp::schedulers

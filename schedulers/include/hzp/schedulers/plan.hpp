@@ -18,10 +18,17 @@
 #include "hzp/workloads/param_layout.hpp"
 #include "hzp/workloads/train_config.hpp"
 
+namespace hzp::workloads {
+class ModelSpec;
+}
+
 namespace hzp::schedulers {
 
 struct PlanInputs {
   const workloads::ParamLayout* layout = nullptr;
+  /// The model the layout is of, for plans that depend on more than the unsharded layout (nd: the
+  /// tensor-parallel pieces and the model's own collectives); nullptr where the caller has only a layout.
+  const workloads::ModelSpec* model = nullptr;
   workloads::TrainConfig train;
   SchedulerOptions options;
   int world_size = 1;

@@ -97,6 +97,15 @@ struct SchedulerOptions {
   double pool_mb = 0;            ///< communication ring pool in MiB; 0 = sized from prefetch and the units
   enum class PoolFallback { error, inline_alloc };
   PoolFallback pool_fallback = PoolFallback::error;  ///< a block larger than its ring: error, or inline + counted
+  // --- nd: classic ND parallelism (docs/nd-parallel.md) ---
+  int tp = 1;  ///< tensor-parallel degree (consecutive ranks, inside a node); dp = W / tp
+  /// Megatron's sequence parallelism inside the tensor-parallel group (the model's TensorParallel option).
+  bool sequence_parallel = false;
+  /// Megatron's distributed optimizer: gradients reduce-scattered over dp, AdamW on the rank's shard, the
+  /// parameters all-gathered; false: full replicas and a bucketed all-reduce, as ddp.
+  bool distributed_optimizer = false;
+  /// Allow a tensor-parallel group to span virtual nodes (refused otherwise).
+  bool tp_across_nodes = false;
 };
 
 /// Everything a scheduler is built from. The model, allocator and communicator must outlive it.
@@ -111,6 +120,10 @@ struct SchedulerArgs {
   /// Which node each rank of `world` is on: the scheduler's process groups are laid out on it
   /// (step/process_groups.hpp). nullptr: every rank on one node.
   const coll::Topology* topology = nullptr;
+  /// The run's process groups, when the caller built them (the harness does, since a tensor-parallel model
+  /// takes its group at construction): their degrees must be the scheduler's (scheduler_parallel_dims). nullptr:
+  /// the scheduler splits its own from `world` and `topology`. Must outlive the scheduler.
+  const ProcessGroups* groups = nullptr;
   /// The training loop's compute stream: every kernel of the step is enqueued on it. A CUDA stream (with an
   /// allocator over CudaBacking on the same device) puts the whole step on the GPU; only `none` takes one
   /// so far, the others refuse it (the harness refuses backend = cuda for them first).
@@ -150,8 +163,8 @@ using SchedulerFactory = std::function<std::unique_ptr<Scheduler>(const Schedule
 /// Registered names, in registration order (none first).
 std::vector<std::string> scheduler_names();
 /// The parallel degrees scheduler `name` runs with at `world_size` ranks (step/process_groups.hpp): its process
-/// groups are made from them and results files record them. Call after the scheduler's own validation (plan or
-/// construction): a group size that does not divide W is a PreconditionError here. ConfigError for an unknown name.
+/// groups are made from them and results files record them. ConfigError for an unknown name, and naming the key
+/// of a group size (scheduler.group_size, scheduler.z1, scheduler.tp) that does not divide W.
 ParallelDims scheduler_parallel_dims(std::string_view name, const SchedulerOptions& options, int world_size);
 /// The scheduler registered as `name`; ConfigError naming it and the registered names.
 std::unique_ptr<Scheduler> make_scheduler(std::string_view name, const SchedulerArgs& args);

@@ -81,6 +81,8 @@ class FixedPointGrads {
   /// exactly over `group` (nullptr or size 1: local only), returned as a double. The group's members must
   /// hold disjoint parts of the gradient that together cover it once. Blocking collective over `group`.
   double global_sum_squares(ConstTensorView grads, coll::Communicator* group) const;
+  /// The same over several parts of a slice (the elements a tensor-parallel rank counts, distinct_norm.hpp).
+  double global_sum_squares(std::span<const ConstTensorView> parts, coll::Communicator* group) const;
 
   /// Visits the tensors overlapping elements [begin, begin + count) of unit `unit`:
   /// fn(tensor_index, offset_in_range, length).

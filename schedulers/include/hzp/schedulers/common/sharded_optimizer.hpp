@@ -51,6 +51,8 @@ class ShardedOptimizer {
   /// Σ g² over `grads` ([slice_numel] fp32), all-reduced (fp64 sum) over `norm_group` when given: the
   /// group whose members' slices together cover the model exactly once. Blocking, collective over it.
   double global_sum_squares(ConstTensorView grads, coll::Communicator* norm_group) const;
+  /// The same over parts of the slice (the elements a tensor-parallel rank counts, distinct_norm.hpp).
+  double global_sum_squares(std::span<const ConstTensorView> parts, coll::Communicator* norm_group) const;
 
   /// One update of step `step` (0-based; AdamW's bias correction uses step + 1) with learning rate `lr`
   /// and the norm from global_sum_squares: computes the clip coefficient, runs AdamW on every piece and

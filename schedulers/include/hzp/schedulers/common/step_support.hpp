@@ -20,16 +20,25 @@ namespace hzp::schedulers {
 
 /// ConfigError naming scheduler, world size, group size, train.global_batch, train.micro_batch_size and
 /// the micro-batch count, listing every problem: W < 1; group_size not dividing W (when group_size > 0);
-/// micro-batches per step not a multiple of dp = W. Also validates train and the model's precision.
-void validate_data_parallel(std::string_view scheduler, const SchedulerArgs& args, int group_size);
+/// micro-batches per step not a multiple of the data-parallel degree `dp` (0: dp = W, every rank a data-parallel
+/// rank). Also validates train and the model's precision.
+void validate_data_parallel(std::string_view scheduler, const SchedulerArgs& args, int group_size, int dp = 0);
 
 /// The degrees a data-parallel scheduler runs with (after validate_data_parallel): every rank is a
 /// data-parallel rank, the model state sharded over `shard` consecutive ranks (1: ddp's full replicas; W:
 /// zero1-3; scheduler.group_size: hsdp; scheduler.z1: asynchzp) and replicated over W / shard.
 ParallelDims data_parallel_dims(int world_size, int shard);
-/// The process groups of scheduler `name`'s degrees (scheduler_parallel_dims) over args.world, laid out on
-/// args.topology (one node when absent). Collective over args.world.
-std::unique_ptr<ProcessGroups> data_parallel_groups(std::string_view name, const SchedulerArgs& args);
+/// The process groups of scheduler `name`'s degrees (scheduler_parallel_dims): args.groups when the caller
+/// built them (ConfigError when their degrees are not the scheduler's), else split from args.world on
+/// args.topology (one node when absent) into `owned`, collective over args.world.
+const ProcessGroups& scheduler_groups(std::string_view name, const SchedulerArgs& args,
+                                      std::unique_ptr<ProcessGroups>& owned);
+
+/// ConfigError unless the model is split over exactly the groups' tensor-parallel degree: every sharded tensor of
+/// its layout is a piece of `tp` (group "tp") with the group's rank as its index, and at least one is sharded when
+/// tp > 1 (a model built without its tensor-parallel group would silently train tp copies of the whole model).
+void check_tensor_parallel_model(std::string_view scheduler, const ProcessGroups& groups,
+                                 const workloads::Workload& model);
 
 /// Sum of `local` over `comm` (fp64, blocking): the global mean loss when each rank passes the sum of its
 /// micro-batches' loss() values.

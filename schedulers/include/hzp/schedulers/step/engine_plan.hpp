@@ -56,6 +56,9 @@ class EnginePlan {
   /// The group the step driver reduces the loss over (and, in deterministic mode, the fixed-point tally);
   /// empty for a scheduler that does not run on the driver (none).
   PlanGroup driver_group;
+  /// The group deterministic mode's verdict on an attempt runs over (ParameterEngine::verdict_group); empty:
+  /// driver_group.
+  PlanGroup verdict_group;
 };
 
 /// The plan of `scheduler` from an engine's declaration: the sequential schedule the driver runs walked over
@@ -66,8 +69,12 @@ SchedulerPlan plan_from_engine(std::string scheduler, const PlanInputs& in, Engi
 coll::Topology plan_topology(const PlanInputs& in);
 
 /// ConfigError naming scheduler, W, the group size and the batch when the micro-batches per step are not a
-/// multiple of W or `group` (> 0) does not divide W: the data-parallel schedulers' own check, without MPI.
-void check_plan_batches(std::string_view scheduler, const PlanInputs& in, int group);
+/// multiple of the data-parallel degree `dp` (0: W) or `group` (> 0) does not divide W: the data-parallel
+/// schedulers' own check, without MPI.
+void check_plan_batches(std::string_view scheduler, const PlanInputs& in, int group, int dp = 0);
+
+/// Every rank of the world, in rank order, as group `name` (a duplicate of the world).
+PlanGroup world_plan_group(std::string name, int world_size);
 
 /// Deterministic mode sums gradients as int64 fixed point (8 bytes on the wire); fp32 otherwise.
 DType grad_wire_dtype(const workloads::TrainConfig& train);

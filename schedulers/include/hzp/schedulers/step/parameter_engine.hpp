@@ -49,6 +49,10 @@ class ParameterEngine {
   /// attempt (every rank that converts micro-batch gradients).
   virtual FixedPointGrads* fixed_point() noexcept = 0;
   virtual coll::Communicator& scalars() noexcept = 0;
+  /// The group that takes deterministic mode's verdict on an attempt: every rank that converts gradients. The
+  /// scalars' group unless the model is split further (tensor parallelism: the whole world, since each piece
+  /// may overflow on its own ranks while the loss is still reduced over data parallelism alone).
+  virtual coll::Communicator& verdict_group() noexcept { return scalars(); }
 
   /// After the accepted attempt: gradients combined, the norm, clipping and the update at `lr`.
   virtual StepFinish finish_step(std::int64_t step, double lr) = 0;

@@ -33,8 +33,10 @@ class StepDriver {
   /// engine's scalars communicator: its data-parallel ranks): the loss's all-reduce; in deterministic mode
   /// the fixed-point tally's MAX all-reduce (once per attempt; a plan counts one) and the all-gather of the
   /// micro-batch losses, summed in global order.
+  /// The tally runs over `verdict` (the engine's verdict_group).
   static void plan_collectives(const workloads::TrainConfig& train, const workloads::ParamLayout& layout,
-                               const PlanGroup& group, std::int64_t micro_batches, CollectiveLedger& out);
+                               const PlanGroup& group, const PlanGroup& verdict, std::int64_t micro_batches,
+                               CollectiveLedger& out);
 
  private:
   std::string scheduler_;

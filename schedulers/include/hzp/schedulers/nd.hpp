@@ -1,0 +1,21 @@
+// `nd`: classic ND parallelism, Megatron-style (docs/nd-parallel.md). The model is split over a tensor-parallel
+// group of scheduler.tp consecutive ranks (its pieces, and its own collectives, are the model's: the harness
+// builds it with ProcessGroups::tensor()); the data-parallel group (dp = W / tp) replicates it with ddp's bucketed
+// all-reduce, or shards its optimizer with the distributed optimizer (scheduler.distributed_optimizer: zero1's
+// engine over that group). Pipeline and context parallelism will join as further axes of the same mesh.
+#pragma once
+
+#include <memory>
+
+#include "hzp/schedulers/scheduler.hpp"
+
+namespace hzp::schedulers {
+
+/// nd's degrees at W ranks: tp = scheduler.tp, dp = W / tp as dp_shard (distributed optimizer) or dp_replicate,
+/// tp_across_nodes from the options. ConfigError naming scheduler.tp and W when tp does not divide W.
+ParallelDims nd_parallel_dims(const SchedulerOptions& options, int world_size);
+
+/// The registry's entry: ddp's engine (replicas) or zero1's (distributed optimizer) over nd's data-parallel group.
+std::unique_ptr<Scheduler> make_nd_scheduler(const SchedulerArgs& args);
+
+}  // namespace hzp::schedulers

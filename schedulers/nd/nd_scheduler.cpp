@@ -1,0 +1,29 @@
+// nd's degrees and its factory (nd.hpp): the engines are ddp's and zero1's, each run over the mesh's
+// data-parallel group with the tensor-parallel model; what nd adds is the mesh.
+#include "hzp/schedulers/nd.hpp"
+
+#include "hzp/core/error.hpp"
+#include "hzp/schedulers/data_parallel.hpp"
+
+namespace hzp::schedulers {
+
+ParallelDims nd_parallel_dims(const SchedulerOptions& o, int w) {
+  if (o.tp < 1 || w % o.tp != 0)
+    HZP_THROW(ConfigError, "scheduler nd: scheduler.tp = ", o.tp, " does not divide the world size W = ", w,
+              " (tp × dp must be W). Fix: a tp dividing W, e.g. ", (w % 2 == 0 ? 2 : 1));
+  if (o.sequence_parallel && o.tp == 1)
+    HZP_THROW(ConfigError, "scheduler nd: scheduler.sequence_parallel = true splits the sequence over the "
+              "tensor-parallel group, but scheduler.tp = 1. Fix: scheduler.tp > 1, or sequence_parallel = false");
+  ParallelDims d;
+  d.tp = o.tp;
+  (o.distributed_optimizer ? d.dp_shard : d.dp_replicate) = w / o.tp;
+  d.tp_across_nodes = o.tp_across_nodes;
+  return d;
+}
+
+std::unique_ptr<Scheduler> make_nd_scheduler(const SchedulerArgs& args) {
+  return args.options.distributed_optimizer ? make_distributed_optimizer_nd_scheduler(args)
+                                            : make_replicated_nd_scheduler(args);
+}
+
+}  // namespace hzp::schedulers
