@@ -44,7 +44,7 @@ Command add_plan_command(CLI::App& app) {
             const ResolvedConfig cfg = args->config.resolve();
             const std::unique_ptr<workloads::ModelSpec> model = workloads::model_spec_from(cfg);
             const workloads::ParamLayout layout = model->layout();
-            const schedulers::PlanInputs in = plan_inputs_from(cfg, layout, args->rank);
+            const schedulers::PlanInputs in = plan_inputs_from(cfg, *model, layout, args->rank);
             std::vector<std::string> names = args->schedulers;
             if (names.empty()) names = schedulers::scheduler_names();
             if (!args->json)

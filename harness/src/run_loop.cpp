@@ -219,12 +219,21 @@ class Run {
       world_ = coll::make_mpi_world(ctx_.topology, cc, MPI_COMM_WORLD, "world");
       scheduler_counters_.store(&world_->counters());
     }
+    if (world_ && !o_.collective_only) {
+      // One set of groups for the scheduler and the model. A tensor-parallel model takes its group at
+      // construction, so it is built again here; the whole model built first served the calibration, whose
+      // rate (FLOP/s) and micro-batch time set the emulated links identically for every scheduler compared.
+      groups_ = std::make_unique<schedulers::ProcessGroups>(*world_, s_.dims, ctx_.topology);
+      if (s_.dims.tp > 1)
+        model_ = s_.model->build(s_.train.precision, {groups_->tensor(), s_.sched.sequence_parallel});
+    }
     schedulers::SchedulerArgs args;
     args.model = model_.get();
     args.train = s_.train;
     args.allocator = alloc_.get();
     args.world = world_.get();
     args.topology = &ctx_.topology;
+    args.groups = groups_.get();
     args.stream = stream_.ref();
     args.options = s_.sched;
     scheduler_ = o_.collective_only ? make_collective_only_scheduler(args) : schedulers::make_scheduler(o_.scheduler, args);
@@ -476,6 +485,7 @@ class Run {
   std::unique_ptr<CachingAllocator> alloc_;
   std::unique_ptr<TraceRecorder> recorder_;
   std::unique_ptr<coll::MpiCommunicator> world_;
+  std::unique_ptr<schedulers::ProcessGroups> groups_;  // the scheduler's and the tensor-parallel model's
   std::unique_ptr<schedulers::Scheduler> scheduler_;
   std::unique_ptr<StepMeter> meter_;
   std::shared_ptr<ResultsRows> rows_;

@@ -170,16 +170,15 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
     s.dp = 1;
   } else {
     s.uses_world_comm = true;
-    s.dp = world_size;
+    s.dp = world_size;  // until the scheduler's degrees say otherwise (below)
   }
-  const workloads::BatchPlan plan(s.train.global_batch, s.train.micro_batch_size, s.dp);  // ConfigError if it does not divide
-  (void)plan;
   s.sched = scheduler_options_from(cfg);
   if (!s.opt.collective_only) {
     // The scheduler's own checks (group sizes dividing the world, ...) without building it.
     const workloads::ParamLayout layout = s.model->layout();
     schedulers::PlanInputs in;
     in.layout = &layout;
+    in.model = s.model.get();
     in.train = s.train;
     in.options = s.sched;
     in.world_size = world_size;
@@ -188,9 +187,12 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
     in.small_message_bytes = static_cast<std::size_t>(cfg.get_int("collectives.small_message_bytes"));
     s.plan = schedulers::plan_scheduler(s.opt.scheduler, in);
     s.dims = schedulers::scheduler_parallel_dims(s.opt.scheduler, s.sched, world_size);
+    s.dp = s.dims.dp();  // the ranks that share the batch: nd's tensor-parallel ranks share one micro-batch
   } else {
     s.dims.dp_replicate = world_size;  // the collective-only stand-in all-reduces over every rank
   }
+  const workloads::BatchPlan plan(s.train.global_batch, s.train.micro_batch_size, s.dp);  // ConfigError if it does not divide
+  (void)plan;
 
   for (const auto& [key, f] : {std::pair{"debug.throw_at", s.opt.throw_at}, std::pair{"debug.stall_at", s.opt.stall_at}})
     if (f.active() && f.rank >= world_size)

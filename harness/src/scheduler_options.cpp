@@ -11,9 +11,11 @@ schedulers::SchedulerOptions scheduler_options_from(const ResolvedConfig& c) {
   return schedulers::scheduler_options_from(c);
 }
 
-schedulers::PlanInputs plan_inputs_from(const ResolvedConfig& c, const workloads::ParamLayout& layout, int rank) {
+schedulers::PlanInputs plan_inputs_from(const ResolvedConfig& c, const workloads::ModelSpec& model,
+                                        const workloads::ParamLayout& layout, int rank) {
   schedulers::PlanInputs in;
   in.layout = &layout;
+  in.model = &model;
   in.train = train_config_from(c);
   in.options = scheduler_options_from(c);
   in.world_size = static_cast<int>(c.get_int("topology.world_size"));

@@ -1,7 +1,9 @@
 """`hzpbench plan --json`: one JSON object that parses, holds the same numbers as the tables, and states the
 schedulers that cannot be planned. The 9B asynchzp layout's model-state total is the paper's closed form
 12N/64 + 4N/8 + 2N/8 with N = 9,359,921,152 (8,774,926,080 bytes per rank; AsyncHZP §4.1.1 / Table 1), and
-zero3's parameter bytes are the per-unit padded shard of N in bf16 or fp32 (checked against the table's)."""
+zero3's parameter bytes are the per-unit padded shard of N in bf16 or fp32 (checked against the table's). nd at the
+paper's TP = 8 layouts (9b and seed-oss-36b on 256 ranks, sequence parallelism, distributed optimizer): its
+model-state bytes and its tensor-parallel collectives per step against closed forms of the rank's pieces."""
 import json
 import re
 import subprocess
@@ -49,6 +51,41 @@ for name, p in plans.items():
         got = (c["op"], c["group"], str(c["group_size"]), c["dtype"], str(c["calls"]), str(c["elements"]),
                str(c["bytes"]["intra"]), str(c["bytes"]["inter"]), c["when"])
         check(tuple(row) == got, f"{name}: table {row} vs JSON {got}")
+
+
+# nd, TP = 8 inside each node of 8, dp = 32 with the distributed optimizer, sequence parallelism.
+SHAPES = {  # layers, d, heads, kv_heads, head_dim, ffn, vocab, seq_len, tied
+    "9b": (40, 4096, 32, 8, 128, 14336, 155136, 32768, True),
+    "seed-oss-36b": (64, 5120, 80, 8, 128, 27648, 155136, 32768, False),
+}
+for preset, (L, d, H, KV, hd, F, V, T, tied) in SHAPES.items():
+    tp, dp = 8, 32
+    out = subprocess.run([HZP, "plan", "--json", "--set", f"model.preset={preset}", "--set", "topology.world_size=256",
+                          "--set", "topology.ranks_per_node=8", "--scheduler", "nd", "--set", "scheduler.tp=8",
+                          "--set", "scheduler.sequence_parallel=true", "--set", "scheduler.distributed_optimizer=true"],
+                         capture_output=True, text=True, timeout=60)
+    check(out.returncode == 0, f"nd {preset}: plan failed: {out.stderr}")
+    if out.returncode != 0:
+        continue
+    nd = json.loads(out.stdout)["plans"][0]
+    # The rank's pieces per unit: the embedding's V/tp rows; per block the norm gains whole and q, k, v, o, gate,
+    # up, down split by tp; the head's final norm (and an untied LM head's V/tp rows).
+    units = [V * d // tp] + [2 * d + (2 * H * hd * d + 2 * KV * hd * d + 3 * F * d) // tp] * L + [d + (0 if tied else V * d // tp)]
+    padded = sum(-(-u // dp) * dp for u in units)  # each unit padded to a multiple of dp
+    slice_ = padded // dp
+    want = {"param": 2 * padded, "grad": 4 * padded, "master": 4 * slice_, "m": 4 * slice_, "v": 4 * slice_}
+    got = {k: nd["state_bytes"][k] for k in want}
+    check(got == want, f"nd {preset} state bytes {got}, expected {want}")
+    # Sequence parallelism per micro-batch of N = T tokens: 4L + 2 all-gathers of N/tp·d rows and 4L + 2
+    # reduce-scatters of N·d over the tp group; m = global_batch / dp = 512 / 32 micro-batches per rank.
+    m = 512 // dp
+    tp_rows = [c for c in nd["collectives"] if c["group"] == "tp"]
+    ag = sum(c["elements"] for c in tp_rows if c["op"] == "all_gather")
+    rs = sum(c["elements"] for c in tp_rows if c["op"] == "reduce_scatter")
+    check(ag == m * (4 * L + 2) * (T // tp) * d, f"nd {preset}: tp all_gather elements {ag}")
+    check(rs == m * (4 * L + 2) * T * d, f"nd {preset}: tp reduce_scatter elements {rs}")
+    check(all(c["bytes"]["inter"] == 0 for c in tp_rows), f"nd {preset}: the tp group stays inside a node")
+    check(nd["micro_batches_per_rank"] == m, f"nd {preset}: {nd['micro_batches_per_rank']} micro-batches per rank")
 if failed:
     sys.exit("\n".join(failed))
-print(f"plan --json: {len(plans)} plans, {len(refused)} refused, tables agree")
+print(f"plan --json: {len(plans)} plans, {len(refused)} refused, tables agree; nd TP = 8 plans match the closed forms")

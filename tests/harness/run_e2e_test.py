@@ -209,16 +209,20 @@ def scenario_closure():
         for links in ([[]] if ranks == 1 else [[], ["--set", "links.emulate=true", "--set", "links.profile=h100-dgx"]]):
             # The multi-rank runs with links also write a trace: every rank's events must reach rank 0's file.
             trace = ["--set", "output.trace=true"] if links else []
-            _, _, _, path = run(TINY + ["--set", "train.steps=6", "--set", f"scheduler.name={name}"] + links + trace,
+            # nd runs tensor-parallel over both ranks (its model built over the tp group by the harness).
+            nd = ["--set", "scheduler.tp=2", "--set", "scheduler.sequence_parallel=true"] if name == "nd" else []
+            _, _, _, path = run(TINY + ["--set", "train.steps=6", "--set", f"scheduler.name={name}"] + nd + links + trace,
                                 ranks=ranks, expect_rc=0)
             with h5py.File(path, "r") as f:
                 check(attr(f, "scheduler") == name, f"ran {attr(f, 'scheduler')}")
                 closure_check(f, f"{name} at {ranks} rank(s){', links emulated' if links else ''}", first=2)
                 # The degrees recorded: none and ddp replicate, the sharded schedulers shard over every rank
-                # by default (hsdp's group and asynchzp's z1 default to W); nothing else is split.
-                shard = 1 if name in ("none", "ddp") else ranks
+                # by default (hsdp's group and asynchzp's z1 default to W); nd splits the model over both ranks
+                # (tp = 2, one data-parallel replica); nothing else is split.
+                shard = 1 if name in ("none", "ddp", "nd") else ranks
+                tp = 2 if name == "nd" else 1
                 got = {k: attr(f, f"parallel.{k}") for k in ("pp", "dp_replicate", "dp_shard", "cp", "tp", "ep")}
-                want = {"pp": 1, "dp_replicate": ranks // shard, "dp_shard": shard, "cp": 1, "tp": 1, "ep": 1}
+                want = {"pp": 1, "dp_replicate": ranks // shard // tp, "dp_shard": shard, "cp": 1, "tp": tp, "ep": 1}
                 check(got == want, f"{name}: parallel degrees {got}, expected {want}")
             if trace:
                 with open(path[:-3] + ".trace.json") as tf:
