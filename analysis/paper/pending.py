@@ -1,26 +1,32 @@
 """The paper's rows that hzpbench cannot run yet, per reproduced table: each names what it needs (a
-scheduler name, or a tool) so a report lists it as pending while that is missing, and says it is available
-once the program registers it. Never replaced by a stand-in result."""
+scheduler name, a capability such as pipeline parallelism, or a tool) so a report lists it as pending while that
+is missing, and says it is available once the program has it (scripts/reproduce's available()). Never replaced
+by a stand-in result. A row needing several parts names the last of them to land (pipeline, then context
+parallelism)."""
 from __future__ import annotations
+
+# The capabilities, as scripts/reproduce detects them from `hzpbench list` (the scheduler keys that enable them).
+TENSOR, PIPELINE, CONTEXT = "tensor parallelism", "pipeline parallelism", "context parallelism"
 
 # (paper row, what it needs)
 PENDING: dict[str, list[tuple[str, str]]] = {
     "table1": [
-        ("Seed-OSS-36B per pipeline stage (PP = 4, ~9B parameters per stage)", "nd"),
+        ("Seed-OSS-36B per pipeline stage (PP = 4, ~9B parameters per stage)", PIPELINE),
     ],
     "table2": [
-        ("Seed-OSS-9B, ND: TP = 8", "nd"),
-        ("Seed-OSS-9B, AsyncHZP with CP = 8", "nd"),
-        ("Seed-OSS-36B, ND: TP = 8, PP = 4; AsyncHZP with PP = 4, CP = 8", "nd"),
+        ("Seed-OSS-9B, ND: TP = 8", TENSOR),
+        ("Seed-OSS-9B, AsyncHZP with CP = 8", CONTEXT),
+        ("Seed-OSS-36B, ND: TP = 8, PP = 4; AsyncHZP with PP = 4, CP = 8", CONTEXT),
         ("MoE-100B, ND: EP = 8, PP = 6, CP = 8; AsyncHZP with PP = 6, CP = 8", "moe"),
     ],
     "table3": [
-        ("Z1 = 64, Z2 = Z3 = 8, PP = 8, async on and off", "nd"),
-        ("Z1 = 256, Z2 = Z3 = 8, CP = 8 (run here without CP)", "nd"),
+        ("Z1 = 64, Z2 = Z3 = 8, PP = 8, async on and off", PIPELINE),
+        ("Z1 = 256, Z2 = Z3 = 8, CP = 8 (run here without CP)", CONTEXT),
     ],
     "table4": [
-        ("ND: TP = 8 at 8K; TP = 8, PP = 4 at 32K; TP = 8, PP = 4, CP = 8 at 128K", "nd"),
-        ("AsyncHZP with CP = 8 (and PP = 4 at 32K and 128K)", "nd"),
+        ("ND: TP = 8 at 8K", TENSOR),
+        ("ND: TP = 8, PP = 4 at 32K; TP = 8, PP = 4, CP = 8 at 128K", CONTEXT),
+        ("AsyncHZP with CP = 8 (and PP = 4 at 32K and 128K)", CONTEXT),
     ],
     "table5": [
         ("Seed-OSS-36B, AsyncHZP Z1 = 64, Z2 = Z3 = 8, PP = 4, CP = 8 at 256 / 512 / 1024 cards (MFU, linearity)",
