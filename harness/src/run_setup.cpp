@@ -165,7 +165,7 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
       HZP_THROW(ConfigError, "scheduler.name = none is the single-rank reference and runs on 1 rank, but the job has ",
                 world_size, " ranks. Registered schedulers: ", registered_schedulers(),
                 ". Fix: run on one rank (without mpiexec, or mpiexec -n 1); multi-rank runs need a distributed "
-                "scheduler (ddp, zero1, zero2, zero3, hsdp, asynchzp)");
+                "scheduler (ddp, zero1, zero2, zero3, hsdp, asynchzp, nd)");
     s.uses_world_comm = false;
     s.dp = 1;
   } else {

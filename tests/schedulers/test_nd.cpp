@@ -148,6 +148,33 @@ TEST(Nd, MatchesNoneOverTwentySteps) {
   }
 }
 
+// bf16-mixed: bf16 activations travel through the tensor-parallel sums and the vocabulary-parallel softmax
+// (fp32 statistics). Against none in bf16-mixed over 5 steps: the two differ by bf16 rounding of the partial
+// sums (each rounded once before the sum over the group), a few 1e-3 of the loss at most.
+TEST(Nd, Bf16MixedFollowsNone) {
+  HZP_REQUIRE_RANKS_DIVISIBLE_BY(2);
+  auto world = make_world(world_size());
+  const coll::Topology topo = one_node(*world);
+  const NdCase c{2, true, true, false};
+  TinySetup ref(Precision::bf16_mixed);
+  auto none = schedulers::make_scheduler("none", ref.args());
+  TinySetup mine(Precision::bf16_mixed);
+  const SchedulerOptions o = c.options();
+  schedulers::ProcessGroups groups(*world, schedulers::scheduler_parallel_dims("nd", o, world->size()), topo);
+  mine.model = workloads::make_llama(mine.model_config, Precision::bf16_mixed, {groups.tensor(), c.sp});
+  schedulers::SchedulerArgs a = mine.args();
+  a.world = world.get();
+  a.topology = &topo;
+  a.groups = &groups;
+  a.options = o;
+  auto nd = schedulers::make_scheduler("nd", a);
+  for (int i = 0; i < 5; ++i) {
+    const double want = none->step({i, ref.source.get()}).loss, got = nd->step({i, mine.source.get()}).loss;
+    EXPECT_TRUE(std::isfinite(got)) << "step " << i;
+    EXPECT_LE(rel_diff(got, want), 1e-2) << "bf16-mixed " << c.label() << " step " << i;
+  }
+}
+
 // The tensor-parallel collectives of one step (m micro-batches per rank, each of N = T tokens: micro-batch size
 // 1 on tiny) in closed form: per block and micro-batch, without sequence parallelism 2 all-reduces of N·d in
 // forward, 2 in backward (+1 under recompute); with it 2 all-gathers of N/tp·d rows and 2 reduce-scatters of N·d
