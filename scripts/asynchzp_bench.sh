@@ -2,7 +2,10 @@
 # The asynchzp benchmark (issue 9, docs/data-parallel.md "asynchzp benchmark"): `small` at 4 ranks as 2
 # virtual nodes of 2, emulated links at links.comm_to_compute 0.5, 1 and 2, for zero3, hsdp Z=2, asynchzp
 # inline and asynchzp async with prefetch 1 and 2 (z1 = 4, z2 = z3 = 2), one results file each, then one
-# table (scripts/asynchzp_bench_table.py). Usage: [RATIOS="0.5 1 2"] scripts/asynchzp_bench.sh [out_dir] [steps]
+# table (scripts/asynchzp_bench_table.py). CONFIGS picks the runs; besides those five it knows nd's tp2×dp2
+# layouts (issue 17, docs/nd-parallel.md): nd_tp2, nd_tp2_sp (sequence parallelism), nd_tp2_do (distributed
+# optimizer), nd_tp2_sp_do (both). Usage: [RATIOS="0.5 1 2"] [CONFIGS="zero3 asynchzp_p2 nd_tp2 ..."]
+# scripts/asynchzp_bench.sh [out_dir] [steps]
 set -euo pipefail
 out=${1:-results/asynchzp_bench}
 steps=${2:-3}
@@ -11,14 +14,20 @@ mkdir -p "$out"
 common=(--set model.preset=small --set topology.ranks_per_node=2 --set links.emulate=true
         --set train.steps="$steps" --set train.warmup_steps=1 --set harness.warmup_steps=1)
 hzp=(--set scheduler.name=asynchzp --set scheduler.z1=4 --set scheduler.z2=2 --set scheduler.z3=2)
+nd=(--set scheduler.name=nd --set scheduler.tp=2)
 for r in ${RATIOS:-0.5 1 2}; do
-  for cfg in zero3 hsdp asynchzp_inline asynchzp_p1 asynchzp_p2; do
+  for cfg in ${CONFIGS:-zero3 hsdp asynchzp_inline asynchzp_p1 asynchzp_p2}; do
     case $cfg in
       zero3) extra=(--set scheduler.name=zero3) ;;
       hsdp) extra=(--set scheduler.name=hsdp --set scheduler.group_size=2) ;;
       asynchzp_inline) extra=("${hzp[@]}" --set scheduler.async=false) ;;
       asynchzp_p1) extra=("${hzp[@]}" --set scheduler.async=true --set scheduler.prefetch=1) ;;
       asynchzp_p2) extra=("${hzp[@]}" --set scheduler.async=true --set scheduler.prefetch=2) ;;
+      nd_tp2) extra=("${nd[@]}") ;;
+      nd_tp2_sp) extra=("${nd[@]}" --set scheduler.sequence_parallel=true) ;;
+      nd_tp2_do) extra=("${nd[@]}" --set scheduler.distributed_optimizer=true) ;;
+      nd_tp2_sp_do) extra=("${nd[@]}" --set scheduler.sequence_parallel=true --set scheduler.distributed_optimizer=true) ;;
+      *) echo "unknown configuration $cfg" >&2; exit 2 ;;
     esac
     f="$out/${cfg}_r$r.h5"
     echo "== $cfg r=$r -> $f"

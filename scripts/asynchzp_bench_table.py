@@ -14,9 +14,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-ORDER = ["zero3", "hsdp", "asynchzp_inline", "asynchzp_p1", "asynchzp_p2"]
+ORDER = ["zero3", "hsdp", "asynchzp_inline", "asynchzp_p1", "asynchzp_p2", "nd_tp2", "nd_tp2_sp", "nd_tp2_do",
+         "nd_tp2_sp_do"]
 LABEL = {"zero3": "zero3", "hsdp": "hsdp Z=2", "asynchzp_inline": "asynchzp async off",
-         "asynchzp_p1": "asynchzp async prefetch 1", "asynchzp_p2": "asynchzp async prefetch 2"}
+         "asynchzp_p1": "asynchzp async prefetch 1", "asynchzp_p2": "asynchzp async prefetch 2",
+         "nd_tp2": "nd tp2×dp2", "nd_tp2_sp": "nd tp2×dp2 SP", "nd_tp2_do": "nd tp2×dp2 dist-opt",
+         "nd_tp2_sp_do": "nd tp2×dp2 SP dist-opt"}
 
 
 def ranks(f, name):
@@ -44,7 +47,8 @@ def row(path):
         slack = float(np.median(ranks(f, "slack")[warm:]))
         occ = ranks(f, "pool_occupancy")
         stalls = ranks(f, "pool_stalls")
-        return dict(step=step, compute=share("compute_s"), cpu=share("cpu_time_s"), exposed=share("exposed_comm_s"),
+        state = f["memory/model_state_bytes"][:] if "memory/model_state_bytes" in f else None
+        return dict(state=np.max(state, axis=0) if state is not None else None, step=step, compute=share("compute_s"), cpu=share("cpu_time_s"), exposed=share("exposed_comm_s"),
                     join=share("join_wait_s"), transfer=share("transfer_wait_s"), of_comm=of_comm,
                     inter=by["inter"], intra=by["intra"], peak=peak, slack=slack,
                     pool=float(np.max(occ[warm:])) if occ is not None else float("nan"),
@@ -55,18 +59,19 @@ def row(path):
 def main():
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "results/asynchzp_bench")
     print("| r | scheduler | step time | compute (CPU) | exposed (join, transfer) | exposed / its comm | "
-          "inter / intra MB per rank-step | peak mem | slack | pool peak, stalls |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "inter / intra MB per rank-step | peak mem | model state MiB (param/grad/master/m/v) | slack | pool peak, stalls |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in ("0.5", "1", "2"):
         for cfg in ORDER:
             p = out / f"{cfg}_r{r}.h5"
             if not p.exists():
                 continue
             x = row(p)
+            state = "-" if x["state"] is None else "/".join(f"{b / 2**20:.0f}" for b in x["state"])
             pool = "-" if np.isnan(x["pool"]) or "async" not in LABEL[cfg] or "off" in LABEL[cfg] else f"{100 * x['pool']:.0f}%, {x['stalls']:.0f}"
             print(f"| {r} | {LABEL[cfg]} | {x['step']:.2f} s | {100 * x['compute']:.1f}% ({100 * x['cpu']:.1f}%) | "
                   f"{100 * x['exposed']:.1f}% ({100 * x['join']:.1f}%, {100 * x['transfer']:.1f}%) | {100 * x['of_comm']:.0f}% | "
-                  f"{x['inter'] / 1e6:.1f} / {x['intra'] / 1e6:.1f} | {x['peak'] / 2**20:.0f} MiB | {x['slack']:.2f} | {pool} |")
+                  f"{x['inter'] / 1e6:.1f} / {x['intra'] / 1e6:.1f} | {x['peak'] / 2**20:.0f} MiB | {state} | {x['slack']:.2f} | {pool} |")
 
 
 if __name__ == "__main__":
