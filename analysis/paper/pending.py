@@ -14,7 +14,6 @@ PENDING: dict[str, list[tuple[str, str]]] = {
         ("Seed-OSS-36B per pipeline stage (PP = 4, ~9B parameters per stage)", PIPELINE),
     ],
     "table2": [
-        ("Seed-OSS-9B, ND: TP = 8", TENSOR),
         ("Seed-OSS-9B, AsyncHZP with CP = 8", CONTEXT),
         ("Seed-OSS-36B, ND: TP = 8, PP = 4; AsyncHZP with PP = 4, CP = 8", CONTEXT),
         ("MoE-100B, ND: EP = 8, PP = 6, CP = 8; AsyncHZP with PP = 6, CP = 8", "moe"),
@@ -24,7 +23,6 @@ PENDING: dict[str, list[tuple[str, str]]] = {
         ("Z1 = 256, Z2 = Z3 = 8, CP = 8 (run here without CP)", CONTEXT),
     ],
     "table4": [
-        ("ND: TP = 8 at 8K", TENSOR),
         ("ND: TP = 8, PP = 4 at 32K; TP = 8, PP = 4, CP = 8 at 128K", CONTEXT),
         ("AsyncHZP with CP = 8 (and PP = 4 at 32K and 128K)", CONTEXT),
     ],

@@ -62,3 +62,26 @@ def test_a_run_stopped_by_a_signal_counts_as_killed(runs, tmp_path):
         f.attrs["status"] = "failed: 0: terminated by SIGTERM"
     r = load([tmp_path]).runs.set_index("run")
     assert r.loc["stopped", "state"] == "killed" and r.loc["stopped", "status"] == "failed: 0: terminated by SIGTERM"
+
+
+def test_paper_tables_take_nd_as_the_baseline_where_it_ran():
+    """Tables 2 and 4 measure speed-up against the paper's 100%, ND parallelism (`nd`), in each group that has
+    an nd run, and against zero3 in a group without one (Table 4's longer lengths, until pipeline and context
+    parallelism exist)."""
+    import pandas as pd
+
+    from analysis.report import paper_tables
+
+    base = {"mfu_median": 0.1, "exposed_comm_frac_median": 0.2, "mem_peak_bytes_max": 1e8, "ok": 1, "runs": 1,
+            "states": "ok", "comm_to_compute": 0.5, "global_batch": 8}
+    pc = pd.DataFrame([
+        {**base, "scheduler": "zero3", "seq_len": 64, "config": "zero3 64", "tokens_per_s_median": 50.0},
+        {**base, "scheduler": "nd", "seq_len": 64, "config": "nd 64", "tokens_per_s_median": 100.0},
+        {**base, "scheduler": "asynchzp", "seq_len": 64, "config": "asynchzp 64", "tokens_per_s_median": 120.0},
+        {**base, "scheduler": "zero3", "seq_len": 256, "config": "zero3 256", "tokens_per_s_median": 40.0},
+        {**base, "scheduler": "asynchzp", "seq_len": 256, "config": "asynchzp 256", "tokens_per_s_median": 60.0},
+    ])
+    t = paper_tables._versus(pc, paper_tables._nd_or_zero3, ["seq_len"], ["seq_len"])
+    got = {(r["seq_len"], r["configuration"]): r["speedup"] for _, r in t.iterrows()}
+    assert got[(64, "asynchzp 64")] == "120.0%" and got[(64, "nd 64")] == "100.0%" and got[(64, "zero3 64")] == "50.0%"
+    assert got[(256, "asynchzp 256")] == "150.0%" and got[(256, "zero3 256")] == "100.0%"
