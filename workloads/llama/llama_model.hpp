@@ -103,9 +103,8 @@ class LlamaModel final : public Workload {
   /// rank's `rows` (timed as communication waits).
   void tp_all_gather(ConstTensorView rows, TensorView full, StreamRef stream) const;
   void tp_reduce_scatter(ConstTensorView full, TensorView rows, StreamRef stream) const;
-  /// This rank's rows of a [tokens, ...] tensor under sequence parallelism.
+  /// How many rows of a [tokens, ...] tensor this rank holds: tokens / tp under sequence parallelism.
   std::int64_t local_rows(const Dims& d) const noexcept { return sp_ ? d.tokens / tp_size_ : d.tokens; }
-  std::int64_t first_row(const Dims& d) const noexcept { return sp_ ? local_rows(d) * tp_rank_ : 0; }
   /// The layer norm at `t` of `unit` applied to rows `x` (saving rstd), returned over every token: gathered
   /// under sequence parallelism.
   Act norm_for_column_parallel(int unit, int t, const UnitParams& params, LlamaContext& ctx, const Act& x,
