@@ -1,0 +1,71 @@
+// One pipeline stage running its schedule (issue 18): the actions of pipeline_schedule() over a model cut by a
+// PipelineLayout, one context per (micro-batch, chunk) in flight, and the boundary activations and their
+// gradients exchanged with the neighbouring stages by point-to-point messages over the pipeline group. Sends are
+// non-blocking and complete before the context holding their buffer is reused; a receive blocks (polling the
+// stage's own sends meanwhile), and the time the compute thread spends in receives is the stage's pipeline wait. Parameters, gradient buffers and the tokens come
+// from the caller (a parameter engine, or a test), so the stage knows nothing of data parallelism.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "hzp/collectives/communicator.hpp"
+#include "hzp/core/caching_allocator.hpp"
+#include "hzp/schedulers/step/pipeline_schedule.hpp"
+#include "hzp/workloads/workload.hpp"
+
+namespace hzp::schedulers {
+
+class PipelineStage {
+ public:
+  /// What the stage asks its caller for.
+  struct Hooks {
+    /// Unit u's parameters for action a (valid until the matching *_done call).
+    std::function<workloads::UnitParams(int u, const Action& a)> params;
+    /// The gradient buffers unit u's backward for a writes.
+    std::function<workloads::UnitGrads(int u, const Action& a)> grads;
+    /// Unit u's forward / backward for a is done (optional).
+    std::function<void(int u, const Action& a)> forward_done, backward_done;
+    /// Fills micro-batch `mb`'s inputs and targets ([micro_batch_size · seq_len] each).
+    std::function<void(int mb, std::span<std::int32_t> inputs, std::span<std::int32_t> targets)> tokens;
+  };
+
+  /// Stage `pp.rank()` of `layout` (pp.size() stages). `base`'s micro-batch size, recompute and stream apply to
+  /// every context; its unit range is the chunk's. The model, group and allocator must outlive the stage.
+  PipelineStage(const workloads::Workload& model, const PipelineLayout& layout, coll::Communicator& pp,
+                CachingAllocator& alloc, workloads::ContextOptions base);
+  ~PipelineStage();
+
+  int stage() const noexcept { return stage_; }
+  /// Runs `actions` (this stage's schedule over `micro_batches` micro-batches; check_stage_schedule holds) with
+  /// `normaliser` target tokens in the global batch. Returns each micro-batch's loss (loss_sum / normaliser)
+  /// on the stage holding the last unit, zeros elsewhere. Collective over the pipeline group.
+  std::vector<double> run(const std::vector<Action>& actions, int micro_batches, double normaliser, Hooks& hooks);
+  /// Seconds the last run() waited in receives (the pipeline wait).
+  double wait_seconds() const noexcept { return wait_s_; }
+
+ private:
+  struct InFlight;  // a micro-batch's context on one chunk, its tokens and its pending sends
+  InFlight& begin_chunk(const Action& a, int chunk, double normaliser, Hooks& hooks);
+  void receive(TensorView into, int peer, int tag);
+  void progress();
+  void wait_until(const std::function<bool()>& done);
+  int chunk_of(const Action& a) const;
+  int tag(int micro_batch, int chunk, bool gradient) const;
+
+  const workloads::Workload& model_;
+  PipelineLayout layout_;
+  coll::Communicator& pp_;
+  CachingAllocator& alloc_;
+  workloads::ContextOptions base_;
+  int stage_;
+  std::map<std::pair<int, int>, std::unique_ptr<InFlight>> live_;  // by (micro-batch, chunk)
+  double wait_s_ = 0;
+};
+
+}  // namespace hzp::schedulers

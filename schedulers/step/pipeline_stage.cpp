@@ -1,0 +1,128 @@
+// PipelineStage (pipeline_stage.hpp): the schedule's actions over per-(micro-batch, chunk) contexts, with the
+// boundary tensors sent to and received from the neighbouring stages.
+#include "hzp/schedulers/step/pipeline_stage.hpp"
+
+#include <iterator>
+#include <thread>
+
+#include "hzp/core/clock.hpp"
+#include "hzp/core/error.hpp"
+
+namespace hzp::schedulers {
+
+struct PipelineStage::InFlight {
+  std::vector<std::int32_t> inputs, targets;
+  std::unique_ptr<workloads::MicroBatchContext> ctx;
+  std::vector<coll::Request> sends;  // buffers held by ctx until these complete
+  bool backward_done = false;        // then only its input gradient's send keeps it
+};
+
+// Shared-memory transfers move only while their requests are polled, so a stage that waits for one message
+// keeps all of its own sends moving: otherwise two stages could each wait for the other's data. Contexts whose
+// backward ran and whose sends completed are freed here.
+void PipelineStage::progress() {
+  for (auto it = live_.begin(); it != live_.end();) {
+    InFlight& f = *it->second;
+    std::erase_if(f.sends, [](coll::Request& r) { return r.test(); });
+    it = f.backward_done && f.sends.empty() ? live_.erase(it) : std::next(it);
+  }
+}
+
+void PipelineStage::wait_until(const std::function<bool()>& done) {
+  while (!done()) {
+    progress();
+    std::this_thread::yield();
+  }
+}
+
+PipelineStage::PipelineStage(const workloads::Workload& model, const PipelineLayout& layout, coll::Communicator& pp,
+                             CachingAllocator& alloc, workloads::ContextOptions base)
+    : model_(model), layout_(layout), pp_(pp), alloc_(alloc), base_(base), stage_(pp.rank()) {
+  HZP_CHECK(pp.size() == layout.pp && layout.units() == model.layout().num_units(), "pipeline stage: a group of ",
+            pp.size(), " ranks for ", layout.pp, " stages, a layout of ", layout.units(), " units for a model of ",
+            model.layout().num_units());
+}
+
+PipelineStage::~PipelineStage() = default;
+
+int PipelineStage::chunk_of(const Action& a) const {
+  for (int c = 0; c < layout_.v; ++c) {
+    const int k = layout_.chunk_of(stage_, c);
+    if (layout_.first_unit(k) == a.first_unit && layout_.end_unit(k) == a.end_unit) return k;
+  }
+  HZP_THROW(PreconditionError, "pipeline stage ", stage_, ": ", to_string(a), " is none of its chunks");
+}
+
+// One tag per (micro-batch, receiving chunk, direction): messages between two ranks never match the wrong one,
+// whatever order the schedule posts them in.
+int PipelineStage::tag(int micro_batch, int chunk, bool gradient) const {
+  return (micro_batch * layout_.chunks() + chunk) * 2 + (gradient ? 1 : 0);
+}
+
+void PipelineStage::receive(TensorView into, int peer, int t) {
+  const Stopwatch wait;
+  coll::Request r = pp_.start_recv(into, peer, t, base_.stream);  // test() enforces the communicator's deadline
+  wait_until([&] { return r.test(); });
+  wait_s_ += wait.wall();
+}
+
+PipelineStage::InFlight& PipelineStage::begin_chunk(const Action& a, int chunk, double normaliser, Hooks& hooks) {
+  auto f = std::make_unique<InFlight>();
+  const auto n = static_cast<std::size_t>(base_.micro_batch_size * model_.seq_len());
+  f->inputs.resize(n);
+  f->targets.resize(n);
+  hooks.tokens(a.micro_batch, f->inputs, f->targets);
+  workloads::ContextOptions o = base_;
+  o.first_unit = a.first_unit;
+  o.end_unit = a.end_unit;
+  f->ctx = model_.make_context(alloc_, o);
+  f->ctx->begin(f->inputs, f->targets, normaliser);
+  InFlight& ref = *f;
+  live_[{a.micro_batch, chunk}] = std::move(f);
+  return ref;
+}
+
+std::vector<double> PipelineStage::run(const std::vector<Action>& actions, int micro_batches, double normaliser,
+                                       Hooks& hooks) {
+  check_stage_schedule(actions, layout_, stage_, micro_batches);
+  wait_s_ = 0;
+  const int units = layout_.units(), last = layout_.chunks() - 1;
+  std::vector<double> losses(static_cast<std::size_t>(micro_batches), 0.0);
+  for (const Action& a : actions) {
+    const int k = chunk_of(a);
+    // Chunk k's neighbours: chunk k − 1 (input side) and k + 1 (output side), on their stages.
+    const int prev = (k + layout_.pp - 1) % layout_.pp, next = (k + 1) % layout_.pp;
+    if (a.kind == Action::Kind::forward) {
+      InFlight& f = begin_chunk(a, k, normaliser, hooks);
+      if (k > 0) receive(f.ctx->input_slot(), prev, tag(a.micro_batch, k, false));
+      for (int u = a.first_unit; u < a.end_unit; ++u) {
+        model_.forward(u, hooks.params(u, a), *f.ctx);
+        if (hooks.forward_done) hooks.forward_done(u, a);
+      }
+      if (a.end_unit == units)
+        losses[static_cast<std::size_t>(a.micro_batch)] = f.ctx->loss();
+      else
+        f.sends.push_back(pp_.start_send(f.ctx->output(), next, tag(a.micro_batch, k + 1, false), base_.stream));
+    } else {
+      const auto it = live_.find({a.micro_batch, k});
+      HZP_CHECK(it != live_.end(), "pipeline stage ", stage_, ": ", to_string(a), " has no forward in flight");
+      InFlight& f = *it->second;
+      wait_until([&] { return f.sends.empty(); });  // the output's buffer is about to be replaced by its gradient's
+      if (k < last) receive(f.ctx->output_grad_slot(), next, tag(a.micro_batch, k, true));
+      for (int u = a.end_unit - 1; u >= a.first_unit; --u) {
+        // Parameters first, then gradient buffers: an engine with rings hands them out in that order.
+        const workloads::UnitParams params = hooks.params(u, a);
+        const workloads::UnitGrads grads = hooks.grads(u, a);
+        model_.backward(u, params, *f.ctx, grads);
+        if (hooks.backward_done) hooks.backward_done(u, a);
+      }
+      if (k > 0) f.sends.push_back(pp_.start_send(f.ctx->input_grad(), prev, tag(a.micro_batch, k - 1, true), base_.stream));
+      f.backward_done = true;
+    }
+  }
+  // The input gradients still in flight hold their contexts until the previous stage has them.
+  wait_until([&] { return live_.empty(); });
+  return losses;
+}
+
+}  // namespace hzp::schedulers
