@@ -12,6 +12,7 @@
 #include "cross_entropy/cross_entropy_ref.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/checks.hpp"
+#include "hzp/kernels/scalar.hpp"
 
 namespace hzp::kernels {
 namespace {
@@ -55,15 +56,6 @@ void check_grad(std::string_view kernel, const CrossEntropyGrad& g) {
   check_cross_entropy_scale(kernel, g.normaliser, g.dloss);
 }
 
-template <typename Fn>
-decltype(auto) dispatch(DType t, Fn&& fn) {
-  switch (t) {
-    case DType::f64: return fn(double{});
-    case DType::f32: return fn(float{});
-    default: return fn(bf16{});
-  }
-}
-
 }  // namespace
 
 std::int64_t cross_entropy_count_valid(ConstTensorView targets, std::int32_t ignore_index, StreamRef s) {
@@ -89,7 +81,7 @@ CrossEntropyResult cross_entropy_fwd(TensorView losses, ConstTensorView logits, 
   check_device(k, "losses", losses.device(), s);
   if (s.device().is_cuda()) return cuda::cross_entropy(&losses, nullptr, logits, targets, ignore_index, nullptr, s);
   check_target_values(k, targets.as<std::int32_t>(), N, V, ignore_index);
-  return dispatch(logits.dtype(), [&](auto tag) {
+  return dispatch_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     return cross_entropy_fwd_ref<T>(losses.as<acc_t<T>>(), logits.as<T>(), targets.as<std::int32_t>(), N, V,
                                     ignore_index);
@@ -110,7 +102,7 @@ void cross_entropy_bwd(TensorView dlogits, ConstTensorView logits, ConstTensorVi
     return;
   }
   check_target_values(k, targets.as<std::int32_t>(), N, V, grad.ignore_index);
-  dispatch(logits.dtype(), [&](auto tag) {
+  dispatch_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     cross_entropy_bwd_ref<T>(dlogits.as<T>(), logits.as<T>(), targets.as<std::int32_t>(), N, V, grad);
   });
@@ -130,7 +122,7 @@ CrossEntropyResult cross_entropy_fwd_bwd(TensorView losses, TensorView dlogits, 
   check_grad(k, grad);
   if (s.device().is_cuda()) return cuda::cross_entropy(&losses, &dlogits, logits, targets, grad.ignore_index, &grad, s);
   check_target_values(k, targets.as<std::int32_t>(), N, V, grad.ignore_index);
-  return dispatch(logits.dtype(), [&](auto tag) {
+  return dispatch_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     return cross_entropy_fwd_bwd_ref<T>(losses.as<acc_t<T>>(), dlogits.as<T>(), logits.as<T>(),
                                         targets.as<std::int32_t>(), N, V, grad);

@@ -11,6 +11,7 @@
 #include "common/cuda_twins.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/checks.hpp"
+#include "hzp/kernels/scalar.hpp"
 #include "vocab_parallel/vocab_parallel_ref.hpp"
 
 namespace hzp::kernels {
@@ -81,16 +82,6 @@ void check_grad(std::string_view kernel, const CrossEntropyGrad& g) {
   check_cross_entropy_scale(kernel, g.normaliser, g.dloss);
 }
 
-/// Calls fn with a value of the storage type of `t` (validated to be f64, f32 or bf16 beforehand).
-template <typename Fn>
-decltype(auto) dispatch(DType t, Fn&& fn) {
-  switch (t) {
-    case DType::f64: return fn(double{});
-    case DType::f32: return fn(float{});
-    default: return fn(bf16{});
-  }
-}
-
 }  // namespace
 
 void embedding_fwd_vocab_range(TensorView out, ConstTensorView tokens, ConstTensorView table_rows,
@@ -111,7 +102,7 @@ void embedding_fwd_vocab_range(TensorView out, ConstTensorView tokens, ConstTens
   check_device(k, "tokens", tokens.device(), s);
   check_device(k, "table_rows", table_rows.device(), s);
   if (s.device().is_cuda()) return cuda::embedding_fwd_vocab_range(out, tokens, table_rows, vocab_begin, s);
-  dispatch(table_rows.dtype(), [&](auto tag) {
+  dispatch_float(table_rows.dtype(), [&](auto tag) {
     using T = decltype(tag);
     embedding_fwd_vocab_range_ref(out.as<T>(), tokens.as<std::int32_t>(), table_rows.as<T>(), n, vocab_begin, rows,
                                   dim);
@@ -137,7 +128,7 @@ void embedding_bwd_vocab_range(TensorView dtable_rows, ConstTensorView tokens, C
   check_device(k, "dout", dout.device(), s);
   if (s.device().is_cuda())
     return cuda::embedding_bwd_vocab_range(dtable_rows, tokens, dout, vocab_begin, accumulate, s);
-  dispatch(dout.dtype(), [&](auto tag) {
+  dispatch_float(dout.dtype(), [&](auto tag) {
     using T = decltype(tag);
     embedding_bwd_vocab_range_ref(dtable_rows.as<grad_t<T>>(), tokens.as<std::int32_t>(), dout.as<T>(), n,
                                   vocab_begin, rows, dim, accumulate);
@@ -157,7 +148,7 @@ void vocab_parallel_ce_local_stats(TensorView row_max, TensorView target_logit, 
   if (s.device().is_cuda())
     return cuda::vocab_parallel_ce_local_stats(row_max, target_logit, logits, targets, vocab_begin, ignore_index, s);
   check_target_values(k, targets.as<std::int32_t>(), N, ignore_index);
-  dispatch(logits.dtype(), [&](auto tag) {
+  dispatch_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     vocab_parallel_ce_local_stats_ref<T>(row_max.as<acc_t<T>>(), target_logit.as<acc_t<T>>(), logits.as<T>(),
                                          targets.as<std::int32_t>(), N, Vl, vocab_begin, ignore_index);
@@ -171,7 +162,7 @@ void vocab_parallel_ce_sum_exp(TensorView sum_exp, ConstTensorView logits, Const
   check_stats_tensor(k, "global_max", global_max, N, st, s);
   check_stats_tensor(k, "sum_exp", sum_exp, N, st, s);
   if (s.device().is_cuda()) return cuda::vocab_parallel_ce_sum_exp(sum_exp, logits, global_max, s);
-  dispatch(logits.dtype(), [&](auto tag) {
+  dispatch_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     vocab_parallel_ce_sum_exp_ref<T>(sum_exp.as<acc_t<T>>(), logits.as<T>(), global_max.as<acc_t<T>>(), N, Vl);
   });
@@ -223,7 +214,7 @@ void vocab_parallel_ce_bwd(TensorView dlogits, ConstTensorView logits, ConstTens
   if (s.device().is_cuda())
     return cuda::vocab_parallel_ce_bwd(dlogits, logits, targets, vocab_begin, global_max, global_sum_exp, grad, s);
   check_target_values(k, targets.as<std::int32_t>(), N, grad.ignore_index);
-  dispatch(logits.dtype(), [&](auto tag) {
+  dispatch_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     vocab_parallel_ce_bwd_ref<T>(dlogits.as<T>(), logits.as<T>(), targets.as<std::int32_t>(), N, Vl, vocab_begin,
                                  global_max.as<acc_t<T>>(), global_sum_exp.as<acc_t<T>>(), grad);

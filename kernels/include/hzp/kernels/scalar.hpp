@@ -41,4 +41,15 @@ inline T store(acc_t<T> v) noexcept {
   }
 }
 
+/// Calls fn with a value of the storage type `t` names (double, float or bf16; the caller has validated `t`
+/// to be one of f64, f32 and bf16), so a launcher instantiates its reference once per storage type.
+template <typename Fn>
+decltype(auto) dispatch_float(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::f64: return fn(double{});
+    case DType::f32: return fn(float{});
+    default: return fn(bf16{});
+  }
+}
+
 }  // namespace hzp::kernels
