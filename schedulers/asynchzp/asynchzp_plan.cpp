@@ -57,12 +57,7 @@ class AsyncHzpPlan final : public EnginePlan {
 
   void step_end(CollectiveLedger& out) const override {
     const int segments = seg_.l3.num_segments();
-    if (z1_.members.size() > 1) {
-      if (deterministic_)
-        out.all_reduce(z1_, 4, DType::i64, 1, "per step (norm, exact)");
-      else
-        out.all_reduce(z1_, 1, DType::f64, 1, "per step (norm)");
-    }
+    declare_norm(out, z1_, deterministic_);
     if (!rs_end_) {
       if (replica_.members.size() > 1 && seg_.l2.slice_total() > 0)
         out.all_reduce(replica_, seg_.l2.slice_total(), wire_, 1, "per step (gradient shards)");

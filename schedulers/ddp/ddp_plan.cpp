@@ -46,13 +46,8 @@ class DdpPlan final : public EnginePlan {
       if (at == u) out.all_reduce(dp_, numel, wire_, 1, "per step (buckets, last micro-batch)");
   }
   void step_end(CollectiveLedger& out) const override {
-    // The norm over the tensor-parallel pieces (distinct_norm.hpp): fp64, or the exact sum as four int64 limbs.
-    if (tp_.members.size() > 1) {
-      if (deterministic_)
-        out.all_reduce(tp_, 4, DType::i64, 1, "per step (norm, exact)");
-      else
-        out.all_reduce(tp_, 1, DType::f64, 1, "per step (norm)");
-    }
+    // Replicas hold the whole model: only tensor-parallel pieces make the norm a sum over ranks (distinct_norm.hpp).
+    declare_norm(out, tp_, deterministic_);
   }
 
  private:

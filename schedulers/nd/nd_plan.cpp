@@ -17,8 +17,7 @@ class NdPlan final : public EnginePlan {
                 "tensor-parallel pieces and collectives), not only its layout");
     const coll::RankMesh mesh = dims_.mesh(plan_topology(in));  // refuses tp across nodes unless allowed
     tp_ = {"tp", mesh.group(kAxisTensor, in.rank)};
-    int tp_rank = 0;
-    while (tp_.members[static_cast<std::size_t>(tp_rank)] != in.rank) ++tp_rank;
+    const int tp_rank = mesh.position(kAxisTensor, in.rank);
     // tp = 1: the whole layout, and the model issues no collective of its own.
     layout_ = std::make_unique<workloads::ParamLayout>(in.model ? in.model->tensor_parallel_layout(dims_.tp, tp_rank)
                                                                 : *in.layout);

@@ -213,6 +213,14 @@ PlanGroup world_plan_group(std::string name, int world_size) {
   return g;
 }
 
+void declare_norm(CollectiveLedger& out, const PlanGroup& g, bool deterministic) {
+  if (g.members.size() <= 1) return;
+  if (deterministic)
+    out.all_reduce(g, 4, DType::i64, 1, "per step (norm, exact)");
+  else
+    out.all_reduce(g, 1, DType::f64, 1, "per step (norm)");
+}
+
 DType grad_wire_dtype(const workloads::TrainConfig& train) { return train.deterministic ? DType::i64 : DType::f32; }
 
 SchedulerPlan plan_from_engine(std::string scheduler, const PlanInputs& in, EnginePlan& e) {

@@ -62,13 +62,7 @@ class ZeroPlan final : public EnginePlan {
     if (stage_ == 1)
       for (int u = 0; u < units; ++u) out.reduce_scatter(shard_, shards_.padded_numel(u), wire_, 1, "per step (gradients)");
     if (replica_.members.size() > 1) out.all_reduce(replica_, shards_.slice_total(), wire_, 1, "per step (gradient shards)");
-    // The norm: an fp64 sum of squares, or in deterministic mode its exact 128-bit sum as four int64 limbs.
-    if (norm_.members.size() > 1) {
-      if (deterministic_)
-        out.all_reduce(norm_, 4, DType::i64, 1, "per step (norm, exact)");
-      else
-        out.all_reduce(norm_, 1, DType::f64, 1, "per step (norm)");
-    }
+    declare_norm(out, norm_, deterministic_);
     if (stage_ < 3)
       for (int u = 0; u < units; ++u) out.all_gather(shard_, shards_.slice_numel(u), pdt_, 1, "per step (updated parameters)");
   }

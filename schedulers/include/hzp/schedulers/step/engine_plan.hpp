@@ -76,6 +76,11 @@ void check_plan_batches(std::string_view scheduler, const PlanInputs& in, int gr
 /// Every rank of the world, in rank order, as group `name` (a duplicate of the world).
 PlanGroup world_plan_group(std::string name, int world_size);
 
+/// The gradient norm's sum of squares all-reduced over `g` at the step end (ShardedOptimizer / FixedPointGrads
+/// global_sum_squares): one fp64, or in deterministic mode the exact 128-bit sum as four int64 limbs; nothing for
+/// a group of one.
+void declare_norm(CollectiveLedger& out, const PlanGroup& g, bool deterministic);
+
 /// Deterministic mode sums gradients as int64 fixed point (8 bytes on the wire); fp32 otherwise.
 DType grad_wire_dtype(const workloads::TrainConfig& train);
 
