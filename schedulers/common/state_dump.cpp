@@ -4,9 +4,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "hzp/core/error.hpp"
-
 #include "hzp/core/dtype.hpp"
+#include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/kernels/cast.hpp"
 

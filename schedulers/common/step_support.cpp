@@ -52,7 +52,7 @@ const ProcessGroups& scheduler_groups(std::string_view name, const SchedulerArgs
   const ParallelDims dims = scheduler_parallel_dims(name, args.options, w);
   if (args.groups != nullptr) {
     const ParallelDims& got = args.groups->dims();
-    if (got.describe() != dims.describe() || &args.groups->world() != args.world)
+    if (!(got == dims) || &args.groups->world() != args.world)
       HZP_THROW(ConfigError, "scheduler ", name, " runs with the degrees ", dims.describe(), " over '",
                 args.world->name(), "', but was handed process groups of ", got.describe(), " over '",
                 args.groups->world().name(), "'. Fix: build the groups from scheduler_parallel_dims");
@@ -81,6 +81,12 @@ void check_tensor_parallel_model(std::string_view scheduler, const ProcessGroups
     HZP_THROW(ConfigError, "scheduler ", scheduler, " runs tp = ", tp, " but the model (", model.describe(),
               ") holds no tensor-parallel pieces: it was built whole. Fix: build it with the run's tensor-parallel "
               "group (ProcessGroups::tensor())");
+}
+
+TensorParallelExtras::TensorParallelExtras(const ProcessGroups& groups, bool deterministic) : tp_(groups.tensor()) {
+  if (tp_ == nullptr) return;
+  debug_ = tp_->duplicate("debug", /*share_counters=*/false);
+  if (deterministic) verdict_ = groups.world().duplicate("verdict");
 }
 
 namespace {

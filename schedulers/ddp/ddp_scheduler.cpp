@@ -43,7 +43,7 @@ class DdpScheduler final : public DataParallelScheduler, private ParameterEngine
   std::vector<float> gather_working_params() override;
   std::vector<float> gather_moment(bool second) override;
   void visit_state(StateVisitor& visitor) override {
-    visit_gathered_state(*this, model_->layout(), train_.precision, groups_->rank() == 0, tp_debug_.get(), visitor);
+    visit_gathered_state(*this, model_->layout(), train_.precision, groups_->rank() == 0, tpx_->debug(), visitor);
   }
 
  private:
@@ -54,9 +54,8 @@ class DdpScheduler final : public DataParallelScheduler, private ParameterEngine
   std::unique_ptr<ProcessGroups> own_groups_;  // when the caller handed none (SchedulerArgs::groups)
   const ProcessGroups* groups_;
   coll::Communicator* world_;  // the data-parallel group
-  std::unique_ptr<coll::Communicator> tp_debug_;  // tensor parallelism: the dump's gathers (uncounted)
+  std::unique_ptr<TensorParallelExtras> tpx_;
   std::unique_ptr<DistinctNorm> norm_;
-  std::unique_ptr<coll::Communicator> verdict_;  // tensor parallelism, deterministic mode: the whole world
   DType pdt_;
   std::int64_t n_;
   std::unique_ptr<coll::Communicator> dp_comm_, scalars_comm_;
@@ -86,7 +85,7 @@ class DdpScheduler final : public DataParallelScheduler, private ParameterEngine
   void attempt_done() override { buckets_->finish(); }
   FixedPointGrads* fixed_point() noexcept override { return fixed_.get(); }
   coll::Communicator& scalars() noexcept override { return *scalars_comm_; }
-  coll::Communicator& verdict_group() noexcept override { return verdict_ ? *verdict_ : *scalars_comm_; }
+  coll::Communicator& verdict_group() noexcept override { return tpx_->verdict_or(*scalars_comm_); }
   StepFinish finish_step(std::int64_t step, double lr) override;
 };
 
@@ -100,11 +99,10 @@ DdpScheduler::DdpScheduler(const SchedulerArgs& args, std::string name) : name_(
   groups_ = &scheduler_groups(name_, args, own_groups_);
   world_ = &groups_->data_parallel();
   check_tensor_parallel_model(name_, *groups_, *model_);
-  coll::Communicator* tp = groups_->tensor();
-  if (tp != nullptr) tp_debug_ = tp->duplicate("debug", /*share_counters=*/false);
-  if (tp != nullptr && args.train.deterministic) verdict_ = groups_->world().duplicate("verdict");
-  norm_ = std::make_unique<DistinctNorm>(model_->layout(), ShardLayout::per_unit(model_->layout(), 1), 0,
-                                         tp ? tp->size() : 1, tp ? tp->rank() : 0, tp);
+  tpx_ = std::make_unique<TensorParallelExtras>(*groups_, args.train.deterministic);
+  // Replicated over dp: the norm is a sum over ranks only across the tensor-parallel pieces.
+  norm_ = std::make_unique<DistinctNorm>(model_->layout(), ShardLayout::per_unit(model_->layout(), 1), 0, tpx_->size(),
+                                         tpx_->rank(), tpx_->group());
   pdt_ = workloads::param_dtype(train_.precision);
   n_ = model_->layout().total_numel();
   dp_comm_ = world_->duplicate("dp");
@@ -182,7 +180,7 @@ Allocation DdpScheduler::converted_gradient() const {
 
 ReplicaDigests DdpScheduler::replicated_state() const {
   ReplicaDigests d;  // everything is replicated over the data-parallel group (the world without tensor parallelism)
-  d.replica_key = groups_->tensor() ? groups_->tensor()->rank() : 0;
+  d.replica_key = tpx_->rank();
   d.digests.emplace_back("param", state_digest(params_.data(), static_cast<std::size_t>(n_) * dtype_size(pdt_)));
   d.digests.emplace_back("grad", state_digest(grads_.data(), grads().bytes()));
   if (opt_->has_master()) d.digests.emplace_back("master", state_digest(opt_->master().data(), opt_->master().bytes()));

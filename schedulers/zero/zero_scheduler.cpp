@@ -63,7 +63,7 @@ class ZeroScheduler final : public DataParallelScheduler, private ParameterEngin
   std::vector<float> gather_working_params() override;
   std::vector<float> gather_moment(bool second) override { return gather_slices(second ? opt_->v() : opt_->m()); }
   void visit_state(StateVisitor& visitor) override {
-    visit_gathered_state(*this, model_->layout(), train_.precision, groups_->rank() == 0, tp_debug_.get(), visitor);
+    visit_gathered_state(*this, model_->layout(), train_.precision, groups_->rank() == 0, tpx_->debug(), visitor);
   }
 
  private:
@@ -106,7 +106,7 @@ class ZeroScheduler final : public DataParallelScheduler, private ParameterEngin
   void backward_done(int u, const Action& a) override;
   FixedPointGrads* fixed_point() noexcept override { return fixed_.get(); }
   coll::Communicator& scalars() noexcept override { return *scalars_comm_; }
-  coll::Communicator& verdict_group() noexcept override { return verdict_ ? *verdict_ : *scalars_comm_; }
+  coll::Communicator& verdict_group() noexcept override { return tpx_->verdict_or(*scalars_comm_); }
   StepFinish finish_step(std::int64_t step, double lr) override;
 
   // Every shard group member's fp32 slice (slice order), all-gathered uncounted, as a flat [N] vector.
@@ -122,11 +122,12 @@ class ZeroScheduler final : public DataParallelScheduler, private ParameterEngin
   const ProcessGroups* groups_;
   coll::Communicator* world_;  // the data-parallel group
   DType pdt_;
-  int z_ = 1, idx_ = 0, tp_rank_ = 0;
+  int z_ = 1, idx_ = 0;
   std::unique_ptr<coll::Communicator> shard_comm_, replica_comm_, scalars_comm_, debug_comm_;
-  // Tensor parallelism: the ranks holding distinct parts (shards × tp) for the norm, the dump's uncounted
-  // gathers, and deterministic mode's verdict over the whole world.
-  std::unique_ptr<coll::Communicator> distinct_comm_, tp_debug_, verdict_;
+  // Tensor parallelism: the ranks holding distinct parts (shards × tp) for the norm; the dump's gathers and
+  // deterministic mode's verdict.
+  std::unique_ptr<coll::Communicator> distinct_comm_;
+  std::unique_ptr<TensorParallelExtras> tpx_;
   std::unique_ptr<DistinctNorm> norm_;
   std::unique_ptr<ShardLayout> shards_;
   std::unique_ptr<GatherScatter> engine_;
@@ -159,20 +160,15 @@ ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, 
   scalars_comm_ = world_->duplicate("scalars");
   debug_comm_ = shard_comm_->duplicate("debug", /*share_counters=*/false);
   idx_ = shard_comm_->rank();
-  coll::Communicator* tp = groups_->tensor();
-  if (tp != nullptr) {
-    tp_rank_ = tp->rank();
-    distinct_comm_ = groups_->split({kAxisShard, kAxisTensor}, "distinct");
-    tp_debug_ = tp->duplicate("debug", /*share_counters=*/false);
-    if (args.train.deterministic) verdict_ = groups_->world().duplicate("verdict");
-  }
+  if (groups_->tensor() != nullptr) distinct_comm_ = groups_->split({kAxisShard, kAxisTensor}, "distinct");
+  tpx_ = std::make_unique<TensorParallelExtras>(*groups_, args.train.deterministic);
 
   const ParamLayout& layout = model_->layout();
   if (train_.deterministic)
     fixed_ = std::make_unique<FixedPointGrads>(layout, train_.micro_batches(), args.fixed_point);
   shards_ = std::make_unique<ShardLayout>(ShardLayout::per_unit(layout, z_));
-  norm_ = std::make_unique<DistinctNorm>(layout, *shards_, idx_, tp ? tp->size() : 1, tp_rank_,
-                                         tp ? distinct_comm_.get() : shard_comm_.get());
+  norm_ = std::make_unique<DistinctNorm>(layout, *shards_, idx_, tpx_->size(), tpx_->rank(),
+                                         distinct_comm_ ? distinct_comm_.get() : shard_comm_.get());
   engine_ = std::make_unique<GatherScatter>(*shard_comm_, *shards_, *alloc_);
   const int units = layout.num_units();
 
@@ -312,7 +308,7 @@ ReplicaDigests ZeroScheduler::replicated_state() const {
   if (full_params()) {
     // zero1/zero2: the full working parameters are replicated over the data-parallel group (the world without
     // tensor parallelism; the ranks holding the same pieces with it).
-    d.replica_key = tp_rank_;
+    d.replica_key = tpx_->rank();
     add("param", params_.data(), static_cast<std::size_t>(shards_->padded_total()) * dtype_size(pdt_));
   } else if (hybrid_ && replica_comm_->size() > 1) {
     // hsdp: every state is a shard replicated across the W/Z groups (same position in each).

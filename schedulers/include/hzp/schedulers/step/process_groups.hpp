@@ -30,6 +30,7 @@ struct ParallelDims {
   /// inter-node bandwidth on every layer).
   bool tp_across_nodes = false;
 
+  bool operator==(const ParallelDims&) const = default;
   int dp() const noexcept { return dp_replicate * dp_shard; }
   /// The ranks the degrees describe: dp · cp · tp · pp.
   long long product() const noexcept { return 1LL * dp() * cp * tp * pp; }
