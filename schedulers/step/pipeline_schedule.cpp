@@ -98,7 +98,8 @@ std::vector<Action> pipeline_schedule(PipelineScheduleKind kind, const PipelineL
     for (int i = 0; i < m; ++i) out.push_back(chunk_action(l, K::backward, stage, 0, i));
     return out;
   }
-  // 1F1B is interleaved with v = 1: the same warm-up, steady state and cool-down.
+  // Forward and backward k of the m·v a stage runs. At v = 1 (1F1B) both are simply micro-batch k on the one chunk;
+  // the schedules differ only in their warm-up.
   const int pv = l.pp * l.v, total = m * l.v;
   auto forward = [&](int k) {
     return chunk_action(l, K::forward, stage, (k % pv) / l.pp, (k / pv) * l.pp + k % l.pp);
@@ -106,17 +107,9 @@ std::vector<Action> pipeline_schedule(PipelineScheduleKind kind, const PipelineL
   auto backward = [&](int k) {
     return chunk_action(l, K::backward, stage, l.v - 1 - (k % pv) / l.pp, (k / pv) * l.pp + k % l.pp);
   };
-  if (!interleaved) {  // micro-batch order is plain: forward k and backward k are micro-batch k
-    const int warm = std::min(l.pp - stage - 1, m);
-    for (int k = 0; k < warm; ++k) out.push_back(chunk_action(l, K::forward, stage, 0, k));
-    for (int k = warm; k < m; ++k) {
-      out.push_back(chunk_action(l, K::forward, stage, 0, k));
-      out.push_back(chunk_action(l, K::backward, stage, 0, k - warm));
-    }
-    for (int k = m - warm; k < m; ++k) out.push_back(chunk_action(l, K::backward, stage, 0, k));
-    return out;
-  }
-  const int warm = m == l.pp ? total : std::min((l.pp - stage - 1) * 2 + (l.v - 1) * l.pp, total);
+  const int warm = !interleaved ? std::min(l.pp - stage - 1, m)
+                   : m == l.pp  ? total
+                                : std::min((l.pp - stage - 1) * 2 + (l.v - 1) * l.pp, total);
   for (int k = 0; k < warm; ++k) out.push_back(forward(k));
   for (int k = warm; k < total; ++k) {
     out.push_back(forward(k));
