@@ -68,8 +68,8 @@ struct NdRun {
   std::unique_ptr<schedulers::Scheduler> scheduler;
 
   NdRun(coll::Communicator& world, const coll::Topology& topology, const NdCase& c, bool deterministic = false,
-        std::int64_t seq_len = 0)
-      : setup(Precision::fp32, [&](workloads::LlamaConfig& m) {
+        std::int64_t seq_len = 0, Precision precision = Precision::fp32)
+      : setup(precision, [&](workloads::LlamaConfig& m) {
           c.shape(m);
           if (seq_len > 0) m.seq_len = seq_len;
         }) {
@@ -78,7 +78,7 @@ struct NdRun {
     const SchedulerOptions o = c.options();
     groups = std::make_unique<schedulers::ProcessGroups>(
         world, schedulers::scheduler_parallel_dims("nd", o, world.size()), topology);
-    setup.model = workloads::make_llama(setup.model_config, Precision::fp32, {groups->tensor(), c.sp});
+    setup.model = workloads::make_llama(setup.model_config, precision, {groups->tensor(), c.sp});
     schedulers::SchedulerArgs a = setup.args();
     a.world = &world;
     a.topology = &topology;
@@ -158,18 +158,9 @@ TEST(Nd, Bf16MixedFollowsNone) {
   const NdCase c{2, true, true, false};
   TinySetup ref(Precision::bf16_mixed);
   auto none = schedulers::make_scheduler("none", ref.args());
-  TinySetup mine(Precision::bf16_mixed);
-  const SchedulerOptions o = c.options();
-  schedulers::ProcessGroups groups(*world, schedulers::scheduler_parallel_dims("nd", o, world->size()), topo);
-  mine.model = workloads::make_llama(mine.model_config, Precision::bf16_mixed, {groups.tensor(), c.sp});
-  schedulers::SchedulerArgs a = mine.args();
-  a.world = world.get();
-  a.topology = &topo;
-  a.groups = &groups;
-  a.options = o;
-  auto nd = schedulers::make_scheduler("nd", a);
+  NdRun nd(*world, topo, c, false, 0, Precision::bf16_mixed);
   for (int i = 0; i < 5; ++i) {
-    const double want = none->step({i, ref.source.get()}).loss, got = nd->step({i, mine.source.get()}).loss;
+    const double want = none->step({i, ref.source.get()}).loss, got = nd.step(i).loss;
     EXPECT_TRUE(std::isfinite(got)) << "step " << i;
     EXPECT_LE(rel_diff(got, want), 1e-2) << "bf16-mixed " << c.label() << " step " << i;
   }

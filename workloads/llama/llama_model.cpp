@@ -70,10 +70,10 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, const Ten
       tp_rank_(tp_ ? tp_->rank() : 0),
       sp_(tp_ != nullptr && tp.sequence_parallel) {}
 
-void LlamaModel::tp_all_reduce(TensorView v, StreamRef stream, bool max) const {
+void LlamaModel::tp_all_reduce(TensorView v, StreamRef stream, coll::ReduceOp op) const {
   if (tp_ == nullptr) return;
   const profile::ScopedPhase phase(profile::Phase::comm_wait, "tp all_reduce");
-  tp_->all_reduce(v, max ? coll::ReduceOp::max : coll::ReduceOp::sum, stream);
+  tp_->all_reduce(v, op, stream);
 }
 
 void LlamaModel::tp_all_gather(ConstTensorView rows, TensorView full, StreamRef stream) const {

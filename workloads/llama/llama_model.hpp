@@ -96,9 +96,9 @@ class LlamaModel final : public Workload {
   void block_backward(int unit, const UnitParams& params, LlamaContext& ctx, const UnitGrads& grads) const;
 
   int head_unit() const noexcept { return static_cast<int>(config_.layers) + 1; }
-  /// Sums `v` over the tensor-parallel group in place (nothing without one), timed as a communication wait;
-  /// `max`: the element-wise maximum instead.
-  void tp_all_reduce(TensorView v, StreamRef stream, bool max = false) const;
+  /// Reduces `v` over the tensor-parallel group in place (a sum unless `op` says otherwise; nothing without a
+  /// group), timed as a communication wait.
+  void tp_all_reduce(TensorView v, StreamRef stream, coll::ReduceOp op = coll::ReduceOp::sum) const;
   /// Sequence parallelism: every rank's rows into `full` / the sum over the group of `full`'s rows into this
   /// rank's `rows` (timed as communication waits).
   void tp_all_gather(ConstTensorView rows, TensorView full, StreamRef stream) const;
