@@ -130,6 +130,41 @@ std::vector<SchedulerOptionDecl> declare() {
   v.push_back(bool_option("scheduler.tp_across_nodes", &O::tp_across_nodes,
                           "nd: allow a tensor-parallel group to span virtual nodes (its collectives then run at "
                           "inter-node bandwidth on every layer)"));
+  v.push_back(with(int_option("scheduler.pp", &O::pp,
+                              "nd: pipeline stages, each a contiguous range of units (the embedding on the first, the "
+                              "head on the last); stages are the outermost mesh axis; dp = W / (tp · pp)"),
+                   [](S& s) { s.positive(); }));
+  v.push_back(enum_option<PipelineScheduleKind>(
+      "scheduler.schedule",
+      {{"gpipe", PipelineScheduleKind::gpipe}, {"1f1b", PipelineScheduleKind::one_f_one_b},
+       {"interleaved", PipelineScheduleKind::interleaved}},
+      &O::schedule,
+      "nd (pp > 1): every forward then every backward (gpipe), Megatron's one-forward-one-backward (1f1b), or "
+      "its interleaved 1F1B over scheduler.virtual_stages chunks per stage"));
+  v.push_back(with(int_option("scheduler.virtual_stages", &O::virtual_stages,
+                              "nd (interleaved): chunks per stage, each rank holding v non-contiguous chunks; the "
+                              "micro-batches per data-parallel rank must be a multiple of scheduler.pp"),
+                   [](S& s) { s.positive(); }));
+  {
+    S spec = S::int_list("scheduler.pp_layers", {}, "nd (pp > 1, v = 1): blocks per stage, first stage first, "
+                                                    "summing to model.layers (empty: balanced, the first stages "
+                                                    "taking one more when they do not divide)");
+    spec.positive();
+    v.push_back({std::move(spec), [](const ResolvedConfig& c, SchedulerOptions& o) {
+                   o.pp_layers.clear();
+                   for (std::int64_t b : c.get_int_list("scheduler.pp_layers")) o.pp_layers.push_back(static_cast<int>(b));
+                 }});
+  }
+  {
+    S spec = S::real("scheduler.debug_unit_sleep_ms", kDefaults.debug_unit_sleep_ms,
+                     "benchmark hook: sleep this long after every unit's forward and backward, so a pipeline's bubble "
+                     "is measured against a known unit time; refused by `run` unless HZPBENCH_BENCHMARK_HOOKS=1");
+    spec.non_negative().with_unit("ms");
+    spec.hidden = true;
+    v.push_back({std::move(spec), [](const ResolvedConfig& c, SchedulerOptions& o) {
+                   o.debug_unit_sleep_ms = c.get_double("scheduler.debug_unit_sleep_ms");
+                 }});
+  }
   return v;
 }
 

@@ -130,11 +130,13 @@ RankSample StepMeter::end(const schedulers::StepStats& st) {
       }
     }
     s[RankField::comm_time_s] = comm_time;
-    // Exposed = what the compute thread itself waited; a background thread's waits overlap compute.
+    // Exposed = what the compute thread itself waited; a background thread's waits overlap compute. A pipeline's
+    // sends and receives are waited on inside its pipeline wait (StepStats), so they are not counted twice.
+    const auto p2p = [](coll::CollOp op) { return op == coll::CollOp::send || op == coll::CollOp::recv; };
     double wait = 0, join = 0, transfer = 0;
     if (d.records.size() == d.calls()) {
       for (const coll::CallRecord& r : d.records)
-        if (r.thread_id == thread_id_) {
+        if (r.thread_id == thread_id_ && !p2p(r.op)) {
           wait += r.wait_s;
           join += r.join_wait_s;
           transfer += r.transfer_wait_s;
@@ -142,6 +144,7 @@ RankSample StepMeter::end(const schedulers::StepStats& st) {
     } else {
       // The record log overflowed this step: fall back to every thread's waits (an upper bound).
       for (int o = 0; o < coll::kNumCollOps; ++o) {
+        if (p2p(static_cast<coll::CollOp>(o))) continue;
         const coll::OpTotals t = d.total(static_cast<coll::CollOp>(o));
         wait += t.wait_s;
         join += t.join_wait_s;

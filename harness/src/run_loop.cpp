@@ -44,6 +44,7 @@
 #include "hzp/harness/link_profiles.hpp"
 #include "hzp/kernels/cast.hpp"
 #include "hzp/schedulers/scheduler.hpp"
+#include "hzp/schedulers/step/step_driver.hpp"
 #include "metrics.hpp"
 #include "progress.hpp"
 #include "results_rows.hpp"
@@ -221,11 +222,17 @@ class Run {
     }
     if (world_ && !o_.collective_only) {
       // One set of groups for the scheduler and the model. A tensor-parallel model takes its group at
-      // construction, so it is built again here; the whole model built first served the calibration, whose
-      // rate (FLOP/s) and micro-batch time set the emulated links identically for every scheduler compared.
+      // construction, and a pipeline stage's holds only its units, so it is built again here; the whole model
+      // built first served the calibration, whose rate (FLOP/s) and micro-batch time set the emulated links
+      // identically for every scheduler compared.
       groups_ = std::make_unique<schedulers::ProcessGroups>(*world_, s_.dims, ctx_.topology);
-      if (s_.dims.tp > 1)
-        model_ = s_.model->build(s_.train.precision, {groups_->tensor(), s_.sched.sequence_parallel});
+      if (s_.dims.tp > 1 || s_.dims.pp > 1) {
+        const workloads::StageCut cut =
+            s_.dims.pp > 1 ? schedulers::pipeline_layout_from(s_.sched, model_->layout().num_units())
+                                 .cut(groups_->pipeline()->rank())
+                           : workloads::StageCut{};
+        model_ = s_.model->build(s_.train.precision, {groups_->tensor(), s_.sched.sequence_parallel}, cut);
+      }
     }
     schedulers::SchedulerArgs args;
     args.model = model_.get();

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <sstream>
+#include <string_view>
 
 #include "hzp/core/device.hpp"
 #include "hzp/core/error.hpp"
@@ -173,6 +175,17 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
     s.dp = world_size;  // until the scheduler's degrees say otherwise (below)
   }
   s.sched = scheduler_options_from(cfg);
+  if (s.sched.debug_unit_sleep_ms > 0) {
+    const char* hooks = std::getenv("HZPBENCH_BENCHMARK_HOOKS");
+    if (hooks == nullptr || std::string_view(hooks) != "1")
+      HZP_THROW(ConfigError, "scheduler.debug_unit_sleep_ms = ", s.sched.debug_unit_sleep_ms, " replaces the model's "
+                "compute by sleeps: a hook for measuring a pipeline's bubble, not a training run. Fix: leave it at 0, "
+                "or set HZPBENCH_BENCHMARK_HOOKS=1 in a benchmark (scripts/pipeline_bubble.sh does)");
+  }
+  if (s.opt.scheduler != "nd" && (s.sched.pp != 1 || !s.sched.pp_layers.empty() || s.sched.virtual_stages != 1))
+    HZP_THROW(ConfigError, "scheduler.pp = ", s.sched.pp, ", scheduler.virtual_stages = ", s.sched.virtual_stages,
+              " and scheduler.pp_layers are nd's pipeline keys, but scheduler.name = ", s.opt.scheduler,
+              ". Fix: scheduler.name = nd, or leave them at their defaults");
   if (!s.opt.collective_only) {
     // The scheduler's own checks (group sizes dividing the world, ...) without building it.
     const workloads::ParamLayout layout = s.model->layout();
@@ -199,6 +212,10 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
       HZP_THROW(ConfigError, key, " = \"", f.rank, ":", f.step, "\" names rank ", f.rank, " but the job has ranks 0..",
                 world_size - 1);
   s.dump_steps = parse_dump_steps(dump_tensors, s.train.steps);
+  if (!s.dump_steps.empty() && s.dims.pp > 1)
+    HZP_THROW(ConfigError, "--dump-tensors with scheduler.pp = ", s.dims.pp, ": the dump gathers state on rank 0, "
+              "which holds the first pipeline stage only. Fix: dump from the same run at scheduler.pp = 1 (the "
+              "pipeline's parity with it is what test_nd checks)");
 
   if (s.opt.warmup_steps >= s.train.steps)
     s.notes.push_back("harness.warmup_steps = " + std::to_string(s.opt.warmup_steps) + " >= train.steps = " +

@@ -14,8 +14,9 @@ std::vector<BucketedAllReduce::Bucket> BucketedAllReduce::make_buckets(const wor
   std::int64_t acc = 0;
   for (int u = layout.num_units() - 1; u >= 0; --u) {
     acc += layout.unit_numel(u);
-    // Whole units only, so a bucket's readiness is a count of units' final gradients.
-    if (static_cast<std::size_t>(acc) * elem_bytes >= bucket_bytes || u == 0) {
+    // Whole units only, so a bucket's readiness is a count of units' final gradients. A pipeline stage's absent
+    // units (no elements, no writer) join no bucket: a bucket always holds elements.
+    if (acc > 0 && (static_cast<std::size_t>(acc) * elem_bytes >= bucket_bytes || u == 0)) {
       Bucket b;
       b.first_unit = u;
       b.last_unit = last;
@@ -44,7 +45,9 @@ BucketedAllReduce::BucketedAllReduce(coll::Communicator& group, const workloads:
 
 void BucketedAllReduce::begin() {
   pending_.assign(buckets_.size(), 0);
-  for (std::size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].last_unit - buckets_[b].first_unit + 1;
+  for (std::size_t b = 0; b < buckets_.size(); ++b)
+    for (int u = buckets_[b].first_unit; u <= buckets_[b].last_unit; ++u)
+      if (layout_->unit_numel(u) > 0) ++pending_[b];
   requests_.clear();
   launched_.assign(buckets_.size(), false);
 }

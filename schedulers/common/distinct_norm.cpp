@@ -13,6 +13,7 @@ std::vector<SliceRange> norm_counted_ranges(const workloads::ParamLayout& layout
             " segments for ", layout.num_units(), " units");
   std::vector<SliceRange> out;
   for (int u = 0; u < layout.num_units(); ++u) {
+    if (!layout.unit(u).runs) continue;  // a table held for another stage's unit counts where it runs
     const ShardLayout::Range mine = shards.valid_range(u, index);  // unit coordinates
     for (const workloads::ParamTensor& t : layout.unit(u).tensors) {
       if (!t.shard.sharded() && tp_rank != 0) continue;  // a whole tensor counts on the group's first rank
@@ -31,7 +32,9 @@ std::vector<SliceRange> norm_counted_ranges(const workloads::ParamLayout& layout
 
 DistinctNorm::DistinctNorm(const workloads::ParamLayout& layout, const ShardLayout& shards, int index, int tp_size,
                            int tp_rank, coll::Communicator* group)
-    : all_(tp_size <= 1), group_(group) {
+    : all_(tp_size <= 1 && std::all_of(layout.units().begin(), layout.units().end(),
+                                       [](const workloads::Unit& u) { return u.runs || u.numel == 0; })),
+      group_(group) {
   if (!all_) ranges_ = norm_counted_ranges(layout, shards, index, tp_rank);
 }
 

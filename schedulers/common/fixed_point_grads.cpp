@@ -33,7 +33,12 @@ FixedPointGrads::FixedPointGrads(const workloads::ParamLayout& layout, std::int6
   int tensors = 0;
   for (int u = 0; u < layout.num_units(); ++u) {
     first_tensor_.push_back(tensors);
-    tensors += static_cast<int>(layout.unit(u).tensors.size());
+    // A pipeline stage's absent units keep their slots: every rank's tally lines up with the whole model's tensors.
+    const workloads::Unit& x = layout.unit(u);
+    const int slots = static_cast<int>(x.tensors.size()) + x.absent_tensors;
+    tensors += slots;
+    halved_.insert(halved_.end(), static_cast<std::size_t>(slots), x.shared ? 1 : 0);
+    model_numel_ += x.numel + x.absent_numel;
   }
   exponents_.assign(static_cast<std::size_t>(tensors), policy.step0_exponent);
   max_abs_.assign(exponents_.size(), 0.0);
@@ -43,7 +48,7 @@ FixedPointGrads::FixedPointGrads(const workloads::ParamLayout& layout, std::int6
 void FixedPointGrads::begin_attempt(std::int64_t step) {
   if (step != step_) {
     if (have_accepted_)
-      for (std::size_t i = 0; i < exponents_.size(); ++i) exponents_[i] = exponent_for(accepted_max_[i], exponents_[i]);
+      for (std::size_t i = 0; i < exponents_.size(); ++i) exponents_[i] = exponent_for(accepted_max_[i], exponents_[i], i);
     have_accepted_ = false;
     step_ = step;
     retries_ = 0;
@@ -60,7 +65,8 @@ void FixedPointGrads::to_fixed(int unit, ConstTensorView grad, TensorView q, boo
             q.numel(), " ", dtype_name(q.dtype()), ", unit holds ", n, " (fp32 -> int64)");
   for_each_tensor(unit, 0, n, [&](int t, std::int64_t off, std::int64_t len) {
     const kernels::FixedTally tally = kernels::fixed_from_float(range(q, off, len), range(grad, off, len),
-                                                                exponents_[static_cast<std::size_t>(t)], limit_,
+                                                                exponents_[static_cast<std::size_t>(t)],
+                                                                limit_of(static_cast<std::size_t>(t)),
                                                                 accumulate, StreamRef::host());
     double& m = max_abs_[static_cast<std::size_t>(t)];
     m = std::max(m, tally.max_abs);
@@ -102,11 +108,11 @@ std::vector<double> FixedPointGrads::tally() const {
   return v;
 }
 
-int FixedPointGrads::exponent_for(double max_abs, int current) const {
+int FixedPointGrads::exponent_for(double max_abs, int current, std::size_t tensor) const {
   if (!(max_abs > 0)) return current;
   int k = 0;
   (void)std::frexp(max_abs, &k);  // max_abs = f·2^k, f in [0.5, 1): max_abs < 2^k
-  return std::clamp(log2_limit_ - policy_.headroom_bits - k, kernels::kFixedMinExponent, kernels::kFixedMaxExponent);
+  return std::clamp(log2_limit_ - halved_[tensor] - policy_.headroom_bits - k, kernels::kFixedMinExponent, kernels::kFixedMaxExponent);
 }
 
 bool FixedPointGrads::conclude(std::span<const double> global) {
@@ -123,7 +129,7 @@ bool FixedPointGrads::conclude(std::span<const double> global) {
       HZP_THROW(PreconditionError, "deterministic mode: step ", step, " still overflows 2^63/M after ", retries_,
                 " retries with larger fixed-point scales");
     ++retries_;
-    for (std::size_t i = 0; i < t; ++i) exponents_[i] = exponent_for(global[i], exponents_[i]);
+    for (std::size_t i = 0; i < t; ++i) exponents_[i] = exponent_for(global[i], exponents_[i], i);
     return false;
   }
   std::copy(global.begin(), global.begin() + static_cast<std::ptrdiff_t>(t), accepted_max_.begin());
@@ -133,7 +139,7 @@ bool FixedPointGrads::conclude(std::span<const double> global) {
 
 int FixedPointGrads::square_exponent() const {
   const int e_min = *std::min_element(exponents_.begin(), exponents_.end());
-  const auto n = static_cast<std::uint64_t>(std::max<std::int64_t>(layout_->total_numel(), 1));
+  const auto n = static_cast<std::uint64_t>(std::max<std::int64_t>(model_numel_, 1));
   return 1 + 2 * e_min - static_cast<int>(std::bit_width(n - 1));
 }
 

@@ -84,9 +84,8 @@ void check_tensor_parallel_model(std::string_view scheduler, const ProcessGroups
 }
 
 TensorParallelExtras::TensorParallelExtras(const ProcessGroups& groups, bool deterministic) : tp_(groups.tensor()) {
-  if (tp_ == nullptr) return;
-  debug_ = tp_->duplicate("debug", /*share_counters=*/false);
-  if (deterministic) verdict_ = groups.world().duplicate("verdict");
+  if (tp_ != nullptr) debug_ = tp_->duplicate("debug", /*share_counters=*/false);
+  if (deterministic && (tp_ != nullptr || groups.dims().pp > 1)) verdict_ = groups.world().duplicate("verdict");
 }
 
 namespace {

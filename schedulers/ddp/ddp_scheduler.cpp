@@ -3,7 +3,9 @@
 // (scheduler.bucket_mb), non-blocking and awaited at the end of backward (scheduler.overlap = true) or
 // blocking inline. The optimizer is the shared ShardedOptimizer over the whole model as one slice. The same
 // engine is nd's without the distributed optimizer: replicas over the mesh's data-parallel group of a model
-// split over a tensor-parallel group, the norm counting each distinct element once (distinct_norm.hpp).
+// split over a tensor-parallel group and cut into pipeline stages (the model then holds its stage's units, the
+// tied table's two stages add their gradients, shared_stage_grads.hpp), the norm counting each distinct element
+// once (distinct_norm.hpp).
 // Deterministic mode (train.deterministic): each micro-batch's gradient blocks are written fresh into
 // transient fp32 blocks, converted to fixed point once final and added into an int64 buffer, which the
 // buckets all-reduce (int64 sums: exact); converted back to fp32 once for the norm and the update.
@@ -20,6 +22,7 @@
 #include "hzp/schedulers/common/bucketed_all_reduce.hpp"
 #include "hzp/schedulers/common/distinct_norm.hpp"
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
+#include "hzp/schedulers/common/shared_stage_grads.hpp"
 #include "hzp/schedulers/common/sharded_optimizer.hpp"
 #include "hzp/schedulers/common/state_dump.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
@@ -55,6 +58,8 @@ class DdpScheduler final : public DataParallelScheduler, private ParameterEngine
   const ProcessGroups* groups_;
   coll::Communicator* world_;  // the data-parallel group
   std::unique_ptr<TensorParallelExtras> tpx_;
+  std::unique_ptr<coll::Communicator> distinct_comm_;  // pipeline: the stages × tensor-parallel pieces, for the norm
+  std::unique_ptr<SharedStageGrads> shared_;
   std::unique_ptr<DistinctNorm> norm_;
   DType pdt_;
   std::int64_t n_;
@@ -100,9 +105,11 @@ DdpScheduler::DdpScheduler(const SchedulerArgs& args, std::string name) : name_(
   world_ = &groups_->data_parallel();
   check_tensor_parallel_model(name_, *groups_, *model_);
   tpx_ = std::make_unique<TensorParallelExtras>(*groups_, args.train.deterministic);
-  // Replicated over dp: the norm is a sum over ranks only across the tensor-parallel pieces.
+  // Replicated over dp: the norm is a sum over ranks only across the tensor-parallel pieces and pipeline stages.
+  if (groups_->dims().pp > 1) distinct_comm_ = groups_->split({kAxisPipeline, kAxisTensor}, "distinct");
+  shared_ = std::make_unique<SharedStageGrads>(*groups_, model_->layout());
   norm_ = std::make_unique<DistinctNorm>(model_->layout(), ShardLayout::per_unit(model_->layout(), 1), 0, tpx_->size(),
-                                         tpx_->rank(), tpx_->group());
+                                         tpx_->rank(), distinct_comm_ ? distinct_comm_.get() : tpx_->group());
   pdt_ = workloads::param_dtype(train_.precision);
   n_ = model_->layout().total_numel();
   dp_comm_ = world_->duplicate("dp");
@@ -121,7 +128,8 @@ DdpScheduler::DdpScheduler(const SchedulerArgs& args, std::string name) : name_(
   const auto bucket_bytes = static_cast<std::size_t>(args.options.bucket_mb * 1024.0 * 1024.0);
   buckets_ = std::make_unique<BucketedAllReduce>(*dp_comm_, model_->layout(), grads(),
                                                  std::max<std::size_t>(bucket_bytes, 1), args.options.overlap);
-  driver_ = std::make_unique<StepDriver>(name_, *model_, train_, *alloc_, world_->rank(), world_->size());
+  driver_ = std::make_unique<StepDriver>(name_, *model_, train_, *alloc_, world_->rank(), world_->size(),
+                                         step_pipeline(args.options, *groups_, model_->layout().num_units()));
   last_micro_batch_ = static_cast<int>(train_.micro_batches() / world_->size()) - 1;
 }
 
@@ -153,6 +161,7 @@ void DdpScheduler::backward_done(int u, const Action& a) {
 }
 
 StepFinish DdpScheduler::finish_step(std::int64_t step, double lr) {
+  shared_->all_reduce([&](int u) { return workloads::unit_block(model_->layout(), u, grads()); });
   const Stopwatch opt;
   StepFinish end;
   if (fixed_) {

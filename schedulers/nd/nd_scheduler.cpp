@@ -8,15 +8,17 @@
 namespace hzp::schedulers {
 
 ParallelDims nd_parallel_dims(const SchedulerOptions& o, int w) {
-  if (o.tp < 1 || w % o.tp != 0)
-    HZP_THROW(ConfigError, "scheduler nd: scheduler.tp = ", o.tp, " does not divide the world size W = ", w,
-              " (tp × dp must be W). Fix: a tp dividing W, e.g. ", (w % 2 == 0 ? 2 : 1));
+  if (o.tp < 1 || o.pp < 1 || w % (o.tp * o.pp) != 0)
+    HZP_THROW(ConfigError, "scheduler nd: scheduler.tp = ", o.tp, " times scheduler.pp = ", o.pp,
+              " does not divide the world size W = ", w, " (tp × pp × dp must be W). Fix: tp and pp whose product "
+              "divides W, e.g. tp = ", (w % 2 == 0 ? 2 : 1), ", pp = 1");
   if (o.sequence_parallel && o.tp == 1)
     HZP_THROW(ConfigError, "scheduler nd: scheduler.sequence_parallel = true splits the sequence over the "
               "tensor-parallel group, but scheduler.tp = 1. Fix: scheduler.tp > 1, or sequence_parallel = false");
   ParallelDims d;
   d.tp = o.tp;
-  (o.distributed_optimizer ? d.dp_shard : d.dp_replicate) = w / o.tp;
+  d.pp = o.pp;
+  (o.distributed_optimizer ? d.dp_shard : d.dp_replicate) = w / (o.tp * o.pp);
   d.tp_across_nodes = o.tp_across_nodes;
   return d;
 }

@@ -27,6 +27,16 @@ std::string PipelineLayout::describe() const {
   return o.str();
 }
 
+workloads::StageCut PipelineLayout::cut(int stage) const {
+  HZP_CHECK(stage >= 0 && stage < pp, "pipeline layout: stage ", stage, " of ", pp);
+  workloads::StageCut c;
+  c.stage = stage;
+  c.stage_of_unit.resize(static_cast<std::size_t>(units()));
+  for (int k = 0; k < chunks(); ++k)
+    for (int u = first_unit(k); u < end_unit(k); ++u) c.stage_of_unit[static_cast<std::size_t>(u)] = k % pp;
+  return c;
+}
+
 namespace {
 
 // Boundaries from the blocks of each chunk (model order), the embedding (unit 0) before the first block and the

@@ -2,13 +2,46 @@
 // boundary tensors sent to and received from the neighbouring stages.
 #include "hzp/schedulers/step/pipeline_stage.hpp"
 
+#include <chrono>
 #include <iterator>
 #include <thread>
 
 #include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
+#include "hzp/core/phase_timer.hpp"
+#include "hzp/core/trace_sink.hpp"
 
 namespace hzp::schedulers {
+
+namespace {
+
+// One trace event per action ("F3.1": micro-batch 3's forward on chunk 1), category "pipeline", so the timeline
+// shows each stage's schedule above its units' spans. Not a phase: the units inside are timed already.
+class ActionSpan {
+ public:
+  ActionSpan(const Action& a, int chunk) : sink_(trace::active()), start_(sink_ ? wall_seconds() : 0) {
+    if (sink_) name_ = (a.kind == Action::Kind::forward ? "F" : "B") + std::to_string(a.micro_batch) + "." + std::to_string(chunk);
+  }
+  ~ActionSpan() {
+    if (sink_ == nullptr) return;
+    trace::Event e;
+    e.name = std::move(name_);
+    e.category = "pipeline";
+    e.start_s = start_;
+    e.duration_s = wall_seconds() - start_;
+    e.thread_id = trace::current_thread_id();
+    sink_->record(std::move(e));
+  }
+  ActionSpan(const ActionSpan&) = delete;
+  ActionSpan& operator=(const ActionSpan&) = delete;
+
+ private:
+  trace::Sink* sink_;
+  double start_;
+  std::string name_;
+};
+
+}  // namespace
 
 struct PipelineStage::InFlight {
   std::vector<std::int32_t> inputs, targets;
@@ -29,10 +62,16 @@ void PipelineStage::progress() {
 }
 
 void PipelineStage::wait_until(const std::function<bool()>& done) {
-  while (!done()) {
-    progress();
-    std::this_thread::yield();
+  if (done()) return;
+  const Stopwatch wait;
+  {
+    const profile::ScopedPhase phase(profile::Phase::pipeline_wait);
+    while (!done()) {
+      progress();
+      std::this_thread::yield();
+    }
   }
+  wait_s_ += wait.wall();
 }
 
 PipelineStage::PipelineStage(const workloads::Workload& model, const PipelineLayout& layout, coll::Communicator& pp,
@@ -60,10 +99,8 @@ int PipelineStage::tag(int micro_batch, int chunk, bool gradient) const {
 }
 
 void PipelineStage::receive(TensorView into, int peer, int t) {
-  const Stopwatch wait;
   coll::Request r = pp_.start_recv(into, peer, t, base_.stream);  // test() enforces the communicator's deadline
   wait_until([&] { return r.test(); });
-  wait_s_ += wait.wall();
 }
 
 PipelineStage::InFlight& PipelineStage::begin_chunk(const Action& a, int chunk, double normaliser, Hooks& hooks) {
@@ -90,6 +127,7 @@ std::vector<double> PipelineStage::run(const std::vector<Action>& actions, int m
   std::vector<double> losses(static_cast<std::size_t>(micro_batches), 0.0);
   for (const Action& a : actions) {
     const int k = chunk_of(a);
+    const ActionSpan span(a, k);
     // Chunk k's neighbours: chunk k − 1 (input side) and k + 1 (output side), on their stages.
     const int prev = (k + layout_.pp - 1) % layout_.pp, next = (k + 1) % layout_.pp;
     if (a.kind == Action::Kind::forward) {
@@ -97,6 +135,7 @@ std::vector<double> PipelineStage::run(const std::vector<Action>& actions, int m
       if (k > 0) receive(f.ctx->input_slot(), prev, tag(a.micro_batch, k, false));
       for (int u = a.first_unit; u < a.end_unit; ++u) {
         model_.forward(u, hooks.params(u, a), *f.ctx);
+        if (unit_sleep_s_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(unit_sleep_s_));
         if (hooks.forward_done) hooks.forward_done(u, a);
       }
       if (a.end_unit == units)
@@ -114,6 +153,7 @@ std::vector<double> PipelineStage::run(const std::vector<Action>& actions, int m
         const workloads::UnitParams params = hooks.params(u, a);
         const workloads::UnitGrads grads = hooks.grads(u, a);
         model_.backward(u, params, *f.ctx, grads);
+        if (unit_sleep_s_ > 0) std::this_thread::sleep_for(std::chrono::duration<double>(unit_sleep_s_));
         if (hooks.backward_done) hooks.backward_done(u, a);
       }
       if (k > 0) f.sends.push_back(pp_.start_send(f.ctx->input_grad(), prev, tag(a.micro_batch, k - 1, true), base_.stream));

@@ -4,27 +4,76 @@
 
 #include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
+#include "hzp/core/stream.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
 #include "hzp/workloads/batch_plan.hpp"
 
 namespace hzp::schedulers {
 
+PipelineLayout pipeline_layout_from(const SchedulerOptions& o, int units) {
+  const bool interleaved = o.schedule == PipelineScheduleKind::interleaved;
+  if (interleaved && o.virtual_stages < 2)
+    HZP_THROW(ConfigError, "pipeline: scheduler.schedule = interleaved with scheduler.virtual_stages = ",
+              o.virtual_stages, ": interleaving needs at least 2 chunks per stage. Fix: virtual_stages >= 2, or "
+              "schedule = 1f1b");
+  if (!interleaved && o.virtual_stages != 1)
+    HZP_THROW(ConfigError, "pipeline: scheduler.virtual_stages = ", o.virtual_stages, " with scheduler.schedule = ",
+              to_string(o.schedule), ", which runs one chunk per stage. Fix: schedule = interleaved, or "
+              "virtual_stages = 1");
+  if (o.pp_layers.empty()) return PipelineLayout::balanced(units, o.pp, o.virtual_stages);
+  if (o.virtual_stages != 1 || static_cast<int>(o.pp_layers.size()) != o.pp)
+    HZP_THROW(ConfigError, "pipeline: scheduler.pp_layers lists ", o.pp_layers.size(), " stages for scheduler.pp = ",
+              o.pp, " at scheduler.virtual_stages = ", o.virtual_stages, ". Fix: one block count per stage, and "
+              "virtual_stages = 1 (interleaved chunks are always balanced)");
+  return PipelineLayout::from_blocks(units, o.pp_layers);
+}
+
+std::optional<StepPipeline> step_pipeline(const SchedulerOptions& options, const ProcessGroups& groups, int units) {
+  if (groups.dims().pp == 1) return std::nullopt;
+  StepPipeline p;
+  p.group = groups.pipeline();
+  p.layout = pipeline_layout_from(options, units);
+  p.kind = options.schedule;
+  p.unit_sleep_s = options.debug_unit_sleep_ms * 1e-3;
+  HZP_CHECK(p.group != nullptr && p.layout.pp == p.group->size(), "step pipeline: ", groups.dims().describe(),
+            " but a layout of ", p.layout.pp, " stages");
+  return p;
+}
+
 StepDriver::StepDriver(std::string scheduler, const workloads::Workload& model, const workloads::TrainConfig& train,
-                       CachingAllocator& alloc, int rank, int world_size)
-    : scheduler_(std::move(scheduler)), model_(model), train_(train), rank_(rank), world_size_(world_size) {
+                       CachingAllocator& alloc, int rank, int world_size, std::optional<StepPipeline> pipeline)
+    : scheduler_(std::move(scheduler)), model_(model), train_(train), rank_(rank), world_size_(world_size),
+      pipeline_(std::move(pipeline)) {
   const workloads::BatchPlan plan(train_.global_batch, train_.micro_batch_size, world_size_);
-  actions_ = sequential_schedule(static_cast<int>(plan.micro_batches_of(rank_).size()), model_.layout().num_units());
-  check_schedule(actions_, static_cast<int>(plan.micro_batches_of(rank_).size()), model_.layout().num_units());
-  ctx_ = model_.make_context(alloc, {.micro_batch_size = train_.micro_batch_size, .recompute = train_.recompute});
+  const int m = static_cast<int>(plan.micro_batches_of(rank_).size()), units = model_.layout().num_units();
+  const workloads::ContextOptions options{.micro_batch_size = train_.micro_batch_size, .recompute = train_.recompute};
+  if (pipeline_) {
+    const int stage = pipeline_->group->rank();
+    actions_ = pipeline_schedule(pipeline_->kind, pipeline_->layout, stage, m);
+    const workloads::StageCut cut = pipeline_->layout.cut(stage);
+    for (int u = 0; u < units; ++u)
+      HZP_CHECK(model_.layout().unit(u).runs == (cut.stage_of_unit[static_cast<std::size_t>(u)] == stage), scheduler_,
+                ": pipeline stage ", stage, " runs units as in '", pipeline_->layout.describe(), "', but the model was "
+                "built for another cut (unit ", u, "). Fix: build the model with PipelineLayout::cut(stage)");
+    stage_ = std::make_unique<PipelineStage>(model_, pipeline_->layout, *pipeline_->group, alloc, options);
+    stage_->set_unit_sleep(pipeline_->unit_sleep_s);
+  } else {
+    actions_ = sequential_schedule(m, units);
+    check_schedule(actions_, m, units);
+    ctx_ = model_.make_context(alloc, options);
+  }
   inputs_.resize(static_cast<std::size_t>(train_.micro_batch_size * model_.seq_len()));
   targets_.resize(inputs_.size());
 }
 
+StepDriver::~StepDriver() = default;
+
 StepStats StepDriver::step(const StepBatch& batch, ParameterEngine& engine) {
-  const Stopwatch whole;
   HZP_CHECK(batch.source != nullptr, scheduler_, ": step ", batch.step, " has no data source");
   HZP_CHECK(batch.step == steps_done_, scheduler_, ": steps run in order; expected step ", steps_done_, ", got ",
             batch.step);
+  if (pipeline_) return pipeline_step(batch, engine);
+  const Stopwatch whole;
   const workloads::BatchPlan plan(train_.global_batch, train_.micro_batch_size, world_size_);
   const std::vector<std::int64_t> mine = plan.micro_batches_of(rank_);
   const double normaliser = static_cast<double>(train_.global_batch * model_.seq_len());
@@ -71,6 +120,53 @@ StepStats StepDriver::step(const StepBatch& batch, ParameterEngine& engine) {
   return st;
 }
 
+StepStats StepDriver::pipeline_step(const StepBatch& batch, ParameterEngine& engine) {
+  const Stopwatch whole;
+  const workloads::BatchPlan plan(train_.global_batch, train_.micro_batch_size, world_size_);
+  const std::vector<std::int64_t> mine = plan.micro_batches_of(rank_);
+  const int m = static_cast<int>(mine.size());
+  const double normaliser = static_cast<double>(train_.global_batch * model_.seq_len());
+  FixedPointGrads* fixed = engine.fixed_point();
+  PipelineStage::Hooks hooks;
+  hooks.params = [&](int u, const Action& a) { return engine.unit_params(u, a); };
+  hooks.grads = [&](int u, const Action& a) { return engine.unit_grads(u, a); };
+  hooks.forward_done = [&](int u, const Action& a) { engine.forward_done(u, a); };
+  hooks.backward_done = [&](int u, const Action& a) { engine.backward_done(u, a); };
+  hooks.tokens = [&](int mb, std::span<std::int32_t> inputs, std::span<std::int32_t> targets) {
+    workloads::fill_micro_batch(*batch.source, plan, batch.step, mine[static_cast<std::size_t>(mb)], inputs, targets);
+  };
+  std::vector<double> losses;
+  double waited = 0;
+  for (bool accepted = false; !accepted;) {
+    if (fixed) fixed->begin_attempt(batch.step);
+    engine.begin_attempt(batch.step, actions_);
+    losses = stage_->run(actions_, m, normaliser, hooks);
+    waited += stage_->wait_seconds();
+    engine.attempt_done();
+    accepted = !fixed || conclude_fixed_point_attempt(*fixed, engine.verdict_group());
+    if (!accepted) engine.attempt_voided();
+  }
+  // Only the last stage holds the losses (zeros elsewhere): the sum over the stages is exact.
+  pipeline_->group->all_reduce(TensorView(losses.data(), Shape{m}, DType::f64), coll::ReduceOp::sum,
+                               StreamRef::host());
+  const double compute_seconds = whole.wall() - waited;
+
+  const StepFinish end = engine.finish_step(batch.step, scheduled_learning_rate(train_, batch.step));
+  ++steps_done_;
+  StepStats st = data_parallel_step_stats(batch.step, engine.scalars(), plan, losses, fixed, end.update,
+                                          train_.global_batch * model_.seq_len(), compute_seconds,
+                                          end.optimizer_seconds, 0);
+  st.pipeline_wait_seconds = waited;
+  st.background_waits = engine.background_waits();
+  st.seconds = whole.wall();
+  return st;
+}
+
+void StepDriver::plan_pipeline_collectives(const PlanGroup& pipeline, std::int64_t micro_batches,
+                                           CollectiveLedger& out) {
+  out.all_reduce(pipeline, micro_batches, DType::f64, 1, "per step (micro-batch losses from the last stage)");
+}
+
 void StepDriver::plan_collectives(const workloads::TrainConfig& train, const workloads::ParamLayout& layout,
                                   const PlanGroup& group, const PlanGroup& verdict, std::int64_t micro_batches,
                                   CollectiveLedger& out) {
@@ -80,7 +176,7 @@ void StepDriver::plan_collectives(const workloads::TrainConfig& train, const wor
   }
   // conclude_fixed_point_attempt: every tensor's maximum and the two overflow flags; ordered_global_loss.
   std::int64_t tensors = 0;
-  for (const workloads::Unit& u : layout.units()) tensors += static_cast<std::int64_t>(u.tensors.size());
+  for (const workloads::Unit& u : layout.units()) tensors += static_cast<std::int64_t>(u.tensors.size()) + u.absent_tensors;
   out.all_reduce(verdict, tensors + 2, DType::f64, 1, "per attempt (fixed-point tally, max)");
   out.all_gather(group, micro_batches, DType::f64, 1, "per step (loss per micro-batch)");
 }

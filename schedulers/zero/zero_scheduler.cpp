@@ -13,7 +13,8 @@
 // scatter; the others by a reduce-scatter per micro-batch, and hsdp's replicas by an int64 all-reduce);
 // the slice is converted back to fp32 once, for the exact norm and the update.
 // zero1's engine is also nd's distributed optimizer (Megatron's): the same slices over the mesh's data-parallel
-// group of a model split over a tensor-parallel group, the norm counting each distinct element once.
+// group of a model split over a tensor-parallel group and cut into pipeline stages (the tied table's two stages add
+// their gradients before the reduce-scatter, shared_stage_grads.hpp), the norm counting each distinct element once.
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/schedulers/common/gather_scatter.hpp"
 #include "hzp/schedulers/common/shard_layout.hpp"
+#include "hzp/schedulers/common/shared_stage_grads.hpp"
 #include "hzp/schedulers/common/sharded_optimizer.hpp"
 #include "hzp/schedulers/common/state_dump.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
@@ -128,6 +130,7 @@ class ZeroScheduler final : public DataParallelScheduler, private ParameterEngin
   // deterministic mode's verdict.
   std::unique_ptr<coll::Communicator> distinct_comm_;
   std::unique_ptr<TensorParallelExtras> tpx_;
+  std::unique_ptr<SharedStageGrads> shared_;
   std::unique_ptr<DistinctNorm> norm_;
   std::unique_ptr<ShardLayout> shards_;
   std::unique_ptr<GatherScatter> engine_;
@@ -160,10 +163,16 @@ ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, 
   scalars_comm_ = world_->duplicate("scalars");
   debug_comm_ = shard_comm_->duplicate("debug", /*share_counters=*/false);
   idx_ = shard_comm_->rank();
-  if (groups_->tensor() != nullptr) distinct_comm_ = groups_->split({kAxisShard, kAxisTensor}, "distinct");
+  HZP_CHECK(groups_->dims().pp == 1 || stage_ == 1, "scheduler ", name_, ": pipeline stages run with zero1's engine "
+            "only (nd's distributed optimizer)");
+  if (groups_->dims().pp > 1)
+    distinct_comm_ = groups_->split({kAxisPipeline, kAxisShard, kAxisTensor}, "distinct");
+  else if (groups_->tensor() != nullptr)
+    distinct_comm_ = groups_->split({kAxisShard, kAxisTensor}, "distinct");
   tpx_ = std::make_unique<TensorParallelExtras>(*groups_, args.train.deterministic);
 
   const ParamLayout& layout = model_->layout();
+  shared_ = std::make_unique<SharedStageGrads>(*groups_, layout);
   if (train_.deterministic)
     fixed_ = std::make_unique<FixedPointGrads>(layout, train_.micro_batches(), args.fixed_point);
   shards_ = std::make_unique<ShardLayout>(ShardLayout::per_unit(layout, z_));
@@ -182,11 +191,13 @@ ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, 
                                             slice_initializer(*model_, *shards_, idx_, train_.seed));
   // Stages 1-2 hold full parameters: gather every unit's initial slices once.
   if (full_params())
-    for (int u = 0; u < units; ++u) engine_->gather_into(u, param_slice(u), full_param_block(u));
+    for (int u = 0; u < units; ++u)
+      if (shards_->numel(u) > 0) engine_->gather_into(u, param_slice(u), full_param_block(u));
 
   gathered_.resize(static_cast<std::size_t>(units));
   grad_blocks_.resize(static_cast<std::size_t>(units));
-  driver_ = std::make_unique<StepDriver>(name_, *model_, train_, *alloc_, world_->rank(), world_->size());
+  driver_ = std::make_unique<StepDriver>(name_, *model_, train_, *alloc_, world_->rank(), world_->size(),
+                                         step_pipeline(args.options, *groups_, units));
 }
 
 void ZeroScheduler::ensure_gathered(const std::vector<int>& blocks) {
@@ -247,9 +258,12 @@ void ZeroScheduler::backward_done(int u, const Action& a) {
 StepFinish ZeroScheduler::finish_step(std::int64_t step, double lr) {
   const int units = model_->layout().num_units();
   const TensorView gslice = grad_slice();
+  // A pipeline's tied table: its two stages' contributions added first (zero1 holds the full gradient).
+  shared_->all_reduce([&](int u) { return at(grads_, gdt(), shards_->padded_offset(u), shards_->numel(u)); });
   if (stage_ == 1)
     for (int u = 0; u < units; ++u)
-      engine_->reduce_scatter(u, at(grads_, gdt(), shards_->padded_offset(u), shards_->padded_numel(u)),
+      if (shards_->numel(u) > 0)
+        engine_->reduce_scatter(u, at(grads_, gdt(), shards_->padded_offset(u), shards_->padded_numel(u)),
                               at(reduced_, gdt(), shards_->slice_offset(u), shards_->slice_numel(u)), false);
   // hsdp: each shard group holds the sum over its own micro-batches; the replicas add theirs.
   if (hybrid_ && replica_comm_->size() > 1 && gslice.numel() > 0)
@@ -268,7 +282,8 @@ StepFinish ZeroScheduler::finish_step(std::int64_t step, double lr) {
   end.update = opt_->step(g, sq, step, lr);
   end.optimizer_seconds = update.wall();
   if (full_params())
-    for (int u = 0; u < units; ++u) engine_->gather_into(u, param_slice(u), full_param_block(u));
+    for (int u = 0; u < units; ++u)
+      if (shards_->numel(u) > 0) engine_->gather_into(u, param_slice(u), full_param_block(u));
   return end;
 }
 

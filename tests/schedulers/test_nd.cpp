@@ -18,6 +18,7 @@
 
 #include "../workloads/data_test_util.hpp"
 #include "data_parallel_test_util.hpp"
+#include "nd_test_util.hpp"
 #include "hzp/collectives/mesh_comm.hpp"
 #include "hzp/schedulers/nd.hpp"
 #include "hzp/workloads/model_factory.hpp"
@@ -48,45 +49,14 @@ struct NdCase {
     o.bucket_mb = 0.05;  // several buckets
     return o;
   }
-};
-
-// Captures the gradient tensors of a state dump.
-class GradCapture final : public schedulers::StateVisitor {
- public:
-  void tensor(std::string_view component, std::string_view name, ConstTensorView full) override {
-    if (component != "grad") return;
-    const auto* p = full.as<const float>();
-    grads[std::string(name)] = std::vector<float>(p, p + full.numel());
+  NdRunSpec spec(bool deterministic = false, std::int64_t seq_len = 0, Precision precision = Precision::fp32) const {
+    return {options(),
+            [this, seq_len](workloads::LlamaConfig& m) {
+              shape(m);
+              if (seq_len > 0) m.seq_len = seq_len;
+            },
+            recompute, deterministic, 0, precision};
   }
-  std::map<std::string, std::vector<float>> grads;
-};
-
-// One nd run over `world` (every rank of it), the model built over the mesh's tensor-parallel group.
-struct NdRun {
-  TinySetup setup;
-  std::unique_ptr<schedulers::ProcessGroups> groups;
-  std::unique_ptr<schedulers::Scheduler> scheduler;
-
-  NdRun(coll::Communicator& world, const coll::Topology& topology, const NdCase& c, bool deterministic = false,
-        std::int64_t seq_len = 0, Precision precision = Precision::fp32)
-      : setup(precision, [&](workloads::LlamaConfig& m) {
-          c.shape(m);
-          if (seq_len > 0) m.seq_len = seq_len;
-        }) {
-    setup.train.recompute = c.recompute;
-    setup.train.deterministic = deterministic;
-    const SchedulerOptions o = c.options();
-    groups = std::make_unique<schedulers::ProcessGroups>(
-        world, schedulers::scheduler_parallel_dims("nd", o, world.size()), topology);
-    setup.model = workloads::make_llama(setup.model_config, precision, {groups->tensor(), c.sp});
-    schedulers::SchedulerArgs a = setup.args();
-    a.world = &world;
-    a.topology = &topology;
-    a.groups = groups.get();
-    a.options = o;
-    scheduler = schedulers::make_scheduler("nd", a);
-  }
-  schedulers::StepStats step(std::int64_t i) { return scheduler->step({i, setup.source.get()}); }
 };
 
 coll::Topology one_node(const coll::Communicator& world) {
@@ -115,7 +85,7 @@ TEST(Nd, MatchesNoneOverTwentySteps) {
     TinySetup ref(Precision::fp32, [&](workloads::LlamaConfig& m) { c.shape(m); });
     ref.train.recompute = c.recompute;
     auto none = schedulers::make_scheduler("none", ref.args());
-    NdRun nd(*world, topo, c);
+    NdRun nd(*world, topo, c.spec());
     const std::string label = c.label() + " dp=" + std::to_string(world->size() / c.tp);
     double worst = 0;
     for (int i = 0; i < kSteps; ++i) {
@@ -158,7 +128,7 @@ TEST(Nd, Bf16MixedFollowsNone) {
   const NdCase c{2, true, true, false};
   TinySetup ref(Precision::bf16_mixed);
   auto none = schedulers::make_scheduler("none", ref.args());
-  NdRun nd(*world, topo, c, false, 0, Precision::bf16_mixed);
+  NdRun nd(*world, topo, c.spec(false, 0, Precision::bf16_mixed));
   for (int i = 0; i < 5; ++i) {
     const double want = none->step({i, ref.source.get()}).loss, got = nd.step(i).loss;
     EXPECT_TRUE(std::isfinite(got)) << "step " << i;
@@ -206,7 +176,7 @@ TEST(Nd, CollectivesMatchClosedFormsAndThePlan) {
     std::map<int, std::uint64_t> dp_bytes;  // seq_len -> the data-parallel groups' bytes of one step
     std::map<int, std::uint64_t> tp_bytes;
     for (int seq : {32, 64}) {
-      NdRun nd(*world, topo, c, false, seq);
+      NdRun nd(*world, topo, c.spec(false, seq));
       nd.step(0);  // buckets and pools settle on the first step; count the second
       const coll::CounterSnapshot before = world->counters().snapshot();
       nd.step(1);
@@ -269,7 +239,7 @@ TEST(Nd, ModelStateBytesPerRankMatchTheFormulas) {
   auto world = make_world(world_size());
   const coll::Topology topo = one_node(*world);
   for (const NdCase& c : cases_at(world->size())) {
-    NdRun nd(*world, topo, c);
+    NdRun nd(*world, topo, c.spec());
     const std::vector<std::int64_t> units = unit_numels(nd.setup.model_config, c.tp);
     const std::int64_t dp = world->size() / c.tp;
     std::int64_t n = 0, padded = 0, slice = 0;
@@ -299,7 +269,7 @@ TEST(Nd, DeterministicModeIsBitwiseAcrossDpAndTheOptimizer) {
   constexpr int kSteps = 4;
   auto run = [&](coll::Communicator& comm, bool dist) {
     NdCase c{2, true, dist, false};
-    NdRun nd(comm, one_node(comm), c, /*deterministic=*/true);
+    NdRun nd(comm, one_node(comm), c.spec(/*deterministic=*/true));
     std::vector<double> out;
     for (int i = 0; i < kSteps; ++i) {
       const schedulers::StepStats st = nd.step(i);

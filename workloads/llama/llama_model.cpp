@@ -61,9 +61,16 @@ void LlamaContext::release_all() {
   dhidden.reset();
 }
 
-LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, const TensorParallel& tp)
-    : Workload(llama_layout(config, tp.group ? tp.group->size() : 1, tp.group ? tp.group->rank() : 0), precision,
-               config.seq_len, config.vocab),
+namespace {
+ParamLayout layout_of(const LlamaConfig& config, const TensorParallel& tp, const StageCut& stage) {
+  ParamLayout whole = llama_layout(config, tp.group ? tp.group->size() : 1, tp.group ? tp.group->rank() : 0);
+  return stage.empty() ? whole : stage_layout(whole, stage);
+}
+}  // namespace
+
+LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, const TensorParallel& tp,
+                       const StageCut& stage)
+    : Workload(layout_of(config, tp, stage), precision, config.seq_len, config.vocab),
       config_(config),
       tp_(tp.group && tp.group->size() > 1 ? tp.group : nullptr),
       tp_size_(tp_ ? tp_->size() : 1),
@@ -190,8 +197,9 @@ void LlamaModel::backward_unit(int unit, const UnitParams& params, MicroBatchCon
 
 namespace hzp::workloads {
 
-std::unique_ptr<Workload> make_llama(const LlamaConfig& config, Precision precision, const TensorParallel& tp) {
-  return std::make_unique<llama::LlamaModel>(config, precision, tp);
+std::unique_ptr<Workload> make_llama(const LlamaConfig& config, Precision precision, const TensorParallel& tp,
+                                     const StageCut& stage) {
+  return std::make_unique<llama::LlamaModel>(config, precision, tp, stage);
 }
 
 }  // namespace hzp::workloads

@@ -68,7 +68,7 @@ struct Dims {
 
 class LlamaModel final : public Workload {
  public:
-  LlamaModel(const LlamaConfig& config, Precision precision, const TensorParallel& tp);
+  LlamaModel(const LlamaConfig& config, Precision precision, const TensorParallel& tp, const StageCut& stage);
   std::string describe() const override { return config_.describe(); }
   FlopsPerToken flops_per_token() const override { return config_.flops_per_token(); }
   const LlamaConfig& config() const noexcept { return config_; }

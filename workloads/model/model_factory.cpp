@@ -91,8 +91,9 @@ class LlamaSpec final : public ModelSpec {
     return llama_tensor_parallel_calls(c_, unit, backward, run);
   }
   Linear widest_linear() const override { return {c_.ffn_hidden, c_.hidden}; }
-  std::unique_ptr<Workload> build(Precision precision, const TensorParallel& tp) const override {
-    return make_llama(c_, precision, tp);
+  std::unique_ptr<Workload> build(Precision precision, const TensorParallel& tp,
+                                  const StageCut& stage) const override {
+    return make_llama(c_, precision, tp, stage);
   }
 
  private:

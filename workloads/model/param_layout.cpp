@@ -62,6 +62,7 @@ ParamLayout::ParamLayout(std::vector<Unit> units) : units_(std::move(units)) {
     }
     HZP_CHECK(next == unit.numel, "unit ", unit.name, ": tensors hold ", next, " elements but numel is ",
               unit.numel);
+    HZP_CHECK(unit.runs || unit.uses.empty(), "unit ", unit.name, " does not run here but lists uses");
     for (std::size_t i = 0; i < unit.uses.size(); ++i) {
       const int v = unit.uses[i];
       HZP_CHECK(v >= 0 && v < n && v != u, "unit ", unit.name, " uses unit ", v, " (", n,
@@ -95,6 +96,7 @@ std::vector<int> ParamLayout::grad_writers(int b) const {
   (void)unit(b);  // range check
   std::vector<int> r;
   for (int u = num_units() - 1; u >= 0; --u) {
+    if (!units_[u].runs) continue;
     const auto& uses = units_[u].uses;
     if (u == b || std::find(uses.begin(), uses.end(), b) != uses.end()) r.push_back(u);
   }
@@ -113,12 +115,47 @@ std::vector<int> ParamLayout::params_last_used_in_forward(int u) const {
   for (int b : param_blocks(u)) {
     int last = -1;
     for (int v = 0; v < num_units(); ++v) {
+      if (!units_[v].runs) continue;
       const auto& uses = units_[v].uses;
       if (v == b || std::find(uses.begin(), uses.end(), b) != uses.end()) last = v;
     }
     if (last == u) r.push_back(b);
   }
   return r;
+}
+
+ParamLayout stage_layout(const ParamLayout& full, const StageCut& cut) {
+  const int n = full.num_units();
+  const std::vector<int>& stage = cut.stage_of_unit;
+  HZP_CHECK(static_cast<int>(stage.size()) == n && std::find(stage.begin(), stage.end(), cut.stage) != stage.end(),
+            "stage_layout: a cut of ", stage.size(), " units for a model of ", n, ", stage ", cut.stage,
+            " running at least one");
+  std::vector<bool> runs(static_cast<std::size_t>(n)), held(static_cast<std::size_t>(n)),
+      shared(static_cast<std::size_t>(n), false);
+  for (int u = 0; u < n; ++u) held[u] = runs[u] = stage[u] == cut.stage;
+  for (int u = 0; u < n; ++u)
+    for (int v : full.unit(u).uses) {
+      if (runs[u]) held[v] = true;
+      if (stage[u] != stage[v]) shared[v] = true;
+    }
+  std::vector<Unit> units;
+  for (int u = 0; u < n; ++u) {
+    Unit x = full.unit(u);
+    x.runs = runs[u];
+    x.shared = shared[u];
+    if (!runs[u]) x.uses.clear();
+    if (!held[u]) {
+      x.absent_tensors = static_cast<int>(x.tensors.size());
+      x.absent_numel = x.numel;
+      x.tensors.clear();
+      x.numel = 0;
+    }
+    // The stage's flat offsets differ from the full model's: each tensor keeps the index its values hash.
+    for (std::size_t t = 0; t < x.tensors.size(); ++t)
+      if (x.tensors[t].global_offset < 0) x.tensors[t].global_offset = full.tensor_offset(u, static_cast<int>(t));
+    units.push_back(std::move(x));
+  }
+  return ParamLayout(std::move(units));
 }
 
 ParamLayout::Location ParamLayout::locate(std::int64_t i) const {

@@ -11,8 +11,9 @@
 
 namespace hzp::schedulers {
 
-/// nd's degrees at W ranks: tp = scheduler.tp, dp = W / tp as dp_shard (distributed optimizer) or dp_replicate,
-/// tp_across_nodes from the options. ConfigError naming scheduler.tp and W when tp does not divide W.
+/// nd's degrees at W ranks: tp = scheduler.tp, pp = scheduler.pp, dp = W / (tp · pp) as dp_shard (distributed
+/// optimizer) or dp_replicate, tp_across_nodes from the options. ConfigError naming scheduler.tp, scheduler.pp and
+/// W when tp · pp does not divide W.
 ParallelDims nd_parallel_dims(const SchedulerOptions& options, int world_size);
 
 /// The registry's entry: ddp's engine (replicas) or zero1's (distributed optimizer) over nd's data-parallel group.

@@ -19,6 +19,7 @@
 #include "hzp/core/stream.hpp"
 #include "hzp/core/tensor.hpp"
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
+#include "hzp/schedulers/step/pipeline_schedule.hpp"
 #include "hzp/schedulers/step/process_groups.hpp"
 #include "hzp/workloads/data_source.hpp"
 #include "hzp/workloads/train_config.hpp"
@@ -106,6 +107,15 @@ struct SchedulerOptions {
   bool distributed_optimizer = false;
   /// Allow a tensor-parallel group to span virtual nodes (refused otherwise).
   bool tp_across_nodes = false;
+  // --- nd: pipeline parallelism (docs/nd-parallel.md "Pipeline") ---
+  int pp = 1;  ///< pipeline stages (the outermost mesh axis); dp = W / (tp · pp)
+  PipelineScheduleKind schedule = PipelineScheduleKind::one_f_one_b;
+  int virtual_stages = 1;             ///< chunks per stage (interleaved only: >= 2)
+  std::vector<int> pp_layers;         ///< blocks per stage (empty: balanced); pp entries summing to the blocks
+  /// Test and benchmark hook: every unit's forward and backward replaced by a sleep of this many ms (the
+  /// pipeline bubble measured without compute noise); refused by the harness unless the run says it is a
+  /// measurement of the schedule (see docs/nd-parallel.md).
+  double debug_unit_sleep_ms = 0;
 };
 
 /// Everything a scheduler is built from. The model, allocator and communicator must outlive it.

@@ -93,7 +93,9 @@ std::vector<TensorParallelCall> llama_tensor_parallel_calls(const LlamaConfig& c
 /// head computes its [tokens, V/tp] logits and the softmax cross-entropy from row maxima and sums of
 /// exponentials all-reduced over the group (full-vocabulary logits never exist on a rank), and sums its input
 /// gradient like a column-parallel input's. Every context's micro-batch must run on every rank of the group in
-/// the same order; tokens per micro-batch must divide by tp under sequence parallelism.
-std::unique_ptr<Workload> make_llama(const LlamaConfig& config, Precision precision, const TensorParallel& tp = {});
+/// the same order; tokens per micro-batch must divide by tp under sequence parallelism. With a pipeline `stage` cut
+/// the layout is stage_layout()'s: only that stage's units' parameters (and a tied table they use) are held.
+std::unique_ptr<Workload> make_llama(const LlamaConfig& config, Precision precision, const TensorParallel& tp = {},
+                                     const StageCut& stage = {});
 
 }  // namespace hzp::workloads

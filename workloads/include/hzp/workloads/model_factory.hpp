@@ -44,8 +44,10 @@ class ModelSpec {
     std::int64_t out = 0, in = 0;
   };
   virtual Linear widest_linear() const = 0;
-  /// The model, for `precision`, split over `tp`'s group when it has one.
-  virtual std::unique_ptr<Workload> build(Precision precision, const TensorParallel& tp = {}) const = 0;
+  /// The model, for `precision`, split over `tp`'s group when it has one, and holding only the units of a
+  /// pipeline stage when `stage` cuts it (see stage_layout).
+  virtual std::unique_ptr<Workload> build(Precision precision, const TensorParallel& tp = {},
+                                          const StageCut& stage = {}) const = 0;
 };
 
 /// Registered model kinds, in registration order ("llama" first).

@@ -60,6 +60,24 @@ struct Unit {
   /// Other units whose full parameter blocks forward and backward of this unit read, and whose
   /// gradients backward writes (a tied LM head: uses = {0}, the embedding). Never the unit itself.
   std::vector<int> uses;
+  /// false: this layout's model never runs the unit's own calls (a pipeline stage's layout, stage_layout()):
+  /// it is absent (no tensors), or held only because a unit that runs here uses it (the tied table on the last
+  /// stage). Such a unit writes no gradient here and uses nothing.
+  bool runs = true;
+  /// A unit two pipeline stages hold (the tied table: the first stage runs it, the last stage's head uses it),
+  /// whether or not this stage is one of them: its final gradient is the sum of the two stages' contributions.
+  bool shared = false;
+  /// Tensors and elements the whole model's unit has that this layout leaves out (stage_layout's absent units),
+  /// so that per-tensor records and model-wide counts agree on every stage (deterministic mode).
+  int absent_tensors = 0;
+  std::int64_t absent_numel = 0;
+};
+
+/// A pipeline cut as a model sees it: the stage of every unit of the whole model, and the stage this model is.
+struct StageCut {
+  std::vector<int> stage_of_unit;  ///< empty: no pipeline, the model holds every unit
+  int stage = 0;
+  bool empty() const noexcept { return stage_of_unit.empty(); }
 };
 
 /// The global layout: unit u occupies [unit_offset(u), unit_offset(u) + unit(u).numel) of the flat
@@ -72,6 +90,7 @@ struct Unit {
 ///   - the writers of block b, in backward order, are grad_writers(b); the first one overwrites (or
 ///     accumulates across micro-batches, the scheduler's choice), the later ones must accumulate;
 ///   - block b's gradient for a micro-batch is final after backward(last_grad_writer(b)).
+/// Units that do not run (Unit::runs) are never writers and never last users.
 class ParamLayout {
  public:
   ParamLayout() = default;
@@ -132,6 +151,14 @@ void init_params(const ParamLayout& layout, std::int64_t global_begin, std::span
                  std::uint64_t seed);
 void init_params(const ParamLayout& layout, std::int64_t global_begin, std::span<double> out,
                  std::uint64_t seed);
+
+/// The layout stage `cut.stage` holds of `full`: the units of that stage keep their tensors and uses; a unit one of
+/// them uses that runs on another stage (the tied table on the last stage) keeps its tensors with Unit::runs =
+/// false; every other unit keeps only its name and what it leaves out (absent_tensors, absent_numel). A unit used
+/// by a unit of another stage is marked shared on every stage. Unit indices are the full model's, and every kept
+/// tensor carries its full-model global offset, so init_params gives the stage exactly the full model's values.
+/// PreconditionError unless the cut names a stage for every unit and the stage runs at least one.
+ParamLayout stage_layout(const ParamLayout& full, const StageCut& cut);
 
 /// A view of unit u's block inside a full flat buffer (1-D [numel], the buffer's dtype and device).
 TensorView unit_block(const ParamLayout& layout, int u, TensorView flat);

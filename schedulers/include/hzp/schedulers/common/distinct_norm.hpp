@@ -2,8 +2,9 @@
 // holds tensor-parallel pieces (different on every rank of the group) and whole tensors (norm gains, and the
 // embedding and head when they are not vocabulary-parallel) that every rank of the group holds identically.
 // The norm counts every piece, and each whole tensor once (on the group's first rank), then sums over the
-// group whose members hold distinct parts of the model (tp × the data-parallel shards). Without tensor
-// parallelism it is the plain sum over the slice, as before.
+// group whose members hold distinct parts of the model (tp × the data-parallel shards × the pipeline stages). A
+// pipeline stage's table held for another stage's unit (Unit::runs false: the tied table on the last stage) is
+// counted where it runs. Without tensor or pipeline parallelism it is the plain sum over the slice, as before.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,7 @@ struct SliceRange {
 
 /// The elements of slice `index` of `shards` (per unit of `layout`) that the norm counts on tensor-parallel rank
 /// `tp_rank`: every real element of a sharded tensor (ParamTensor::shard), and on tp_rank 0 every real element
-/// of a whole one. Slice coordinates, ascending, adjacent ranges merged.
+/// of a whole one, in units that run here. Slice coordinates, ascending, adjacent ranges merged.
 std::vector<SliceRange> norm_counted_ranges(const workloads::ParamLayout& layout, const ShardLayout& shards, int index,
                                             int tp_rank);
 

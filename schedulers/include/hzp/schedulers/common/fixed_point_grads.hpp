@@ -4,7 +4,9 @@
 // back once. This class holds the per-tensor exponents and their policy (a fixed step-0 exponent; then
 // from the previous step's global maximum |g| over micro-batch gradients with a documented headroom), the
 // per-attempt tally that decides a retry (any element beyond 2^63/M), and the exact global sum of squares
-// for the norm. Every rank holds identical exponents because every input to them is global and exact.
+// for the norm. Every rank holds identical exponents because every input to them is global and exact; a pipeline
+// stage keeps a slot for every tensor of the whole model (its absent units' too), so the tallies of all stages line
+// up and the exponents agree everywhere.
 // Used by none (on its own copy, without communicators), ddp, zero1/2/3, hsdp and asynchzp.
 #pragma once
 
@@ -90,13 +92,18 @@ class FixedPointGrads {
   void for_each_tensor(int unit, std::int64_t begin, std::int64_t count, Fn&& fn) const;
 
  private:
-  int exponent_for(double max_abs, int current) const;
+  int exponent_for(double max_abs, int current, std::size_t tensor) const;
+  // A tensor of a unit two pipeline stages hold (Unit::shared) sums both stages' contributions, so each stage
+  // converts against half the limit (one bit less of range) and the two sums still fit in int64 when added.
+  std::int64_t limit_of(std::size_t tensor) const noexcept { return limit_ >> halved_[tensor]; }
 
   const workloads::ParamLayout* layout_;
   FixedPointPolicy policy_;
   std::int64_t limit_;
   int log2_limit_;
   std::vector<int> first_tensor_;  // per unit: global index of its first tensor
+  std::vector<std::uint8_t> halved_;  // per tensor: 1 for a shared unit's
+  std::int64_t model_numel_ = 0;      // the whole model's elements (a pipeline stage's absent units included)
   std::vector<int> exponents_;
   std::vector<double> max_abs_;    // this attempt, this rank
   std::int64_t over_ = 0, non_finite_ = 0;

@@ -40,10 +40,11 @@ const ProcessGroups& scheduler_groups(std::string_view name, const SchedulerArgs
 void check_tensor_parallel_model(std::string_view scheduler, const ProcessGroups& groups,
                                  const workloads::Workload& model);
 
-/// What a data-parallel engine adds when its model is split over the groups' tensor-parallel group (nd): an
-/// uncounted duplicate of that group for the dumps' gathers of whole tensors, and in deterministic mode the whole
-/// world for the verdict on an attempt (each piece may overflow on its own ranks, while the loss is still summed
-/// over data parallelism alone). Without tensor parallelism it holds nothing. Collective over the world.
+/// What a data-parallel engine adds when its model is split over the groups' tensor-parallel group or pipeline
+/// stages (nd): an uncounted duplicate of the tensor-parallel group for the dumps' gathers of whole tensors, and in
+/// deterministic mode the whole world for the verdict on an attempt (each piece or stage may overflow on its own
+/// ranks, while the loss is still summed over data parallelism alone). Without either it holds nothing. Collective
+/// over the world.
 class TensorParallelExtras {
  public:
   TensorParallelExtras(const ProcessGroups& groups, bool deterministic);
@@ -53,7 +54,8 @@ class TensorParallelExtras {
   int rank() const noexcept { return tp_ ? tp_->rank() : 0; }
   /// The uncounted duplicate for visit_gathered_state (nullptr without tensor parallelism).
   coll::Communicator* debug() const noexcept { return debug_.get(); }
-  /// ParameterEngine::verdict_group: the world under tensor parallelism in deterministic mode, else `scalars`.
+  /// ParameterEngine::verdict_group: the world under tensor or pipeline parallelism in deterministic mode, else
+  /// `scalars`.
   coll::Communicator& verdict_or(coll::Communicator& scalars) const noexcept { return verdict_ ? *verdict_ : scalars; }
 
  private:

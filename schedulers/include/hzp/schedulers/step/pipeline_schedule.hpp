@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "hzp/schedulers/step/schedule.hpp"
+#include "hzp/workloads/param_layout.hpp"
 
 namespace hzp::schedulers {
 
@@ -35,6 +36,8 @@ struct PipelineLayout {
   int end_unit(int chunk) const { return bounds.at(static_cast<std::size_t>(chunk) + 1); }
   /// "stage 0: units [0,3) [5,7); stage 1: ..." for messages and run headers.
   std::string describe() const;
+  /// The cut as the model takes it (workloads::stage_layout): every unit's stage, and `stage`.
+  workloads::StageCut cut(int stage) const;
 
   /// The default cut of a model of one end unit on each side (embedding, head) around `units` − 2 blocks: the
   /// blocks split as evenly as possible over the pp · v chunks (the first chunks take one more when they do not

@@ -2,8 +2,9 @@
 // PipelineLayout, one context per (micro-batch, chunk) in flight, and the boundary activations and their
 // gradients exchanged with the neighbouring stages by point-to-point messages over the pipeline group. Sends are
 // non-blocking and complete before the context holding their buffer is reused; a receive blocks (polling the
-// stage's own sends meanwhile), and the time the compute thread spends in receives is the stage's pipeline wait. Parameters, gradient buffers and the tokens come
-// from the caller (a parameter engine, or a test), so the stage knows nothing of data parallelism.
+// stage's own sends meanwhile), and the time the compute thread spends blocked on its peers is the stage's pipeline
+// wait (a trace span of its own). Parameters, gradient buffers and the tokens come from the caller (a parameter
+// engine, or a test), so the stage knows nothing of data parallelism.
 #pragma once
 
 #include <cstdint>
@@ -46,8 +47,12 @@ class PipelineStage {
   /// `normaliser` target tokens in the global batch. Returns each micro-batch's loss (loss_sum / normaliser)
   /// on the stage holding the last unit, zeros elsewhere. Collective over the pipeline group.
   std::vector<double> run(const std::vector<Action>& actions, int micro_batches, double normaliser, Hooks& hooks);
-  /// Seconds the last run() waited in receives (the pipeline wait).
+  /// Seconds the last run() waited on its peers: for a receive, for its own sends to drain before their buffer
+  /// is reused, and at the end for the last input gradients to leave (the pipeline wait).
   double wait_seconds() const noexcept { return wait_s_; }
+  /// A benchmark hook (scheduler.debug_unit_sleep_ms): sleep this long after every unit's forward and backward,
+  /// so that the bubble is measured against a known unit time.
+  void set_unit_sleep(double seconds) noexcept { unit_sleep_s_ = seconds; }
 
  private:
   struct InFlight;  // a micro-batch's context on one chunk, its tokens and its pending sends
@@ -66,6 +71,7 @@ class PipelineStage {
   int stage_;
   std::map<std::pair<int, int>, std::unique_ptr<InFlight>> live_;  // by (micro-batch, chunk)
   double wait_s_ = 0;
+  double unit_sleep_s_ = 0;
 };
 
 }  // namespace hzp::schedulers

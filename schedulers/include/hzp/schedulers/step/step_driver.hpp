@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,17 +15,39 @@
 #include "hzp/schedulers/scheduler.hpp"
 #include "hzp/schedulers/step/engine_plan.hpp"
 #include "hzp/schedulers/step/parameter_engine.hpp"
+#include "hzp/schedulers/step/pipeline_stage.hpp"
 #include "hzp/schedulers/step/schedule.hpp"
 
 namespace hzp::schedulers {
 
+/// The pipeline cut of a model of `units` units from scheduler.pp, scheduler.schedule, scheduler.virtual_stages and
+/// scheduler.pp_layers (balanced unless pp_layers lists the blocks per stage). ConfigError naming the keys when
+/// interleaved has virtual_stages < 2, another schedule virtual_stages > 1, pp_layers is given with
+/// virtual_stages > 1 or does not have pp entries, or a chunk would get no block.
+PipelineLayout pipeline_layout_from(const SchedulerOptions& options, int units);
+
+/// A step run as one stage of a pipeline (nd with scheduler.pp > 1).
+struct StepPipeline {
+  coll::Communicator* group = nullptr;  ///< the pipeline group; this rank's stage is its rank there
+  PipelineLayout layout;
+  PipelineScheduleKind kind = PipelineScheduleKind::one_f_one_b;
+  double unit_sleep_s = 0;  ///< scheduler.debug_unit_sleep_ms (benchmarks of the bubble only)
+};
+
+/// The pipeline a data-parallel engine's step runs: none (nullopt) unless `groups` has pp > 1, else the
+/// options' layout over the model's `units` and the groups' pipeline communicator.
+std::optional<StepPipeline> step_pipeline(const SchedulerOptions& options, const ProcessGroups& groups, int units);
+
 class StepDriver {
  public:
-  /// `rank` of `world_size` data-parallel ranks; the model and allocator must outlive the driver.
+  /// `rank` of `world_size` data-parallel ranks; the model and allocator must outlive the driver. With
+  /// `pipeline` the rank runs its stage's schedule (the model holds that stage's units) through a PipelineStage,
+  /// and the losses, which only the last stage computes, are summed over the pipeline group.
   StepDriver(std::string scheduler, const workloads::Workload& model, const workloads::TrainConfig& train,
-             CachingAllocator& alloc, int rank, int world_size);
+             CachingAllocator& alloc, int rank, int world_size, std::optional<StepPipeline> pipeline = std::nullopt);
+  ~StepDriver();
 
-  /// The schedule the driver runs for each step (default: sequential over the rank's micro-batches).
+  /// The schedule the driver runs for each step (sequential over the rank's micro-batches, or the stage's).
   const std::vector<Action>& schedule() const noexcept { return actions_; }
   /// Runs step `batch.step` over `engine`. Steps run in order 0, 1, 2, ... (PreconditionError otherwise).
   StepStats step(const StepBatch& batch, ParameterEngine& engine);
@@ -37,8 +60,14 @@ class StepDriver {
   static void plan_collectives(const workloads::TrainConfig& train, const workloads::ParamLayout& layout,
                                const PlanGroup& group, const PlanGroup& verdict, std::int64_t micro_batches,
                                CollectiveLedger& out);
+  /// What step() adds under pipeline parallelism: the micro-batch losses summed over `pipeline` (from the last
+  /// stage) once per step.
+  static void plan_pipeline_collectives(const PlanGroup& pipeline, std::int64_t micro_batches, CollectiveLedger& out);
 
  private:
+  StepStats pipeline_step(const StepBatch& batch, ParameterEngine& engine);
+
+
   std::string scheduler_;
   const workloads::Workload& model_;
   workloads::TrainConfig train_;
@@ -47,6 +76,8 @@ class StepDriver {
   std::unique_ptr<workloads::MicroBatchContext> ctx_;
   std::vector<std::int32_t> inputs_, targets_;
   std::int64_t steps_done_ = 0;
+  std::optional<StepPipeline> pipeline_;
+  std::unique_ptr<PipelineStage> stage_;
 };
 
 }  // namespace hzp::schedulers

@@ -1,0 +1,31 @@
+// SharedStageGrads (common/shared_stage_grads.hpp): the pair of stages holding a shared unit, and the all-reduce.
+#include "hzp/schedulers/common/shared_stage_grads.hpp"
+
+#include "hzp/core/error.hpp"
+#include "hzp/core/stream.hpp"
+
+namespace hzp::schedulers {
+
+SharedStageGrads::SharedStageGrads(const ProcessGroups& groups, const workloads::ParamLayout& layout) {
+  for (int u = 0; u < layout.num_units(); ++u)
+    if (layout.unit(u).shared && layout.unit_numel(u) > 0) units_.push_back(u);
+  if (groups.dims().pp == 1) {
+    HZP_CHECK(units_.empty(), "shared stage gradients: a model with shared units but no pipeline");
+    return;
+  }
+  // The pipeline axis is the mesh's outermost: rank = stage · (W / pp) + position, so the ranks at one position
+  // of the other axes and holding shared units form each group, ordered by stage.
+  const int w = groups.world().size(), per_stage = w / groups.dims().pp;
+  const int rank = groups.rank();
+  group_ = groups.world().split(units_.empty() ? -1 : rank % per_stage, rank / per_stage, "embedding");
+  HZP_CHECK(units_.empty() || (group_ != nullptr && group_->size() >= 2), "shared stage gradients: rank ", rank,
+            " holds shared units but no other stage does");
+}
+
+SharedStageGrads::~SharedStageGrads() = default;
+
+void SharedStageGrads::all_reduce(const std::function<TensorView(int unit)>& grad_of) const {
+  for (int u : units_) group_->all_reduce(grad_of(u), coll::ReduceOp::sum, StreamRef::host());
+}
+
+}  // namespace hzp::schedulers
