@@ -22,10 +22,14 @@ class DdpPlan final : public EnginePlan {
     const std::vector<int> dp = data_parallel_ranks(mesh, in.rank);
     dp_ = {"dp", dp};
     driver_group = {"scalars", dp};
-    if (dims.tp > 1) {
+    if (dims.pp > 1) {
+      const std::string_view distinct[] = {kAxisPipeline, kAxisTensor};
+      tp_ = {"distinct", mesh.group(distinct, in.rank)};
+    } else if (dims.tp > 1) {
       tp_ = {"tp", mesh.group(kAxisTensor, in.rank)};
-      if (in.train.deterministic) verdict_group = world_plan_group("verdict", in.world_size);
     }
+    if ((dims.tp > 1 || dims.pp > 1) && in.train.deterministic)
+      verdict_group = world_plan_group("verdict", in.world_size);
     const auto n = static_cast<std::uint64_t>(layout.total_numel());
     const bool mixed = workloads::has_separate_master(in.train.precision);
     micro_batches_per_rank = in.train.micro_batches() / dims.dp();
@@ -34,8 +38,9 @@ class DdpPlan final : public EnginePlan {
     const auto bucket_bytes = std::max<std::size_t>(static_cast<std::size_t>(in.options.bucket_mb * 1024.0 * 1024.0), 1);
     for (const BucketedAllReduce::Bucket& k : BucketedAllReduce::make_buckets(layout, bucket_bytes, dtype_size(wire_))) {
       // Complete when its last block becomes final: backward runs downwards, so at the smallest last writer.
-      int at = k.last_unit;
-      for (int b = k.first_unit; b <= k.last_unit; ++b) at = std::min(at, layout.last_grad_writer(b));
+      int at = layout.num_units();
+      for (int b = k.first_unit; b <= k.last_unit; ++b)
+        if (layout.unit_numel(b) > 0) at = std::min(at, layout.last_grad_writer(b));  // a stage's absent units: none
       buckets_.push_back({at, k.numel});
     }
   }
@@ -46,7 +51,8 @@ class DdpPlan final : public EnginePlan {
       if (at == u) out.all_reduce(dp_, numel, wire_, 1, "per step (buckets, last micro-batch)");
   }
   void step_end(CollectiveLedger& out) const override {
-    // Replicas hold the whole model: only tensor-parallel pieces make the norm a sum over ranks (distinct_norm.hpp).
+    // Replicas hold the whole model: only tensor-parallel pieces and pipeline stages make the norm a sum over ranks
+    // (distinct_norm.hpp).
     declare_norm(out, tp_, deterministic_);
   }
 

@@ -58,6 +58,19 @@ class Builder final : public CollectiveLedger {
     all_reduce(g.name, geometry(g.members, rank_, rpn_), count, t, times, std::string(when));
   }
 
+  void send(const PlanGroup& g, int peer, std::int64_t count, DType t, std::int64_t times, std::string_view when) override {
+    const Geometry geo = geometry(g.members, rank_, rpn_);
+    PlannedCollective& c = entry(CollOp::send, g.name, geo, t, std::string(when));
+    c.calls += times;
+    c.elements += count * times;
+    c.bytes[geo.level_to(peer)] += static_cast<std::uint64_t>(count) * dtype_size(t) * times;
+  }
+  void recv(const PlanGroup& g, int, std::int64_t count, DType t, std::int64_t times, std::string_view when) override {
+    PlannedCollective& c = entry(CollOp::recv, g.name, geometry(g.members, rank_, rpn_), t, std::string(when));
+    c.calls += times;
+    c.elements += count * times;  // a receive sends nothing
+  }
+
   PlannedCollective& entry(CollOp op, const std::string& group, const Geometry& g, DType t, const std::string& when) {
     for (PlannedCollective& c : plan_.collectives)
       if (c.op == op && c.group == group && c.dtype == t && c.when == when) return c;
@@ -240,7 +253,7 @@ SchedulerPlan plan_from_engine(std::string scheduler, const PlanInputs& in, Engi
   Builder b(p, in.small_message_bytes, in.rank, in.ranks_per_node);
   // The schedule the driver runs (step_driver.cpp), unit by unit in the order it calls the model.
   const int m = static_cast<int>(e.micro_batches_per_rank);
-  for_each_unit_call(sequential_schedule(m, in.layout->num_units()),
+  for_each_unit_call(e.actions.empty() ? sequential_schedule(m, in.layout->num_units()) : e.actions,
                      [&](const Action& a, int u) { e.unit(a, u, m, b); });
   e.step_end(b);
   if (!e.driver_group.members.empty())

@@ -33,11 +33,15 @@ class ZeroPlan final : public EnginePlan {
     const coll::RankMesh mesh = dims_.mesh(plan_topology(in));
     shard_ = {"shard", mesh.group(kAxisShard, in.rank)};
     norm_ = shard_;
-    if (dims_.tp > 1) {
+    if (dims_.pp > 1) {
+      const std::string_view distinct[] = {kAxisPipeline, kAxisShard, kAxisTensor};
+      norm_ = {"distinct", mesh.group(distinct, in.rank)};
+    } else if (dims_.tp > 1) {
       const std::string_view distinct[] = {kAxisShard, kAxisTensor};
       norm_ = {"distinct", mesh.group(distinct, in.rank)};
-      if (in.train.deterministic) verdict_group = world_plan_group("verdict", in.world_size);
     }
+    if ((dims_.tp > 1 || dims_.pp > 1) && in.train.deterministic)
+      verdict_group = world_plan_group("verdict", in.world_size);
     if (hybrid) replica_ = {"replica", mesh.group(kAxisReplicate, in.rank)};
     driver_group = {"scalars", data_parallel_ranks(mesh, in.rank)};
     const auto full = static_cast<std::uint64_t>(shards_.padded_total()), slice = static_cast<std::uint64_t>(shards_.slice_total());
@@ -60,11 +64,13 @@ class ZeroPlan final : public EnginePlan {
   void step_end(CollectiveLedger& out) const override {
     const int units = layout_.num_units();
     if (stage_ == 1)
-      for (int u = 0; u < units; ++u) out.reduce_scatter(shard_, shards_.padded_numel(u), wire_, 1, "per step (gradients)");
+      for (int u = 0; u < units; ++u)
+        if (shards_.numel(u) > 0) out.reduce_scatter(shard_, shards_.padded_numel(u), wire_, 1, "per step (gradients)");
     if (replica_.members.size() > 1) out.all_reduce(replica_, shards_.slice_total(), wire_, 1, "per step (gradient shards)");
     declare_norm(out, norm_, deterministic_);
     if (stage_ < 3)
-      for (int u = 0; u < units; ++u) out.all_gather(shard_, shards_.slice_numel(u), pdt_, 1, "per step (updated parameters)");
+      for (int u = 0; u < units; ++u)
+        if (shards_.numel(u) > 0) out.all_gather(shard_, shards_.slice_numel(u), pdt_, 1, "per step (updated parameters)");
   }
 
  private:

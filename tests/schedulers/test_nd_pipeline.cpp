@@ -22,7 +22,9 @@
 #include "nd_test_util.hpp"
 #include "hzp/schedulers/data_parallel.hpp"
 #include "hzp/schedulers/nd.hpp"
+#include "hzp/schedulers/plan.hpp"
 #include "hzp/schedulers/step/step_driver.hpp"
+#include "hzp/workloads/model_factory.hpp"
 
 namespace hzp::test {
 namespace {
@@ -161,6 +163,39 @@ TEST(NdPipeline, DeterministicModeIsBitwiseNoneWithUntiedEmbeddings) {
       }
     }
   }
+}
+
+TEST(NdPipeline, PlanIsWhatRan) {
+  HZP_REQUIRE_RANKS_DIVISIBLE_BY(2);
+  auto world = make_world(world_size());
+  for (const PipeCase& c : cases_at(world->size()))
+    for (bool deterministic : {false, true}) {
+      PipeRun nd(*world, c, deterministic);
+      nd.step(0);  // buckets settle on the first step; count the second
+      const coll::CounterSnapshot before = world->counters().snapshot();
+      nd.step(1);
+      const coll::CounterSnapshot d = world->counters().delta(before);
+      const std::unique_ptr<workloads::ModelSpec> spec = workloads::llama_spec(nd.setup.model_config);
+      const workloads::ParamLayout whole = spec->layout();
+      schedulers::PlanInputs in;
+      in.layout = &whole;
+      in.model = spec.get();
+      in.train = nd.setup.train;
+      in.options = c.options();
+      in.world_size = world->size();
+      in.rank = world->rank();
+      SCOPED_TRACE(c.label() + (deterministic ? " deterministic" : ""));
+      const schedulers::SchedulerPlan plan = schedulers::plan_scheduler("nd", in);
+      expect_plan_matches_run(plan, d);
+      // The pipeline's own traffic is in it: each stage's boundary activations, forward and backward.
+      std::int64_t p2p = 0;
+      for (const schedulers::PlannedCollective& pc : plan.collectives)
+        if (pc.op == coll::CollOp::send) p2p += pc.calls;
+      EXPECT_GT(p2p, 0);
+      // Model state: the stage's parameters only (plus the tied table on the last stage).
+      const AllocatorStats a = nd.setup.alloc->stats();
+      EXPECT_EQ(a.tag(AllocationTag::param).requested_bytes, plan.state_bytes[0]);
+    }
 }
 
 // The largest activation footprint of a step on this rank: the allocator's peak of tag `activation`.

@@ -1,6 +1,7 @@
 // ParamLayout and initialisation: unit offsets and sizes against the config's counts, the gradient-
 // writer rules for a tied head, element lookup, and the counter-based initialiser's independence
-// from how the flat range is split (what lets every shard initialise its own slice).
+// from how the flat range is split (what lets every shard initialise its own slice), and a pipeline stage's layout
+// (stage_layout): the units it holds start from the whole model's values, the tied table's writers and sharing.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -240,6 +241,66 @@ TEST(Init, StdPerTensorKindAndNormsAtOne) {
   const auto [m_norm, s_norm] = stats("blocks.5.attn_norm");
   EXPECT_EQ(m_norm, 1.0);
   EXPECT_EQ(s_norm, 0.0);
+}
+
+// Tiny (6 units) cut into 3 stages: units {0,1}, {2,3}, {4,5} (embedding, blocks 0-3, head).
+workloads::StageCut three_stages(int stage) { return {{0, 0, 1, 1, 2, 2}, stage}; }
+
+TEST(StageLayout, KeepsTheStagesUnitsWithTheWholeModelsValues) {
+  for (bool tied : {true, false}) {
+    const ParamLayout whole = workloads::llama_layout(tiny_shape(tied));
+    std::vector<float> all(static_cast<std::size_t>(whole.total_numel()));
+    workloads::init_params(whole, 0, std::span<float>(all), 7);
+    std::int64_t absent_total = 0;
+    for (int stage = 0; stage < 3; ++stage) {
+      const ParamLayout st = workloads::stage_layout(whole, three_stages(stage));
+      ASSERT_EQ(st.num_units(), whole.num_units());
+      std::vector<float> mine(static_cast<std::size_t>(st.total_numel()));
+      workloads::init_params(st, 0, std::span<float>(mine), 7);
+      std::int64_t held = 0, absent = 0;
+      for (int u = 0; u < whole.num_units(); ++u) {
+        const workloads::Unit& x = st.unit(u);
+        const bool runs = three_stages(stage).stage_of_unit[static_cast<std::size_t>(u)] == stage;
+        EXPECT_EQ(x.runs, runs) << "stage " << stage << " unit " << u;
+        // The tied table is shared by the first stage (running it) and the last (its head uses it), and marked
+        // so on the middle stage too, which holds neither.
+        EXPECT_EQ(x.shared, tied && u == 0) << "stage " << stage << " unit " << u;
+        const bool kept = runs || (tied && u == 0 && stage == 2);
+        EXPECT_EQ(x.numel, kept ? whole.unit_numel(u) : 0) << "stage " << stage << " unit " << u;
+        EXPECT_EQ(x.absent_numel + x.numel, whole.unit_numel(u));
+        EXPECT_EQ(static_cast<std::size_t>(x.absent_tensors) + x.tensors.size(), whole.unit(u).tensors.size());
+        held += x.numel;
+        absent += x.absent_numel;
+        if (x.numel > 0)  // bitwise the whole model's values
+          EXPECT_EQ(std::memcmp(mine.data() + st.unit_offset(u), all.data() + whole.unit_offset(u),
+                                static_cast<std::size_t>(x.numel) * sizeof(float)),
+                    0)
+              << "stage " << stage << " unit " << u;
+      }
+      EXPECT_EQ(held, st.total_numel());
+      absent_total += absent;
+      EXPECT_EQ(held + absent, whole.total_numel());
+    }
+    // Every unit is held once over the three stages, the tied table twice.
+    EXPECT_EQ(absent_total, 2 * whole.total_numel() - (tied ? whole.unit_numel(0) : 0));
+  }
+}
+
+TEST(StageLayout, TheHeldTableIsWrittenOnlyByTheHeadAndFinalAfterIt) {
+  const ParamLayout whole = workloads::llama_layout(tiny_shape(true));
+  const int head = whole.num_units() - 1;
+  const ParamLayout last = workloads::stage_layout(whole, three_stages(2));
+  EXPECT_EQ(last.grad_writers(0), (std::vector<int>{head}));
+  EXPECT_EQ(last.grads_final_after(head), (std::vector<int>{head, 0}));
+  const ParamLayout first = workloads::stage_layout(whole, three_stages(0));
+  EXPECT_EQ(first.grad_writers(0), (std::vector<int>{0}));  // the head's use is another stage's
+  EXPECT_TRUE(first.unit(head).uses.empty());
+  EXPECT_TRUE(first.grad_writers(head).empty());
+  const ParamLayout middle = workloads::stage_layout(whole, three_stages(1));
+  EXPECT_TRUE(middle.grad_writers(0).empty());
+  EXPECT_EQ(middle.unit_numel(0), 0);
+  EXPECT_THROW((void)workloads::stage_layout(whole, {{0, 0, 1}, 0}), PreconditionError);
+  EXPECT_THROW((void)workloads::stage_layout(whole, {{0, 0, 0, 0, 0, 0}, 1}), PreconditionError);
 }
 
 }  // namespace

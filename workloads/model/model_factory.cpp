@@ -91,6 +91,9 @@ class LlamaSpec final : public ModelSpec {
     return llama_tensor_parallel_calls(c_, unit, backward, run);
   }
   Linear widest_linear() const override { return {c_.ffn_hidden, c_.hidden}; }
+  std::int64_t boundary_elements(std::int64_t micro_batch_size, int tp, bool sequence_parallel) const override {
+    return micro_batch_size * c_.seq_len / (sequence_parallel ? tp : 1) * c_.hidden;
+  }
   std::unique_ptr<Workload> build(Precision precision, const TensorParallel& tp,
                                   const StageCut& stage) const override {
     return make_llama(c_, precision, tp, stage);

@@ -39,6 +39,9 @@ class ModelSpec {
   /// The tensor-parallel collectives one micro-batch issues in unit `unit`'s forward or backward (for the plan).
   virtual std::vector<TensorParallelCall> tensor_parallel_calls(int unit, bool backward,
                                                                 const TensorParallelRun& run) const = 0;
+  /// Elements of the activation between two units for one micro-batch of `micro_batch_size` sequences: what a
+  /// pipeline stage sends its neighbour (1/tp of the tokens under sequence parallelism).
+  virtual std::int64_t boundary_elements(std::int64_t micro_batch_size, int tp, bool sequence_parallel) const = 0;
   /// The widest linear layer's weight, [out, in] (the shape a compute-peak probe imitates).
   struct Linear {
     std::int64_t out = 0, in = 0;

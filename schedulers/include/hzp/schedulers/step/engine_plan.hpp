@@ -35,6 +35,11 @@ class CollectiveLedger {
   virtual void reduce_scatter(const PlanGroup& g, std::int64_t full, DType t, std::int64_t times,
                               std::string_view when) = 0;
   virtual void all_reduce(const PlanGroup& g, std::int64_t count, DType t, std::int64_t times, std::string_view when) = 0;
+  /// Point-to-point: `count` elements to (send) or from (recv) the member at position `peer` of g.
+  virtual void send(const PlanGroup& g, int peer, std::int64_t count, DType t, std::int64_t times,
+                    std::string_view when) = 0;
+  virtual void recv(const PlanGroup& g, int peer, std::int64_t count, DType t, std::int64_t times,
+                    std::string_view when) = 0;
 };
 
 /// An engine's declaration for one configuration and rank (made by the engine's own `plan_*` function from
@@ -59,10 +64,13 @@ class EnginePlan {
   /// The group deterministic mode's verdict on an attempt runs over (ParameterEngine::verdict_group); empty:
   /// driver_group.
   PlanGroup verdict_group;
+  /// The actions the driver runs on this rank (a pipeline stage's schedule); empty: the sequential schedule over
+  /// micro_batches_per_rank.
+  std::vector<Action> actions;
 };
 
-/// The plan of `scheduler` from an engine's declaration: the sequential schedule the driver runs walked over
-/// e.unit(), then e.step_end(), then the driver's own collectives over e.driver_group.
+/// The plan of `scheduler` from an engine's declaration: the schedule the driver runs (e.actions, or the sequential
+/// one) walked over e.unit(), then e.step_end(), then the driver's own collectives over e.driver_group.
 SchedulerPlan plan_from_engine(std::string scheduler, const PlanInputs& in, EnginePlan& e);
 
 /// The topology the plan lays groups on: W ranks, topology.ranks_per_node of them per node (all on one when 0).
