@@ -11,7 +11,9 @@
 
 #include "data_parallel_test_util.hpp"
 #include "hzp/schedulers/nd.hpp"
+#include "hzp/schedulers/plan.hpp"
 #include "hzp/schedulers/step/step_driver.hpp"
+#include "hzp/workloads/model_factory.hpp"
 
 namespace hzp::test {
 
@@ -52,6 +54,20 @@ struct NdRun {
     scheduler = schedulers::make_scheduler("nd", a);
   }
   schedulers::StepStats step(std::int64_t i) { return scheduler->step({i, setup.source.get()}); }
+
+  /// nd's plan for this run's model, training settings and `options`, for `rank` of `world_size`.
+  schedulers::SchedulerPlan plan(const schedulers::SchedulerOptions& options, int world_size, int rank) const {
+    const std::unique_ptr<workloads::ModelSpec> spec = workloads::llama_spec(setup.model_config);
+    const workloads::ParamLayout whole = spec->layout();
+    schedulers::PlanInputs in;
+    in.layout = &whole;
+    in.model = spec.get();
+    in.train = setup.train;
+    in.options = options;
+    in.world_size = world_size;
+    in.rank = rank;
+    return schedulers::plan_scheduler("nd", in);
+  }
 };
 
 /// Captures the gradient tensors of a state dump, by name.

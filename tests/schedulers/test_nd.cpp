@@ -196,16 +196,7 @@ TEST(Nd, CollectivesMatchClosedFormsAndThePlan) {
       EXPECT_EQ(rs.elements, want.rs_elements) << label;
 
       // The plan, made from the model's declarations and the engine's, is what ran.
-      const std::unique_ptr<workloads::ModelSpec> spec = workloads::llama_spec(nd.setup.model_config);
-      const workloads::ParamLayout whole = spec->layout();
-      schedulers::PlanInputs in;
-      in.layout = &whole;
-      in.model = spec.get();
-      in.train = nd.setup.train;
-      in.options = c.options();
-      in.world_size = world->size();
-      in.rank = world->rank();
-      const schedulers::SchedulerPlan plan = schedulers::plan_scheduler("nd", in);
+      const schedulers::SchedulerPlan plan = nd.plan(c.options(), world->size(), world->rank());
       expect_plan_matches_run(plan, d);
 
       std::uint64_t dpb = 0, tpb = 0;

@@ -175,17 +175,8 @@ TEST(NdPipeline, PlanIsWhatRan) {
       const coll::CounterSnapshot before = world->counters().snapshot();
       nd.step(1);
       const coll::CounterSnapshot d = world->counters().delta(before);
-      const std::unique_ptr<workloads::ModelSpec> spec = workloads::llama_spec(nd.setup.model_config);
-      const workloads::ParamLayout whole = spec->layout();
-      schedulers::PlanInputs in;
-      in.layout = &whole;
-      in.model = spec.get();
-      in.train = nd.setup.train;
-      in.options = c.options();
-      in.world_size = world->size();
-      in.rank = world->rank();
       SCOPED_TRACE(c.label() + (deterministic ? " deterministic" : ""));
-      const schedulers::SchedulerPlan plan = schedulers::plan_scheduler("nd", in);
+      const schedulers::SchedulerPlan plan = nd.plan(c.options(), world->size(), world->rank());
       expect_plan_matches_run(plan, d);
       // The pipeline's own traffic is in it: each stage's boundary activations, forward and backward.
       std::int64_t p2p = 0;
