@@ -157,8 +157,9 @@ std::vector<SchedulerOptionDecl> declare() {
   }
   {
     S spec = S::real("scheduler.debug_unit_sleep_ms", kDefaults.debug_unit_sleep_ms,
-                     "benchmark hook: sleep this long after every unit's forward and backward, so a pipeline's bubble "
-                     "is measured against a known unit time; refused by `run` unless HZPBENCH_BENCHMARK_HOOKS=1");
+                     "benchmark hook (pp > 1): sleep this long after every block's forward and backward (the ends take "
+                     "none), so a pipeline's bubble is measured against a known unit time; refused by `run` unless "
+                     "HZPBENCH_BENCHMARK_HOOKS=1");
     spec.non_negative().with_unit("ms");
     spec.hidden = true;
     v.push_back({std::move(spec), [](const ResolvedConfig& c, SchedulerOptions& o) {

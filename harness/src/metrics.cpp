@@ -130,26 +130,28 @@ RankSample StepMeter::end(const schedulers::StepStats& st) {
       }
     }
     s[RankField::comm_time_s] = comm_time;
-    // Exposed = what the compute thread itself waited; a background thread's waits overlap compute. A pipeline's
-    // sends and receives are waited on inside its pipeline wait (StepStats), so they are not counted twice.
-    const auto p2p = [](coll::CollOp op) { return op == coll::CollOp::send || op == coll::CollOp::recv; };
+    // Exposed = what the compute thread itself waited; a background thread's waits overlap compute. Waits on the
+    // pipeline group (its sends and receives, and the loss sum where the stages meet at the end) are the step's
+    // pipeline wait (StepStats), so they are not counted twice.
+    const auto pipeline = [&](int g) { return g >= 0 && static_cast<std::size_t>(g) < d.groups.size() && d.groups[g] == "pp"; };
     double wait = 0, join = 0, transfer = 0;
     if (d.records.size() == d.calls()) {
       for (const coll::CallRecord& r : d.records)
-        if (r.thread_id == thread_id_ && !p2p(r.op)) {
+        if (r.thread_id == thread_id_ && !pipeline(r.group)) {
           wait += r.wait_s;
           join += r.join_wait_s;
           transfer += r.transfer_wait_s;
         }
     } else {
       // The record log overflowed this step: fall back to every thread's waits (an upper bound).
-      for (int o = 0; o < coll::kNumCollOps; ++o) {
-        if (p2p(static_cast<coll::CollOp>(o))) continue;
-        const coll::OpTotals t = d.total(static_cast<coll::CollOp>(o));
-        wait += t.wait_s;
-        join += t.join_wait_s;
-        transfer += t.transfer_wait_s;
-      }
+      for (std::size_t g = 0; g < d.groups.size(); ++g)
+        for (int o = 0; o < coll::kNumCollOps; ++o) {
+          if (pipeline(static_cast<int>(g))) continue;
+          const coll::OpTotals& t = d.per_group[g][o];
+          wait += t.wait_s;
+          join += t.join_wait_s;
+          transfer += t.transfer_wait_s;
+        }
     }
     if (!st.background_waits.empty()) {
       const BackgroundWait b = background_wait(st.background_waits, d.records, thread_id_);

@@ -142,13 +142,16 @@ StepStats StepDriver::pipeline_step(const StepBatch& batch, ParameterEngine& eng
     engine.begin_attempt(batch.step, actions_);
     losses = stage_->run(actions_, m, normaliser, hooks);
     waited += stage_->wait_seconds();
+    // Only the last stage holds the losses (zeros elsewhere): the sum over the stages is exact. The stages meet
+    // here, so a stage that finished early waits for the others: its share of the bubble, timed as such.
+    const Stopwatch drain;
+    pipeline_->group->all_reduce(TensorView(losses.data(), Shape{m}, DType::f64), coll::ReduceOp::sum,
+                                 StreamRef::host());
+    waited += drain.wall();
     engine.attempt_done();
     accepted = !fixed || conclude_fixed_point_attempt(*fixed, engine.verdict_group());
     if (!accepted) engine.attempt_voided();
   }
-  // Only the last stage holds the losses (zeros elsewhere): the sum over the stages is exact.
-  pipeline_->group->all_reduce(TensorView(losses.data(), Shape{m}, DType::f64), coll::ReduceOp::sum,
-                               StreamRef::host());
   const double compute_seconds = whole.wall() - waited;
 
   const StepFinish end = engine.finish_step(batch.step, scheduled_learning_rate(train_, batch.step));

@@ -112,9 +112,9 @@ struct SchedulerOptions {
   PipelineScheduleKind schedule = PipelineScheduleKind::one_f_one_b;
   int virtual_stages = 1;             ///< chunks per stage (interleaved only: >= 2)
   std::vector<int> pp_layers;         ///< blocks per stage (empty: balanced); pp entries summing to the blocks
-  /// Test and benchmark hook: every unit's forward and backward replaced by a sleep of this many ms (the
-  /// pipeline bubble measured without compute noise); refused by the harness unless the run says it is a
-  /// measurement of the schedule (see docs/nd-parallel.md).
+  /// Benchmark hook (pipeline stages): a sleep of this many ms after every block's forward and backward, which
+  /// dwarfs the compute of a small model, so the pipeline's bubble is measured against a known unit time;
+  /// refused by the harness unless HZPBENCH_BENCHMARK_HOOKS=1 (docs/nd-parallel.md).
   double debug_unit_sleep_ms = 0;
 };
 

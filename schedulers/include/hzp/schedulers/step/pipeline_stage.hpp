@@ -50,8 +50,8 @@ class PipelineStage {
   /// Seconds the last run() waited on its peers: for a receive, for its own sends to drain before their buffer
   /// is reused, and at the end for the last input gradients to leave (the pipeline wait).
   double wait_seconds() const noexcept { return wait_s_; }
-  /// A benchmark hook (scheduler.debug_unit_sleep_ms): sleep this long after every unit's forward and backward,
-  /// so that the bubble is measured against a known unit time.
+  /// A benchmark hook (scheduler.debug_unit_sleep_ms): sleep this long after every block's forward and backward
+  /// (not the embedding's or the head's), so that the bubble is measured against a known, balanced unit time.
   void set_unit_sleep(double seconds) noexcept { unit_sleep_s_ = seconds; }
 
  private:
@@ -59,6 +59,7 @@ class PipelineStage {
   InFlight& begin_chunk(const Action& a, int chunk, double normaliser, Hooks& hooks);
   void receive(TensorView into, int peer, int tag);
   void progress();
+  void sleep_after(int u) const;
   void wait_until(const std::function<bool()>& done);
   int chunk_of(const Action& a) const;
   int tag(int micro_batch, int chunk, bool gradient) const;
