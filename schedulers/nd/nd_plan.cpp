@@ -48,8 +48,10 @@ class NdPlan final : public EnginePlan {
     micro_batches_per_rank = inner_->micro_batches_per_rank;
     driver_group = inner_->driver_group;
     verdict_group = inner_->verdict_group;
-    if (pipeline)
+    if (pipeline) {
       actions = pipeline_schedule(in.options.schedule, *pipeline, stage_, static_cast<int>(micro_batches_per_rank));
+      chunks_per_stage = pipeline->v;
+    }
     wire_ = grad_wire_dtype(in.train);
     run_.tp = dims_.tp;
     run_.sequence_parallel = in.options.sequence_parallel;

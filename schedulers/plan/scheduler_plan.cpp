@@ -162,7 +162,8 @@ std::string SchedulerPlan::to_text() const {
   std::ostringstream o;
   auto gib = [](double b) { return b / (1024.0 * 1024.0 * 1024.0); };
   o << "scheduler " << scheduler << ", W = " << world_size << ", rank " << rank << ", N = " << params
-    << " parameters, " << micro_batches_per_rank << " micro-batches per rank per step\n";
+    << " parameters, " << micro_batches_per_rank << " micro-batches per rank per step, at most "
+    << activations_in_flight << " of them holding activations at once\n";
   o << "model state per rank (bytes, GiB):\n";
   for (std::size_t i = 0; i < state_bytes.size(); ++i)
     o << "  " << std::left << std::setw(8) << kStateComponents[i] << std::right << std::setw(18) << state_bytes[i]
@@ -187,7 +188,8 @@ std::string SchedulerPlan::to_text() const {
 std::string SchedulerPlan::to_json() const {
   std::ostringstream o;
   o << "{\"scheduler\": " << json_quote(scheduler) << ", \"world_size\": " << world_size << ", \"rank\": " << rank
-    << ", \"params\": " << params << ", \"micro_batches_per_rank\": " << micro_batches_per_rank << ", \"state_bytes\": {";
+    << ", \"params\": " << params << ", \"micro_batches_per_rank\": " << micro_batches_per_rank
+    << ", \"activations_in_flight\": " << activations_in_flight << ", \"state_bytes\": {";
   for (std::size_t i = 0; i < state_bytes.size(); ++i) o << json_quote(kStateComponents[i]) << ": " << state_bytes[i] << ", ";
   o << "\"total\": " << state_total() << "}, \"collectives\": [";
   for (std::size_t i = 0; i < collectives.size(); ++i) {
@@ -253,8 +255,9 @@ SchedulerPlan plan_from_engine(std::string scheduler, const PlanInputs& in, Engi
   Builder b(p, in.small_message_bytes, in.rank, in.ranks_per_node);
   // The schedule the driver runs (step_driver.cpp), unit by unit in the order it calls the model.
   const int m = static_cast<int>(e.micro_batches_per_rank);
-  for_each_unit_call(e.actions.empty() ? sequential_schedule(m, in.layout->num_units()) : e.actions,
-                     [&](const Action& a, int u) { e.unit(a, u, m, b); });
+  const std::vector<Action> actions = e.actions.empty() ? sequential_schedule(m, in.layout->num_units()) : e.actions;
+  for_each_unit_call(actions, [&](const Action& a, int u) { e.unit(a, u, m, b); });
+  p.activations_in_flight = max_in_flight(actions, std::max(e.chunks_per_stage, 1));
   e.step_end(b);
   if (!e.driver_group.members.empty())
     StepDriver::plan_collectives(in.train, *in.layout, e.driver_group,

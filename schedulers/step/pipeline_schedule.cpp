@@ -159,4 +159,13 @@ void check_stage_schedule(const std::vector<Action>& actions, const PipelineLayo
               " schedule: micro-batch ", i, " does not run each of the stage's ", l.v, " chunks forward and backward");
 }
 
+int max_in_flight(const std::vector<Action>& actions, int v) {
+  int live = 0, most = 0;
+  for (const Action& a : actions) {
+    live += a.kind == Action::Kind::forward ? 1 : -1;
+    most = std::max(most, live);
+  }
+  return (most + v - 1) / v;
+}
+
 }  // namespace hzp::schedulers

@@ -202,12 +202,17 @@ TEST(NdPipeline, OneFOneBHoldsFewerActivationsThanGPipe) {
   const int w = world->size();
   if (w > 4) GTEST_SKIP() << "pp = W at 2 and 4 ranks covers both shapes";
   const int pp = w, m = 8;  // tiny: 8 micro-batches of 2 sequences, dp = 1
-  PipeRun gpipe(*world, {pp, PipelineScheduleKind::gpipe});
-  PipeRun ofob(*world, {pp, PipelineScheduleKind::one_f_one_b});
+  const PipeCase gc{pp, PipelineScheduleKind::gpipe}, fc{pp, PipelineScheduleKind::one_f_one_b};
+  const SchedulerOptions gpipe_opts = gc.options(), ofob_opts = fc.options();
+  PipeRun gpipe(*world, gc);
+  PipeRun ofob(*world, fc);
   const std::size_t g = activation_peak(gpipe), f = activation_peak(ofob);
   const int stage = gpipe.groups->pipeline()->rank();
   // GPipe holds every micro-batch's activations at the turn; 1F1B's stage s at most pp − s of them. The per
   // micro-batch footprint is the same, so the ratio is (pp − s) / m, up to one micro-batch of transient scratch.
+  // The plan reads the same counts off the schedules.
+  EXPECT_EQ(gpipe.plan(gpipe_opts, w, world->rank()).activations_in_flight, m);
+  EXPECT_EQ(ofob.plan(ofob_opts, w, world->rank()).activations_in_flight, pp - stage);
   const double ratio = static_cast<double>(f) / static_cast<double>(g);
   const double want = static_cast<double>(pp - stage) / m;
   EXPECT_LE(ratio, want + 1.0 / m) << "stage " << stage << ": 1F1B peak " << f << " B vs GPipe " << g << " B";

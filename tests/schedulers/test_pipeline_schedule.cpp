@@ -4,6 +4,8 @@
 // Notation: "F3" is micro-batch 3's forward on the stage's only chunk, "F3.1" on its chunk 1; "B" backward.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <sstream>
 #include <string>
 #include <vector>
@@ -63,6 +65,22 @@ TEST(PipelineSchedule, OneFOneBHasPpMinusStageMinusOneWarmUpForwards) {
   EXPECT_EQ(written(p4, Kind::one_f_one_b, 3, 8), "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7");
   // Fewer micro-batches than stages: the warm-up is cut to m, and nothing runs in the steady state.
   EXPECT_EQ(written(p4, Kind::one_f_one_b, 0, 2), "F0 F1 B0 B1");
+}
+
+TEST(PipelineSchedule, ActivationsInFlightAreMForGPipeAndPpMinusStageFor1F1B) {
+  const PipelineLayout p4 = PipelineLayout::balanced(6, 4, 1);
+  for (int m : {2, 4, 8})
+    for (int s = 0; s < 4; ++s) {
+      EXPECT_EQ(schedulers::max_in_flight(schedulers::pipeline_schedule(Kind::gpipe, p4, s, m)), m);
+      EXPECT_EQ(schedulers::max_in_flight(schedulers::pipeline_schedule(Kind::one_f_one_b, p4, s, m)),
+                std::min(4 - s, m))
+          << "stage " << s << " m " << m;
+    }
+  // Interleaved (pp = 2, v = 2, m = 4) on stage 0: a warm-up of (2 − 0 − 1)·2 + (2 − 1)·2 = 4 chunk forwards, then
+  // one more before the first backward: 5 chunk contexts, 2.5 micro-batches' worth, counted as 3.
+  const PipelineLayout i2 = PipelineLayout::balanced(6, 2, 2);
+  EXPECT_EQ(schedulers::max_in_flight(schedulers::pipeline_schedule(Kind::interleaved, i2, 0, 4)), 5);
+  EXPECT_EQ(schedulers::max_in_flight(schedulers::pipeline_schedule(Kind::interleaved, i2, 0, 4), 2), 3);
 }
 
 TEST(PipelineSchedule, InterleavedRunsGroupsOfPpMicroBatchesChunkByChunk) {

@@ -58,6 +58,10 @@ struct SchedulerPlan {
   int rank = 0;
   std::int64_t params = 0;            ///< N
   std::int64_t micro_batches_per_rank = 0;
+  /// The most micro-batches whose activations the rank holds at once (forward run, backward not yet), over its
+  /// schedule's actions (max_in_flight): 1 without pipeline stages, up to pp on 1F1B's first stage, all of them
+  /// under GPipe. A pipeline chunk counts as one micro-batch's share of the stage.
+  std::int64_t activations_in_flight = 1;
   /// Model-state bytes per rank: param, grad, master, m, v (the allocation tags' requested bytes).
   std::array<std::uint64_t, 5> state_bytes{};
   std::vector<PlannedCollective> collectives;
@@ -66,7 +70,7 @@ struct SchedulerPlan {
   /// A table for `hzpbench plan`.
   std::string to_text() const;
   /// The same as one JSON object (`hzpbench plan --json`): scheduler, world_size, rank, params,
-  /// micro_batches_per_rank, state_bytes {param, grad, master, m, v, total}, and collectives, each with op,
+  /// micro_batches_per_rank, activations_in_flight, state_bytes {param, grad, master, m, v, total}, and collectives, each with op,
   /// group, group_size, dtype, calls, elements, bytes {intra, inter} and when.
   std::string to_json() const;
 };

@@ -15,6 +15,7 @@
 #include "hzp/collectives/topology.hpp"
 #include "hzp/core/dtype.hpp"
 #include "hzp/schedulers/plan.hpp"
+#include "hzp/schedulers/step/pipeline_schedule.hpp"
 #include "hzp/schedulers/step/schedule.hpp"
 #include "hzp/workloads/param_layout.hpp"
 
@@ -67,6 +68,8 @@ class EnginePlan {
   /// The actions the driver runs on this rank (a pipeline stage's schedule); empty: the sequential schedule over
   /// micro_batches_per_rank.
   std::vector<Action> actions;
+  /// Chunks per pipeline stage (interleaving's v; 1 otherwise), for activations_in_flight.
+  int chunks_per_stage = 1;
 };
 
 /// The plan of `scheduler` from an engine's declaration: the schedule the driver runs (e.actions, or the sequential

@@ -58,6 +58,10 @@ struct PipelineLayout {
 std::vector<Action> pipeline_schedule(PipelineScheduleKind kind, const PipelineLayout& layout, int stage,
                                       int micro_batches);
 
+/// The most (micro-batch, chunk) contexts `actions` holds at once (a forward begun, its backward not yet run),
+/// divided by the chunks per stage `v` and rounded up: the stage's activations in flight in micro-batches.
+int max_in_flight(const std::vector<Action>& actions, int v = 1);
+
 /// PreconditionError unless `actions` is a valid schedule of stage `stage` of `layout`: every micro-batch runs
 /// each of the stage's chunks forward once, in chunk order, and backward once after its forward, in reverse
 /// chunk order; nothing else.
