@@ -72,82 +72,23 @@ StepStats StepDriver::step(const StepBatch& batch, ParameterEngine& engine) {
   HZP_CHECK(batch.source != nullptr, scheduler_, ": step ", batch.step, " has no data source");
   HZP_CHECK(batch.step == steps_done_, scheduler_, ": steps run in order; expected step ", steps_done_, ", got ",
             batch.step);
-  if (pipeline_) return pipeline_step(batch, engine);
   const Stopwatch whole;
   const workloads::BatchPlan plan(train_.global_batch, train_.micro_batch_size, world_size_);
   const std::vector<std::int64_t> mine = plan.micro_batches_of(rank_);
-  const double normaliser = static_cast<double>(train_.global_batch * model_.seq_len());
-  const int units = model_.layout().num_units();
+  const Attempt at{batch, plan, mine, static_cast<double>(train_.global_batch * model_.seq_len())};
   FixedPointGrads* fixed = engine.fixed_point();
 
   std::vector<double> losses(mine.size(), 0.0);  // per micro-batch, in local order
+  double waited = 0;                             // on pipeline peers
   // Deterministic mode: an attempt whose fixed-point tally overflowed anywhere runs again (the same verdict
   // on every rank); otherwise the body runs once.
   for (bool accepted = false; !accepted;) {
     if (fixed) fixed->begin_attempt(batch.step);
     engine.begin_attempt(batch.step, actions_);
-    for_each_unit_call(actions_, [&](const Action& a, int u) {
-      if (a.kind == Action::Kind::forward) {
-        if (u == 0) {
-          workloads::fill_micro_batch(*batch.source, plan, batch.step, mine[static_cast<std::size_t>(a.micro_batch)],
-                                      inputs_, targets_);
-          ctx_->begin(inputs_, targets_, normaliser);
-        }
-        model_.forward(u, engine.unit_params(u, a), *ctx_);
-        engine.forward_done(u, a);
-        if (u == units - 1) losses[static_cast<std::size_t>(a.micro_batch)] = ctx_->loss();
-      } else {
-        // Parameters first, then gradient buffers: an engine with rings hands them out in that order.
-        const workloads::UnitParams params = engine.unit_params(u, a);
-        const workloads::UnitGrads grads = engine.unit_grads(u, a);
-        model_.backward(u, params, *ctx_, grads);
-        engine.backward_done(u, a);
-      }
-    });
-    engine.attempt_done();
-    accepted = !fixed || conclude_fixed_point_attempt(*fixed, engine.verdict_group());
-    if (!accepted) engine.attempt_voided();
-  }
-  const double compute_seconds = whole.wall();
-
-  const StepFinish end = engine.finish_step(batch.step, scheduled_learning_rate(train_, batch.step));
-  ++steps_done_;
-  StepStats st = data_parallel_step_stats(batch.step, engine.scalars(), plan, losses, fixed, end.update,
-                                          train_.global_batch * model_.seq_len(), compute_seconds,
-                                          end.optimizer_seconds, 0);
-  st.background_waits = engine.background_waits();
-  st.seconds = whole.wall();
-  return st;
-}
-
-StepStats StepDriver::pipeline_step(const StepBatch& batch, ParameterEngine& engine) {
-  const Stopwatch whole;
-  const workloads::BatchPlan plan(train_.global_batch, train_.micro_batch_size, world_size_);
-  const std::vector<std::int64_t> mine = plan.micro_batches_of(rank_);
-  const int m = static_cast<int>(mine.size());
-  const double normaliser = static_cast<double>(train_.global_batch * model_.seq_len());
-  FixedPointGrads* fixed = engine.fixed_point();
-  PipelineStage::Hooks hooks;
-  hooks.params = [&](int u, const Action& a) { return engine.unit_params(u, a); };
-  hooks.grads = [&](int u, const Action& a) { return engine.unit_grads(u, a); };
-  hooks.forward_done = [&](int u, const Action& a) { engine.forward_done(u, a); };
-  hooks.backward_done = [&](int u, const Action& a) { engine.backward_done(u, a); };
-  hooks.tokens = [&](int mb, std::span<std::int32_t> inputs, std::span<std::int32_t> targets) {
-    workloads::fill_micro_batch(*batch.source, plan, batch.step, mine[static_cast<std::size_t>(mb)], inputs, targets);
-  };
-  std::vector<double> losses;
-  double waited = 0;
-  for (bool accepted = false; !accepted;) {
-    if (fixed) fixed->begin_attempt(batch.step);
-    engine.begin_attempt(batch.step, actions_);
-    losses = stage_->run(actions_, m, normaliser, hooks);
-    waited += stage_->wait_seconds();
-    // Only the last stage holds the losses (zeros elsewhere): the sum over the stages is exact. The stages meet
-    // here, so a stage that finished early waits for the others: its share of the bubble, timed as such.
-    const Stopwatch drain;
-    pipeline_->group->all_reduce(TensorView(losses.data(), Shape{m}, DType::f64), coll::ReduceOp::sum,
-                                 StreamRef::host());
-    waited += drain.wall();
+    if (pipeline_)
+      waited += run_stage(at, engine, losses);
+    else
+      run_whole(at, engine, losses);
     engine.attempt_done();
     accepted = !fixed || conclude_fixed_point_attempt(*fixed, engine.verdict_group());
     if (!accepted) engine.attempt_voided();
@@ -163,6 +104,49 @@ StepStats StepDriver::pipeline_step(const StepBatch& batch, ParameterEngine& eng
   st.background_waits = engine.background_waits();
   st.seconds = whole.wall();
   return st;
+}
+
+void StepDriver::run_whole(const Attempt& at, ParameterEngine& engine, std::vector<double>& losses) {
+  const int units = model_.layout().num_units();
+  for_each_unit_call(actions_, [&](const Action& a, int u) {
+    if (a.kind == Action::Kind::forward) {
+      if (u == 0) {
+        workloads::fill_micro_batch(*at.batch.source, at.plan, at.batch.step,
+                                    at.mine[static_cast<std::size_t>(a.micro_batch)], inputs_, targets_);
+        ctx_->begin(inputs_, targets_, at.normaliser);
+      }
+      model_.forward(u, engine.unit_params(u, a), *ctx_);
+      engine.forward_done(u, a);
+      if (u == units - 1) losses[static_cast<std::size_t>(a.micro_batch)] = ctx_->loss();
+    } else {
+      // Parameters first, then gradient buffers: an engine with rings hands them out in that order.
+      const workloads::UnitParams params = engine.unit_params(u, a);
+      const workloads::UnitGrads grads = engine.unit_grads(u, a);
+      model_.backward(u, params, *ctx_, grads);
+      engine.backward_done(u, a);
+    }
+  });
+}
+
+double StepDriver::run_stage(const Attempt& at, ParameterEngine& engine, std::vector<double>& losses) {
+  PipelineStage::Hooks hooks;
+  hooks.params = [&](int u, const Action& a) { return engine.unit_params(u, a); };
+  hooks.grads = [&](int u, const Action& a) { return engine.unit_grads(u, a); };
+  hooks.forward_done = [&](int u, const Action& a) { engine.forward_done(u, a); };
+  hooks.backward_done = [&](int u, const Action& a) { engine.backward_done(u, a); };
+  hooks.tokens = [&](int mb, std::span<std::int32_t> inputs, std::span<std::int32_t> targets) {
+    workloads::fill_micro_batch(*at.batch.source, at.plan, at.batch.step, at.mine[static_cast<std::size_t>(mb)], inputs,
+                                targets);
+  };
+  const int m = static_cast<int>(at.mine.size());
+  losses = stage_->run(actions_, m, at.normaliser, hooks);
+  double waited = stage_->wait_seconds();
+  // Only the last stage holds the losses (zeros elsewhere): the sum over the stages is exact. The stages meet
+  // here, so a stage that finished early waits for the others: its share of the bubble, timed as such.
+  const Stopwatch drain;
+  pipeline_->group->all_reduce(TensorView(losses.data(), Shape{m}, DType::f64), coll::ReduceOp::sum,
+                               StreamRef::host());
+  return waited + drain.wall();
 }
 
 void StepDriver::plan_pipeline_collectives(const PlanGroup& pipeline, std::int64_t micro_batches,

@@ -17,6 +17,7 @@
 #include "hzp/schedulers/step/parameter_engine.hpp"
 #include "hzp/schedulers/step/pipeline_stage.hpp"
 #include "hzp/schedulers/step/schedule.hpp"
+#include "hzp/workloads/batch_plan.hpp"
 
 namespace hzp::schedulers {
 
@@ -65,7 +66,16 @@ class StepDriver {
   static void plan_pipeline_collectives(const PlanGroup& pipeline, std::int64_t micro_batches, CollectiveLedger& out);
 
  private:
-  StepStats pipeline_step(const StepBatch& batch, ParameterEngine& engine);
+  // What every attempt of a step shares: the batch, its plan, this rank's micro-batches, the loss normaliser.
+  struct Attempt {
+    const StepBatch& batch;
+    const workloads::BatchPlan& plan;
+    const std::vector<std::int64_t>& mine;
+    double normaliser;
+  };
+  // One attempt's actions over the whole model, or as a pipeline stage (returns the seconds waited on peers).
+  void run_whole(const Attempt& at, ParameterEngine& engine, std::vector<double>& losses);
+  double run_stage(const Attempt& at, ParameterEngine& engine, std::vector<double>& losses);
 
 
   std::string scheduler_;
