@@ -86,6 +86,14 @@ def _auto_axes(opened: list[Run]) -> list[str]:
                   (len(keys[k]) > 1 or any(k not in r.config for r in opened)))
 
 
+def _hashable(value):
+    """A configuration value as a table cell: list values (int and string lists such as scheduler.pp_layers) as
+    they are typed after --set, comma-separated, so that columns can be grouped and stored as categories."""
+    if isinstance(value, (list, tuple)) or (hasattr(value, "ndim") and getattr(value, "ndim", 0) > 0):
+        return ",".join(str(x) for x in value)
+    return value
+
+
 def load(paths: list[str | Path], axes: list[str] | None = None) -> Results:
     found = inputs.find(paths)
     problems = list(found.problems)
@@ -177,7 +185,7 @@ def load(paths: list[str | Path], axes: list[str] | None = None) -> Results:
         r["layout"] = labels.layout(cfg, world) if cfg else "?"
         r["config"] = labels.config_label(cfg, world, axes, show_world, usual) if cfg else r["run"]
         for k in config_keys:
-            r[k] = cfg.get(k)
+            r[k] = _hashable(cfg.get(k))
     runs = pd.DataFrame(rows)
     if runs.empty:
         runs = pd.DataFrame(columns=["run", "file", "state", "status", "reason", "world_size", "completed_steps",
