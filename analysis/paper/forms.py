@@ -37,6 +37,13 @@ def divisors(cfg: dict, world: int) -> dict[str, int] | None:
     if name == "asynchzp":
         z1, z2, z3 = labels.groups(cfg, world)
         return {"param": z3, "grad": z2, **{c: z1 for c in opt}}
+    if name == "nd":
+        # The model split evenly over tp × pp (the form ignores that the ends sit on the first and last stage and
+        # that the norm gains are whole on every tensor-parallel rank: both show in plan − form), the optimizer
+        # state further over dp under the distributed optimizer.
+        mp = int(cfg.get("scheduler.tp", 1)) * int(cfg.get("scheduler.pp", 1))
+        dist = labels.truthy(cfg.get("scheduler.distributed_optimizer", False))
+        return {"param": mp, "grad": mp, **{c: (world if dist else mp) for c in opt}}
     return None
 
 

@@ -167,7 +167,8 @@ def table4(res: Results) -> list:
                 ["seq_len", "global_batch", "comm_to_compute"], name="layout")
     return [Table(t, "Per sequence length and global batch (comm_to_compute r: the links' ratio at that length), "
                      "speed-up against ND parallelism (nd) at the same length and batch where it ran (the "
-                     "shortest: longer ones need pipeline and context parallelism), else against zero3.")]
+                     "shortest with tensor parallelism, the middle one with tensor × pipeline parallelism; the longest "
+                     "needs context parallelism), else against zero3.")]
 
 
 def ablation(res: Results) -> list:

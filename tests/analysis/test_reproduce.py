@@ -66,6 +66,11 @@ def test_table1_at_the_paper_9b_layout_is_the_closed_form(table1):
     # The other 9B rows: vanilla ZeRO-3 18N/DP and ZeRO parallelism 18N/Z.
     assert int(rows["9B, vanilla ZeRO-3 over DP = 256 (18N/DP)"]["total (bytes)"]) == 18 * n // 256
     assert int(rows["9B, ZeRO parallelism Z = 8 (hsdp, 18N/Z)"]["total (bytes)"]) == 18 * n // 8
+    # The paper's 36B ND layout, TP = 8 × PP = 4 with the distributed optimizer: rank 0 is the first stage (the
+    # embedding's V/8 rows and 16 blocks' pieces), against the even split 12N/256 + 4N/32 + 2N/32.
+    nd = rows["36B, ND: TP = 8, PP = 4, SP, distributed optimizer (the paper's 36B ND layout; rank 0: the first stage)"]
+    assert nd["scheduler"] == "nd" and nd["closed form"] == "12N/256 + 4N/32 + 2N/32"
+    assert int(nd["total (bytes)"]) == 8_846_131_200
 
 
 def test_table1_measured_state_is_the_closed_form(table1):

@@ -3,7 +3,8 @@ schedulers that cannot be planned. The 9B asynchzp layout's model-state total is
 12N/64 + 4N/8 + 2N/8 with N = 9,359,921,152 (8,774,926,080 bytes per rank; AsyncHZP §4.1.1 / Table 1), and
 zero3's parameter bytes are the per-unit padded shard of N in bf16 or fp32 (checked against the table's). nd at the
 paper's TP = 8 layouts (9b and seed-oss-36b on 256 ranks, sequence parallelism, distributed optimizer): its
-model-state bytes and its tensor-parallel collectives per step against closed forms of the rank's pieces."""
+model-state bytes and its tensor-parallel collectives per step against closed forms of the rank's pieces; and at the
+36B ND layout TP = 8 × PP = 4: the first and last stage's bytes, pipeline messages and activations in flight."""
 import json
 import re
 import subprocess
@@ -86,6 +87,38 @@ for preset, (L, d, H, KV, hd, F, V, T, tied) in SHAPES.items():
     check(rs == m * (4 * L + 2) * T * d, f"nd {preset}: tp reduce_scatter elements {rs}")
     check(all(c["bytes"]["inter"] == 0 for c in tp_rows), f"nd {preset}: the tp group stays inside a node")
     check(nd["micro_batches_per_rank"] == m, f"nd {preset}: {nd['micro_batches_per_rank']} micro-batches per rank")
+
+# nd at the paper's 36B ND layout: TP = 8 inside a node, PP = 4 stages of 16 blocks (the outermost axis: stage s is
+# ranks 64s..64s+63), dp = 8 with the distributed optimizer, 1F1B. Rank 0 holds the embedding and blocks 0-15,
+# rank 255 blocks 48-63 and the head; each sends its boundary activation (T/tp rows of d, bf16, to the next stage's
+# node) once per micro-batch forward and its input gradient once per micro-batch backward.
+L, d, H, KV, hd, F, V, T, tied = SHAPES["seed-oss-36b"]
+tp, pp, dp = 8, 4, 8
+m = 512 // dp
+block = 2 * d + (2 * H * hd * d + 2 * KV * hd * d + 3 * F * d) // tp
+for rank, units, sends, in_flight in ((0, [V * d // tp] + [block] * 16, ["activation out"], 4),
+                                      (255, [block] * 16 + [d + V * d // tp], ["gradient out"], 1)):
+    out = subprocess.run([HZP, "plan", "--json", "--rank", str(rank), "--set", "model.preset=seed-oss-36b", "--set",
+                          "topology.world_size=256", "--set", "topology.ranks_per_node=8", "--scheduler", "nd",
+                          "--set", "scheduler.tp=8", "--set", "scheduler.pp=4", "--set", "scheduler.sequence_parallel=true",
+                          "--set", "scheduler.distributed_optimizer=true"], capture_output=True, text=True, timeout=60)
+    check(out.returncode == 0, f"nd tp8 pp4 rank {rank}: plan failed: {out.stderr}")
+    if out.returncode != 0:
+        continue
+    nd = json.loads(out.stdout)["plans"][0]
+    padded = sum(-(-u // dp) * dp for u in units)
+    slice_ = padded // dp
+    want = {"param": 2 * padded, "grad": 4 * padded, "master": 4 * slice_, "m": 4 * slice_, "v": 4 * slice_}
+    got = {k: nd["state_bytes"][k] for k in want}
+    check(got == want, f"nd tp8 pp4 rank {rank} state bytes {got}, expected {want}")
+    p2p = [c for c in nd["collectives"] if c["group"] == "pp" and c["op"] in ("send", "recv")]
+    check(len(p2p) == 2 and all(c["calls"] == m and c["elements"] == m * (T // tp) * d for c in p2p),
+          f"nd tp8 pp4 rank {rank}: pipeline messages {p2p}")
+    sent = [c for c in p2p if c["op"] == "send"]
+    check([c["when"].split("(")[1].rstrip(")") for c in sent] == sends and
+          sent[0]["bytes"] == {"intra": 0, "inter": m * (T // tp) * d * 2}, f"nd tp8 pp4 rank {rank}: sends {sent}")
+    check(nd["activations_in_flight"] == in_flight, f"nd tp8 pp4 rank {rank}: {nd['activations_in_flight']} in flight")
 if failed:
     sys.exit("\n".join(failed))
-print(f"plan --json: {len(plans)} plans, {len(refused)} refused, tables agree; nd TP = 8 plans match the closed forms")
+print(f"plan --json: {len(plans)} plans, {len(refused)} refused, tables agree; nd TP = 8 (and TP = 8 × PP = 4) plans "
+      "match the closed forms")
