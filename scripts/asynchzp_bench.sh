@@ -4,7 +4,10 @@
 # inline and asynchzp async with prefetch 1 and 2 (z1 = 4, z2 = z3 = 2), one results file each, then one
 # table (scripts/asynchzp_bench_table.py). CONFIGS picks the runs; besides those five it knows nd's tp2×dp2
 # layouts (issue 17, docs/nd-parallel.md): nd_tp2, nd_tp2_sp (sequence parallelism), nd_tp2_do (distributed
-# optimizer), nd_tp2_sp_do (both). Usage: [RATIOS="0.5 1 2"] [CONFIGS="zero3 asynchzp_p2 nd_tp2 ..."]
+# optimizer), nd_tp2_sp_do (both); and its pipeline layouts (issue 18): nd_pp2 (pp2×dp2, 1F1B), nd_pp2_gpipe, nd_pp2_int
+# (interleaved, v = 2), nd_tp2_pp2 (tp2 inside a node × pp2 across, SP). Stages are the outermost mesh axis, so
+# with 2 nodes of 2 the pipeline's messages cross nodes and tp and dp stay inside them.
+# Usage: [RATIOS="0.5 1 2"] [CONFIGS="zero3 asynchzp_p2 nd_tp2 ..."]
 # scripts/asynchzp_bench.sh [out_dir] [steps]
 set -euo pipefail
 out=${1:-results/asynchzp_bench}
@@ -27,6 +30,10 @@ for r in ${RATIOS:-0.5 1 2}; do
       nd_tp2_sp) extra=("${nd[@]}" --set scheduler.sequence_parallel=true) ;;
       nd_tp2_do) extra=("${nd[@]}" --set scheduler.distributed_optimizer=true) ;;
       nd_tp2_sp_do) extra=("${nd[@]}" --set scheduler.sequence_parallel=true --set scheduler.distributed_optimizer=true) ;;
+      nd_pp2) extra=(--set scheduler.name=nd --set scheduler.pp=2) ;;
+      nd_pp2_gpipe) extra=(--set scheduler.name=nd --set scheduler.pp=2 --set scheduler.schedule=gpipe) ;;
+      nd_pp2_int) extra=(--set scheduler.name=nd --set scheduler.pp=2 --set scheduler.schedule=interleaved --set scheduler.virtual_stages=2) ;;
+      nd_tp2_pp2) extra=("${nd[@]}" --set scheduler.pp=2 --set scheduler.sequence_parallel=true) ;;
       *) echo "unknown configuration $cfg" >&2; exit 2 ;;
     esac
     f="$out/${cfg}_r$r.h5"

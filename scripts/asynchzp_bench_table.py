@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
 """Table of the asynchzp benchmark (scripts/asynchzp_bench.sh): one row per results file <cfg>_r<ratio>.h5.
+Pipeline wait (nd with pp) is its own share of the step; peak memory is given per rank (ranks 0-1 are the first
+pipeline stage in the pp layouts, 2-3 the second).
 
 Ratios over the measured steps (after harness.warmup_steps), each the median over steps of the mean over
 ranks: compute (forward + backward wall) and compute CPU (the compute thread's CPU time) over the step
@@ -15,11 +17,12 @@ import h5py
 import numpy as np
 
 ORDER = ["zero3", "hsdp", "asynchzp_inline", "asynchzp_p1", "asynchzp_p2", "nd_tp2", "nd_tp2_sp", "nd_tp2_do",
-         "nd_tp2_sp_do"]
+         "nd_tp2_sp_do", "nd_pp2_gpipe", "nd_pp2", "nd_pp2_int", "nd_tp2_pp2"]
 LABEL = {"zero3": "zero3", "hsdp": "hsdp Z=2", "asynchzp_inline": "asynchzp async off",
          "asynchzp_p1": "asynchzp async prefetch 1", "asynchzp_p2": "asynchzp async prefetch 2",
          "nd_tp2": "nd tp2×dp2", "nd_tp2_sp": "nd tp2×dp2 SP", "nd_tp2_do": "nd tp2×dp2 dist-opt",
-         "nd_tp2_sp_do": "nd tp2×dp2 SP dist-opt"}
+         "nd_tp2_sp_do": "nd tp2×dp2 SP dist-opt", "nd_pp2": "nd pp2×dp2 1F1B", "nd_pp2_gpipe": "nd pp2×dp2 GPipe",
+         "nd_pp2_int": "nd pp2×dp2 interleaved v=2", "nd_tp2_pp2": "nd tp2×pp2 1F1B"}
 
 
 def ranks(f, name):
@@ -48,7 +51,9 @@ def row(path):
         occ = ranks(f, "pool_occupancy")
         stalls = ranks(f, "pool_stalls")
         state = f["memory/model_state_bytes"][:] if "memory/model_state_bytes" in f else None
+        peaks = np.max(ranks(f, "mem_peak_bytes")[warm:], axis=0)
         return dict(state=np.max(state, axis=0) if state is not None else None, step=step, compute=share("compute_s"), cpu=share("cpu_time_s"), exposed=share("exposed_comm_s"),
+                    pipeline=share("pipeline_wait_s"), peaks=peaks,
                     join=share("join_wait_s"), transfer=share("transfer_wait_s"), of_comm=of_comm,
                     inter=by["inter"], intra=by["intra"], peak=peak, slack=slack,
                     pool=float(np.max(occ[warm:])) if occ is not None else float("nan"),
@@ -58,9 +63,9 @@ def row(path):
 
 def main():
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "results/asynchzp_bench")
-    print("| r | scheduler | step time | compute (CPU) | exposed (join, transfer) | exposed / its comm | "
-          "inter / intra MB per rank-step | peak mem | model state MiB (param/grad/master/m/v) | slack | pool peak, stalls |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| r | scheduler | step time | compute (CPU) | exposed (join, transfer) | exposed / its comm | pipeline wait | "
+          "inter / intra MB per rank-step | peak mem per rank (MiB) | model state MiB (param/grad/master/m/v) | slack | pool peak, stalls |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in ("0.5", "1", "2"):
         for cfg in ORDER:
             p = out / f"{cfg}_r{r}.h5"
@@ -71,7 +76,8 @@ def main():
             pool = "-" if np.isnan(x["pool"]) or "async" not in LABEL[cfg] or "off" in LABEL[cfg] else f"{100 * x['pool']:.0f}%, {x['stalls']:.0f}"
             print(f"| {r} | {LABEL[cfg]} | {x['step']:.2f} s | {100 * x['compute']:.1f}% ({100 * x['cpu']:.1f}%) | "
                   f"{100 * x['exposed']:.1f}% ({100 * x['join']:.1f}%, {100 * x['transfer']:.1f}%) | {100 * x['of_comm']:.0f}% | "
-                  f"{x['inter'] / 1e6:.1f} / {x['intra'] / 1e6:.1f} | {x['peak'] / 2**20:.0f} MiB | {state} | {x['slack']:.2f} | {pool} |")
+                  f"{100 * x['pipeline']:.1f}% | {x['inter'] / 1e6:.1f} / {x['intra'] / 1e6:.1f} | "
+                  f"{'/'.join(f'{b / 2**20:.0f}' for b in x['peaks'])} | {state} | {x['slack']:.2f} | {pool} |")
 
 
 if __name__ == "__main__":
