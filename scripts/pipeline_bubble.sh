@@ -5,12 +5,12 @@
 # and m = 4 and 8 micro-batches per step, 1F1B and interleaved 1F1B (v = 2). The table
 # (scripts/pipeline_bubble_table.py) sets the measured pipeline-wait share of the step beside the closed form
 # (pp − 1)/(m + pp − 1) or (pp − 1)/(v·m + pp − 1). Sleeps use no CPU, so pp = 4 ranks run on 2 cores.
-# Usage: [SLEEP_MS=20] scripts/pipeline_bubble.sh [out_dir] [steps]
+# Usage: [SLEEP_MS=40] scripts/pipeline_bubble.sh [out_dir] [steps]
 set -euo pipefail
 out=${1:-results/pipeline_bubble}
 steps=${2:-4}
 bin=${HZPBENCH:-build/bin/hzpbench}
-sleep_ms=${SLEEP_MS:-20}
+sleep_ms=${SLEEP_MS:-40}
 mkdir -p "$out"
 export HZPBENCH_BENCHMARK_HOOKS=1
 for pp in 2 4; do
