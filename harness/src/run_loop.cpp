@@ -281,6 +281,7 @@ class Run {
         {"parallel.ep", std::int64_t{s_.dims.ep}},
     };
     if (world_) a.emplace_back("collectives.transport_used", std::string(coll::transport_name(world_->transport())));
+    if (s_.dims.pp > 1) a.emplace_back("parallel.pipeline", pipeline_text());
     if (gemm_.flops_per_s > 0) {
       a.emplace_back("device.gemm_flops_per_s_rank0", gemm_.flops_per_s);
       a.emplace_back("device.gemm_shape", gemm_.shape_text());
@@ -304,6 +305,18 @@ class Run {
     });
   }
 
+  // The pipeline's schedule and cut, and where the ends went: "1f1b, 2 stages; stage 0: units [0,5); stage 1:
+  // units [5,10); the embedding (unit 0) on stage 0, the head (unit 9) on stage 1".
+  std::string pipeline_text() const {
+    const int units = model_->layout().num_units();
+    const schedulers::PipelineLayout l = schedulers::pipeline_layout_from(s_.sched, units);
+    const workloads::StageCut first = l.cut(0);
+    return std::string(schedulers::to_string(s_.sched.schedule)) + ", " + std::to_string(l.pp) + " stages" +
+           (l.v > 1 ? " of " + std::to_string(l.v) + " chunks" : "") + "; " + l.describe() +
+           "; the embedding (unit 0) on stage " + std::to_string(first.stage_of_unit.front()) + ", the head (unit " +
+           std::to_string(units - 1) + ") on stage " + std::to_string(first.stage_of_unit.back());
+  }
+
   void print_header() {
     if (!root_) return;
     std::printf("# %s; %lld parameters; scheduler %s on %s\n", model_->describe().c_str(),
@@ -312,6 +325,7 @@ class Run {
     std::printf("# peak %s\n# links: %s\n", peak_text_.c_str(), links_.how.c_str());
     std::printf("# threads: OpenBLAS %d per rank%s (%d ranks on %d cores)\n", ctx_.threads.openblas,
                 ctx_.threads.openblas_set ? ", set by hzpbench" : "", ctx_.threads.ranks_on_machine, ctx_.threads.cores);
+    if (s_.dims.pp > 1) std::printf("# pipeline: %s\n", pipeline_text().c_str());
     if (loss_floor_ >= 0) std::printf("# data: loss floor %.6g nats/token (synthetic source)\n", loss_floor_);
     std::printf("# results: %s\n", results_->path().c_str());
     std::fflush(stdout);
