@@ -42,10 +42,11 @@ struct PipeCase {
   bool recompute = false;
   bool tied = true;
   int layers = 4;
+  bool sp = false;  // sequence parallelism (tp > 1): the boundary activations are the rank's T/tp rows
   std::string label() const {
     return "pp=" + std::to_string(pp) + " " + std::string(schedulers::to_string(kind)) +
            (v > 1 ? " v=" + std::to_string(v) : "") + " tp=" + std::to_string(tp) + (dist ? " distopt" : "") +
-           (recompute ? " recompute" : "") + (tied ? "" : " untied") + " L=" + std::to_string(layers);
+           (recompute ? " recompute" : "") + (tied ? "" : " untied") + (sp ? " sp" : "") + " L=" + std::to_string(layers);
   }
   void shape(workloads::LlamaConfig& m) const {
     m.layers = layers;
@@ -57,6 +58,7 @@ struct PipeCase {
     o.schedule = kind;
     o.virtual_stages = v;
     o.tp = tp;
+    o.sequence_parallel = sp;
     o.distributed_optimizer = dist;
     o.bucket_mb = 0.05;  // several buckets per stage
     return o;
@@ -86,9 +88,10 @@ std::vector<PipeCase> cases_at(int w) {
             {4, K::interleaved, 2, 1, false, false, true, 8},      // 8 chunks: 8 blocks
             {2, K::one_f_one_b, 1, 1, false, false, true},         // pp2 × dp2
             {2, K::interleaved, 2, 1, true, false, false},         // pp2 × dp2, distributed optimizer, untied
-            {2, K::one_f_one_b, 1, 2, false, true, true}};         // tp2 × pp2, recompute
+            {2, K::one_f_one_b, 1, 2, false, true, true},          // tp2 × pp2, recompute
+            {2, K::interleaved, 2, 2, false, false, true, 4, true}};  // tp2 × pp2, interleaved, SP
   return {{2, K::one_f_one_b, 1, 2},                                // tp2 × pp2 × dp2
-          {2, K::interleaved, 2, 2, true, false, false}};          // the same, interleaved, distributed optimizer
+          {2, K::interleaved, 2, 2, true, false, false, 4, true}};  // the same, interleaved, dist. optimizer, SP
 }
 
 TEST(NdPipeline, MatchesNoneOverTwentySteps) {
