@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "attention/attention_checks.hpp"
 #include "attention/attention_ref.hpp"
 #include "common/cuda_twins.hpp"
 #include "hzp/core/error.hpp"
@@ -28,46 +29,15 @@ namespace {
 constexpr std::string_view kFwd = "attention_fwd";
 constexpr std::string_view kBwd = "attention_bwd";
 
-/// Accepts [B, T, N, D] or its GEMM view [B*T, N*D]; the message names both and the dims they come from.
-void check_activation(std::string_view kernel, std::string_view arg, const Shape& actual, const AttentionDims& d,
-                      std::int64_t n_heads, std::string_view heads_name) {
-  const Shape four{d.batch, d.seq, n_heads, d.head_dim};
-  const Shape two{d.batch * d.seq, n_heads * d.head_dim};
-  if (actual == four || actual == two) return;
-  HZP_THROW(PreconditionError, kernel, ": ", arg, " has shape ", to_string(actual), ", expected ", to_string(four),
-            " or ", to_string(two), " (batch=", d.batch, ", seq=", d.seq, ", ", heads_name, "=", n_heads,
-            ", head_dim=", d.head_dim, ")");
-}
+using namespace attention_checks;
 
 void check_tensor(std::string_view kernel, std::string_view arg, const ConstTensorView& t, const AttentionDims& d,
                   bool kv, DType dtype, StreamRef s) {
-  check_activation(kernel, arg, t.shape(), d, kv ? d.kv_heads : d.heads, kv ? "kv_heads" : "heads");
-  check_dtype(kernel, arg, t.dtype(), dtype);
-  check_device(kernel, arg, t.device(), s);
+  check_activation(kernel, arg, t, kv ? kv_rows(d) : query_rows(d), dtype, s);
 }
-
-DType lse_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
 
 void check_lse(std::string_view kernel, const ConstTensorView& lse, const AttentionDims& d, DType dtype, StreamRef s) {
-  check_shape(kernel, "lse", lse.shape(), Shape{d.batch, d.heads, d.seq});
-  check_dtype(kernel, "lse", lse.dtype(), lse_dtype(dtype));
-  check_device(kernel, "lse", lse.device(), s);
-}
-
-void check_dtype_supported(std::string_view kernel, DType t) {
-  if (t != DType::f64 && t != DType::f32 && t != DType::bf16)
-    HZP_THROW(PreconditionError, kernel, ": q has dtype ", dtype_name(t), ", expected fp64, fp32 or bf16");
-}
-
-std::size_t acc_size(DType t) { return t == DType::f64 ? sizeof(double) : sizeof(float); }
-
-/// The workspace is reinterpreted as acc_t<T>; refuse a misaligned span instead of faulting later.
-template <typename A>
-A* workspace_as(std::string_view kernel, std::span<std::byte> ws, std::size_t needed) {
-  check_workspace(kernel, ws.size(), needed);
-  if (reinterpret_cast<std::uintptr_t>(ws.data()) % alignof(A) != 0)
-    HZP_THROW(PreconditionError, kernel, ": workspace is not ", alignof(A), "-byte aligned");
-  return reinterpret_cast<A*>(ws.data());
+  check_row_stats(kernel, "lse", lse, d, acc_dtype(dtype), s);
 }
 
 template <typename T>
@@ -110,7 +80,7 @@ void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTenso
                    const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s) {
   dims.validate(kFwd);
   const DType t = q.dtype();
-  check_dtype_supported(kFwd, t);
+  check_storage_dtype(kFwd, "q", t);
   check_tensor(kFwd, "q", q, dims, false, t, s);
   check_tensor(kFwd, "k", k, dims, true, t, s);
   check_tensor(kFwd, "v", v, dims, true, t, s);
@@ -132,7 +102,7 @@ void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView 
                    const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s) {
   dims.validate(kBwd);
   const DType t = q.dtype();
-  check_dtype_supported(kBwd, t);
+  check_storage_dtype(kBwd, "q", t);
   check_tensor(kBwd, "q", q, dims, false, t, s);
   check_tensor(kBwd, "k", k, dims, true, t, s);
   check_tensor(kBwd, "v", v, dims, true, t, s);

@@ -1,0 +1,149 @@
+// Host launchers for blocked causal grouped-query attention (attention_blocks.hpp): validation of the
+// block pair, shapes (named with the dimensions they come from), dtypes, devices and workspace, then
+// dtype dispatch to the CPU reference in attention_blocks_ref.hpp. A CUDA stream is refused up front:
+// the CUDA twin comes with fused attention.
+#include "hzp/kernels/attention_blocks.hpp"
+
+#include <cstdint>
+#include <string_view>
+
+#include "attention/attention_blocks_ref.hpp"
+#include "attention/attention_checks.hpp"
+#include "hzp/core/error.hpp"
+#include "hzp/kernels/checks.hpp"
+#include "hzp/kernels/scalar.hpp"
+
+namespace hzp::kernels {
+
+void AttentionBlock::validate(std::string_view kernel) const {
+  q_dims().validate(kernel);  // batch, heads, kv_heads, head_dim and the query block's length
+  check_positive(kernel, "k_len", k_len);
+  if (q_pos0 < 0 || k_pos0 < 0)
+    HZP_THROW(PreconditionError, kernel, ": q_pos0 = ", q_pos0, " and k_pos0 = ", k_pos0,
+              " must be non-negative (the global positions of the blocks' first query and first key)");
+}
+
+namespace {
+
+constexpr std::string_view kInit = "attention_block_state_init";
+constexpr std::string_view kFwd = "attention_block_fwd";
+constexpr std::string_view kFinish = "attention_block_finish";
+constexpr std::string_view kDelta = "attention_row_delta";
+constexpr std::string_view kBwd = "attention_block_bwd";
+
+void refuse_cuda(std::string_view kernel, StreamRef s) {
+  if (s.device().is_cuda())
+    HZP_THROW(PreconditionError, kernel, ": the stream is on ", to_string(s.device()),
+              " but blocked attention runs on the CPU only (its CUDA twin comes with fused attention)");
+}
+
+using namespace attention_checks;
+
+Rows key_rows(const AttentionBlock& b) { return {b.batch, b.k_len, "k_len", b.kv_heads, "kv_heads", b.head_dim}; }
+
+/// The state of a query block: acc [B, Tq, H, D] and row_max / row_sum [B, H, Tq], all in `acc_dt`.
+void check_state(std::string_view kernel, const ConstTensorView& acc, const ConstTensorView& row_max,
+                 const ConstTensorView& row_sum, const AttentionDims& d, std::string_view len_name, DType acc_dt,
+                 StreamRef s) {
+  check_activation(kernel, "acc", acc, query_rows(d, len_name), acc_dt, s);
+  check_row_stats(kernel, "row_max", row_max, d, acc_dt, s);
+  check_row_stats(kernel, "row_sum", row_sum, d, acc_dt, s);
+}
+
+}  // namespace
+
+std::size_t attention_block_bwd_workspace_bytes(const AttentionBlock& blk, DType dtype) {
+  const std::size_t elem = dtype == DType::f64 ? sizeof(double) : sizeof(float);
+  return static_cast<std::size_t>(attention_block_bwd_workspace_elems(blk)) * elem;
+}
+
+void attention_block_state_init(TensorView acc, TensorView row_max, TensorView row_sum, const AttentionDims& dims,
+                                StreamRef s) {
+  refuse_cuda(kInit, s);
+  dims.validate(kInit);
+  const DType a = acc.dtype();
+  if (a != DType::f64 && a != DType::f32)
+    HZP_THROW(PreconditionError, kInit, ": acc has dtype ", dtype_name(a),
+              ", expected fp32 or fp64 (the accumulation dtype)");
+  check_state(kInit, acc, row_max, row_sum, dims, "seq", a, s);
+  if (a == DType::f64)
+    return attention_block_state_init_ref(acc.as<double>(), row_max.as<double>(), row_sum.as<double>(), dims);
+  attention_block_state_init_ref(acc.as<float>(), row_max.as<float>(), row_sum.as<float>(), dims);
+}
+
+void attention_block_fwd(TensorView acc, TensorView row_max, TensorView row_sum, ConstTensorView q, ConstTensorView k,
+                         ConstTensorView v, const AttentionBlock& blk, StreamRef s) {
+  refuse_cuda(kFwd, s);
+  blk.validate(kFwd);
+  const DType t = q.dtype();
+  check_storage_dtype(kFwd, "q", t);
+  check_activation(kFwd, "q", q, query_rows(blk.q_dims(), "q_len"), t, s);
+  check_activation(kFwd, "k", k, key_rows(blk), t, s);
+  check_activation(kFwd, "v", v, key_rows(blk), t, s);
+  check_state(kFwd, acc, row_max, row_sum, blk.q_dims(), "q_len", acc_dtype(t), s);
+  dispatch_float(t, [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    attention_block_fwd_ref<T>(acc.as<A>(), row_max.as<A>(), row_sum.as<A>(), q.as<T>(), k.as<T>(), v.as<T>(), blk);
+  });
+}
+
+void attention_block_finish(TensorView out, TensorView lse, ConstTensorView acc, ConstTensorView row_max,
+                            ConstTensorView row_sum, const AttentionDims& dims, StreamRef s) {
+  refuse_cuda(kFinish, s);
+  dims.validate(kFinish);
+  const DType t = out.dtype();
+  check_storage_dtype(kFinish, "out", t);
+  check_activation(kFinish, "out", out, query_rows(dims, "seq"), t, s);
+  check_row_stats(kFinish, "lse", lse, dims, acc_dtype(t), s);
+  check_state(kFinish, acc, row_max, row_sum, dims, "seq", acc_dtype(t), s);
+  dispatch_float(t, [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    attention_block_finish_ref<T>(out.as<T>(), lse.as<A>(), acc.as<A>(), row_max.as<A>(), row_sum.as<A>(), dims);
+  });
+}
+
+void attention_row_delta(TensorView delta, ConstTensorView dout, ConstTensorView out, const AttentionDims& dims,
+                         StreamRef s) {
+  refuse_cuda(kDelta, s);
+  dims.validate(kDelta);
+  const DType t = out.dtype();
+  check_storage_dtype(kDelta, "out", t);
+  check_activation(kDelta, "out", out, query_rows(dims, "seq"), t, s);
+  check_activation(kDelta, "dout", dout, query_rows(dims, "seq"), t, s);
+  check_row_stats(kDelta, "delta", delta, dims, acc_dtype(t), s);
+  dispatch_float(t, [&](auto tag) {
+    using T = decltype(tag);
+    attention_row_delta_ref<T>(delta.as<acc_t<T>>(), dout.as<T>(), out.as<T>(), dims);
+  });
+}
+
+void attention_block_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
+                         ConstTensorView k, ConstTensorView v, ConstTensorView lse, ConstTensorView delta,
+                         const AttentionBlock& blk, AttentionBlockAccumulate accumulate, std::span<std::byte> workspace,
+                         StreamRef s) {
+  refuse_cuda(kBwd, s);
+  blk.validate(kBwd);
+  const DType t = q.dtype();
+  check_storage_dtype(kBwd, "q", t);
+  const Rows qr = query_rows(blk.q_dims(), "q_len"), kr = key_rows(blk);
+  check_activation(kBwd, "q", q, qr, t, s);
+  check_activation(kBwd, "k", k, kr, t, s);
+  check_activation(kBwd, "v", v, kr, t, s);
+  check_activation(kBwd, "dout", dout, qr, t, s);
+  check_activation(kBwd, "dq", dq, qr, t, s);
+  check_activation(kBwd, "dk", dk, kr, t, s);
+  check_activation(kBwd, "dv", dv, kr, t, s);
+  check_row_stats(kBwd, "lse", lse, blk.q_dims(), acc_dtype(t), s);
+  check_row_stats(kBwd, "delta", delta, blk.q_dims(), acc_dtype(t), s);
+  dispatch_float(t, [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    A* work = workspace_as<A>(kBwd, workspace, attention_block_bwd_workspace_bytes(blk, t));
+    attention_block_bwd_ref<T>(dq.as<T>(), dk.as<T>(), dv.as<T>(), dout.as<T>(), q.as<T>(), k.as<T>(), v.as<T>(),
+                               lse.as<A>(), delta.as<A>(), blk, accumulate, work);
+  });
+}
+
+}  // namespace hzp::kernels
