@@ -1,6 +1,9 @@
-// RoPE launchers on the CPU: validate [tokens, heads, head_dim] views (head_dim even, tokens a
-// multiple of seq_len, base > 0), then dispatch on dtype to rope_ref.hpp (a CUDA stream: rope.cu).
+// RoPE launchers on the CPU: validate [tokens, heads, head_dim] views (head_dim even, base > 0, and
+// either tokens a multiple of seq_len or an int32 position per token row), then dispatch on dtype to
+// rope_ref.hpp (a CUDA stream: rope.cu, for the seq_len form only).
 #include "hzp/kernels/rope.hpp"
+
+#include <string_view>
 
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/checks.hpp"
@@ -10,38 +13,78 @@
 namespace hzp::kernels {
 namespace {
 
-void rope_launch(std::string_view k, TensorView y, ConstTensorView x, std::int64_t seq_len, double base,
-                 bool inverse, StreamRef s) {
+struct RopeRows {
+  std::int64_t tokens, heads, head_dim;
+};
+
+/// The checks both position forms share: x's layout, head_dim even, base, and y against x.
+RopeRows check_rows(std::string_view k, const TensorView& y, const ConstTensorView& x, double base, StreamRef s) {
   const Shape& sh = x.shape();
   if (sh.ndim != 3)
     HZP_THROW(PreconditionError, k, ": input must be 3-D [tokens, heads, head_dim], got shape ", to_string(sh));
-  const std::int64_t tokens = sh[0], heads = sh[1], head_dim = sh[2];
-  check_positive(k, "tokens", tokens);
-  check_positive(k, "heads", heads);
-  check_positive(k, "head_dim", head_dim);
-  check_positive(k, "seq_len", seq_len);
-  if (head_dim % 2 != 0)
-    HZP_THROW(PreconditionError, k, ": head_dim = ", head_dim, " must be even (rotate-half pairs j with j + ",
+  const RopeRows r{sh[0], sh[1], sh[2]};
+  check_positive(k, "tokens", r.tokens);
+  check_positive(k, "heads", r.heads);
+  check_positive(k, "head_dim", r.head_dim);
+  if (r.head_dim % 2 != 0)
+    HZP_THROW(PreconditionError, k, ": head_dim = ", r.head_dim, " must be even (rotate-half pairs j with j + ",
               "head_dim/2)");
-  if (tokens % seq_len != 0)
-    HZP_THROW(PreconditionError, k, ": tokens = ", tokens, " is not a multiple of seq_len = ", seq_len,
-              " (tokens = batch·seq_len)");
   if (!(base > 0.0)) HZP_THROW(PreconditionError, k, ": base = ", base, " must be > 0");
   check_shape(k, "output", y.shape(), sh);
   check_dtype(k, "output", y.dtype(), x.dtype());
   check_device(k, "output", y.device(), s);
   check_device(k, "input", x.device(), s);
-  if (s.device().is_cuda()) return cuda::rope(y, x, seq_len, base, inverse, s);
-  switch (x.dtype()) {
-    case DType::f64:
-      return rope_rotate_ref(y.as<double>(), x.as<double>(), tokens, heads, head_dim, seq_len, base, inverse);
-    case DType::f32:
-      return rope_rotate_ref(y.as<float>(), x.as<float>(), tokens, heads, head_dim, seq_len, base, inverse);
-    case DType::bf16:
-      return rope_rotate_ref(y.as<bf16>(), x.as<bf16>(), tokens, heads, head_dim, seq_len, base, inverse);
-    default:
-      HZP_THROW(PreconditionError, k, ": input has dtype ", dtype_name(x.dtype()), "; expected fp64, fp32 or bf16");
+  return r;
+}
+
+/// Runs `rotate(tag)` with tag a value of x's storage type, or names the dtype it cannot take.
+template <typename Fn>
+void dispatch_rope(std::string_view k, DType t, Fn&& rotate) {
+  switch (t) {
+    case DType::f64: return rotate(double{});
+    case DType::f32: return rotate(float{});
+    case DType::bf16: return rotate(bf16{});
+    default: HZP_THROW(PreconditionError, k, ": input has dtype ", dtype_name(t), "; expected fp64, fp32 or bf16");
   }
+}
+
+void rope_launch(std::string_view k, TensorView y, ConstTensorView x, std::int64_t seq_len, double base,
+                 bool inverse, StreamRef s) {
+  const RopeRows r = check_rows(k, y, x, base, s);
+  check_positive(k, "seq_len", seq_len);
+  if (r.tokens % seq_len != 0)
+    HZP_THROW(PreconditionError, k, ": tokens = ", r.tokens, " is not a multiple of seq_len = ", seq_len,
+              " (tokens = batch·seq_len)");
+  if (s.device().is_cuda()) return cuda::rope(y, x, seq_len, base, inverse, s);
+  dispatch_rope(k, x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    rope_rotate_ref(y.as<T>(), x.as<T>(), r.tokens, r.heads, r.head_dim, seq_len, base, inverse);
+  });
+}
+
+void rope_at_launch(std::string_view k, TensorView y, ConstTensorView x, ConstTensorView positions, double base,
+                    bool inverse, StreamRef s) {
+  // Refused before anything is read: the positions would be device memory, and the scan below reads them.
+  if (s.device().is_cuda())
+    HZP_THROW(PreconditionError, k, ": the stream is on ", to_string(s.device()),
+              " but the explicit-position form runs on the CPU only for now (its CUDA twin comes with context ",
+              "parallelism on the GPU)");
+  const RopeRows r = check_rows(k, y, x, base, s);
+  const Shape& ps = positions.shape();
+  if (ps.ndim != 1 || ps[0] != r.tokens)
+    HZP_THROW(PreconditionError, k, ": positions has shape ", to_string(ps), ", expected [", r.tokens,
+              "] (one position per token row of the input)");
+  check_dtype(k, "positions", positions.dtype(), DType::i32);
+  check_device(k, "positions", positions.device(), s);
+  const auto* pos = positions.as<std::int32_t>();
+  for (std::int64_t t = 0; t < r.tokens; ++t)
+    if (pos[t] < 0)
+      HZP_THROW(PreconditionError, k, ": positions[", t, "] = ", pos[t],
+                " is negative (a token's position in its sequence counts from 0)");
+  dispatch_rope(k, x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    rope_rotate_at_ref(y.as<T>(), x.as<T>(), pos, r.tokens, r.heads, r.head_dim, base, inverse);
+  });
 }
 
 }  // namespace
@@ -52,6 +95,14 @@ void rope_fwd(TensorView y, ConstTensorView x, std::int64_t seq_len, double base
 
 void rope_bwd(TensorView dx, ConstTensorView dy, std::int64_t seq_len, double base, StreamRef s) {
   rope_launch("rope_bwd", dx, dy, seq_len, base, true, s);
+}
+
+void rope_fwd_at(TensorView y, ConstTensorView x, ConstTensorView positions, double base, StreamRef s) {
+  rope_at_launch("rope_fwd_at", y, x, positions, base, false, s);
+}
+
+void rope_bwd_at(TensorView dx, ConstTensorView dy, ConstTensorView positions, double base, StreamRef s) {
+  rope_at_launch("rope_bwd_at", dx, dy, positions, base, true, s);
 }
 
 }  // namespace hzp::kernels

@@ -1,6 +1,9 @@
 // CPU reference RoPE (rotate-half pairing, as HF Llama; see hzp/kernels/rope.hpp for the formula).
 // One routine rotates by +angle (forward) or −angle (backward: the inverse rotation). Trig is done
 // in double once per (token, pair) and shared by all heads of that token.
+// Where a token's position comes from is the caller's: t mod seq_len for whole sequences, or a table
+// of positions for context-parallel shards. Both forms go through rope_rotate_rows_ref, so a shard
+// gets exactly the bits the whole sequence gets at the same position.
 #pragma once
 
 #include <cmath>
@@ -10,14 +13,15 @@
 
 namespace hzp::kernels {
 
-/// y = R(±angle)·x over [tokens, heads, head_dim]; y may equal x (in place).
-template <typename T>
-void rope_rotate_ref(T* y, const T* x, std::int64_t tokens, std::int64_t heads, std::int64_t head_dim,
-                     std::int64_t seq_len, double base, bool inverse) {
+/// y = R(±angle)·x over [tokens, heads, head_dim]; y may equal x (in place). `position_of(t)` gives
+/// token row t's (non-negative) position.
+template <typename T, typename PositionOf>
+void rope_rotate_rows_ref(T* y, const T* x, std::int64_t tokens, std::int64_t heads, std::int64_t head_dim,
+                          PositionOf&& position_of, double base, bool inverse) {
   using A = acc_t<T>;
   const std::int64_t half = head_dim / 2;
   for (std::int64_t t = 0; t < tokens; ++t) {
-    const double pos = static_cast<double>(t % seq_len);
+    const double pos = static_cast<double>(position_of(t));
     for (std::int64_t j = 0; j < half; ++j) {
       // Double-precision angles: in fp32, pos·freq at pos ~ 4k already carries ~1e-4 rad of error.
       const double angle = pos * std::pow(base, -2.0 * static_cast<double>(j) / static_cast<double>(head_dim));
@@ -31,6 +35,22 @@ void rope_rotate_ref(T* y, const T* x, std::int64_t tokens, std::int64_t heads, 
       }
     }
   }
+}
+
+/// Whole sequences flattened into tokens: token t sits at position t mod seq_len.
+template <typename T>
+void rope_rotate_ref(T* y, const T* x, std::int64_t tokens, std::int64_t heads, std::int64_t head_dim,
+                     std::int64_t seq_len, double base, bool inverse) {
+  rope_rotate_rows_ref(y, x, tokens, heads, head_dim, [seq_len](std::int64_t t) { return t % seq_len; }, base,
+                       inverse);
+}
+
+/// Token row t sits at positions[t] (the launcher has checked they are non-negative).
+template <typename T>
+void rope_rotate_at_ref(T* y, const T* x, const std::int32_t* positions, std::int64_t tokens, std::int64_t heads,
+                        std::int64_t head_dim, double base, bool inverse) {
+  rope_rotate_rows_ref(y, x, tokens, heads, head_dim, [positions](std::int64_t t) { return positions[t]; }, base,
+                       inverse);
 }
 
 template <typename T>

@@ -1,11 +1,14 @@
 // Tests of the RoPE family: the forward against an independent closed form (each rotate-half pair as
 // a complex number multiplied by e^{i·pos·base^(-2j/d)}), the backward as the inverse rotation and
 // against finite differences, positions wrapping at seq_len, fp32/bf16 tolerances, edge sizes, and
-// rejected arguments.
+// rejected arguments. The explicit-position form (rope_*_at) against rope_fwd/bwd bit for bit, on
+// t mod seq_len and on the load-balanced context-parallel shards, and its own refusals.
 #include <cmath>
 #include <complex>
 #include <cstring>
+#include <cstdint>
 #include <ostream>
+#include <set>
 #include <vector>
 
 #include "hzp/kernels/rope.hpp"
@@ -157,6 +160,179 @@ TEST(Rope, RejectsBadArguments) {
   EXPECT_TRUE(test::throws_with<PreconditionError>(
       [&] { rope_fwd(view(f, {4, 2, 8}), cview(f, {4, 2, 8}), 4, 1e4, StreamRef::wrap(Device::cuda(0), nullptr)); },
       {"rope_fwd", "is on cpu but the stream is on cuda:0"}));
+}
+
+// ------------------------------------------------------------------------------------------------
+// Explicit positions (rope_fwd_at / rope_bwd_at).
+
+std::vector<std::int32_t> mod_positions(std::int64_t tokens, std::int64_t seq_len) {
+  std::vector<std::int32_t> p(tokens);
+  for (std::int64_t t = 0; t < tokens; ++t) p[t] = static_cast<std::int32_t>(t % seq_len);
+  return p;
+}
+
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// Bitwise, not close: a context-parallel run is compared against a single-rank run, which only holds
+// if the shard form rounds exactly as the whole-sequence form does.
+template <typename T>
+void expect_mod_positions_match(const Dims& d, double base) {
+  const auto x = test::random_uniform<T>(d.numel(), 11);
+  const auto pos = mod_positions(d.tokens, d.seq_len);
+  const Shape pshape{d.tokens};
+  std::vector<T> y(d.numel()), y_at(d.numel()), dx(d.numel()), dx_at(d.numel());
+  rope_fwd(view(y, d.shape()), cview(x, d.shape()), d.seq_len, base, kHost);
+  rope_fwd_at(view(y_at, d.shape()), cview(x, d.shape()), cview(pos, pshape), base, kHost);
+  EXPECT_TRUE(same_bits(y, y_at)) << "rope_fwd_at differs from rope_fwd";
+  rope_bwd(view(dx, d.shape()), cview(x, d.shape()), d.seq_len, base, kHost);
+  rope_bwd_at(view(dx_at, d.shape()), cview(x, d.shape()), cview(pos, pshape), base, kHost);
+  EXPECT_TRUE(same_bits(dx, dx_at)) << "rope_bwd_at differs from rope_bwd";
+  auto in_place = x;
+  rope_fwd_at(view(in_place, d.shape()), cview(in_place, d.shape()), cview(pos, pshape), base, kHost);
+  EXPECT_TRUE(same_bits(y, in_place)) << "rope_fwd_at in place differs";
+}
+
+TEST(RopeAt, ModSeqLenPositionsEqualRopeFwdBitwise) {
+  for (const Dims& d : {Dims{12, 3, 16, 4}, Dims{64, 2, 32, 64}, Dims{6, 1, 2, 6}}) {
+    SCOPED_TRACE(::testing::PrintToString(d));
+    expect_mod_positions_match<double>(d, 10000.0);
+    expect_mod_positions_match<float>(d, 500000.0);
+    expect_mod_positions_match<bf16>(d, 10000.0);
+  }
+}
+
+/// The token rows rank `rank` of `cp` holds under the load-balanced layout: each sequence is cut into
+/// 2·cp equal chunks and the rank takes chunks rank and 2·cp−1−rank (so every rank gets the same share
+/// of causal-attention work), sequence after sequence. Returns the global row of each local row.
+std::vector<std::int64_t> cp_rows(std::int64_t batch, std::int64_t seq_len, std::int64_t cp, std::int64_t rank) {
+  const std::int64_t chunk = seq_len / (2 * cp);
+  std::vector<std::int64_t> rows;
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t c : {rank, 2 * cp - 1 - rank})
+      for (std::int64_t i = 0; i < chunk; ++i) rows.push_back(b * seq_len + c * chunk + i);
+  return rows;
+}
+
+template <typename T>
+void expect_cp_shards_match(std::int64_t cp, double base) {
+  const std::int64_t batch = 2, seq_len = 24, heads = 3, head_dim = 8, row = heads * head_dim;
+  const Dims whole{batch * seq_len, heads, head_dim, seq_len};
+  const auto x = test::random_uniform<T>(whole.numel(), 12);
+  const auto dy = test::random_uniform<T>(whole.numel(), 13);
+  std::vector<T> y(whole.numel()), dx(whole.numel());
+  rope_fwd(view(y, whole.shape()), cview(x, whole.shape()), seq_len, base, kHost);
+  rope_bwd(view(dx, whole.shape()), cview(dy, whole.shape()), seq_len, base, kHost);
+
+  std::set<std::int64_t> covered;
+  for (std::int64_t r = 0; r < cp; ++r) {
+    SCOPED_TRACE("cp = " + std::to_string(cp) + ", rank " + std::to_string(r));
+    const auto rows = cp_rows(batch, seq_len, cp, r);
+    const std::int64_t local = static_cast<std::int64_t>(rows.size());
+    ASSERT_EQ(local, 2 * batch * seq_len / (2 * cp));
+    const Shape shape{local, heads, head_dim};
+    std::vector<T> xs(local * row), dys(local * row), ys(local * row), dxs(local * row), want_y(local * row),
+        want_dx(local * row);
+    std::vector<std::int32_t> pos(local);
+    for (std::int64_t i = 0; i < local; ++i) {
+      const std::int64_t g = rows[i];
+      covered.insert(g);
+      pos[i] = static_cast<std::int32_t>(g % seq_len);
+      std::memcpy(&xs[i * row], &x[g * row], row * sizeof(T));
+      std::memcpy(&dys[i * row], &dy[g * row], row * sizeof(T));
+      std::memcpy(&want_y[i * row], &y[g * row], row * sizeof(T));
+      std::memcpy(&want_dx[i * row], &dx[g * row], row * sizeof(T));
+    }
+    rope_fwd_at(view(ys, shape), cview(xs, shape), cview(pos, {local}), base, kHost);
+    rope_bwd_at(view(dxs, shape), cview(dys, shape), cview(pos, {local}), base, kHost);
+    EXPECT_TRUE(same_bits(ys, want_y)) << "forward rows differ from the whole sequences'";
+    EXPECT_TRUE(same_bits(dxs, want_dx)) << "backward rows differ from the whole sequences'";
+  }
+  // The shards partition the batch: a layout bug that dropped or repeated a chunk would otherwise pass.
+  EXPECT_EQ(static_cast<std::int64_t>(covered.size()), batch * seq_len);
+}
+
+TEST(RopeAt, ContextParallelShardsMatchWholeSequences) {
+  for (std::int64_t cp : {2, 3}) {
+    expect_cp_shards_match<double>(cp, 10000.0);
+    expect_cp_shards_match<float>(cp, 10000.0);
+    expect_cp_shards_match<bf16>(cp, 500000.0);
+  }
+}
+
+// Positions unrelated to any seq_len and far beyond the test sizes above (the angle is computed in
+// double, so large positions must not cost accuracy).
+std::vector<std::int32_t> scattered_positions(std::int64_t tokens) {
+  auto p = test::random_ints(tokens, 21, 0, 1 << 20);
+  p[0] = 0;
+  return p;
+}
+
+TEST(RopeAt, BackwardInvertsForward) {
+  const Dims d{10, 3, 16, 1};
+  const auto pos = scattered_positions(d.tokens);
+  const auto x = test::random_uniform<double>(d.numel(), 22);
+  std::vector<double> y(d.numel()), back(d.numel());
+  rope_fwd_at(view(y, d.shape()), cview(x, d.shape()), cview(pos, {d.tokens}), 10000.0, kHost);
+  rope_bwd_at(view(back, d.shape()), cview(y, d.shape()), cview(pos, {d.tokens}), 10000.0, kHost);
+  EXPECT_TRUE(test::all_close(back, x, 0.0, 1e-14)) << "rope_bwd_at is not the inverse of rope_fwd_at";
+}
+
+// A rotation's adjoint is its inverse: <R x, w> = <x, R⁻¹ w>, which is what makes rope_bwd_at the
+// gradient of rope_fwd_at; finite differences check the same thing without relying on linear algebra.
+TEST(RopeAt, BackwardIsTheTransposeAndMatchesFiniteDifferences) {
+  const Dims d{7, 2, 8, 1};
+  const auto pos = scattered_positions(d.tokens);
+  auto x = test::random_uniform<double>(d.numel(), 23);
+  const auto w = test::random_uniform<double>(d.numel(), 24);
+  std::vector<double> y(d.numel()), dx(d.numel());
+  rope_bwd_at(view(dx, d.shape()), cview(w, d.shape()), cview(pos, {d.tokens}), 10000.0, kHost);
+  auto loss = [&] {
+    rope_fwd_at(view(y, d.shape()), cview(x, d.shape()), cview(pos, {d.tokens}), 10000.0, kHost);
+    return test::dot(w, y);
+  };
+  EXPECT_NEAR(loss(), test::dot(x, dx), 1e-12);
+  EXPECT_TRUE(test::check_gradient("x", x, dx, loss));
+}
+
+TEST(RopeAt, RejectsBadArguments) {
+  std::vector<float> f(512);
+  std::vector<double> g(512);
+  std::vector<std::int32_t> pos(16, 0);
+  std::vector<std::int64_t> pos64(16, 0);
+  const Shape x{4, 2, 8};
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
+      [&] { rope_fwd_at(view(f, x), cview(f, x), cview(pos64, {4}), 1e4, kHost); },
+      {"rope_fwd_at: positions has dtype int64, expected int32"}));
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
+      [&] { rope_fwd_at(view(f, x), cview(f, x), cview(pos, {5}), 1e4, kHost); },
+      {"rope_fwd_at: positions has shape [5], expected [4] (one position per token row"}));
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
+      [&] { rope_fwd_at(view(f, x), cview(f, x), cview(pos, {4, 1}), 1e4, kHost); },
+      {"rope_fwd_at: positions has shape [4, 1], expected [4]"}));
+  pos[2] = -3;
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
+      [&] { rope_bwd_at(view(f, x), cview(f, x), cview(pos, {4}), 1e4, kHost); },
+      {"rope_bwd_at: positions[2] = -3 is negative"}));
+  pos[2] = 0;
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
+      [&] { rope_fwd_at(view(f, {4, 2, 5}), cview(f, {4, 2, 5}), cview(pos, {4}), 1e4, kHost); },
+      {"rope_fwd_at: head_dim = 5 must be even"}));
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
+      [&] { rope_bwd_at(view(g, x), cview(f, x), cview(pos, {4}), 1e4, kHost); },
+      {"rope_bwd_at: output has dtype fp64, expected fp32"}));
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
+      [&] { rope_fwd_at(view(f, x), cview(f, x), cview(pos, {4}), -1.0, kHost); },
+      {"rope_fwd_at: base = -1 must be > 0"}));
+  const StreamRef cuda = StreamRef::wrap(Device::cuda(0), nullptr);
+  for (auto [name, call] : {std::pair<const char*, void (*)(TensorView, ConstTensorView, ConstTensorView, double,
+                                                            StreamRef)>{"rope_fwd_at", rope_fwd_at},
+                            {"rope_bwd_at", rope_bwd_at}})
+    EXPECT_TRUE(test::throws_with<PreconditionError>(
+        [&] { call(view(f, x), cview(f, x), cview(pos, {4}), 1e4, cuda); },
+        {name, ": the stream is on cuda:0 but the explicit-position form runs on the CPU only for now"}));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Rotary position embedding (RoPE), forward and backward, CPU launchers, on [tokens, heads, head_dim]
-// query/key activations (tokens = batch·seq, flattened; the position of token t is t mod seq_len).
+// query/key activations (tokens = batch·seq, flattened; the position of token t is t mod seq_len, or
+// positions[t] in the _at form, for token rows that are not whole sequences).
 //
 // Pairing is "rotate half", as in HF Llama (not the interleaved GPT-J/Meta pairing): element j of a
 // head pairs with element j + head_dim/2, for j in [0, head_dim/2), and the pair is rotated by
@@ -28,5 +29,21 @@ void rope_fwd(TensorView y, ConstTensorView x, std::int64_t seq_len, double base
 
 /// dx = RoPE⁻¹(dy): the same rotation with the angle negated. Arguments as rope_fwd (dx may be dy).
 void rope_bwd(TensorView dx, ConstTensorView dy, std::int64_t seq_len, double base, StreamRef s);
+
+/// y = RoPE(x) with an explicit position per token row: what a context-parallel rank needs, since its
+/// rows are two non-contiguous chunks of each sequence (rank r of cp holds chunks r and 2·cp−1−r of
+/// 2·cp), so t mod seq_len is not their position. Same rotation, angles and rounding as rope_fwd:
+/// rope_fwd_at with positions[t] = t mod seq_len gives rope_fwd's bits.
+/// @param[out] y          [T, H, D], dtype of x; may be the same memory as x
+/// @param[in]  x          [T, H, D] fp64, fp32 or bf16; D even; T any positive count of token rows
+/// @param[in]  positions  int32 [T], each >= 0: the position of token row t in its sequence
+/// @param[in]  base       θ, as rope_fwd
+/// CPU only for now: a CUDA stream is refused by name (the twin comes with context parallelism on the
+/// GPU). Synchronous, deterministic.
+void rope_fwd_at(TensorView y, ConstTensorView x, ConstTensorView positions, double base, StreamRef s);
+
+/// dx = RoPE⁻¹(dy) at explicit positions: the inverse rotation of rope_fwd_at. Arguments as rope_fwd_at
+/// (dx may be dy).
+void rope_bwd_at(TensorView dx, ConstTensorView dy, ConstTensorView positions, double base, StreamRef s);
 
 }  // namespace hzp::kernels
