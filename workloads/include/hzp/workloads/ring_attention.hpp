@@ -1,0 +1,109 @@
+// Ring attention for context parallelism: causal grouped-query attention of a rank's ContextShard tokens over
+// every key of their sequences, the keys and values travelling around the cp group one neighbour at a time
+// while the block in hand is computed (online softmax forward, blocked backward whose dK/dV accumulators travel
+// with their keys and end up back at their owner). A self-contained component the Llama model will call in
+// place of attention_fwd/attention_bwd; its message schedule is exposed for the plan (messages()).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "hzp/core/caching_allocator.hpp"
+#include "hzp/core/dtype.hpp"
+#include "hzp/core/stream.hpp"
+#include "hzp/core/tensor.hpp"
+#include "hzp/workloads/context_shard.hpp"
+
+namespace hzp::coll {
+class Communicator;
+}
+
+namespace hzp::workloads {
+
+/// The attention sizes, as kernels::AttentionDims without the sequence (which the shard gives). Query head h
+/// reads key/value head h / (heads / kv_heads); scores are scaled by 1/sqrt(head_dim).
+struct RingAttentionDims {
+  std::int64_t batch = 0;
+  std::int64_t heads = 0;
+  std::int64_t kv_heads = 0;
+  std::int64_t head_dim = 0;
+};
+
+/// What one rank sends on the cp communicator in one pass: `sends` point-to-point messages of `elements`
+/// elements of `dtype` each, and as many receives of the same size. The ring is symmetric, so every rank of
+/// the group sends and receives the same.
+struct RingAttentionMessages {
+  std::int64_t sends = 0;
+  std::int64_t elements = 0;  ///< per message: one K, V, dK or dV block, batch · local_len · kv_heads · head_dim
+  DType dtype = DType::f32;
+
+  std::int64_t message_bytes() const noexcept { return elements * static_cast<std::int64_t>(dtype_size(dtype)); }
+  std::int64_t bytes() const noexcept { return sends * message_bytes(); }
+};
+
+/// Layouts (row-major, contiguous, L = shard.local_len(), the rank's tokens of each sequence in local order:
+/// its early chunk, then its late one), the same as attention_fwd's with seq = L:
+///   q, out, dout, dq : [B·L, H·D] or [B, L, H, D]
+///   k, v, dk, dv     : [B·L, KV·D] or [B, L, KV, D]
+///   lse              : [B, H, L], the accumulation dtype (fp64 for f64, fp32 for f32 and bf16)
+/// q, k, v, out and the gradients share the dtype given at construction (f64, f32 or bf16).
+///
+/// Message schedule (step s = 0 .. cp−1, the block in hand belongs to owner (rank − s) mod cp; every message
+/// goes to rank + 1 and comes from rank − 1, mod cp):
+///   forward   steps 0 .. cp−2 pass K and V on: 2·(cp − 1) messages;
+///   backward  steps 0 .. cp−2 pass K, V and the owner's dK, dV accumulators on, and after the last step the
+///             accumulators (complete now) take one more hop home: 4·(cp − 1) + 2 messages;
+/// each of B·L·KV·D elements of the dtype (none at all when cp == 1). Tags: (pass·cp + step)·4 + tensor with
+/// pass 0 forward / 1 backward and tensor K, V, dK, dV = 0..3, so tags 0 .. 8·cp − 1 of the communicator are
+/// used; each pass completes every message it starts before it returns.
+///
+/// Stream semantics: the CPU block kernels only (a CUDA stream throws PreconditionError); synchronous on the
+/// calling thread. Buffers come from the allocator for the duration of a call: message buffers tagged comm,
+/// the online-softmax state and the backward's row statistics tagged workspace. Nothing of this class lives
+/// from forward to backward (out and lse, which do, are the caller's), so it allocates no activation.
+/// Thread safety: one thread at a time, as the communicator.
+class RingAttention {
+ public:
+  /// `cp` (rank = shard.rank(), size = shard.cp()) and `alloc` must outlive the object. PreconditionError
+  /// naming the values for a communicator that does not match the shard, non-positive sizes, heads not a
+  /// multiple of kv_heads, or a dtype other than f64, f32, bf16.
+  RingAttention(coll::Communicator& cp, const ContextShard& shard, RingAttentionDims dims, DType dtype,
+                CachingAllocator& alloc);
+
+  /// out, lse = causal attention of every local query over all keys of its sequence at global positions.
+  void forward(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v, StreamRef s);
+  /// Gradients of forward: dq of the local queries; dk, dv of the local keys summed over the queries of
+  /// every rank. All three are overwritten. out and lse as forward wrote them.
+  void backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q, ConstTensorView k,
+                ConstTensorView v, ConstTensorView out, ConstTensorView lse, StreamRef s);
+
+  /// The schedule above, for the plan: messages of one forward (backward = false) or one backward.
+  static RingAttentionMessages messages(const ContextShard& shard, const RingAttentionDims& dims, DType dtype,
+                                        bool backward);
+  /// The (query, key) pairs one rank's pass computes, summed over batch and query heads: the causally visible
+  /// ones, B·H·T·(T + 1) / (2·cp) on every rank (the shard's early-with-late chunks balance the work).
+  static std::int64_t visible_pairs(const ContextShard& shard, const RingAttentionDims& dims);
+
+  /// The pairs the last forward / backward actually computed (counted as they are handed to the kernels).
+  std::int64_t forward_pairs() const noexcept { return forward_pairs_; }
+  std::int64_t backward_pairs() const noexcept { return backward_pairs_; }
+
+  const ContextShard& shard() const noexcept { return shard_; }
+  const RingAttentionDims& dims() const noexcept { return dims_; }
+  DType dtype() const noexcept { return dtype_; }
+
+ private:
+  void check_activation(const char* name, const ConstTensorView& t, bool kv) const;
+  void check_lse(const ConstTensorView& t) const;
+  void check_stream(StreamRef s) const;
+
+  coll::Communicator& cp_;
+  ContextShard shard_;
+  RingAttentionDims dims_;
+  DType dtype_;
+  CachingAllocator& alloc_;
+  std::int64_t forward_pairs_ = 0;
+  std::int64_t backward_pairs_ = 0;
+};
+
+}  // namespace hzp::workloads
