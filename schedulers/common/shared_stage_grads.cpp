@@ -6,9 +6,15 @@
 
 namespace hzp::schedulers {
 
-SharedStageGrads::SharedStageGrads(const ProcessGroups& groups, const workloads::ParamLayout& layout) {
-  for (int u = 0; u < layout.num_units(); ++u)
-    if (layout.unit(u).shared && layout.unit_numel(u) > 0) units_.push_back(u);
+std::vector<int> shared_units(const workloads::ParamLayout& stage) {
+  std::vector<int> out;
+  for (int u = 0; u < stage.num_units(); ++u)
+    if (stage.unit(u).shared && stage.unit_numel(u) > 0) out.push_back(u);
+  return out;
+}
+
+SharedStageGrads::SharedStageGrads(const ProcessGroups& groups, const workloads::ParamLayout& layout)
+    : units_(shared_units(layout)) {
   if (groups.dims().pp == 1) {
     HZP_CHECK(units_.empty(), "shared stage gradients: a model with shared units but no pipeline");
     return;

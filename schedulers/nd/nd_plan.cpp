@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "hzp/core/error.hpp"
+#include "hzp/schedulers/common/shared_stage_grads.hpp"
 #include "hzp/schedulers/nd.hpp"
 #include "hzp/schedulers/step/step_driver.hpp"
 #include "hzp/workloads/model_factory.hpp"
@@ -80,9 +81,8 @@ class NdPlan final : public EnginePlan {
   }
   void step_end(CollectiveLedger& out) const override {
     if (dims_.pp > 1) {
-      for (int u = 0; u < layout_->num_units(); ++u)
-        if (layout_->unit(u).shared && layout_->unit_numel(u) > 0)
-          out.all_reduce(embedding_, layout_->unit_numel(u), wire_, 1, "per step (tied table, its two stages)");
+      for (int u : shared_units(*layout_))
+        out.all_reduce(embedding_, layout_->unit_numel(u), wire_, 1, "per step (tied table, its two stages)");
       StepDriver::plan_pipeline_collectives(pp_, micro_batches_per_rank, out);
     }
     inner_->step_end(out);
@@ -103,18 +103,14 @@ class NdPlan final : public EnginePlan {
   }
 
   // SharedStageGrads' group: the ranks at this rank's place in the other axes on the stages holding a shared unit.
+  // A stage is in it when its layout holds shared units, by the engines' own rule (shared_units).
   static PlanGroup shared_stage_group(const workloads::ParamLayout& whole, const workloads::StageCut& cut,
                                       const coll::RankMesh& mesh, int rank) {
-    std::vector<bool> holds(static_cast<std::size_t>(mesh.axis_size(kAxisPipeline)), false);
-    for (int w = 0; w < whole.num_units(); ++w)
-      for (int v : whole.unit(w).uses)
-        if (cut.stage_of_unit[static_cast<std::size_t>(w)] != cut.stage_of_unit[static_cast<std::size_t>(v)])
-          holds[static_cast<std::size_t>(cut.stage_of_unit[static_cast<std::size_t>(w)])] =
-              holds[static_cast<std::size_t>(cut.stage_of_unit[static_cast<std::size_t>(v)])] = true;
     const std::vector<int> stages = mesh.group(kAxisPipeline, rank);
     PlanGroup g{"embedding", {}};
     for (std::size_t s = 0; s < stages.size(); ++s)
-      if (holds[s]) g.members.push_back(stages[s]);
+      if (!shared_units(workloads::stage_layout(whole, {cut.stage_of_unit, static_cast<int>(s)})).empty())
+        g.members.push_back(stages[s]);
     return g;
   }
 

@@ -27,6 +27,12 @@ std::string PipelineLayout::describe() const {
   return o.str();
 }
 
+int PipelineLayout::chunk_at(const Action& a) const {
+  for (int k = 0; k < chunks(); ++k)
+    if (first_unit(k) == a.first_unit && end_unit(k) == a.end_unit) return k;
+  HZP_THROW(PreconditionError, "pipeline layout: ", to_string(a), " covers no chunk of '", describe(), "'");
+}
+
 workloads::StageCut PipelineLayout::cut(int stage) const {
   HZP_CHECK(stage >= 0 && stage < pp, "pipeline layout: stage ", stage, " of ", pp);
   workloads::StageCut c;

@@ -90,13 +90,6 @@ PipelineStage::PipelineStage(const workloads::Workload& model, const PipelineLay
 
 PipelineStage::~PipelineStage() = default;
 
-int PipelineStage::chunk_of(const Action& a) const {
-  for (int c = 0; c < layout_.v; ++c) {
-    const int k = layout_.chunk_of(stage_, c);
-    if (layout_.first_unit(k) == a.first_unit && layout_.end_unit(k) == a.end_unit) return k;
-  }
-  HZP_THROW(PreconditionError, "pipeline stage ", stage_, ": ", to_string(a), " is none of its chunks");
-}
 
 // One tag per (micro-batch, receiving chunk, direction): messages between two ranks never match the wrong one,
 // whatever order the schedule posts them in.
@@ -132,7 +125,7 @@ std::vector<double> PipelineStage::run(const std::vector<Action>& actions, int m
   const int units = layout_.units(), last = layout_.chunks() - 1;
   std::vector<double> losses(static_cast<std::size_t>(micro_batches), 0.0);
   for (const Action& a : actions) {
-    const int k = chunk_of(a);
+    const int k = layout_.chunk_at(a);  // one of this stage's: check_stage_schedule held
     const ActionSpan span(a, k);
     // Chunk k's neighbours: chunk k − 1 (input side) and k + 1 (output side), on their stages.
     const int prev = (k + layout_.pp - 1) % layout_.pp, next = (k + 1) % layout_.pp;

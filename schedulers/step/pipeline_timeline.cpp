@@ -16,11 +16,6 @@ PipelineTimeline pipeline_timeline(PipelineScheduleKind kind, const PipelineLayo
             " chunks");
   std::vector<std::vector<Action>> lists;
   for (int s = 0; s < pp; ++s) lists.push_back(pipeline_schedule(kind, layout, s, m));
-  auto chunk_of = [&](const Action& a) {
-    for (int k = 0; k < chunks; ++k)
-      if (layout.first_unit(k) == a.first_unit) return k;
-    HZP_THROW(PreconditionError, "pipeline timeline: ", to_string(a), " is no chunk");
-  };
   constexpr double kNotYet = std::numeric_limits<double>::infinity();
   // Finish times of forward and backward of (micro-batch, chunk).
   std::vector<double> fwd(static_cast<std::size_t>(m * chunks), kNotYet), bwd(fwd);
@@ -37,7 +32,7 @@ PipelineTimeline pipeline_timeline(PipelineScheduleKind kind, const PipelineLayo
       auto& i = next[static_cast<std::size_t>(s)];
       while (i < lists[static_cast<std::size_t>(s)].size()) {
         const Action& a = lists[static_cast<std::size_t>(s)][i];
-        const int k = chunk_of(a);
+        const int k = layout.chunk_at(a);
         const bool forward = a.kind == Action::Kind::forward;
         const double ready = forward ? (k == 0 ? 0.0 : fwd[at(a.micro_batch, k - 1)])
                                      : (k == chunks - 1 ? fwd[at(a.micro_batch, k)] : bwd[at(a.micro_batch, k + 1)]);

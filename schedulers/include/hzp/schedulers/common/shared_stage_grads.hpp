@@ -17,6 +17,10 @@
 
 namespace hzp::schedulers {
 
+/// The units of a stage's layout that it shares with another stage and holds (Unit::shared, elements > 0): what
+/// SharedStageGrads all-reduces, and what the plan declares.
+std::vector<int> shared_units(const workloads::ParamLayout& stage);
+
 class SharedStageGrads {
  public:
   /// The units of `layout` (this rank's stage) shared with another stage, and the group of the ranks holding them.

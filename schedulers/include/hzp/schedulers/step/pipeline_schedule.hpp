@@ -36,6 +36,8 @@ struct PipelineLayout {
   int end_unit(int chunk) const { return bounds.at(static_cast<std::size_t>(chunk) + 1); }
   /// "stage 0: units [0,3) [5,7); stage 1: ..." for messages and run headers.
   std::string describe() const;
+  /// The model-order chunk whose units are exactly `a`'s range (PreconditionError naming it when none is).
+  int chunk_at(const Action& a) const;
   /// The cut as the model takes it (workloads::stage_layout): every unit's stage, and `stage`.
   workloads::StageCut cut(int stage) const;
 

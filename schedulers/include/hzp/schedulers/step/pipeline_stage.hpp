@@ -61,7 +61,6 @@ class PipelineStage {
   void progress();
   void sleep_after(int u) const;
   void wait_until(const std::function<bool()>& done);
-  int chunk_of(const Action& a) const;
   int tag(int micro_batch, int chunk, bool gradient) const;
 
   const workloads::Workload& model_;
