@@ -111,7 +111,7 @@ struct SchedulerOptions {
   int pp = 1;  ///< pipeline stages (the outermost mesh axis); dp = W / (tp · pp)
   PipelineScheduleKind schedule = PipelineScheduleKind::one_f_one_b;
   int virtual_stages = 1;             ///< chunks per stage (interleaved only: >= 2)
-  std::vector<int> pp_layers;         ///< blocks per stage (empty: balanced); pp entries summing to the blocks
+  std::vector<int> pp_layers{};       ///< blocks per stage (empty: balanced); pp entries summing to the blocks
   /// Benchmark hook (pipeline stages): a sleep of this many ms after every block's forward and backward, which
   /// dwarfs the compute of a small model, so the pipeline's bubble is measured against a known unit time;
   /// refused by the harness unless HZPBENCH_BENCHMARK_HOOKS=1 (docs/nd-parallel.md).
