@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -68,7 +70,7 @@ inline double run_micro_batches(const workloads::Workload& w, ConstTensorView pa
                                 const std::vector<TokenBatch>& mbs, double normaliser, bool recompute,
                                 CachingAllocator& alloc) {
   const auto& layout = w.layout();
-  const std::int64_t mbs_size = static_cast<std::int64_t>(mbs.front().inputs.size()) / w.seq_len();
+  const std::int64_t mbs_size = static_cast<std::int64_t>(mbs.front().inputs.size()) / w.local_seq_len();
   auto ctx = w.make_context(alloc, {.micro_batch_size = mbs_size, .recompute = recompute});
   double loss = 0;
   for (std::size_t j = 0; j < mbs.size(); ++j) {
@@ -108,6 +110,45 @@ std::vector<T> initial_params(const workloads::Workload& w, std::uint64_t seed) 
       return b;
     }
   }
+}
+
+/// The whole model's loss and flat gradient over `mbs` in fp64, parameters from seed 9: the reference a split model
+/// (tensor- or context-parallel) is compared with.
+struct WholeModelReference {
+  double loss = 0;
+  std::vector<double> grads;
+};
+inline WholeModelReference whole_model_reference(const workloads::LlamaConfig& cfg, const std::vector<TokenBatch>& mbs,
+                                                 double norm, bool recompute, CachingAllocator& alloc) {
+  const auto model = workloads::make_llama(cfg, workloads::Precision::fp64);
+  auto params = initial_params<double>(*model, 9);
+  WholeModelReference r;
+  r.grads.assign(params.size(), 0.0);
+  r.loss = run_micro_batches(*model, flat_view(params), flat_view(r.grads), mbs, norm, recompute, alloc);
+  return r;
+}
+
+/// The largest |difference| between a split model's gradient (`grads`, flat in its own `layout`: whole tensors or
+/// pieces of tensors) and the whole model's at the same elements, and the largest |gradient| of the whole model.
+struct GradientDifference {
+  double worst = 0, scale = 0;
+};
+inline GradientDifference piece_gradient_difference(const workloads::LlamaConfig& cfg, const workloads::ParamLayout& layout,
+                                                    const std::vector<double>& grads, const WholeModelReference& ref) {
+  const workloads::ParamLayout whole = workloads::llama_layout(cfg);
+  GradientDifference d;
+  for (double g : ref.grads) d.scale = std::max(d.scale, std::abs(g));
+  for (int u = 0; u < layout.num_units(); ++u)
+    for (std::size_t t = 0; t < layout.unit(u).tensors.size(); ++t) {
+      const workloads::ParamTensor& p = layout.unit(u).tensors[t];
+      const std::int64_t base = p.shard.sharded() ? p.global_offset : whole.tensor_offset(u, static_cast<int>(t));
+      for (std::int64_t i = 0; i < p.numel(); ++i) {
+        const double got = grads[static_cast<std::size_t>(layout.tensor_offset(u, static_cast<int>(t)) + i)];
+        const double want = ref.grads[static_cast<std::size_t>(base + p.index_in_full(i))];
+        d.worst = std::max(d.worst, std::abs(got - want));
+      }
+    }
+  return d;
 }
 
 }  // namespace hzp::test

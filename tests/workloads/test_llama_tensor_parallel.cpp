@@ -20,28 +20,13 @@ namespace {
 
 using workloads::Precision;
 
-struct Reference {
-  double loss = 0;
-  std::vector<double> grads;  // the whole model's, flat
-};
-
-Reference whole_model(const workloads::LlamaConfig& cfg, const std::vector<TokenBatch>& mbs, double norm,
-                      bool recompute, CachingAllocator& alloc) {
-  const auto model = workloads::make_llama(cfg, Precision::fp64);
-  auto params = initial_params<double>(*model, 9);
-  Reference r;
-  r.grads.assign(params.size(), 0.0);
-  r.loss = run_micro_batches(*model, flat_view(params), flat_view(r.grads), mbs, norm, recompute, alloc);
-  return r;
-}
-
 void expect_tensor_parallel_matches(coll::Communicator& tp, const workloads::LlamaConfig& cfg, bool recompute,
                                     bool sp) {
   HostBacking backing;
   CachingAllocator alloc(backing);
   const auto mbs = split(random_sequences(4, cfg.seq_len, cfg.vocab, 21), 2, cfg.seq_len);
   const double norm = 4.0 * static_cast<double>(cfg.seq_len);
-  const Reference ref = whole_model(cfg, mbs, norm, recompute, alloc);
+  const WholeModelReference ref = whole_model_reference(cfg, mbs, norm, recompute, alloc);
 
   const auto model = workloads::make_llama(cfg, Precision::fp64, {.group = &tp, .sequence_parallel = sp});
   const workloads::ParamLayout& layout = model->layout();
@@ -56,20 +41,10 @@ void expect_tensor_parallel_matches(coll::Communicator& tp, const workloads::Lla
                             " tp=" + std::to_string(tp.size()) + " rank " + std::to_string(tp.rank());
   // The sums over the group add the heads' (and the MLP's) shares in another order than one matmul does.
   EXPECT_NEAR(loss, ref.loss, 1e-12 * std::abs(ref.loss)) << label;
-  const workloads::ParamLayout whole = workloads::llama_layout(cfg);
-  double worst = 0, scale = 0;
-  for (double g : ref.grads) scale = std::max(scale, std::abs(g));
   for (int u = 0; u < layout.num_units(); ++u)
-    for (std::size_t t = 0; t < layout.unit(u).tensors.size(); ++t) {
-      const workloads::ParamTensor& p = layout.unit(u).tensors[t];
-      const std::int64_t base = p.shard.sharded() ? p.global_offset : whole.tensor_offset(u, static_cast<int>(t));
+    for (const workloads::ParamTensor& p : layout.unit(u).tensors)
       EXPECT_EQ(p.shard.sharded() ? p.shard.count : 1, p.shard.sharded() ? tp.size() : 1) << p.name;
-      for (std::int64_t i = 0; i < p.numel(); ++i) {
-        const double got = grads[static_cast<std::size_t>(layout.tensor_offset(u, static_cast<int>(t)) + i)];
-        const double want = ref.grads[static_cast<std::size_t>(base + p.index_in_full(i))];
-        worst = std::max(worst, std::abs(got - want));
-      }
-    }
+  const auto [worst, scale] = piece_gradient_difference(cfg, layout, grads, ref);
   EXPECT_LE(worst, 1e-11 * scale) << label << ": largest gradient difference " << worst << " (largest gradient " << scale << ")";
 
   // Per micro-batch (2 of them), of tokens N = 2T and width d, with L blocks:

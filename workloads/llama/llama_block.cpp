@@ -2,6 +2,8 @@
 //   h1 = RMSNorm(x)·g1;  q,k,v = h1·Wqᵀ, h1·Wkᵀ, h1·Wvᵀ;  q,k = RoPE(q), RoPE(k)
 //   x2 = x + Attention(q, k, v)·Woᵀ        (causal, grouped-query, scale 1/sqrt(head_dim))
 //   h2 = RMSNorm(x2)·g2;  y = x2 + (silu(h2·Wgᵀ) ⊙ h2·Wuᵀ)·Wdᵀ
+// Under context parallelism the rank's tokens are its ContextShard of every sequence: RoPE at their global
+// positions, and attention is ring attention over the cp group (the only place the group meets).
 // Under tensor parallelism each rank runs its heads and its share of the MLP width, and the four sums over
 // the group (row-parallel outputs in forward, column-parallel inputs' gradients in backward) make the
 // residual stream and its gradient whole again on every rank; under sequence parallelism the residual
@@ -20,6 +22,7 @@
 #include "hzp/kernels/rmsnorm.hpp"
 #include "hzp/kernels/rope.hpp"
 #include "hzp/kernels/swiglu.hpp"
+#include "hzp/workloads/ring_attention.hpp"
 #include "llama/llama_model.hpp"
 
 namespace hzp::workloads::llama {
@@ -55,19 +58,11 @@ void LlamaModel::block_compute(int unit, const UnitParams& params, LlamaContext&
   linear_fwd(s.q.view, s.h1.view, w(kWq), alloc, stream);
   linear_fwd(s.k.view, s.h1.view, w(kWk), alloc, stream);
   linear_fwd(s.v.view, s.h1.view, w(kWv), alloc, stream);
-  const TensorView q3 = reshape(s.q.view, Shape{d.tokens, d.heads, d.head_dim});
-  const TensorView k3 = reshape(s.k.view, Shape{d.tokens, d.kv_heads, d.head_dim});
-  kernels::rope_fwd(q3, q3, d.seq, config_.rope_base, stream);  // in place: the kernel allows it
-  kernels::rope_fwd(k3, k3, d.seq, config_.rope_base, stream);
-
-  const kernels::AttentionDims ad = attention_dims(d);
+  rope(ctx, reshape(s.q.view, Shape{d.tokens, d.heads, d.head_dim}), /*backward=*/false);
+  rope(ctx, reshape(s.k.view, Shape{d.tokens, d.kv_heads, d.head_dim}), /*backward=*/false);
   s.att = make_act(alloc, Shape{d.tokens, d.heads * d.head_dim}, at);
   s.lse = make_act(alloc, Shape{d.batch, d.heads, d.seq}, st);
-  {
-    const std::size_t n = kernels::attention_fwd_workspace_bytes(ad, at, alloc.device());
-    Allocation ws = alloc.allocate(n, AllocationTag::workspace);
-    kernels::attention_fwd(s.att.view, s.lse.view, s.q.view, s.k.view, s.v.view, ad, bytes_of(ws, n), stream);
-  }
+  attention_forward(ctx, s);
   {
     Act partial = make_act(alloc, Shape{d.tokens, d.hidden}, at);
     linear_fwd(partial.view, s.att.view, w(kWo), alloc, stream);
@@ -156,23 +151,15 @@ void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext
   Act dq = make_act(alloc, Shape{d.tokens, d.heads * d.head_dim}, at);
   Act dk = make_act(alloc, Shape{d.tokens, d.kv_heads * d.head_dim}, at);
   Act dv = make_act(alloc, Shape{d.tokens, d.kv_heads * d.head_dim}, at);
-  {
-    const kernels::AttentionDims ad = attention_dims(d);
-    const std::size_t n = kernels::attention_bwd_workspace_bytes(ad, at, alloc.device());
-    Allocation ws = alloc.allocate(n, AllocationTag::workspace);
-    kernels::attention_bwd(dq.view, dk.view, dv.view, datt.view, s.q.view, s.k.view, s.v.view, s.att.view,
-                           s.lse.view, ad, bytes_of(ws, n), stream);
-  }
+  attention_backward(ctx, s, dq.view, dk.view, dv.view, datt.view);
   datt.reset();
   s.att.reset();
   s.lse.reset();
   s.q.reset();
   s.k.reset();
   s.v.reset();
-  const TensorView dq3 = reshape(dq.view, Shape{d.tokens, d.heads, d.head_dim});
-  const TensorView dk3 = reshape(dk.view, Shape{d.tokens, d.kv_heads, d.head_dim});
-  kernels::rope_bwd(dq3, dq3, d.seq, config_.rope_base, stream);
-  kernels::rope_bwd(dk3, dk3, d.seq, config_.rope_base, stream);
+  rope(ctx, reshape(dq.view, Shape{d.tokens, d.heads, d.head_dim}), /*backward=*/true);
+  rope(ctx, reshape(dk.view, Shape{d.tokens, d.kv_heads, d.head_dim}), /*backward=*/true);
   linear_bwd_weight(dw(kWq), dq.view, s.h1.view, acc, alloc, stream);
   linear_bwd_weight(dw(kWk), dk.view, s.h1.view, acc, alloc, stream);
   linear_bwd_weight(dw(kWv), dv.view, s.h1.view, acc, alloc, stream);
@@ -192,6 +179,45 @@ void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext
   s.reset_all();
   ctx.dhidden = std::move(dx);
   static_assert(kNumBlockTensors == 9, "llama_layout lists nine tensors per block");
+}
+
+void LlamaModel::rope(LlamaContext& ctx, TensorView x, bool backward) const {
+  // In place: both kernels allow it.
+  if (cp_ == nullptr) {
+    (backward ? kernels::rope_bwd : kernels::rope_fwd)(x, x, ctx.seq_len(), config_.rope_base, ctx.stream());
+    return;
+  }
+  (backward ? kernels::rope_bwd_at : kernels::rope_fwd_at)(x, x, ctx.positions(), config_.rope_base, ctx.stream());
+}
+
+void LlamaModel::attention_forward(LlamaContext& ctx, BlockActs& s) const {
+  const Dims d = dims(ctx);
+  CachingAllocator& alloc = ctx.allocator();
+  if (cp_ != nullptr) {
+    RingAttention ring(*cp_, *context_shard(), {d.batch, d.heads, d.kv_heads, d.head_dim}, act_dtype(), alloc);
+    ring.forward(s.att.view, s.lse.view, s.q.view, s.k.view, s.v.view, ctx.stream());
+    return;
+  }
+  const kernels::AttentionDims ad = attention_dims(d);
+  const std::size_t n = kernels::attention_fwd_workspace_bytes(ad, act_dtype(), alloc.device());
+  Allocation ws = alloc.allocate(n, AllocationTag::workspace);
+  kernels::attention_fwd(s.att.view, s.lse.view, s.q.view, s.k.view, s.v.view, ad, bytes_of(ws, n), ctx.stream());
+}
+
+void LlamaModel::attention_backward(LlamaContext& ctx, BlockActs& s, TensorView dq, TensorView dk, TensorView dv,
+                                    ConstTensorView datt) const {
+  const Dims d = dims(ctx);
+  CachingAllocator& alloc = ctx.allocator();
+  if (cp_ != nullptr) {
+    RingAttention ring(*cp_, *context_shard(), {d.batch, d.heads, d.kv_heads, d.head_dim}, act_dtype(), alloc);
+    ring.backward(dq, dk, dv, datt, s.q.view, s.k.view, s.v.view, s.att.view, s.lse.view, ctx.stream());
+    return;
+  }
+  const kernels::AttentionDims ad = attention_dims(d);
+  const std::size_t n = kernels::attention_bwd_workspace_bytes(ad, act_dtype(), alloc.device());
+  Allocation ws = alloc.allocate(n, AllocationTag::workspace);
+  kernels::attention_bwd(dq, dk, dv, datt, s.q.view, s.k.view, s.v.view, s.att.view, s.lse.view, ad, bytes_of(ws, n),
+                         ctx.stream());
 }
 
 }  // namespace hzp::workloads::llama

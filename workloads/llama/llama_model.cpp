@@ -25,12 +25,14 @@ void HeadActs::reset_all() noexcept {
 }
 
 LlamaContext::LlamaContext(CachingAllocator& alloc, const ContextOptions& options, const LlamaConfig& config,
-                           int num_units, DType act_dtype, std::int64_t rows)
-    : MicroBatchContext(alloc, options, config.seq_len, num_units),
+                           int num_units, DType act_dtype, std::int64_t seq_len, std::int64_t rows,
+                           std::vector<std::int32_t> positions)
+    : MicroBatchContext(alloc, options, seq_len, num_units),
       blocks(static_cast<std::size_t>(config.layers)),
       hidden_width_(config.hidden),
       act_dtype_(act_dtype),
-      rows_(rows) {}
+      rows_(rows),
+      positions_(std::move(positions)) {}
 
 // Between units the residual stream travels in `hidden` (forward) and its gradient in `dhidden` (backward):
 // a stage's boundary is exactly those two.
@@ -69,13 +71,16 @@ ParamLayout layout_of(const LlamaConfig& config, const TensorParallel& tp, const
 }  // namespace
 
 LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, const TensorParallel& tp,
-                       const StageCut& stage)
+                       const StageCut& stage, const ContextParallel& cp)
     : Workload(layout_of(config, tp, stage), precision, config.seq_len, config.vocab),
       config_(config),
+      cp_(cp.group && cp.group->size() > 1 ? cp.group : nullptr),
       tp_(tp.group && tp.group->size() > 1 ? tp.group : nullptr),
       tp_size_(tp_ ? tp_->size() : 1),
       tp_rank_(tp_ ? tp_->rank() : 0),
-      sp_(tp_ != nullptr && tp.sequence_parallel) {}
+      sp_(tp_ != nullptr && tp.sequence_parallel) {
+  if (cp_) set_context_shard(ContextShard(config.seq_len, cp_->size(), cp_->rank()));  // ConfigError: T vs 2·cp
+}
 
 void LlamaModel::tp_all_reduce(TensorView v, StreamRef stream, coll::ReduceOp op) const {
   if (tp_ == nullptr) return;
@@ -144,18 +149,27 @@ Act LlamaModel::sum_partial(Act partial, LlamaContext& ctx) const {
 
 std::unique_ptr<MicroBatchContext> LlamaModel::new_context(CachingAllocator& allocator,
                                                            const ContextOptions& options) const {
-  const std::int64_t tokens = options.micro_batch_size * config_.seq_len;
+  const std::int64_t seq = local_seq_len(), tokens = options.micro_batch_size * seq;
   if (sp_ && tokens % tp_size_ != 0)
-    HZP_THROW(ConfigError, "sequence parallelism splits a micro-batch's train.micro_batch_size x model.seq_len = ",
-              options.micro_batch_size, " x ", config_.seq_len, " = ", tokens, " tokens over tp = ", tp_size_,
-              " ranks, which does not divide them; fix: a micro-batch size or sequence length whose product tp divides");
-  return std::make_unique<LlamaContext>(allocator, options, config_, layout().num_units(), act_dtype(),
-                                        sp_ ? tokens / tp_size_ : tokens);
+    HZP_THROW(ConfigError, "sequence parallelism splits a micro-batch's train.micro_batch_size x ",
+              cp_ ? "(model.seq_len / scheduler.cp)" : "model.seq_len", " = ", options.micro_batch_size, " x ", seq,
+              " = ", tokens, " tokens over tp = ", tp_size_, " ranks, which does not divide them; fix: a micro-batch "
+              "size or sequence length whose product tp divides");
+  std::vector<std::int32_t> positions;
+  if (cp_) {
+    if (allocator.device().is_cuda())
+      HZP_THROW(ConfigError, "context parallelism (scheduler.cp = ", cp_->size(), ") runs on backend = cpu only for "
+                "now: its blocked attention and RoPE at explicit positions have no CUDA kernels yet. Fix: backend = "
+                "cpu, or scheduler.cp = 1");
+    positions = context_shard()->positions(options.micro_batch_size);
+  }
+  return std::make_unique<LlamaContext>(allocator, options, config_, layout().num_units(), act_dtype(), seq,
+                                        sp_ ? tokens / tp_size_ : tokens, std::move(positions));
 }
 
 Dims LlamaModel::dims(const MicroBatchContext& ctx) const {
   return Dims{ctx.micro_batch_size(),
-              config_.seq_len,
+              ctx.seq_len(),
               ctx.tokens(),
               config_.hidden,
               config_.heads / tp_size_,  // this rank's heads and MLP width under tensor parallelism
@@ -198,8 +212,8 @@ void LlamaModel::backward_unit(int unit, const UnitParams& params, MicroBatchCon
 namespace hzp::workloads {
 
 std::unique_ptr<Workload> make_llama(const LlamaConfig& config, Precision precision, const TensorParallel& tp,
-                                     const StageCut& stage) {
-  return std::make_unique<llama::LlamaModel>(config, precision, tp, stage);
+                                     const StageCut& stage, const ContextParallel& cp) {
+  return std::make_unique<llama::LlamaModel>(config, precision, tp, stage, cp);
 }
 
 }  // namespace hzp::workloads

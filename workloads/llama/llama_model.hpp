@@ -38,11 +38,17 @@ struct HeadActs {
 
 class LlamaContext final : public MicroBatchContext {
  public:
-  /// rows: the activation rows between units ([tokens/tp] under sequence parallelism, else every token).
+  /// seq_len: the tokens of each sequence it holds (the whole sequence, or a context-parallel rank's share);
+  /// rows: the activation rows between units ([tokens/tp] under sequence parallelism, else every token);
+  /// positions: under context parallelism the global position of every token row ([tokens]), else empty.
   LlamaContext(CachingAllocator& alloc, const ContextOptions& options, const LlamaConfig& config, int num_units,
-               DType act_dtype, std::int64_t rows);
+               DType act_dtype, std::int64_t seq_len, std::int64_t rows, std::vector<std::int32_t> positions);
   ConstTensorView logits() const override;
   Shape boundary_shape() const override { return Shape{rows_, hidden_width_}; }
+  /// Context parallelism: int32 [tokens], the position RoPE gives each token row (host memory).
+  ConstTensorView positions() const noexcept {
+    return ConstTensorView(positions_.data(), Shape{static_cast<std::int64_t>(positions_.size())}, DType::i32);
+  }
 
   std::vector<BlockActs> blocks;  // one per transformer block
   HeadActs head;
@@ -59,16 +65,19 @@ class LlamaContext final : public MicroBatchContext {
   std::int64_t hidden_width_;
   DType act_dtype_;
   std::int64_t rows_;
+  std::vector<std::int32_t> positions_;
 };
 
-/// Dimensions used everywhere in the units (N = tokens of a micro-batch).
+/// Dimensions used everywhere in the units (N = tokens of a micro-batch; seq = the tokens of each sequence the
+/// context holds, a context-parallel rank's share).
 struct Dims {
   std::int64_t batch, seq, tokens, hidden, heads, kv_heads, head_dim, ffn, vocab;
 };
 
 class LlamaModel final : public Workload {
  public:
-  LlamaModel(const LlamaConfig& config, Precision precision, const TensorParallel& tp, const StageCut& stage);
+  LlamaModel(const LlamaConfig& config, Precision precision, const TensorParallel& tp, const StageCut& stage,
+             const ContextParallel& cp);
   std::string describe() const override { return config_.describe(); }
   FlopsPerToken flops_per_token() const override { return config_.flops_per_token(); }
   const LlamaConfig& config() const noexcept { return config_; }
@@ -123,7 +132,16 @@ class LlamaModel final : public Workload {
   /// rstd and lse: fp32, fp64 in fp64 mode (what the kernels write).
   DType stat_dtype() const noexcept { return precision() == Precision::fp64 ? DType::f64 : DType::f32; }
 
+  /// Attention of the block's saved q, k, v into s.att and s.lse: whole sequences, or ring attention over the
+  /// context-parallel group. And its backward.
+  void attention_forward(LlamaContext& ctx, BlockActs& s) const;
+  void attention_backward(LlamaContext& ctx, BlockActs& s, TensorView dq, TensorView dk, TensorView dv,
+                          ConstTensorView datt) const;
+  /// RoPE on q or k [tokens, heads, head_dim] in place: at positions t mod seq_len, or at the context shard's.
+  void rope(LlamaContext& ctx, TensorView x, bool backward) const;
+
   LlamaConfig config_;
+  coll::Communicator* cp_;  // nullptr: whole sequences on this rank
   coll::Communicator* tp_;  // nullptr: the whole model on this rank
   int tp_size_, tp_rank_;
   bool sp_;

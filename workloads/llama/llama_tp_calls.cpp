@@ -1,7 +1,7 @@
 // The tensor-parallel collectives of the Llama decoder per unit and micro-batch (llama.hpp,
 // llama_tensor_parallel_calls), written beside the code that issues them (llama_ends.cpp, llama_block.cpp,
 // llama_model.cpp's sum_partial / gather_rows / norm_backward) so the plan needs no second description of the
-// model. N = micro_batch_size · seq_len tokens, d = hidden, R = N / tp rows under sequence parallelism.
+// model. N = micro_batch_size · seq_len / cp tokens (a context-parallel rank's share), d = hidden, R = N / tp rows under sequence parallelism.
 //   embedding  forward: its vocabulary rows' partial lookup summed (all-reduce N·d, or reduce-scatter to rows);
 //              backward: under sequence parallelism the output gradient's rows all-gathered.
 //   block      forward: two row-parallel sums (wo, w_down), and under sequence parallelism two all-gathers of
@@ -21,7 +21,7 @@ std::vector<TensorParallelCall> llama_tensor_parallel_calls(const LlamaConfig& c
                                                             const TensorParallelRun& run) {
   std::vector<TensorParallelCall> out;
   if (run.tp <= 1) return out;
-  const std::int64_t n = run.micro_batch_size * config.seq_len, d = config.hidden, rows = n / run.tp;
+  const std::int64_t n = run.micro_batch_size * config.seq_len / run.cp, d = config.hidden, rows = n / run.tp;
   const DType act = activation_dtype(run.precision), stat = run.precision == Precision::fp64 ? DType::f64 : DType::f32;
   const DType grad = grad_dtype(run.precision);
   const bool sp = run.sequence_parallel;
@@ -70,6 +70,21 @@ std::vector<TensorParallelCall> llama_tensor_parallel_calls(const LlamaConfig& c
     }
   }
   return out;
+}
+
+RingAttentionMessages llama_context_parallel_messages(const LlamaConfig& config, int unit, bool backward,
+                                                      const TensorParallelRun& run) {
+  const int head = static_cast<int>(config.layers) + 1;
+  HZP_CHECK(unit >= 0 && unit <= head, "llama_context_parallel_messages: unit ", unit, " of ", head + 1);
+  RingAttentionMessages m;
+  m.dtype = activation_dtype(run.precision);
+  if (run.cp <= 1 || unit == 0 || unit == head) return m;
+  const ContextShard shard(config.seq_len, run.cp, 0);  // every rank of the ring sends the same
+  const RingAttentionDims dims{run.micro_batch_size, config.heads / run.tp, config.kv_heads / run.tp,
+                               config.resolved_head_dim()};
+  m = RingAttention::messages(shard, dims, m.dtype, backward);
+  if (backward && run.recompute) m.sends += RingAttention::messages(shard, dims, m.dtype, false).sends;
+  return m;
 }
 
 }  // namespace hzp::workloads

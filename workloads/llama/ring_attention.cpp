@@ -8,6 +8,7 @@
 
 #include "hzp/collectives/communicator.hpp"
 #include "hzp/core/error.hpp"
+#include "hzp/core/phase_timer.hpp"
 #include "hzp/kernels/attention.hpp"
 #include "hzp/kernels/attention_blocks.hpp"
 
@@ -28,6 +29,8 @@ void poll(std::vector<coll::Request>& reqs) {
 }
 
 void wait_all(std::vector<coll::Request>& reqs) {
+  // The step's phases count this as communication the compute thread waited for (what overlapped is not).
+  const profile::ScopedPhase phase(profile::Phase::comm_wait, "cp ring");
   for (;;) {
     bool all = true;
     for (coll::Request& r : reqs)

@@ -91,12 +91,17 @@ class LlamaSpec final : public ModelSpec {
     return llama_tensor_parallel_calls(c_, unit, backward, run);
   }
   Linear widest_linear() const override { return {c_.ffn_hidden, c_.hidden}; }
-  std::int64_t boundary_elements(std::int64_t micro_batch_size, int tp, bool sequence_parallel) const override {
-    return micro_batch_size * c_.seq_len / (sequence_parallel ? tp : 1) * c_.hidden;
+  RingAttentionMessages context_parallel_messages(int unit, bool backward,
+                                                  const TensorParallelRun& run) const override {
+    return llama_context_parallel_messages(c_, unit, backward, run);
   }
-  std::unique_ptr<Workload> build(Precision precision, const TensorParallel& tp,
-                                  const StageCut& stage) const override {
-    return make_llama(c_, precision, tp, stage);
+  std::int64_t boundary_elements(std::int64_t micro_batch_size, int tp, bool sequence_parallel,
+                                 int cp) const override {
+    return micro_batch_size * c_.seq_len / cp / (sequence_parallel ? tp : 1) * c_.hidden;
+  }
+  std::unique_ptr<Workload> build(Precision precision, const TensorParallel& tp, const StageCut& stage,
+                                  const ContextParallel& cp) const override {
+    return make_llama(c_, precision, tp, stage, cp);
   }
 
  private:

@@ -9,8 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "hzp/workloads/context_parallel.hpp"
 #include "hzp/workloads/param_layout.hpp"
 #include "hzp/workloads/precision.hpp"
+#include "hzp/workloads/ring_attention.hpp"
 #include "hzp/workloads/tensor_parallel.hpp"
 #include "hzp/workloads/workload.hpp"
 
@@ -82,6 +84,12 @@ void check_tensor_parallel(const LlamaConfig& config, int tp);
 std::vector<TensorParallelCall> llama_tensor_parallel_calls(const LlamaConfig& config, int unit, bool backward,
                                                             const TensorParallelRun& run);
 
+/// The ring-attention messages of one micro-batch in unit `unit`'s forward or backward under context parallelism
+/// (llama_tp_calls.cpp, beside the tensor-parallel calls): every block sends RingAttention::messages() of its
+/// rank's heads in forward, and in backward those of the backward pass plus, under recompute, the forward's again.
+RingAttentionMessages llama_context_parallel_messages(const LlamaConfig& config, int unit, bool backward,
+                                                      const TensorParallelRun& run);
+
 /// Builds the model (validating `config`). Cheap: holds no parameters; activations live in contexts. With a
 /// tensor-parallel group the model runs its rank's pieces (llama_layout above). Without sequence parallelism
 /// it sums the row-parallel outputs over the group (an all-reduce after wo and after w_down in forward) and
@@ -95,7 +103,11 @@ std::vector<TensorParallelCall> llama_tensor_parallel_calls(const LlamaConfig& c
 /// gradient like a column-parallel input's. Every context's micro-batch must run on every rank of the group in
 /// the same order; tokens per micro-batch must divide by tp under sequence parallelism. With a pipeline `stage` cut
 /// the layout is stage_layout()'s: only that stage's units' parameters (and a tied table they use) are held.
+/// With a context-parallel group `cp` the model runs its ContextShard of every sequence (context_shard(); a
+/// context takes local_seq_len() tokens per sequence, host backend only): RoPE at the shard's global positions
+/// and ring attention over the group in every block (forward, backward, and again in a recompute); every other
+/// layer is per token. The loss it reports is its tokens' share; the group's shares add up to the micro-batch's.
 std::unique_ptr<Workload> make_llama(const LlamaConfig& config, Precision precision, const TensorParallel& tp = {},
-                                     const StageCut& stage = {});
+                                     const StageCut& stage = {}, const ContextParallel& cp = {});
 
 }  // namespace hzp::workloads

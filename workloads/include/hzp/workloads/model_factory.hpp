@@ -14,6 +14,7 @@
 #include "hzp/workloads/llama.hpp"
 #include "hzp/workloads/param_layout.hpp"
 #include "hzp/workloads/precision.hpp"
+#include "hzp/workloads/ring_attention.hpp"
 #include "hzp/workloads/workload.hpp"
 
 namespace hzp::workloads {
@@ -39,18 +40,25 @@ class ModelSpec {
   /// The tensor-parallel collectives one micro-batch issues in unit `unit`'s forward or backward (for the plan).
   virtual std::vector<TensorParallelCall> tensor_parallel_calls(int unit, bool backward,
                                                                 const TensorParallelRun& run) const = 0;
+  /// The ring-attention messages one micro-batch sends on the context-parallel group in unit `unit`'s forward or
+  /// backward (recompute's repeated forward included), for the plan: none at cp = 1 and outside the blocks.
+  virtual RingAttentionMessages context_parallel_messages(int unit, bool backward,
+                                                          const TensorParallelRun& run) const = 0;
   /// Elements of the activation between two units for one micro-batch of `micro_batch_size` sequences: what a
-  /// pipeline stage sends its neighbour (1/tp of the tokens under sequence parallelism).
-  virtual std::int64_t boundary_elements(std::int64_t micro_batch_size, int tp, bool sequence_parallel) const = 0;
+  /// pipeline stage sends its neighbour (1/tp of the tokens under sequence parallelism, 1/cp under context
+  /// parallelism).
+  virtual std::int64_t boundary_elements(std::int64_t micro_batch_size, int tp, bool sequence_parallel,
+                                         int cp = 1) const = 0;
   /// The widest linear layer's weight, [out, in] (the shape a compute-peak probe imitates).
   struct Linear {
     std::int64_t out = 0, in = 0;
   };
   virtual Linear widest_linear() const = 0;
-  /// The model, for `precision`, split over `tp`'s group when it has one, and holding only the units of a
-  /// pipeline stage when `stage` cuts it (see stage_layout).
+  /// The model, for `precision`, split over `tp`'s group when it has one, holding only the units of a
+  /// pipeline stage when `stage` cuts it (see stage_layout), and running its share of every sequence over
+  /// `cp`'s group when it has one.
   virtual std::unique_ptr<Workload> build(Precision precision, const TensorParallel& tp = {},
-                                          const StageCut& stage = {}) const = 0;
+                                          const StageCut& stage = {}, const ContextParallel& cp = {}) const = 0;
 };
 
 /// Registered model kinds, in registration order ("llama" first).

@@ -28,6 +28,8 @@ struct TensorParallel {
 /// What the plan asks a model about: the degree and mode, and the micro-batch it runs.
 struct TensorParallelRun {
   int tp = 1;
+  /// Context-parallel degree: each rank holds 1/cp of every sequence's tokens.
+  int cp = 1;
   bool sequence_parallel = false;
   bool recompute = false;
   std::int64_t micro_batch_size = 1;

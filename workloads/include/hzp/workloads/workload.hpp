@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "hzp/core/caching_allocator.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/core/tensor.hpp"
+#include "hzp/workloads/context_shard.hpp"
 #include "hzp/workloads/param_layout.hpp"
 #include "hzp/workloads/precision.hpp"
 
@@ -66,7 +68,8 @@ class UnitGrads {
   std::vector<Entry> entries_;
 };
 
-/// What a context is made for. micro_batch_size sequences of the workload's seq_len per micro-batch.
+/// What a context is made for. micro_batch_size sequences per micro-batch, each of the workload's
+/// local_seq_len() tokens (its whole seq_len, or the rank's share under context parallelism).
 struct ContextOptions {
   std::int64_t micro_batch_size = 1;
   /// Full activation recompute (train.recompute): forward keeps only each unit's input; backward
@@ -103,7 +106,7 @@ class MicroBatchContext {
   MicroBatchContext(const MicroBatchContext&) = delete;
   MicroBatchContext& operator=(const MicroBatchContext&) = delete;
 
-  /// Starts a micro-batch. inputs and targets are row-major [micro_batch_size, seq_len] int32 (held by
+  /// Starts a micro-batch. inputs and targets are row-major [micro_batch_size, seq_len()] int32 (held by
   /// reference until the next begin(); on a CUDA stream also copied to the device, enqueued, so the
   /// caller may refill its host buffers as soon as begin() returns). normaliser (> 0) is the number of target tokens of the whole
   /// GLOBAL batch, so that the micro-batch losses loss_sum()/normaliser add up to the global mean at
@@ -134,11 +137,12 @@ class MicroBatchContext {
   /// loss_sum() / normaliser: this micro-batch's share of the global mean loss.
   double loss() const { return loss_sum() / normaliser_; }
   double normaliser() const noexcept { return normaliser_; }
-  /// The LM head's logits [micro_batch_size·seq_len, vocab] (activation dtype), from the last forward
+  /// The LM head's logits [micro_batch_size·seq_len(), vocab] (activation dtype), from the last forward
   /// until the last unit's backward.
   virtual ConstTensorView logits() const = 0;
 
   std::int64_t micro_batch_size() const noexcept { return options_.micro_batch_size; }
+  /// Tokens of each sequence this context holds: the workload's local_seq_len().
   std::int64_t seq_len() const noexcept { return seq_len_; }
   std::int64_t tokens() const noexcept { return options_.micro_batch_size * seq_len_; }
   bool recompute() const noexcept { return options_.recompute; }
@@ -191,8 +195,13 @@ class Workload {
 
   const ParamLayout& layout() const noexcept { return layout_; }
   Precision precision() const noexcept { return precision_; }
+  /// The whole sequence length (what the data source produces and the loss normaliser counts).
   std::int64_t seq_len() const noexcept { return seq_len_; }
   std::int64_t vocab() const noexcept { return vocab_; }
+  /// Context parallelism: this rank's share of every sequence (nullptr: whole sequences on this rank).
+  const ContextShard* context_shard() const noexcept { return shard_ ? &*shard_ : nullptr; }
+  /// Tokens of each sequence a context of this model takes: seq_len(), or the shard's local_len().
+  std::int64_t local_seq_len() const noexcept { return shard_ ? shard_->local_len() : seq_len_; }
   /// One line for logs and results files: the model kind and its shape.
   virtual std::string describe() const = 0;
   virtual FlopsPerToken flops_per_token() const = 0;
@@ -227,6 +236,8 @@ class Workload {
   virtual void backward_unit(int unit, const UnitParams& params, MicroBatchContext& ctx,
                              const UnitGrads& grads) const = 0;
   static void set_loss_sum(MicroBatchContext& ctx, double v) noexcept { ctx.set_loss_sum(v); }
+  /// A model split over a context-parallel group says which share of every sequence it runs (construction only).
+  void set_context_shard(const ContextShard& shard) { shard_ = shard; }
 
  private:
   void check_blocks(int unit, const UnitParams& params, const UnitGrads* grads) const;
@@ -235,6 +246,7 @@ class Workload {
   Precision precision_;
   std::int64_t seq_len_;
   std::int64_t vocab_;
+  std::optional<ContextShard> shard_;
 };
 
 /// Convenience for schedulers that hold every parameter in one flat buffer (none, ddp): the views of
