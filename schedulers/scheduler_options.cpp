@@ -155,6 +155,11 @@ std::vector<SchedulerOptionDecl> declare() {
                    for (std::int64_t b : c.get_int_list("scheduler.pp_layers")) o.pp_layers.push_back(static_cast<int>(b));
                  }});
   }
+  v.push_back(with(int_option("scheduler.cp", &O::cp,
+                              "nd: context-parallel degree: every sequence cut into 2·cp chunks, rank r of the group "
+                              "holding chunks r and 2·cp−1−r, attention as ring attention over the group; model.seq_len "
+                              "must divide by 2·cp; the mesh nests pp, dp, cp, tp; dp = W / (tp · cp · pp)"),
+                   [](S& s) { s.positive(); }));
   {
     S spec = S::real("scheduler.debug_unit_sleep_ms", kDefaults.debug_unit_sleep_ms,
                      "benchmark hook (pp > 1): sleep this long after every block's forward and backward (the ends take "

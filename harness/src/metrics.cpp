@@ -33,6 +33,8 @@ constexpr FieldInfo kFields[] = {
     {"mem_allocated_bytes", "bytes", true, "caching allocator: bytes in live blocks after the step"},
     {"mem_reserved_bytes", "bytes", true, "caching allocator: bytes held from the backing after the step"},
     {"mem_peak_bytes", "bytes", true, "caching allocator: peak allocated bytes during the step"},
+    {"mem_activation_peak_bytes", "bytes", true,
+     "caching allocator: peak bytes of tag activation during the step (what forward keeps for backward)"},
     {"slack", "1", false, "1 - allocated/reserved after the step (0 when nothing is reserved)"},
     {"ext_frag", "1", false, "1 - largest free block / free bytes after the step"},
     {"pool_occupancy", "1", false, "ring pool: peak in-use bytes over capacity during the step"},
@@ -173,6 +175,7 @@ RankSample StepMeter::end(const schedulers::StepStats& st) {
   s[RankField::mem_allocated_bytes] = static_cast<double>(a.allocated_bytes);
   s[RankField::mem_reserved_bytes] = static_cast<double>(a.reserved_bytes);
   s[RankField::mem_peak_bytes] = static_cast<double>(a.peak_allocated_bytes);
+  s[RankField::mem_activation_peak_bytes] = static_cast<double>(a.tag(AllocationTag::activation).peak_allocated_bytes);
   s[RankField::slack] = a.slack();
   s[RankField::ext_frag] = a.ext_frag();
   if (pool_ != nullptr) {

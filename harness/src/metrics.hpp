@@ -36,6 +36,7 @@ enum class RankField : int {
   mem_allocated_bytes,
   mem_reserved_bytes,
   mem_peak_bytes,
+  mem_activation_peak_bytes,
   slack,
   ext_frag,
   pool_occupancy,

@@ -221,17 +221,18 @@ class Run {
       scheduler_counters_.store(&world_->counters());
     }
     if (world_ && !o_.collective_only) {
-      // One set of groups for the scheduler and the model. A tensor-parallel model takes its group at
-      // construction, and a pipeline stage's holds only its units, so it is built again here; the whole model
+      // One set of groups for the scheduler and the model. A tensor- or context-parallel model takes its groups
+      // at construction, and a pipeline stage's holds only its units, so it is built again here; the whole model
       // built first served the calibration, whose rate (FLOP/s) and micro-batch time set the emulated links
       // identically for every scheduler compared.
       groups_ = std::make_unique<schedulers::ProcessGroups>(*world_, s_.dims, ctx_.topology);
-      if (s_.dims.tp > 1 || s_.dims.pp > 1) {
+      if (s_.dims.tp > 1 || s_.dims.pp > 1 || s_.dims.cp > 1) {
         const workloads::StageCut cut =
             s_.dims.pp > 1 ? schedulers::pipeline_layout_from(s_.sched, model_->layout().num_units())
                                  .cut(groups_->pipeline()->rank())
                            : workloads::StageCut{};
-        model_ = s_.model->build(s_.train.precision, {groups_->tensor(), s_.sched.sequence_parallel}, cut);
+        model_ = s_.model->build(s_.train.precision, {groups_->tensor(), s_.sched.sequence_parallel}, cut,
+                                 {groups_->context()});
       }
     }
     schedulers::SchedulerArgs args;
@@ -282,6 +283,7 @@ class Run {
     };
     if (world_) a.emplace_back("collectives.transport_used", std::string(coll::transport_name(world_->transport())));
     if (s_.dims.pp > 1) a.emplace_back("parallel.pipeline", pipeline_text());
+    if (s_.dims.cp > 1) a.emplace_back("parallel.context", context_text());
     if (gemm_.flops_per_s > 0) {
       a.emplace_back("device.gemm_flops_per_s_rank0", gemm_.flops_per_s);
       a.emplace_back("device.gemm_shape", gemm_.shape_text());
@@ -317,6 +319,16 @@ class Run {
            std::to_string(units - 1) + ") on stage " + std::to_string(first.stage_of_unit.back());
   }
 
+  // How context parallelism cut the sequences: "cp = 2: every sequence of 1024 tokens in 4 chunks of 256, rank r of
+  // the group holding chunks r and 3 - r (512 tokens); ring attention over the cp group".
+  std::string context_text() const {
+    const workloads::ContextShard shard(s_.model->seq_len(), s_.dims.cp, 0);
+    return "cp = " + std::to_string(s_.dims.cp) + ": every sequence of " + std::to_string(shard.seq_len()) +
+           " tokens in " + std::to_string(2 * s_.dims.cp) + " chunks of " + std::to_string(shard.chunk_len()) +
+           ", rank r of the group holding chunks r and " + std::to_string(2 * s_.dims.cp - 1) + " - r (" +
+           std::to_string(shard.local_len()) + " tokens); ring attention over the cp group";
+  }
+
   void print_header() {
     if (!root_) return;
     std::printf("# %s; %lld parameters; scheduler %s on %s\n", model_->describe().c_str(),
@@ -326,6 +338,7 @@ class Run {
     std::printf("# threads: OpenBLAS %d per rank%s (%d ranks on %d cores)\n", ctx_.threads.openblas,
                 ctx_.threads.openblas_set ? ", set by hzpbench" : "", ctx_.threads.ranks_on_machine, ctx_.threads.cores);
     if (s_.dims.pp > 1) std::printf("# pipeline: %s\n", pipeline_text().c_str());
+    if (s_.dims.cp > 1) std::printf("# context: %s\n", context_text().c_str());
     if (loss_floor_ >= 0) std::printf("# data: loss floor %.6g nats/token (synthetic source)\n", loss_floor_);
     std::printf("# results: %s\n", results_->path().c_str());
     std::fflush(stdout);

@@ -83,9 +83,28 @@ void check_tensor_parallel_model(std::string_view scheduler, const ProcessGroups
               "group (ProcessGroups::tensor())");
 }
 
+void check_context_parallel_model(std::string_view scheduler, const ProcessGroups& groups,
+                                  const workloads::Workload& model) {
+  const int cp = groups.dims().cp;
+  const workloads::ContextShard* shard = model.context_shard();
+  const int got = shard ? shard->cp() : 1, got_rank = shard ? shard->rank() : 0;
+  const int want_rank = groups.context() ? groups.context()->rank() : 0;
+  if (got != cp || got_rank != want_rank)
+    HZP_THROW(ConfigError, "scheduler ", scheduler, " runs cp = ", cp, " (context-parallel rank ", want_rank,
+              ") but the model (", model.describe(), ") runs ", shard ? "rank " : "whole sequences",
+              shard ? std::to_string(got_rank) + " of cp = " + std::to_string(got) : std::string(),
+              ". Fix: build the model with the run's context-parallel group (ProcessGroups::context())");
+}
+
+std::int64_t gradient_summands(const workloads::TrainConfig& train, const ParallelDims& dims) {
+  return train.micro_batches() * dims.cp;
+}
+
 TensorParallelExtras::TensorParallelExtras(const ProcessGroups& groups, bool deterministic) : tp_(groups.tensor()) {
   if (tp_ != nullptr) debug_ = tp_->duplicate("debug", /*share_counters=*/false);
-  if (deterministic && (tp_ != nullptr || groups.dims().pp > 1)) verdict_ = groups.world().duplicate("verdict");
+  // Each tensor piece, pipeline stage or context-parallel share may overflow on its own ranks.
+  if (deterministic && (tp_ != nullptr || groups.dims().pp > 1 || groups.dims().cp > 1))
+    verdict_ = groups.world().duplicate("verdict");
 }
 
 namespace {

@@ -19,16 +19,17 @@ class DdpPlan final : public EnginePlan {
     check_plan_batches(name, in, 0, dims.dp());
     const workloads::ParamLayout& layout = *in.layout;
     const coll::RankMesh mesh = dims.mesh(plan_topology(in));
-    const std::vector<int> dp = data_parallel_ranks(mesh, in.rank);
-    dp_ = {"dp", dp};
-    driver_group = {"scalars", dp};
+    // Gradients are summed over data × context (each context-parallel rank holds its tokens' share); the loss
+    // over data parallelism (the driver sums the context shares itself).
+    dp_ = {"dp", data_context_ranks(mesh, in.rank)};
+    driver_group = {"scalars", data_parallel_ranks(mesh, in.rank)};
     if (dims.pp > 1) {
       const std::string_view distinct[] = {kAxisPipeline, kAxisTensor};
       tp_ = {"distinct", mesh.group(distinct, in.rank)};
     } else if (dims.tp > 1) {
       tp_ = {"tp", mesh.group(kAxisTensor, in.rank)};
     }
-    if ((dims.tp > 1 || dims.pp > 1) && in.train.deterministic)
+    if ((dims.tp > 1 || dims.pp > 1 || dims.cp > 1) && in.train.deterministic)
       verdict_group = world_plan_group("verdict", in.world_size);
     const auto n = static_cast<std::uint64_t>(layout.total_numel());
     const bool mixed = workloads::has_separate_master(in.train.precision);

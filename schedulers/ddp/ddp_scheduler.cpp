@@ -104,6 +104,7 @@ DdpScheduler::DdpScheduler(const SchedulerArgs& args, std::string name) : name_(
   groups_ = &scheduler_groups(name_, args, own_groups_);
   world_ = &groups_->data_parallel();
   check_tensor_parallel_model(name_, *groups_, *model_);
+  check_context_parallel_model(name_, *groups_, *model_);
   tpx_ = std::make_unique<TensorParallelExtras>(*groups_, args.train.deterministic);
   // Replicated over dp: the norm is a sum over ranks only across the tensor-parallel pieces and pipeline stages.
   if (groups_->dims().pp > 1) distinct_comm_ = groups_->split({kAxisPipeline, kAxisTensor}, "distinct");
@@ -112,11 +113,14 @@ DdpScheduler::DdpScheduler(const SchedulerArgs& args, std::string name) : name_(
                                          tpx_->rank(), distinct_comm_ ? distinct_comm_.get() : tpx_->group());
   pdt_ = workloads::param_dtype(train_.precision);
   n_ = model_->layout().total_numel();
-  dp_comm_ = world_->duplicate("dp");
+  // Gradients are summed over the ranks with the same pieces: the data-parallel group, times the context-parallel
+  // group when the sequences are split (each of its ranks contributes its own tokens' share).
+  dp_comm_ = groups_->data_context().duplicate("dp");
   scalars_comm_ = world_->duplicate("scalars");
   params_ = alloc_->allocate(static_cast<std::size_t>(n_) * dtype_size(pdt_), AllocationTag::param);
   if (train_.deterministic) {
-    fixed_ = std::make_unique<FixedPointGrads>(model_->layout(), train_.micro_batches(), args.fixed_point);
+    fixed_ = std::make_unique<FixedPointGrads>(model_->layout(), gradient_summands(train_, groups_->dims()),
+                                               args.fixed_point);
     blocks_.resize(static_cast<std::size_t>(model_->layout().num_units()));
   }
   grads_ = alloc_->allocate(static_cast<std::size_t>(n_) * dtype_size(gdt()), AllocationTag::grad);
@@ -129,7 +133,8 @@ DdpScheduler::DdpScheduler(const SchedulerArgs& args, std::string name) : name_(
   buckets_ = std::make_unique<BucketedAllReduce>(*dp_comm_, model_->layout(), grads(),
                                                  std::max<std::size_t>(bucket_bytes, 1), args.options.overlap);
   driver_ = std::make_unique<StepDriver>(name_, *model_, train_, *alloc_, world_->rank(), world_->size(),
-                                         step_pipeline(args.options, *groups_, model_->layout().num_units()));
+                                         step_pipeline(args.options, *groups_, model_->layout().num_units()),
+                                         groups_->context());
   last_micro_batch_ = static_cast<int>(train_.micro_batches() / world_->size()) - 1;
 }
 

@@ -4,7 +4,9 @@
 // (ModelSpec::tensor_parallel_calls). With pipeline stages the walk is the stage's schedule, each action receiving
 // its input (or its output's gradient) from the neighbouring stage and sending its output (or its input's
 // gradient) on, the tied table's two stages all-reduce its gradient, and the last stage's losses are summed over
-// the pipeline group.
+// the pipeline group. With context parallelism each block's ring attention sends its K and V blocks (and in
+// backward their gradients) around the cp group, as the model declares them (ModelSpec::context_parallel_messages),
+// the gradients are summed over data × context, and each micro-batch's loss shares are summed over cp.
 #include <optional>
 
 #include "hzp/core/error.hpp"
@@ -20,12 +22,17 @@ namespace {
 class NdPlan final : public EnginePlan {
  public:
   explicit NdPlan(const PlanInputs& in) : dims_(nd_parallel_dims(in.options, in.world_size)) {
-    if (in.model == nullptr && (dims_.tp > 1 || dims_.pp > 1))
-      HZP_THROW(ConfigError, "the plan of scheduler nd at scheduler.tp = ", dims_.tp, ", scheduler.pp = ", dims_.pp,
-                " needs the model (its tensor-parallel pieces and collectives, its activations between stages), not "
-                "only its layout");
+    if (in.model == nullptr && (dims_.tp > 1 || dims_.pp > 1 || dims_.cp > 1))
+      HZP_THROW(ConfigError, "the plan of scheduler nd at scheduler.tp = ", dims_.tp, ", scheduler.cp = ", dims_.cp,
+                ", scheduler.pp = ", dims_.pp, " needs the model (its tensor-parallel pieces and collectives, its "
+                "ring attention's messages, its activations between stages), not only its layout");
     const coll::RankMesh mesh = dims_.mesh(plan_topology(in));  // refuses tp across nodes unless allowed
     tp_ = {"tp", mesh.group(kAxisTensor, in.rank)};
+    if (dims_.cp > 1) {
+      (void)workloads::ContextShard(in.model->seq_len(), dims_.cp, 0);  // ConfigError unless 2·cp divides seq_len
+      cp_ = {"cp", mesh.group(kAxisContext, in.rank)};
+      cp_rank_ = mesh.position(kAxisContext, in.rank);
+    }
     const int tp_rank = mesh.position(kAxisTensor, in.rank);
     // tp = 1: the whole layout, and the model issues no collective of its own.
     const workloads::ParamLayout pieces = in.model ? in.model->tensor_parallel_layout(dims_.tp, tp_rank) : *in.layout;
@@ -37,7 +44,8 @@ class NdPlan final : public EnginePlan {
       const workloads::StageCut cut = pipeline->cut(stage_);
       layout_ = std::make_unique<workloads::ParamLayout>(workloads::stage_layout(pieces, cut));
       embedding_ = shared_stage_group(pieces, cut, mesh, in.rank);
-      boundary_ = in.model->boundary_elements(in.train.micro_batch_size, dims_.tp, in.options.sequence_parallel);
+      boundary_ = in.model->boundary_elements(in.train.micro_batch_size, dims_.tp, in.options.sequence_parallel,
+                                              dims_.cp);
       adt_ = workloads::activation_dtype(in.train.precision);
     } else {
       layout_ = std::make_unique<workloads::ParamLayout>(pieces);
@@ -55,6 +63,7 @@ class NdPlan final : public EnginePlan {
     }
     wire_ = grad_wire_dtype(in.train);
     run_.tp = dims_.tp;
+    run_.cp = dims_.cp;
     run_.sequence_parallel = in.options.sequence_parallel;
     run_.recompute = in.train.recompute;
     run_.micro_batch_size = in.train.micro_batch_size;
@@ -76,6 +85,7 @@ class NdPlan final : public EnginePlan {
         default: HZP_THROW(PreconditionError, "nd plan: the model declared a collective the plan cannot count");
       }
     }
+    if (dims_.cp > 1) ring(a, u, out);
     inner_->unit(a, u, micro_batches, out);
     if (dims_.pp > 1) boundary(a, u, out);
   }
@@ -85,6 +95,7 @@ class NdPlan final : public EnginePlan {
         out.all_reduce(embedding_, layout_->unit_numel(u), wire_, 1, "per step (tied table, its two stages)");
       StepDriver::plan_pipeline_collectives(pp_, micro_batches_per_rank, out);
     }
+    if (dims_.cp > 1) StepDriver::plan_context_collectives(cp_, micro_batches_per_rank, out);
     inner_->step_end(out);
   }
 
@@ -102,6 +113,20 @@ class NdPlan final : public EnginePlan {
     if (!fwd && u == a.first_unit && a.first_unit > 0) out.send(pp_, prev, boundary_, adt_, 1, "per micro-batch (gradient out)");
   }
 
+  // Ring attention inside a block: every message goes to the next rank of the cp group and one as large comes from
+  // the previous (RingAttention's schedule).
+  void ring(const Action& a, int u, CollectiveLedger& out) const {
+    const bool bwd = a.kind == Action::Kind::backward;
+    const workloads::RingAttentionMessages m = spec_->context_parallel_messages(u, bwd, run_);
+    if (m.sends == 0) return;
+    const int prev = (cp_rank_ + dims_.cp - 1) % dims_.cp, next = (cp_rank_ + 1) % dims_.cp;
+    const char* what = bwd ? (run_.recompute ? "per micro-batch (ring attention: recomputed K, V, then K, V, dK, dV)"
+                                             : "per micro-batch (ring attention: K, V, dK, dV)")
+                           : "per micro-batch (ring attention: K, V)";
+    out.send(cp_, next, m.elements, m.dtype, m.sends, what);
+    out.recv(cp_, prev, m.elements, m.dtype, m.sends, what);
+  }
+
   // SharedStageGrads' group: the ranks at this rank's place in the other axes on the stages holding a shared unit.
   // A stage is in it when its layout holds shared units, by the engines' own rule (shared_units).
   static PlanGroup shared_stage_group(const workloads::ParamLayout& whole, const workloads::StageCut& cut,
@@ -115,8 +140,8 @@ class NdPlan final : public EnginePlan {
   }
 
   ParallelDims dims_;
-  PlanGroup tp_, pp_, embedding_;
-  int stage_ = 0;
+  PlanGroup tp_, pp_, cp_, embedding_;
+  int stage_ = 0, cp_rank_ = 0;
   std::int64_t boundary_ = 0;
   DType adt_ = DType::f32, wire_ = DType::f32;
   std::unique_ptr<workloads::ParamLayout> layout_;

@@ -8,17 +8,20 @@
 namespace hzp::schedulers {
 
 ParallelDims nd_parallel_dims(const SchedulerOptions& o, int w) {
-  if (o.tp < 1 || o.pp < 1 || w % (o.tp * o.pp) != 0)
-    HZP_THROW(ConfigError, "scheduler nd: scheduler.tp = ", o.tp, " times scheduler.pp = ", o.pp,
-              " does not divide the world size W = ", w, " (tp × pp × dp must be W). Fix: tp and pp whose product "
-              "divides W, e.g. tp = ", (w % 2 == 0 ? 2 : 1), ", pp = 1");
+  const long long split = 1LL * o.tp * o.cp * o.pp;
+  if (o.tp < 1 || o.pp < 1 || o.cp < 1 || w % split != 0)
+    HZP_THROW(ConfigError, "scheduler nd: scheduler.tp = ", o.tp, " times scheduler.cp = ", o.cp,
+              " times scheduler.pp = ", o.pp, " = ", split, " does not divide the world size W = ", w,
+              " (tp × cp × pp × dp must be W). Fix: degrees whose product divides W, e.g. tp = ",
+              (w % 2 == 0 ? 2 : 1), ", cp = 1, pp = 1");
   if (o.sequence_parallel && o.tp == 1)
     HZP_THROW(ConfigError, "scheduler nd: scheduler.sequence_parallel = true splits the sequence over the "
               "tensor-parallel group, but scheduler.tp = 1. Fix: scheduler.tp > 1, or sequence_parallel = false");
   ParallelDims d;
   d.tp = o.tp;
+  d.cp = o.cp;
   d.pp = o.pp;
-  (o.distributed_optimizer ? d.dp_shard : d.dp_replicate) = w / (o.tp * o.pp);
+  (o.distributed_optimizer ? d.dp_shard : d.dp_replicate) = static_cast<int>(w / split);
   d.tp_across_nodes = o.tp_across_nodes;
   return d;
 }

@@ -104,7 +104,7 @@ void PipelineStage::receive(TensorView into, int peer, int t) {
 
 PipelineStage::InFlight& PipelineStage::begin_chunk(const Action& a, int chunk, double normaliser, Hooks& hooks) {
   auto f = std::make_unique<InFlight>();
-  const auto n = static_cast<std::size_t>(base_.micro_batch_size * model_.seq_len());
+  const auto n = static_cast<std::size_t>(base_.micro_batch_size * model_.local_seq_len());
   f->inputs.resize(n);
   f->targets.resize(n);
   hooks.tokens(a.micro_batch, f->inputs, f->targets);

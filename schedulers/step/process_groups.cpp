@@ -72,9 +72,14 @@ coll::RankGroups ParallelDims::expert_groups(const coll::RankMesh& mesh) const {
 }
 
 std::vector<std::string_view> data_parallel_axes() { return {kAxisReplicate, kAxisShard}; }
+std::vector<std::string_view> data_context_axes() { return {kAxisReplicate, kAxisShard, kAxisContext}; }
 
 std::vector<int> data_parallel_ranks(const coll::RankMesh& mesh, int rank) {
   return mesh.group(data_parallel_axes(), rank);
+}
+
+std::vector<int> data_context_ranks(const coll::RankMesh& mesh, int rank) {
+  return mesh.group(data_context_axes(), rank);
 }
 
 ProcessGroups::ProcessGroups(coll::Communicator& world, const ParallelDims& dims, const coll::Topology& topology)
@@ -84,7 +89,7 @@ ProcessGroups::ProcessGroups(coll::Communicator& world, const ParallelDims& dims
   const int w = world.size();
   // One fixed order on every rank: each split is collective over the world.
   if (dims.dp() != w) dp_ = split(data_parallel_axes(), "dp");
-  if (dims.dp() * dims.cp != w) dp_cp_ = split({kAxisReplicate, kAxisShard, kAxisContext}, "dp_cp");
+  if (dims.dp() * dims.cp != w) dp_cp_ = split(data_context_axes(), "dp_cp");
   if (dims.tp > 1) tp_ = split({kAxisTensor}, "tp");
   if (dims.pp > 1) pp_ = split({kAxisPipeline}, "pp");
   if (dims.cp > 1) cp_ = split({kAxisContext}, "cp");

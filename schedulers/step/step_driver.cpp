@@ -41,9 +41,14 @@ std::optional<StepPipeline> step_pipeline(const SchedulerOptions& options, const
 }
 
 StepDriver::StepDriver(std::string scheduler, const workloads::Workload& model, const workloads::TrainConfig& train,
-                       CachingAllocator& alloc, int rank, int world_size, std::optional<StepPipeline> pipeline)
+                       CachingAllocator& alloc, int rank, int world_size, std::optional<StepPipeline> pipeline,
+                       coll::Communicator* context)
     : scheduler_(std::move(scheduler)), model_(model), train_(train), rank_(rank), world_size_(world_size),
-      pipeline_(std::move(pipeline)) {
+      pipeline_(std::move(pipeline)), context_(context && context->size() > 1 ? context : nullptr) {
+  const workloads::ContextShard* shard = model_.context_shard();
+  HZP_CHECK((shard ? shard->cp() : 1) == (context_ ? context_->size() : 1), scheduler_, ": the model runs ",
+            shard ? shard->cp() : 1, " context-parallel shares of every sequence, but the step's context group has ",
+            context_ ? context_->size() : 1, " ranks");
   const workloads::BatchPlan plan(train_.global_batch, train_.micro_batch_size, world_size_);
   const int m = static_cast<int>(plan.micro_batches_of(rank_).size()), units = model_.layout().num_units();
   const workloads::ContextOptions options{.micro_batch_size = train_.micro_batch_size, .recompute = train_.recompute};
@@ -62,8 +67,25 @@ StepDriver::StepDriver(std::string scheduler, const workloads::Workload& model, 
     check_schedule(actions_, m, units);
     ctx_ = model_.make_context(alloc, options);
   }
-  inputs_.resize(static_cast<std::size_t>(train_.micro_batch_size * model_.seq_len()));
+  inputs_.resize(static_cast<std::size_t>(train_.micro_batch_size * model_.local_seq_len()));
   targets_.resize(inputs_.size());
+  if (shard) {
+    whole_inputs_.resize(static_cast<std::size_t>(train_.micro_batch_size * model_.seq_len()));
+    whole_targets_.resize(whole_inputs_.size());
+  }
+}
+
+void StepDriver::fill_tokens(const Attempt& at, int mb, std::span<std::int32_t> inputs, std::span<std::int32_t> targets) {
+  const std::int64_t j = at.mine[static_cast<std::size_t>(mb)];
+  const workloads::ContextShard* shard = model_.context_shard();
+  if (shard == nullptr) {
+    workloads::fill_micro_batch(*at.batch.source, at.plan, at.batch.step, j, inputs, targets);
+    return;
+  }
+  // Every rank of the context group reads the same whole sequences and keeps its two chunks of each.
+  workloads::fill_micro_batch(*at.batch.source, at.plan, at.batch.step, j, whole_inputs_, whole_targets_);
+  shard->take(whole_inputs_, inputs, train_.micro_batch_size);
+  shard->take(whole_targets_, targets, train_.micro_batch_size);
 }
 
 StepDriver::~StepDriver() = default;
@@ -93,6 +115,9 @@ StepStats StepDriver::step(const StepBatch& batch, ParameterEngine& engine) {
     accepted = !fixed || conclude_fixed_point_attempt(*fixed, engine.verdict_group());
     if (!accepted) engine.attempt_voided();
   }
+  if (context_ != nullptr)  // each rank's losses are its tokens' shares: the micro-batches' are their sums
+    context_->all_reduce(TensorView(losses.data(), Shape{static_cast<std::int64_t>(losses.size())}, DType::f64),
+                         coll::ReduceOp::sum, StreamRef::host());
   const double compute_seconds = whole.wall() - waited;
 
   const StepFinish end = engine.finish_step(batch.step, scheduled_learning_rate(train_, batch.step));
@@ -111,8 +136,7 @@ void StepDriver::run_whole(const Attempt& at, ParameterEngine& engine, std::vect
   for_each_unit_call(actions_, [&](const Action& a, int u) {
     if (a.kind == Action::Kind::forward) {
       if (u == 0) {
-        workloads::fill_micro_batch(*at.batch.source, at.plan, at.batch.step,
-                                    at.mine[static_cast<std::size_t>(a.micro_batch)], inputs_, targets_);
+        fill_tokens(at, a.micro_batch, inputs_, targets_);
         ctx_->begin(inputs_, targets_, at.normaliser);
       }
       model_.forward(u, engine.unit_params(u, a), *ctx_);
@@ -135,8 +159,7 @@ double StepDriver::run_stage(const Attempt& at, ParameterEngine& engine, std::ve
   hooks.forward_done = [&](int u, const Action& a) { engine.forward_done(u, a); };
   hooks.backward_done = [&](int u, const Action& a) { engine.backward_done(u, a); };
   hooks.tokens = [&](int mb, std::span<std::int32_t> inputs, std::span<std::int32_t> targets) {
-    workloads::fill_micro_batch(*at.batch.source, at.plan, at.batch.step, at.mine[static_cast<std::size_t>(mb)], inputs,
-                                targets);
+    fill_tokens(at, mb, inputs, targets);
   };
   const int m = static_cast<int>(at.mine.size());
   losses = stage_->run(actions_, m, at.normaliser, hooks);
@@ -152,6 +175,11 @@ double StepDriver::run_stage(const Attempt& at, ParameterEngine& engine, std::ve
 void StepDriver::plan_pipeline_collectives(const PlanGroup& pipeline, std::int64_t micro_batches,
                                            CollectiveLedger& out) {
   out.all_reduce(pipeline, micro_batches, DType::f64, 1, "per step (micro-batch losses from the last stage)");
+}
+
+void StepDriver::plan_context_collectives(const PlanGroup& context, std::int64_t micro_batches,
+                                          CollectiveLedger& out) {
+  out.all_reduce(context, micro_batches, DType::f64, 1, "per step (micro-batch losses: the shares of each sequence)");
 }
 
 void StepDriver::plan_collectives(const workloads::TrainConfig& train, const workloads::ParamLayout& layout,

@@ -26,21 +26,22 @@ class ZeroPlan final : public EnginePlan {
       : layout_(*in.layout),
         stage_(stage),
         dims_(checked_dims(in, name, hybrid ? in.options.group_size : 0)),
-        shards_(ShardLayout::per_unit(*in.layout, dims_.dp_shard)),
+        shards_(ShardLayout::per_unit(*in.layout, dims_.dp_shard * dims_.cp)),
         pdt_(workloads::param_dtype(in.train.precision)),
         wire_(grad_wire_dtype(in.train)),
         deterministic_(in.train.deterministic) {
     const coll::RankMesh mesh = dims_.mesh(plan_topology(in));
-    shard_ = {"shard", mesh.group(kAxisShard, in.rank)};
+    const std::string_view shard_axes[] = {kAxisShard, kAxisContext};  // cp ranks are data-parallel for the weights
+    shard_ = {"shard", mesh.group(shard_axes, in.rank)};
     norm_ = shard_;
     if (dims_.pp > 1) {
-      const std::string_view distinct[] = {kAxisPipeline, kAxisShard, kAxisTensor};
+      const std::string_view distinct[] = {kAxisPipeline, kAxisShard, kAxisContext, kAxisTensor};
       norm_ = {"distinct", mesh.group(distinct, in.rank)};
     } else if (dims_.tp > 1) {
-      const std::string_view distinct[] = {kAxisShard, kAxisTensor};
+      const std::string_view distinct[] = {kAxisShard, kAxisContext, kAxisTensor};
       norm_ = {"distinct", mesh.group(distinct, in.rank)};
     }
-    if ((dims_.tp > 1 || dims_.pp > 1) && in.train.deterministic)
+    if ((dims_.tp > 1 || dims_.pp > 1 || dims_.cp > 1) && in.train.deterministic)
       verdict_group = world_plan_group("verdict", in.world_size);
     if (hybrid) replica_ = {"replica", mesh.group(kAxisReplicate, in.rank)};
     driver_group = {"scalars", data_parallel_ranks(mesh, in.rank)};

@@ -155,10 +155,13 @@ ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, 
   // The mesh's dp_shard groups are contiguous ranks (inside a node when Z = ranks_per_node), its dp_replicate
   // groups strided by Z; with tensor parallelism, among the ranks holding the same pieces.
   groups_ = &scheduler_groups(name_, args, own_groups_);
-  z_ = groups_->dims().dp_shard;
+  // Context-parallel ranks hold their own tokens of the same micro-batches: for the weights they are data-parallel,
+  // so the shards span dp_shard × cp (Megatron's distributed optimizer over the data × context group).
+  z_ = groups_->dims().dp_shard * groups_->dims().cp;
   world_ = &groups_->data_parallel();
   check_tensor_parallel_model(name_, *groups_, *model_);
-  shard_comm_ = groups_->split({kAxisShard}, "shard");
+  check_context_parallel_model(name_, *groups_, *model_);
+  shard_comm_ = groups_->split({kAxisShard, kAxisContext}, "shard");
   if (hybrid_) replica_comm_ = groups_->split({kAxisReplicate}, "replica");
   scalars_comm_ = world_->duplicate("scalars");
   debug_comm_ = shard_comm_->duplicate("debug", /*share_counters=*/false);
@@ -166,15 +169,15 @@ ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, 
   HZP_CHECK(groups_->dims().pp == 1 || stage_ == 1, "scheduler ", name_, ": pipeline stages run with zero1's engine "
             "only (nd's distributed optimizer)");
   if (groups_->dims().pp > 1)
-    distinct_comm_ = groups_->split({kAxisPipeline, kAxisShard, kAxisTensor}, "distinct");
+    distinct_comm_ = groups_->split({kAxisPipeline, kAxisShard, kAxisContext, kAxisTensor}, "distinct");
   else if (groups_->tensor() != nullptr)
-    distinct_comm_ = groups_->split({kAxisShard, kAxisTensor}, "distinct");
+    distinct_comm_ = groups_->split({kAxisShard, kAxisContext, kAxisTensor}, "distinct");
   tpx_ = std::make_unique<TensorParallelExtras>(*groups_, args.train.deterministic);
 
   const ParamLayout& layout = model_->layout();
   shared_ = std::make_unique<SharedStageGrads>(*groups_, layout);
   if (train_.deterministic)
-    fixed_ = std::make_unique<FixedPointGrads>(layout, train_.micro_batches(), args.fixed_point);
+    fixed_ = std::make_unique<FixedPointGrads>(layout, gradient_summands(train_, groups_->dims()), args.fixed_point);
   shards_ = std::make_unique<ShardLayout>(ShardLayout::per_unit(layout, z_));
   norm_ = std::make_unique<DistinctNorm>(layout, *shards_, idx_, tpx_->size(), tpx_->rank(),
                                          distinct_comm_ ? distinct_comm_.get() : shard_comm_.get());
@@ -197,7 +200,7 @@ ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, 
   gathered_.resize(static_cast<std::size_t>(units));
   grad_blocks_.resize(static_cast<std::size_t>(units));
   driver_ = std::make_unique<StepDriver>(name_, *model_, train_, *alloc_, world_->rank(), world_->size(),
-                                         step_pipeline(args.options, *groups_, units));
+                                         step_pipeline(args.options, *groups_, units), groups_->context());
 }
 
 void ZeroScheduler::ensure_gathered(const std::vector<int>& blocks) {

@@ -56,7 +56,8 @@ STEP_SERIES = ["loss", "grad_norm", "lr", "clip_coefficient", "tokens", "step_ti
                "loss_spike", "grad_norm_spike", "skipped", "retries"]
 RANK_SERIES = ["step_time_s", "cpu_time_s", "compute_s", "forward_s", "backward_s", "recompute_s", "exposed_comm_s",
                "join_wait_s", "transfer_wait_s", "pipeline_wait_s", "optimizer_s", "other_s", "comm_time_s",
-               "mem_allocated_bytes", "mem_reserved_bytes", "mem_peak_bytes", "slack", "ext_frag"]
+               "mem_allocated_bytes", "mem_reserved_bytes", "mem_peak_bytes", "mem_activation_peak_bytes", "slack",
+               "ext_frag"]
 ROOT_ATTRS = ["schema_version", "hzpbench_version", "git_sha", "git_dirty", "build_options", "argv", "config",
               "world_size", "topology", "backend", "cpu_model", "gpu_model", "start_time", "end_time", "status",
               "warmup_steps", "scheduler", "model.num_params", "model.flops_per_token", "model.flops_per_token_causal",
@@ -154,6 +155,8 @@ def scenario_none_tiny():
         check((f["steps/mfu_causal"][:] < f["steps/mfu"][:]).all(), "the causal convention counts fewer FLOPs")
         check((f["ranks/mem_reserved_bytes"][:] >= f["ranks/mem_allocated_bytes"][:]).all(), "reserved >= allocated")
         check((f["ranks/mem_peak_bytes"][:] > 0).all(), "peak memory recorded")
+        act = f["ranks/mem_activation_peak_bytes"][:]
+        check((act > 0).all() and (act <= f["ranks/mem_peak_bytes"][:]).all(), "activation peak recorded, within the peak")
         ms = f["memory/model_state_bytes"]
         comps = [c.decode() if isinstance(c, bytes) else c for c in ms.attrs["components"]]
         check(ms.shape == (1, 5) and comps == ["param", "grad", "master", "m", "v"], "model_state_bytes layout")

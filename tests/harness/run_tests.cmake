@@ -104,6 +104,19 @@ hzp_add_cli_test(NAME validate_bad_batch_for_world ARGS validate --set model.pre
                  --set scheduler.name=none RC 2 MATCH "scheduler\\.name = none is the single-rank reference")
 hzp_add_cli_test(NAME validate_bad_pool_too_small ARGS validate --set model.preset=tiny --set topology.world_size=4
                  --set scheduler.name=asynchzp --set scheduler.pool_mb=0.01 RC 2 MATCH "scheduler\\.pool_mb = 0\\.01 is too small")
+# Context parallelism: nd's key only; its degree must divide W with tp and pp, and 2·cp must divide the sequence.
+hzp_add_cli_test(NAME validate_bad_cp_not_nd ARGS validate --set model.preset=tiny --set topology.world_size=2
+                 --set scheduler.name=ddp --set scheduler.cp=2 RC 2
+                 MATCH "scheduler\\.cp = 2 is nd's context-parallel degree, but scheduler\\.name = ddp.*Fix: scheduler\\.name = nd")
+hzp_add_cli_test(NAME validate_bad_cp_world ARGS validate --set model.preset=tiny --set topology.world_size=4
+                 --set scheduler.name=nd --set scheduler.cp=3 RC 2
+                 MATCH "scheduler\\.cp = 3 times scheduler\\.pp = 1 = 3 does not divide the world size W = 4")
+hzp_add_cli_test(NAME validate_bad_cp_seq_len ARGS validate --set model.preset=tiny --set topology.world_size=4
+                 --set scheduler.name=nd --set scheduler.cp=4 --set model.seq_len=36 RC 2
+                 MATCH "model\\.seq_len = 36 must divide into 2 · scheduler\\.cp = 8 equal chunks.*Fix:")
+hzp_add_cli_test(NAME validate_nd_cp ARGS validate --set model.preset=tiny --set topology.world_size=8
+                 --set scheduler.name=nd --set scheduler.cp=2 --set scheduler.tp=2
+                 MATCH "valid for 8 ranks")
 hzp_add_cli_test(NAME validate_bad_output_exists ARGS validate --out ${CMAKE_CURRENT_SOURCE_DIR}/topology_8x2.toml
                  RC 2 MATCH "already exists")
 

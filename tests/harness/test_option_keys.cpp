@@ -38,7 +38,7 @@ TEST(OptionKeys, SchedulerKeysReachTheirFieldsAndDefaultToTheStruct) {
                         "scheduler.pool_fallback=inline", "scheduler.tp=4", "scheduler.sequence_parallel=true",
                         "scheduler.distributed_optimizer=true", "scheduler.tp_across_nodes=true", "scheduler.pp=4",
                         "scheduler.schedule=interleaved", "scheduler.virtual_stages=3", "scheduler.pp_layers=1,2,3,2",
-                        "scheduler.debug_unit_sleep_ms=2.5"})
+                        "scheduler.debug_unit_sleep_ms=2.5", "scheduler.cp=4"})
     r.add_set(s);
   const O o = schedulers::scheduler_options_from(r.resolve());
   EXPECT_EQ(o.bucket_mb, 7);
@@ -58,6 +58,7 @@ TEST(OptionKeys, SchedulerKeysReachTheirFieldsAndDefaultToTheStruct) {
   EXPECT_TRUE(o.distributed_optimizer);
   EXPECT_TRUE(o.tp_across_nodes);
   EXPECT_EQ(o.pp, 4);
+  EXPECT_EQ(o.cp, 4);
   EXPECT_EQ(o.schedule, schedulers::PipelineScheduleKind::interleaved);
   EXPECT_EQ(o.virtual_stages, 3);
   EXPECT_EQ(o.pp_layers, (std::vector<int>{1, 2, 3, 2}));
@@ -67,7 +68,8 @@ TEST(OptionKeys, SchedulerKeysReachTheirFieldsAndDefaultToTheStruct) {
   EXPECT_EQ(d.pp, want.pp);
   EXPECT_EQ(d.schedule, want.schedule);
   EXPECT_TRUE(d.pp_layers.empty());
-  EXPECT_EQ(schedulers::scheduler_option_decls().size(), 21u);  // a new key is declared there, and tested here
+  EXPECT_EQ(d.cp, want.cp);
+  EXPECT_EQ(schedulers::scheduler_option_decls().size(), 22u);  // a new key is declared there, and tested here
 }
 
 TEST(OptionKeys, FoundationKeysAreRegistered) {

@@ -1,5 +1,5 @@
-// What the nd tests share: one run of nd over a world (the model built over the mesh's tensor-parallel group and,
-// with pipeline stages, holding this rank's stage), and a visitor capturing a state dump's gradients.
+// What the nd tests share: one run of nd over a world (the model built over the mesh's tensor- and context-parallel
+// groups and, with pipeline stages, holding this rank's stage), and a visitor capturing a state dump's gradients.
 #pragma once
 
 #include <functional>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "data_parallel_test_util.hpp"
+#include "hzp/schedulers/data_parallel.hpp"
 #include "hzp/schedulers/nd.hpp"
 #include "hzp/schedulers/plan.hpp"
 #include "hzp/schedulers/step/step_driver.hpp"
@@ -45,7 +46,8 @@ struct NdRun {
     const workloads::StageCut cut =
         o.pp > 1 ? schedulers::pipeline_layout_from(o, setup.model->layout().num_units()).cut(groups->pipeline()->rank())
                  : workloads::StageCut{};
-    setup.model = workloads::make_llama(setup.model_config, spec.precision, {groups->tensor(), o.sequence_parallel}, cut);
+    setup.model = workloads::make_llama(setup.model_config, spec.precision, {groups->tensor(), o.sequence_parallel}, cut,
+                                        {groups->context()});
     schedulers::SchedulerArgs a = setup.args();
     a.world = &world;
     a.topology = &topology;
@@ -54,6 +56,14 @@ struct NdRun {
     scheduler = schedulers::make_scheduler("nd", a);
   }
   schedulers::StepStats step(std::int64_t i) { return scheduler->step({i, setup.source.get()}); }
+
+  /// Runs steps 0 and 1 and returns the counters' delta of step 1 on `world` (buckets settle on the first step).
+  coll::CounterSnapshot second_step_counters(coll::Communicator& world) {
+    step(0);
+    const coll::CounterSnapshot before = world.counters().snapshot();
+    step(1);
+    return world.counters().delta(before);
+  }
 
   /// nd's plan for this run's model, training settings and `options`, for `rank` of `world_size`.
   schedulers::SchedulerPlan plan(const schedulers::SchedulerOptions& options, int world_size, int rank) const {
@@ -80,5 +90,29 @@ class GradCapture final : public schedulers::StateVisitor {
   }
   std::map<std::string, std::vector<float>> grads;
 };
+
+/// After step 0 of `none` and of `nd` (tensor parallelism off): every gradient tensor nd's rank holds against none's
+/// of the same name, to `tolerance` relative L2.
+inline void expect_step0_grads_match_none(schedulers::Scheduler& none, NdRun& nd, const std::string& label,
+                                          double tolerance = 1e-5) {
+  GradCapture g_none;
+  none.visit_state(g_none);
+  auto& dp = dynamic_cast<schedulers::DataParallelScheduler&>(*nd.scheduler);
+  const std::vector<float> mine = dp.gather_gradient();
+  const workloads::ParamLayout& layout = nd.setup.model->layout();
+  ASSERT_EQ(static_cast<std::int64_t>(mine.size()), layout.total_numel()) << label;
+  int seen = 0;
+  for (int u = 0; u < layout.num_units(); ++u)
+    for (int t = 0; t < static_cast<int>(layout.unit(u).tensors.size()); ++t) {
+      const workloads::ParamTensor& pt = layout.unit(u).tensors[static_cast<std::size_t>(t)];
+      const auto it = g_none.grads.find(pt.name);
+      ASSERT_TRUE(it != g_none.grads.end()) << label << ": " << pt.name;
+      ASSERT_EQ(static_cast<std::int64_t>(it->second.size()), pt.numel()) << label << ": " << pt.name;
+      EXPECT_LE(rel_l2(mine.data() + layout.tensor_offset(u, t), it->second.data(), pt.numel()), tolerance)
+          << label << ": step-0 gradient of " << pt.name;
+      ++seen;
+    }
+  EXPECT_GT(seen, 0) << label;
+}
 
 }  // namespace hzp::test

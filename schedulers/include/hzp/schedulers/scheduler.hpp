@@ -116,6 +116,9 @@ struct SchedulerOptions {
   /// dwarfs the compute of a small model, so the pipeline's bubble is measured against a known unit time;
   /// refused by the harness unless HZPBENCH_BENCHMARK_HOOKS=1 (docs/nd-parallel.md).
   double debug_unit_sleep_ms = 0;
+  // --- nd: context parallelism (docs/nd-parallel.md "Context parallelism") ---
+  /// Ranks every sequence is split over (ring attention); inside pp, outside tp; dp = W / (tp · cp · pp).
+  int cp = 1;
 };
 
 /// Everything a scheduler is built from. The model, allocator and communicator must outlive it.

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -39,6 +40,16 @@ const ProcessGroups& scheduler_groups(std::string_view name, const SchedulerArgs
 /// tp > 1 (a model built without its tensor-parallel group would silently train tp copies of the whole model).
 void check_tensor_parallel_model(std::string_view scheduler, const ProcessGroups& groups,
                                  const workloads::Workload& model);
+
+/// ConfigError unless the model runs exactly the groups' context-parallel share: with cp > 1 its context_shard()
+/// is rank context()->rank() of cp; with cp = 1 it has none (a model built without its group would train every
+/// rank on whole sequences while the engines sum cp ranks' gradients as if each held a share).
+void check_context_parallel_model(std::string_view scheduler, const ProcessGroups& groups,
+                                  const workloads::Workload& model);
+
+/// The gradient contributions summed into one step's gradient: one per micro-batch, times cp (each context-parallel
+/// rank's share of a micro-batch is a contribution of its own). Deterministic mode's limit divides by it.
+std::int64_t gradient_summands(const workloads::TrainConfig& train, const ParallelDims& dims);
 
 /// What a data-parallel engine adds when its model is split over the groups' tensor-parallel group or pipeline
 /// stages (nd): an uncounted duplicate of the tensor-parallel group for the dumps' gathers of whole tensors, and in

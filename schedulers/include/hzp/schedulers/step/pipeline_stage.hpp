@@ -32,7 +32,7 @@ class PipelineStage {
     std::function<workloads::UnitGrads(int u, const Action& a)> grads;
     /// Unit u's forward / backward for a is done (optional).
     std::function<void(int u, const Action& a)> forward_done, backward_done;
-    /// Fills micro-batch `mb`'s inputs and targets ([micro_batch_size · seq_len] each).
+    /// Fills micro-batch `mb`'s inputs and targets ([micro_batch_size · local_seq_len] each).
     std::function<void(int mb, std::span<std::int32_t> inputs, std::span<std::int32_t> targets)> tokens;
   };
 

@@ -55,6 +55,10 @@ std::vector<std::string_view> data_parallel_axes();
 /// The world ranks of `rank`'s data-parallel group in `mesh`, in rank order (what ProcessGroups::data_parallel()
 /// holds; the plan's groups are made from it).
 std::vector<int> data_parallel_ranks(const coll::RankMesh& mesh, int rank);
+/// The axes of the data × context group (data_parallel_axes() and cp: where gradients are summed) and its world
+/// ranks for `rank` (what ProcessGroups::data_context() holds).
+std::vector<std::string_view> data_context_axes();
+std::vector<int> data_context_ranks(const coll::RankMesh& mesh, int rank);
 
 /// The communicators of one rank, split from the world once, in a fixed order on every rank (collective
 /// over `world`). A group of one rank is not split: its accessor returns nullptr. A group that is the whole

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -43,9 +44,12 @@ class StepDriver {
  public:
   /// `rank` of `world_size` data-parallel ranks; the model and allocator must outlive the driver. With
   /// `pipeline` the rank runs its stage's schedule (the model holds that stage's units) through a PipelineStage,
-  /// and the losses, which only the last stage computes, are summed over the pipeline group.
+  /// and the losses, which only the last stage computes, are summed over the pipeline group. With `context` (the
+  /// context-parallel group, nullptr without one; its size must be the model's context_shard()'s) every micro-batch
+  /// is read whole and cut to the rank's share, and the shares of each micro-batch's loss are summed over it.
   StepDriver(std::string scheduler, const workloads::Workload& model, const workloads::TrainConfig& train,
-             CachingAllocator& alloc, int rank, int world_size, std::optional<StepPipeline> pipeline = std::nullopt);
+             CachingAllocator& alloc, int rank, int world_size, std::optional<StepPipeline> pipeline = std::nullopt,
+             coll::Communicator* context = nullptr);
   ~StepDriver();
 
   /// The schedule the driver runs for each step (sequential over the rank's micro-batches, or the stage's).
@@ -64,6 +68,8 @@ class StepDriver {
   /// What step() adds under pipeline parallelism: the micro-batch losses summed over `pipeline` (from the last
   /// stage) once per step.
   static void plan_pipeline_collectives(const PlanGroup& pipeline, std::int64_t micro_batches, CollectiveLedger& out);
+  /// What step() adds under context parallelism: the micro-batch losses summed over `context` once per step.
+  static void plan_context_collectives(const PlanGroup& context, std::int64_t micro_batches, CollectiveLedger& out);
 
  private:
   // What every attempt of a step shares: the batch, its plan, this rank's micro-batches, the loss normaliser.
@@ -76,6 +82,8 @@ class StepDriver {
   // One attempt's actions over the whole model, or as a pipeline stage (returns the seconds waited on peers).
   void run_whole(const Attempt& at, ParameterEngine& engine, std::vector<double>& losses);
   double run_stage(const Attempt& at, ParameterEngine& engine, std::vector<double>& losses);
+  // Micro-batch `mb`'s tokens as the context takes them: whole sequences, or the rank's context-parallel share.
+  void fill_tokens(const Attempt& at, int mb, std::span<std::int32_t> inputs, std::span<std::int32_t> targets);
 
 
   std::string scheduler_;
@@ -84,10 +92,12 @@ class StepDriver {
   int rank_, world_size_;
   std::vector<Action> actions_;
   std::unique_ptr<workloads::MicroBatchContext> ctx_;
-  std::vector<std::int32_t> inputs_, targets_;
+  std::vector<std::int32_t> inputs_, targets_;              // what the context takes
+  std::vector<std::int32_t> whole_inputs_, whole_targets_;  // context parallelism: the sequences before the cut
   std::int64_t steps_done_ = 0;
   std::optional<StepPipeline> pipeline_;
   std::unique_ptr<PipelineStage> stage_;
+  coll::Communicator* context_ = nullptr;
 };
 
 }  // namespace hzp::schedulers
