@@ -1,7 +1,8 @@
 """Names for what a run configured, as a reader of a figure or table wants to see them: the scheduler's
-layout ("hsdp Z=4", "asynchzp z1=8 z2=4 z3=4 async") and a configuration's label (the layout, then every
-other swept key as `name=value`). The group sizes are resolved the way hzpbench resolves them (0 = the
-next larger group; docs/options.md), so a run that left z2 at 0 and one that set it to z1 get one label.
+layout ("hsdp Z=4", "asynchzp z1=8 z2=4 z3=4 async", "nd TP=2 × CP=2 × PP=2") and a configuration's label
+(the layout, then every other swept key as `name=value`). The group sizes are resolved the way hzpbench
+resolves them (0 = the next larger group; docs/options.md), so a run that left z2 at 0 and one that set it to
+z1 get one label.
 """
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ from typing import Any
 # Scheduler keys the layout itself shows; other scheduler.* axes are appended as name=value.
 LAYOUT_KEYS = {"scheduler.name", "scheduler.group_size", "scheduler.z1", "scheduler.z2", "scheduler.z3",
                "scheduler.async"}
+# nd's mesh degrees its layout shows, innermost first (the mesh nests pp, dp, cp, tp), each where it is > 1; a
+# results file always has them in its config (older files lack scheduler.cp: 1, as hzpbench defaults it).
+ND_MESH = (("scheduler.tp", "TP"), ("scheduler.cp", "CP"), ("scheduler.pp", "PP"))
+ND_LAYOUT_KEYS = {k for k, _ in ND_MESH}
 
 
 def _int(v: Any, default: int = 0) -> int:
@@ -46,7 +51,21 @@ def layout(cfg: dict, world: int) -> str:
         z1, z2, z3 = groups(cfg, world)
         mode = "async" if truthy(cfg.get("scheduler.async", True)) else "inline"
         return f"asynchzp z1={z1} z2={z2} z3={z3} {mode}"
+    if name == "nd":
+        degree = mesh_degrees(cfg)
+        mesh = [f"{short}={degree[short.lower()]}" for _, short in ND_MESH if degree[short.lower()] > 1]
+        return "nd " + " × ".join(mesh) if mesh else "nd"
     return name
+
+
+def mesh_degrees(cfg: dict) -> dict[str, int]:
+    """nd's {"tp", "cp", "pp"} degrees from the configuration (1 where a key is absent: hzpbench's default)."""
+    return {short.lower(): _int(cfg.get(key), 1) for key, short in ND_MESH}
+
+
+def layout_keys(cfg: dict) -> set[str]:
+    """The keys a configuration's layout shows (its label leaves them out of the name=value list)."""
+    return LAYOUT_KEYS | ND_LAYOUT_KEYS if str(cfg.get("scheduler.name")) == "nd" else LAYOUT_KEYS
 
 
 def plain(v: Any) -> Any:
@@ -79,7 +98,8 @@ def config_label(cfg: dict, world: int, axes: list[str], show_world: bool, usual
     runs have) leaves out what a run shares with most others: two runs that differ still differ in label,
     since at least one of them departs from the usual value where they differ. output.* never names a run."""
     head = layout(cfg, world) + (f" W={world}" if show_world else "")
-    rest = [a for a in axes if a not in LAYOUT_KEYS and a != "topology.world_size" and not a.startswith("output.")]
+    shown = layout_keys(cfg)
+    rest = [a for a in axes if a not in shown and a != "topology.world_size" and not a.startswith("output.")]
     short = _short_names(rest)
     usual = usual or {}
     parts = [f"{short[a]}={value_text(cfg.get(a))}" for a in rest

@@ -43,7 +43,8 @@ def per_config(res: Results) -> pd.DataFrame:
         world = int(m["world_size"] or 1)
         z1, z2, z3 = labels.groups(cfg, world)
         row = {"config": config, "layout": m["layout"], "scheduler": cfg.get("scheduler.name"), "world": world,
-               "z1": z1, "z2": z2, "z3": z3, "async": labels.truthy(cfg.get("scheduler.async", True)),
+               "z1": z1, "z2": z2, "z3": z3, **labels.mesh_degrees(cfg),
+               "async": labels.truthy(cfg.get("scheduler.async", True)),
                "seq_len": cfg.get("model.seq_len"), "global_batch": cfg.get("train.global_batch"),
                "comm_to_compute": cfg.get("links.comm_to_compute"), "ok": len(ok), "runs": len(g),
                "states": ", ".join(sorted(set(g["state"]))),
@@ -167,8 +168,9 @@ def table4(res: Results) -> list:
                 ["seq_len", "global_batch", "comm_to_compute"], name="layout")
     return [Table(t, "Per sequence length and global batch (comm_to_compute r: the links' ratio at that length), "
                      "speed-up against ND parallelism (nd) at the same length and batch where it ran (the "
-                     "shortest with tensor parallelism, the middle one with tensor × pipeline parallelism; the longest "
-                     "needs context parallelism), else against zero3.")]
+                     "shortest with tensor parallelism, the middle one with tensor × pipeline parallelism, the "
+                     "longest with tensor × context × pipeline parallelism), else against zero3. zero3, hsdp and "
+                     "asynchzp run every length without context parallelism.")]
 
 
 def ablation(res: Results) -> list:

@@ -66,8 +66,8 @@ def test_a_run_stopped_by_a_signal_counts_as_killed(runs, tmp_path):
 
 def test_paper_tables_take_nd_as_the_baseline_where_it_ran():
     """Tables 2 and 4 measure speed-up against the paper's 100%, ND parallelism (`nd`), in each group that has
-    an nd run, and against zero3 in a group without one (Table 4's longer lengths, until pipeline and context
-    parallelism exist)."""
+    an nd run (Table 4's three lengths, the longest with context parallelism), and against zero3 in a group
+    without one (a sweep without nd at that length)."""
     import pandas as pd
 
     from analysis.report import paper_tables
@@ -80,8 +80,38 @@ def test_paper_tables_take_nd_as_the_baseline_where_it_ran():
         {**base, "scheduler": "asynchzp", "seq_len": 64, "config": "asynchzp 64", "tokens_per_s_median": 120.0},
         {**base, "scheduler": "zero3", "seq_len": 256, "config": "zero3 256", "tokens_per_s_median": 40.0},
         {**base, "scheduler": "asynchzp", "seq_len": 256, "config": "asynchzp 256", "tokens_per_s_median": 60.0},
+        {**base, "scheduler": "zero3", "seq_len": 1024, "config": "zero3 1024", "tokens_per_s_median": 30.0},
+        {**base, "scheduler": "nd", "seq_len": 1024, "config": "nd TP=2 × CP=2 × PP=2", "tokens_per_s_median": 20.0},
     ])
     t = paper_tables._versus(pc, paper_tables._nd_or_zero3, ["seq_len"], ["seq_len"])
     got = {(r["seq_len"], r["configuration"]): r["speedup"] for _, r in t.iterrows()}
     assert got[(64, "asynchzp 64")] == "120.0%" and got[(64, "nd 64")] == "100.0%" and got[(64, "zero3 64")] == "50.0%"
     assert got[(256, "asynchzp 256")] == "150.0%" and got[(256, "zero3 256")] == "100.0%"
+    assert got[(1024, "nd TP=2 × CP=2 × PP=2")] == "100.0%" and got[(1024, "zero3 1024")] == "150.0%"
+
+
+def test_nd_layout_names_its_context_parallel_degree(tmp_path):
+    """An nd run's layout names its mesh (TP, CP, PP where > 1), read from the results file's config
+    (scheduler.cp, which the file's parallel.cp attribute agrees with); a configuration label does not repeat
+    the degrees the layout shows, and per_config carries them."""
+    from conftest import run
+
+    from analysis.load import labels, load
+    from analysis.report import paper_tables
+
+    run(tmp_path / "nd_cp2.h5", "--set", "scheduler.name=nd", "--set", "scheduler.cp=2", ranks=2)
+    res = load([tmp_path])
+    assert int(res.attrs["nd_cp2"]["parallel.cp"]) == 2
+    assert res.runs.set_index("run").loc["nd_cp2", "layout"] == "nd CP=2"
+    pc = paper_tables.per_config(res)
+    assert pc.iloc[0]["layout"] == "nd CP=2" and pc.iloc[0][["tp", "cp", "pp"]].tolist() == [1, 2, 1]
+
+    cfg = {"scheduler.name": "nd", "scheduler.tp": 2, "scheduler.cp": 2, "scheduler.pp": 2, "model.seq_len": 1024}
+    axes = ["scheduler.name", "scheduler.pp", "scheduler.tp", "scheduler.cp", "model.seq_len"]
+    assert labels.layout(cfg, 8) == "nd TP=2 × CP=2 × PP=2"
+    assert labels.config_label(cfg, 8, axes, False) == "nd TP=2 × CP=2 × PP=2, seq_len=1024"
+    assert labels.layout({**cfg, "scheduler.tp": 4, "scheduler.cp": 1}, 8) == "nd TP=4 × PP=2"
+    assert labels.layout({"scheduler.name": "nd"}, 8) == "nd"       # a file from before scheduler.cp: cp = 1
+    # Other schedulers keep their layout and list the swept nd keys as name=value.
+    zero3 = {**cfg, "scheduler.name": "zero3", "scheduler.tp": 4, "scheduler.cp": 1, "scheduler.pp": 1}
+    assert labels.config_label(zero3, 8, axes, False) == "zero3, pp=1, tp=4, cp=1, seq_len=1024"

@@ -98,3 +98,89 @@ def test_dry_run_says_what_the_ablation_runs_and_how_long():
     m = re.search(r"ablation\s+40 run\(s\), about (\d+) min", p.stdout)
     assert m and 0 < int(m[1]) < 30, p.stdout
 
+
+
+def reproduce_module():
+    """scripts/reproduce imported as a module (it has no .py suffix)."""
+    import importlib.machinery
+    import importlib.util
+    loader = importlib.machinery.SourceFileLoader("reproduce", str(REPO / "scripts" / "reproduce"))
+    spec = importlib.util.spec_from_loader("reproduce", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def test_nd_context_parallelism_does_not_make_asynchzp_rows_available():
+    """nd's scheduler.cp gives context parallelism; the paper's rows that need AsyncHZP with it stay pending
+    until `hzpbench validate` accepts asynchzp with scheduler.cp = 2, and only then are reported available."""
+    from analysis.paper import pending
+    rp = reproduce_module()
+    facts = {"schedulers": ["zero3", "hsdp", "asynchzp", "nd"], "presets": ["tiny", "small"], "subcommands": ["run"],
+             "keys": ["scheduler.tp", "scheduler.pp", "scheduler.cp"], "asynchzp_pipeline": False,
+             "asynchzp_context": False}
+    avail = set(rp.available(facts))
+    assert {pending.TENSOR, pending.PIPELINE, pending.CONTEXT} <= avail
+    assert pending.ASYNC_CONTEXT not in avail and pending.ASYNC_PIPELINE not in avail
+    for part in pending.PENDING:
+        assert pending.now_available(part, avail) == [], part
+    # Every row the paper runs with AsyncHZP at CP = 8 waits for AsyncHZP with context parallelism.
+    waiting = {r["row"] for part in ("table2", "table3", "table4") for r in pending.pending(part, avail)
+               if r["needs"] == pending.ASYNC_CONTEXT}
+    assert len(waiting) == 4 and all("CP = 8" in row for row in waiting)
+    # Table 4's ND row at 128K runs (table4.toml) and is no longer listed.
+    assert [r["row"] for r in pending.pending("table4", avail)] == [
+        "AsyncHZP with CP = 8 (and PP = 4 at 32K and 128K; run here without either)"]
+    facts["asynchzp_context"] = True
+    avail = set(rp.available(facts))
+    assert pending.ASYNC_CONTEXT in avail
+    assert {r["row"] for part in ("table2", "table3", "table4") for r in pending.now_available(part, avail)} == waiting
+
+
+def test_no_pending_row_waits_for_what_nd_already_has():
+    """nd runs tensor, pipeline and context parallelism: a row needing only those belongs in a sweep spec."""
+    from analysis.paper import pending
+    for part, rows in pending.PENDING.items():
+        for row, need in rows:
+            assert need not in (pending.TENSOR, pending.PIPELINE, pending.CONTEXT), (part, row)
+
+
+def test_asynchzp_context_is_detected_by_validate():
+    """The fact comes from `hzpbench validate` accepting asynchzp with scheduler.cp = 2 at 4 ranks, not from nd's key."""
+    from analysis.paper import pending
+    rp = reproduce_module()
+    facts = rp.hzpbench_facts(hzpbench())
+    accepts = subprocess.run([hzpbench(), "validate", "--set", "scheduler.name=asynchzp", "--set", "scheduler.cp=2",
+                              "--set", "topology.world_size=4"], capture_output=True).returncode == 0
+    assert "scheduler.cp" in facts["keys"] and facts["asynchzp_context"] is accepts
+    avail = rp.available(facts)
+    assert pending.CONTEXT in avail and (pending.ASYNC_CONTEXT in avail) is accepts
+
+
+def test_table4_runs_the_paper_nd_rows_at_every_length():
+    """table4.toml: zero3, hsdp and asynchzp at the three lengths (and 4 micro-batches per rank at 64), nd TP = 4 at
+    64, TP = 4 x PP = 2 at 256 and TP = 2 x CP = 2 x PP = 2 at 1024 (dp = 1): 16 tasks, CP in that one alone;
+    every task validated by the sweep tool with the real hzpbench."""
+    sys.path.insert(0, str(REPO / "slurm"))
+    from hzpsweep import spec
+    sweep = spec.load(REPO / "configs" / "sweeps" / "paper" / "table4.toml")
+    tasks = [(t.config["scheduler.name"], t.config["model.seq_len"], t.config["train.global_batch"],
+              t.config["scheduler.tp"], t.config["scheduler.cp"], t.config["scheduler.pp"], t.world_size)
+             for t in sweep.tasks]
+    assert len(tasks) == len(set(tasks)) == 16
+    for name in ("zero3", "hsdp", "asynchzp"):
+        assert sorted(t[1:] for t in tasks if t[0] == name) == [
+            (64, 8, 4, 1, 1, 8), (64, 32, 4, 1, 1, 8), (256, 8, 4, 1, 1, 8), (1024, 8, 4, 1, 1, 8)], name
+    assert sorted(t[1:] for t in tasks if t[0] == "nd") == [
+        (64, 8, 4, 1, 1, 8), (64, 32, 4, 1, 1, 8), (256, 8, 4, 1, 2, 8), (1024, 8, 2, 2, 2, 8)]
+    cp = [t for t in sweep.tasks if t.config["scheduler.cp"] != 1]
+    assert len(cp) == 1
+    c = cp[0].config
+    assert c["links.comm_to_compute"] == 0.125 and c["topology.ranks_per_node"] == 4
+    assert c["scheduler.sequence_parallel"] is True and c["scheduler.distributed_optimizer"] is True
+    assert cp[0].world_size // (c["scheduler.tp"] * c["scheduler.cp"] * c["scheduler.pp"]) == 1     # dp = 1
+    p = subprocess.run([sys.executable, str(REPO / "slurm" / "sweep"), "plan",
+                        str(REPO / "configs" / "sweeps" / "paper" / "table4.toml"), "--hzpbench", hzpbench()],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "validated  16 distinct configuration(s)" in p.stdout, p.stdout
