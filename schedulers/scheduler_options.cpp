@@ -118,7 +118,7 @@ std::vector<SchedulerOptionDecl> declare() {
   // ---- nd (docs/nd-parallel.md) ----
   v.push_back(with(int_option("scheduler.tp", &O::tp,
                               "nd: tensor-parallel degree: attention heads, KV heads, the MLP width and the vocabulary "
-                              "split over tp consecutive ranks (inside a node); must divide the world size; dp = W / tp"),
+                              "split over tp consecutive ranks (inside a node); dp = W / (tp · cp · pp)"),
                    [](S& s) { s.positive(); }));
   v.push_back(bool_option("scheduler.sequence_parallel", &O::sequence_parallel,
                           "nd: sequence parallelism inside the tensor-parallel group (norms and residuals on 1/tp of "
@@ -132,7 +132,7 @@ std::vector<SchedulerOptionDecl> declare() {
                           "inter-node bandwidth on every layer)"));
   v.push_back(with(int_option("scheduler.pp", &O::pp,
                               "nd: pipeline stages, each a contiguous range of units (the embedding on the first, the "
-                              "head on the last); stages are the outermost mesh axis; dp = W / (tp · pp)"),
+                              "head on the last); stages are the outermost mesh axis; dp = W / (tp · cp · pp)"),
                    [](S& s) { s.positive(); }));
   v.push_back(enum_option<PipelineScheduleKind>(
       "scheduler.schedule",

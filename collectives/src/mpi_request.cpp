@@ -42,6 +42,12 @@ class MpiRequest final : public Request::Impl {
     return true;
   }
 
+  void add_wait(double seconds) override {
+    if (done_) return;
+    if (first_block_ < 0) first_block_ = wall_seconds() - seconds;
+    wait_s_ += seconds;
+  }
+
   void wait() override {
     if (done_) return;
     const double t0 = begin_blocking();

@@ -1,7 +1,10 @@
 // Request: the move-only handle of an in-flight operation.
 #include <cstdio>
+#include <thread>
 
+#include "hzp/collectives/comm_wait_observer.hpp"
 #include "hzp/collectives/communicator.hpp"
+#include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
 
 namespace hzp::coll {
@@ -50,6 +53,23 @@ void Request::wait() {
   // Release the impl even when wait throws: a failed request must not be waited on again.
   auto impl = std::move(impl_);
   impl->wait();
+}
+
+void Request::add_wait(double seconds) {
+  if (impl_) impl_->add_wait(seconds);
+}
+
+void wait_all(std::span<Request> requests) {
+  const CommWaitScope waiting;
+  for (;;) {
+    Request* pending = nullptr;
+    for (Request& r : requests)
+      if (!r.test() && pending == nullptr) pending = &r;
+    if (pending == nullptr) return;
+    const double t0 = wall_seconds();
+    std::this_thread::yield();
+    pending->add_wait(wall_seconds() - t0);
+  }
 }
 
 }  // namespace hzp::coll

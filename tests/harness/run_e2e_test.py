@@ -5,7 +5,7 @@ Scenarios (one CTest each, see run_tests.cmake):
   none_tiny        tiny with `none`: every documented dataset and attribute, shapes [step] / [step, rank],
                    the step-time closure, model-state bytes, --dump-tensors, the trace, `hzpbench inspect`;
                    then bf16-mixed with recompute (master state, recompute time, bf16 dumps)
-  closure          every registered scheduler (none on 1 rank, the others on 2): the parts of the step time
+  closure          every registered scheduler (none on 1 rank, the others on 2; nd also with cp = 2): the parts of the step time
                    add up to it, none counted twice (other never more than 2% negative); the unattributed
                    share is printed, not bounded (a timing)
   collective_only  2 ranks, debug.collective_only: [step, 2] series, comm/<op>/<level>/*, link profiles and
@@ -234,6 +234,16 @@ def scenario_closure():
                 check({e["pid"] for e in spans} == set(range(ranks)), f"{name}: trace holds spans of every rank")
                 check({"forward", "backward", "comm"} <= {e["cat"] for e in spans},
                       f"{name}: trace has compute and collective spans: {sorted({e['cat'] for e in spans})}")
+    # nd with context parallelism over both ranks: ring attention's waits (polled over several requests at once)
+    # are counted as exposed communication, so its step closes too, with and without emulated links.
+    for links in ([], ["--set", "links.emulate=true", "--set", "links.profile=h100-dgx"]):
+        _, out, _, path = run(TINY + ["--set", "train.steps=6", "--set", "scheduler.name=nd", "--set", "scheduler.cp=2"]
+                              + links, ranks=2, expect_rc=0)
+        check("# context: cp = 2: every sequence of 64 tokens in 4 chunks of 16" in out, "nd cp2: the header says the cut")
+        with h5py.File(path, "r") as f:
+            closure_check(f, f"nd cp=2 at 2 ranks{', links emulated' if links else ''}", first=2)
+            check(attr(f, "parallel.cp") == 2 and attr(f, "parallel.tp") == 1, "nd cp2: parallel degrees")
+            check("ring attention" in attr(f, "parallel.context"), "nd cp2: parallel.context recorded")
 
 
 def scenario_deterministic():

@@ -43,6 +43,9 @@ class Request {
     virtual bool test() = 0;
     /// Blocks (under the communicator's wait policy and deadline) until complete.
     virtual void wait() = 0;
+    /// `seconds` the caller spent waiting for this request between its test() calls (wait_all's pauses),
+    /// counted as this request's wait like the time inside test().
+    virtual void add_wait(double seconds) { (void)seconds; }
   };
 
   Request() = default;
@@ -55,12 +58,21 @@ class Request {
 
   bool test();
   void wait();
+  /// See Impl::add_wait (nothing once complete).
+  void add_wait(double seconds);
   /// True when the request was never started or has completed.
   bool done() const noexcept { return impl_ == nullptr; }
 
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+/// Completes every request of `requests`, polling all of them in turn (a shared-memory transfer moves only while
+/// its request is polled, so waiting on one alone could stall a peer waiting for another) and yielding the core
+/// between rounds. Each round's pause is counted as the wait of the first request still pending, so the waits the
+/// requests record add up to the wall time of the whole wait, as one wait() would record it. Deadlines: each
+/// request's own, enforced by its test(). Marks the thread as waiting on communication for the harness.
+void wait_all(std::span<Request> requests);
 
 class Communicator {
  public:

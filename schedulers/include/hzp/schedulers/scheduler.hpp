@@ -99,7 +99,7 @@ struct SchedulerOptions {
   enum class PoolFallback { error, inline_alloc };
   PoolFallback pool_fallback = PoolFallback::error;  ///< a block larger than its ring: error, or inline + counted
   // --- nd: classic ND parallelism (docs/nd-parallel.md) ---
-  int tp = 1;  ///< tensor-parallel degree (consecutive ranks, inside a node); dp = W / tp
+  int tp = 1;  ///< tensor-parallel degree (consecutive ranks, inside a node); dp = W / (tp · cp · pp)
   /// Megatron's sequence parallelism inside the tensor-parallel group (the model's TensorParallel option).
   bool sequence_parallel = false;
   /// Megatron's distributed optimizer: gradients reduce-scattered over dp, AdamW on the rank's shard, the
@@ -108,7 +108,7 @@ struct SchedulerOptions {
   /// Allow a tensor-parallel group to span virtual nodes (refused otherwise).
   bool tp_across_nodes = false;
   // --- nd: pipeline parallelism (docs/nd-parallel.md "Pipeline") ---
-  int pp = 1;  ///< pipeline stages (the outermost mesh axis); dp = W / (tp · pp)
+  int pp = 1;  ///< pipeline stages (the outermost mesh axis); dp = W / (tp · cp · pp)
   PipelineScheduleKind schedule = PipelineScheduleKind::one_f_one_b;
   int virtual_stages = 1;             ///< chunks per stage (interleaved only: >= 2)
   std::vector<int> pp_layers{};       ///< blocks per stage (empty: balanced); pp entries summing to the blocks
