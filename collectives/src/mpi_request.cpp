@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <cstdio>
 #include <sstream>
 
@@ -28,7 +29,11 @@ class MpiRequest final : public Request::Impl {
     if (model) model_ = *model;
   }
 
-  bool test() override {
+  bool test() override { return test_impl(/*timed=*/true); }
+  bool test_untimed() override { return test_impl(/*timed=*/false); }
+
+  // One progress attempt (test()); `timed` adds its own duration to the request's wait.
+  bool test_impl(bool timed) {
     if (done_) return true;
     const double t0 = begin_blocking();
     if (!transfer_done_) {
@@ -36,10 +41,19 @@ class MpiRequest final : public Request::Impl {
       if (!transfer_done_ && wall_seconds() > deadline_) fail_timeout();
     }
     const double now = wall_seconds();
-    wait_s_ += now - t0;
+    if (timed) wait_s_ += now - t0;
     if (!transfer_done_ || now < model_end_) return false;
     finish(now);
     return true;
+  }
+
+  void pause() override {
+    if (!pacer_) pacer_.emplace(st_->config.wait_policy, st_->config.backoff_max_us);
+    if (op_ && op_->moved()) {
+      pacer_->reset();  // a transfer under way: poll again at once, as wait() does
+      return;
+    }
+    pacer_->pause();
   }
 
   void add_wait(double seconds) override {
@@ -168,6 +182,7 @@ class MpiRequest final : public Request::Impl {
   double model_end_ = 0;
   double first_block_ = -1;
   double wait_s_ = 0;
+  std::optional<WaitPacer> pacer_;  // wait_all's pauses, created at the first
   double emulated_s_ = 0;
 };
 

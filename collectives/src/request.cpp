@@ -55,20 +55,41 @@ void Request::wait() {
   impl->wait();
 }
 
+bool Request::test_untimed() {
+  if (!impl_) return true;
+  bool done = false;
+  try {
+    done = impl_->test_untimed();
+  } catch (...) {
+    impl_.reset();  // as test(): a failed request is finished
+    throw;
+  }
+  if (done) impl_.reset();
+  return done;
+}
+
+void Request::Impl::pause() { std::this_thread::yield(); }
+
 void Request::add_wait(double seconds) {
   if (impl_) impl_->add_wait(seconds);
 }
 
+void Request::pause() {
+  if (impl_) impl_->pause();
+}
+
 void wait_all(std::span<Request> requests) {
   const CommWaitScope waiting;
+  double round = wall_seconds();
   for (;;) {
     Request* pending = nullptr;
     for (Request& r : requests)
-      if (!r.test() && pending == nullptr) pending = &r;
+      if (!r.test_untimed() && pending == nullptr) pending = &r;
     if (pending == nullptr) return;
-    const double t0 = wall_seconds();
-    std::this_thread::yield();
-    pending->add_wait(wall_seconds() - t0);
+    pending->pause();
+    const double now = wall_seconds();
+    pending->add_wait(now - round);
+    round = now;
   }
 }
 

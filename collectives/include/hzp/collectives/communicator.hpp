@@ -43,9 +43,14 @@ class Request {
     virtual bool test() = 0;
     /// Blocks (under the communicator's wait policy and deadline) until complete.
     virtual void wait() = 0;
-    /// `seconds` the caller spent waiting for this request between its test() calls (wait_all's pauses),
-    /// counted as this request's wait like the time inside test().
+    /// test() without counting its own time as this request's wait: a caller that waits on several requests
+    /// times the wait itself (wait_all) and hands it over with add_wait.
+    virtual bool test_untimed() { return test(); }
+    /// `seconds` the caller spent waiting for this request (wait_all's rounds), counted as this request's wait.
     virtual void add_wait(double seconds) { (void)seconds; }
+    /// Gives the core away once between unsuccessful polls (wait_all's rounds), as wait() does under the
+    /// communicator's wait policy: a yield, or the next sleep of a back-off that starts afresh when data moved.
+    virtual void pause();
   };
 
   Request() = default;
@@ -58,8 +63,10 @@ class Request {
 
   bool test();
   void wait();
-  /// See Impl::add_wait (nothing once complete).
+  /// See Impl::test_untimed, Impl::add_wait and Impl::pause (nothing once complete).
+  bool test_untimed();
   void add_wait(double seconds);
+  void pause();
   /// True when the request was never started or has completed.
   bool done() const noexcept { return impl_ == nullptr; }
 
@@ -68,10 +75,12 @@ class Request {
 };
 
 /// Completes every request of `requests`, polling all of them in turn (a shared-memory transfer moves only while
-/// its request is polled, so waiting on one alone could stall a peer waiting for another) and yielding the core
-/// between rounds. Each round's pause is counted as the wait of the first request still pending, so the waits the
-/// requests record add up to the wall time of the whole wait, as one wait() would record it. Deadlines: each
-/// request's own, enforced by its test(). Marks the thread as waiting on communication for the harness.
+/// its request is polled, so waiting on one alone could stall a peer waiting for another) and giving the core away
+/// between rounds under the first pending request's wait policy (Impl::pause). Each round (its polls and its pause) is counted whole as the wait of the first request still
+/// pending, so the waits the requests record add up to the wall time of the whole wait, as one wait() would record
+/// it (timing every poll separately instead loses the clock reads' own time, a large share when rounds take under
+/// a microsecond). Deadlines: each request's own, enforced by its polls. Marks the thread as waiting on
+/// communication for the harness.
 void wait_all(std::span<Request> requests);
 
 class Communicator {
