@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <optional>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include "comm_state.hpp"
@@ -182,7 +182,7 @@ class MpiRequest final : public Request::Impl {
   double model_end_ = 0;
   double first_block_ = -1;
   double wait_s_ = 0;
-  std::optional<WaitPacer> pacer_;  // wait_all's pauses, created at the first
+  std::optional<WaitPacer> pacer_;  // wait_all's pauses (pause()), made at the first
   double emulated_s_ = 0;
 };
 

@@ -33,11 +33,15 @@ Request::~Request() {
   }
 }
 
-bool Request::test() {
+bool Request::test() { return poll(&Impl::test); }
+
+bool Request::test_untimed() { return poll(&Impl::test_untimed); }
+
+bool Request::poll(bool (Impl::*test)()) {
   if (!impl_) return true;
   bool done = false;
   try {
-    done = impl_->test();
+    done = ((*impl_).*test)();
   } catch (...) {
     // As in wait(): a failed request is finished; it must not be waited on again (by the
     // destructor, say, which would report the failure a second time).
@@ -53,19 +57,6 @@ void Request::wait() {
   // Release the impl even when wait throws: a failed request must not be waited on again.
   auto impl = std::move(impl_);
   impl->wait();
-}
-
-bool Request::test_untimed() {
-  if (!impl_) return true;
-  bool done = false;
-  try {
-    done = impl_->test_untimed();
-  } catch (...) {
-    impl_.reset();  // as test(): a failed request is finished
-    throw;
-  }
-  if (done) impl_.reset();
-  return done;
 }
 
 void Request::Impl::pause() { std::this_thread::yield(); }

@@ -100,11 +100,11 @@ std::int64_t gradient_summands(const workloads::TrainConfig& train, const Parall
   return train.micro_batches() * dims.cp;
 }
 
+bool verdict_over_world(const ParallelDims& dims) { return dims.tp > 1 || dims.pp > 1 || dims.cp > 1; }
+
 TensorParallelExtras::TensorParallelExtras(const ProcessGroups& groups, bool deterministic) : tp_(groups.tensor()) {
   if (tp_ != nullptr) debug_ = tp_->duplicate("debug", /*share_counters=*/false);
-  // Each tensor piece, pipeline stage or context-parallel share may overflow on its own ranks.
-  if (deterministic && (tp_ != nullptr || groups.dims().pp > 1 || groups.dims().cp > 1))
-    verdict_ = groups.world().duplicate("verdict");
+  if (deterministic && verdict_over_world(groups.dims())) verdict_ = groups.world().duplicate("verdict");
 }
 
 namespace {

@@ -29,7 +29,7 @@ class DdpPlan final : public EnginePlan {
     } else if (dims.tp > 1) {
       tp_ = {"tp", mesh.group(kAxisTensor, in.rank)};
     }
-    if ((dims.tp > 1 || dims.pp > 1 || dims.cp > 1) && in.train.deterministic)
+    if (verdict_over_world(dims) && in.train.deterministic)
       verdict_group = world_plan_group("verdict", in.world_size);
     const auto n = static_cast<std::uint64_t>(layout.total_numel());
     const bool mixed = workloads::has_separate_master(in.train.precision);

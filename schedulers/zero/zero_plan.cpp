@@ -41,7 +41,7 @@ class ZeroPlan final : public EnginePlan {
       const std::string_view distinct[] = {kAxisShard, kAxisContext, kAxisTensor};
       norm_ = {"distinct", mesh.group(distinct, in.rank)};
     }
-    if ((dims_.tp > 1 || dims_.pp > 1 || dims_.cp > 1) && in.train.deterministic)
+    if (verdict_over_world(dims_) && in.train.deterministic)
       verdict_group = world_plan_group("verdict", in.world_size);
     if (hybrid) replica_ = {"replica", mesh.group(kAxisReplicate, in.rank)};
     driver_group = {"scalars", data_parallel_ranks(mesh, in.rank)};

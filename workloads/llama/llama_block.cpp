@@ -190,12 +190,16 @@ void LlamaModel::rope(LlamaContext& ctx, TensorView x, bool backward) const {
   (backward ? kernels::rope_bwd_at : kernels::rope_fwd_at)(x, x, ctx.positions(), config_.rope_base, ctx.stream());
 }
 
+RingAttention LlamaModel::ring_attention(LlamaContext& ctx) const {
+  const Dims d = dims(ctx);
+  return RingAttention(*cp_, *context_shard(), {d.batch, d.heads, d.kv_heads, d.head_dim}, act_dtype(), ctx.allocator());
+}
+
 void LlamaModel::attention_forward(LlamaContext& ctx, BlockActs& s) const {
   const Dims d = dims(ctx);
   CachingAllocator& alloc = ctx.allocator();
   if (cp_ != nullptr) {
-    RingAttention ring(*cp_, *context_shard(), {d.batch, d.heads, d.kv_heads, d.head_dim}, act_dtype(), alloc);
-    ring.forward(s.att.view, s.lse.view, s.q.view, s.k.view, s.v.view, ctx.stream());
+    ring_attention(ctx).forward(s.att.view, s.lse.view, s.q.view, s.k.view, s.v.view, ctx.stream());
     return;
   }
   const kernels::AttentionDims ad = attention_dims(d);
@@ -209,8 +213,7 @@ void LlamaModel::attention_backward(LlamaContext& ctx, BlockActs& s, TensorView 
   const Dims d = dims(ctx);
   CachingAllocator& alloc = ctx.allocator();
   if (cp_ != nullptr) {
-    RingAttention ring(*cp_, *context_shard(), {d.batch, d.heads, d.kv_heads, d.head_dim}, act_dtype(), alloc);
-    ring.backward(dq, dk, dv, datt, s.q.view, s.k.view, s.v.view, s.att.view, s.lse.view, ctx.stream());
+    ring_attention(ctx).backward(dq, dk, dv, datt, s.q.view, s.k.view, s.v.view, s.att.view, s.lse.view, ctx.stream());
     return;
   }
   const kernels::AttentionDims ad = attention_dims(d);

@@ -137,6 +137,8 @@ class LlamaModel final : public Workload {
   void attention_forward(LlamaContext& ctx, BlockActs& s) const;
   void attention_backward(LlamaContext& ctx, BlockActs& s, TensorView dq, TensorView dk, TensorView dv,
                           ConstTensorView datt) const;
+  /// The ring over the context-parallel group for this context's micro-batch (the rank's heads, the activation dtype).
+  RingAttention ring_attention(LlamaContext& ctx) const;
   /// RoPE on q or k [tokens, heads, head_dim] in place: at positions t mod seq_len, or at the context shard's.
   void rope(LlamaContext& ctx, TensorView x, bool backward) const;
 

@@ -1,7 +1,8 @@
 // The tensor-parallel collectives of the Llama decoder per unit and micro-batch (llama.hpp,
 // llama_tensor_parallel_calls), written beside the code that issues them (llama_ends.cpp, llama_block.cpp,
 // llama_model.cpp's sum_partial / gather_rows / norm_backward) so the plan needs no second description of the
-// model. N = micro_batch_size · seq_len / cp tokens (a context-parallel rank's share), d = hidden, R = N / tp rows under sequence parallelism.
+// model. N = micro_batch_size · seq_len / cp tokens (a context-parallel rank's share), d = hidden, R = N / tp rows
+// under sequence parallelism.
 //   embedding  forward: its vocabulary rows' partial lookup summed (all-reduce N·d, or reduce-scatter to rows);
 //              backward: under sequence parallelism the output gradient's rows all-gathered.
 //   block      forward: two row-parallel sums (wo, w_down), and under sequence parallelism two all-gathers of

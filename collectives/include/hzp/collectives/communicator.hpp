@@ -71,16 +71,18 @@ class Request {
   bool done() const noexcept { return impl_ == nullptr; }
 
  private:
+  // test() or test_untimed() through the impl, which is released once complete or failed.
+  bool poll(bool (Impl::*test)());
   std::unique_ptr<Impl> impl_;
 };
 
 /// Completes every request of `requests`, polling all of them in turn (a shared-memory transfer moves only while
 /// its request is polled, so waiting on one alone could stall a peer waiting for another) and giving the core away
-/// between rounds under the first pending request's wait policy (Impl::pause). Each round (its polls and its pause) is counted whole as the wait of the first request still
-/// pending, so the waits the requests record add up to the wall time of the whole wait, as one wait() would record
-/// it (timing every poll separately instead loses the clock reads' own time, a large share when rounds take under
-/// a microsecond). Deadlines: each request's own, enforced by its polls. Marks the thread as waiting on
-/// communication for the harness.
+/// between rounds under the first pending request's wait policy (Impl::pause). Each round (its polls and its pause)
+/// is counted whole as the wait of the first request still pending, so the waits the requests record add up to the
+/// wall time of the whole wait, as one wait() would record it (timing every poll separately instead loses the clock
+/// reads' own time, a large share when rounds take under a microsecond). Deadlines: each request's own, enforced by
+/// its polls. Marks the thread as waiting on communication for the harness.
 void wait_all(std::span<Request> requests);
 
 class Communicator {

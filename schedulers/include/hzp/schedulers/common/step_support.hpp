@@ -51,11 +51,15 @@ void check_context_parallel_model(std::string_view scheduler, const ProcessGroup
 /// rank's share of a micro-batch is a contribution of its own). Deterministic mode's limit divides by it.
 std::int64_t gradient_summands(const workloads::TrainConfig& train, const ParallelDims& dims);
 
-/// What a data-parallel engine adds when its model is split over the groups' tensor-parallel group or pipeline
-/// stages (nd): an uncounted duplicate of the tensor-parallel group for the dumps' gathers of whole tensors, and in
-/// deterministic mode the whole world for the verdict on an attempt (each piece or stage may overflow on its own
-/// ranks, while the loss is still summed over data parallelism alone). Without either it holds nothing. Collective
-/// over the world.
+/// Whether deterministic mode takes its verdict on an attempt over the whole world: when the model is split into
+/// tensor pieces, pipeline stages or context-parallel shares (tp, pp or cp > 1), each of which may overflow on its
+/// own ranks, while the loss is still summed over data parallelism alone. The engines and their plans ask this.
+bool verdict_over_world(const ParallelDims& dims);
+
+/// What a data-parallel engine adds when its model is split over the groups' tensor-parallel group, pipeline
+/// stages or context-parallel group (nd): an uncounted duplicate of the tensor-parallel group for the dumps' gathers
+/// of whole tensors, and in deterministic mode the whole world for the verdict on an attempt (verdict_over_world).
+/// Without a split it holds nothing. Collective over the world.
 class TensorParallelExtras {
  public:
   TensorParallelExtras(const ProcessGroups& groups, bool deterministic);
