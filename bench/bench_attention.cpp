@@ -1,7 +1,8 @@
-// Benchmarks of the CPU reference attention (forward and backward, fp32, Llama-like H = 8, KV = 2,
-// D = 64) with tokens/s and GFLOP/s from the problem size, and of the fused softmax cross-entropy
-// forward+backward with the bytes/s of logits read and dlogits written (V = 32k and Llama 3's 155,136).
-// Single-threaded: the references run on the calling thread.
+// Benchmarks of CPU attention (forward and backward, fp32, Llama-like H = 8, KV = 2, D = 64): the tiled
+// production path behind the launchers (BM_Attention*) side by side with the scalar reference it is tested
+// against (BM_AttentionRef*), with tokens/s and GFLOP/s from the problem size; and of the fused softmax
+// cross-entropy forward+backward with the bytes/s of logits read and dlogits written (V = 32k and Llama 3's
+// 155,136). Single-threaded: OpenBLAS is held to one thread (main), as one rank per core sees it.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -10,9 +11,12 @@
 #include <random>
 #include <vector>
 
+
+#include "attention/attention_ref.hpp"
 #include "hzp/core/dtype.hpp"
 #include "hzp/kernels/attention.hpp"
 #include "hzp/kernels/cross_entropy.hpp"
+#include "one_core_main.hpp"
 
 namespace {
 
@@ -111,8 +115,36 @@ void BM_AttentionBwd(benchmark::State& state) {
   set_attention_counters(state, p.d, 10.0 * static_cast<double>(p.d.head_dim));
 }
 
-BENCHMARK(BM_AttentionFwd)->ArgsProduct({{1, 4}, {64, 256, 512}})->ArgNames({"B", "T"})->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_AttentionBwd)->ArgsProduct({{1, 4}, {64, 256, 512}})->ArgNames({"B", "T"})->Unit(benchmark::kMillisecond);
+/// The scalar references on the same problem (their own, smaller workspace).
+void BM_AttentionRefFwd(benchmark::State& state) {
+  AttentionProblem p(llama_dims(state));
+  std::vector<float> work(static_cast<std::size_t>(hzp::kernels::attention_fwd_workspace_elems(p.d)));
+  for (auto _ : state) {
+    hzp::kernels::attention_fwd_ref<float>(p.out.data(), p.lse.data(), p.q.data(), p.k.data(), p.v.data(), p.d,
+                                           work.data());
+    benchmark::DoNotOptimize(p.out.data());
+    benchmark::ClobberMemory();
+  }
+  set_attention_counters(state, p.d, 4.0 * static_cast<double>(p.d.head_dim));
+}
+
+void BM_AttentionRefBwd(benchmark::State& state) {
+  AttentionProblem p(llama_dims(state));
+  p.forward();
+  std::vector<float> work(static_cast<std::size_t>(hzp::kernels::attention_bwd_workspace_elems(p.d)));
+  for (auto _ : state) {
+    hzp::kernels::attention_bwd_ref<float>(p.dq.data(), p.dk.data(), p.dv.data(), p.dout.data(), p.q.data(),
+                                           p.k.data(), p.v.data(), p.out.data(), p.lse.data(), p.d, work.data());
+    benchmark::DoNotOptimize(p.dq.data());
+    benchmark::ClobberMemory();
+  }
+  set_attention_counters(state, p.d, 10.0 * static_cast<double>(p.d.head_dim));
+}
+
+BENCHMARK(BM_AttentionFwd)->ArgsProduct({{1, 4}, {64, 256, 1024}})->ArgNames({"B", "T"})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttentionRefFwd)->ArgsProduct({{1}, {64, 256, 1024}})->ArgNames({"B", "T"})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttentionBwd)->ArgsProduct({{1, 4}, {64, 256, 1024}})->ArgNames({"B", "T"})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttentionRefBwd)->ArgsProduct({{1}, {64, 256, 1024}})->ArgNames({"B", "T"})->Unit(benchmark::kMillisecond);
 
 /// Fused cross-entropy forward+backward over N tokens of a V-wide vocabulary, logits in T.
 template <typename T>
@@ -150,4 +182,4 @@ BENCHMARK_TEMPLATE(BM_CrossEntropyFwdBwd, hzp::bf16)
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) { return hzp::bench::run_on_one_core(argc, argv); }

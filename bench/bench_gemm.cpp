@@ -1,7 +1,7 @@
 // GEMM through our wrapper (hzp::kernels::gemm) against raw cblas_sgemm on the model's linear-layer
 // shapes, so the wrapper's overhead (validation, and for bf16 the widening into the workspace and the
 // rounding back) is visible; plus RMSNorm forward+backward bandwidth. OpenBLAS is pinned to one
-// thread (openblas_set_num_threads(1) in main): the figures are per core, as a rank sees them when
+// thread (openblas_set_num_threads(1) in main, one_core_main.hpp): the figures are per core, as a rank sees them when
 // ranks share the machine's cores, and are not disturbed by OpenBLAS's pool fighting other ranks.
 // Rates are over the benchmark thread's CPU time (Google Benchmark's default), which with one BLAS
 // thread is all the work done; on a shared machine wall time would also count time spent queued.
@@ -17,6 +17,7 @@
 
 #include "hzp/kernels/gemm.hpp"
 #include "hzp/kernels/rmsnorm.hpp"
+#include "one_core_main.hpp"
 
 namespace {
 
@@ -144,13 +145,4 @@ BENCHMARK_TEMPLATE(BM_rmsnorm_fwd_bwd, bf16)
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  // One OpenBLAS thread: see the file comment. Recorded in the benchmark context.
-  openblas_set_num_threads(1);
-  benchmark::AddCustomContext("openblas_threads", "1");
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return hzp::bench::run_on_one_core(argc, argv); }

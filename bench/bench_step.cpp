@@ -4,7 +4,6 @@
 // attention counted in full, and halved). Args: precision (0 = fp32, 1 = bf16-mixed) and the number of
 // micro-batches per step (small's preset has 8; CTest runs the 1-micro-batch variant to stay short).
 #include <benchmark/benchmark.h>
-#include <cblas.h>
 
 #include <memory>
 
@@ -13,6 +12,7 @@
 #include "hzp/schedulers/none.hpp"
 #include "hzp/workloads/data/markov_source.hpp"
 #include "hzp/workloads/presets.hpp"
+#include "one_core_main.hpp"
 
 namespace {
 
@@ -64,12 +64,4 @@ BENCHMARK(BM_SmallStep)
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  // One core: the figures are per-core throughput, and a pthread OpenBLAS would otherwise take them all.
-  openblas_set_num_threads(1);
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return hzp::bench::run_on_one_core(argc, argv); }

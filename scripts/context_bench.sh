@@ -8,7 +8,10 @@
 #   nd_cp2_tp2  tp = 2 inside a node, cp = 2 across the nodes, sequence parallel
 #   nd_tp4      tp = 4 across both nodes (scheduler.tp_across_nodes), sequence parallel
 #   asynchzp    z1 = 4, z2 = z3 = 2: each rank trains whole sequences; parameter groups inside a node
-# Usage: [LENGTHS="1024 4096"] [CONFIGS="nd_cp4 ..."] [STEPS=3] scripts/context_bench.sh [out_dir]
+# Usage: [LENGTHS="1024 4096"] [CONFIGS="nd_cp4 ..."] [STEPS=3] [GB=4] [EMULATE=true] scripts/context_bench.sh [out_dir]
+# GB sets the sequences per step; EMULATE=false runs without the link model, so a step is the layout's compute
+# and its memory alone (how the long-context rows were run: with modelled links a step at T = 4096 is tens of
+# minutes of modelled transfer on this machine's calibrated link rates).
 # T = 16384 exceeds `small`'s model.max_seq_len guard (4096), which is raised for these runs. One step at T = 16384
 # is minutes of CPU per layout (the attention work grows as T²); LENGTHS picks the lengths.
 set -euo pipefail
@@ -16,8 +19,8 @@ out=${1:-results/context_bench}
 bin=${HZPBENCH:-build/bin/hzpbench}
 steps=${STEPS:-3}
 mkdir -p "$out"
-common=(--set model.preset=small --set topology.ranks_per_node=2 --set links.emulate=true
-        --set train.global_batch=4 --set train.micro_batch_size=1
+common=(--set model.preset=small --set topology.ranks_per_node=2 --set links.emulate="${EMULATE:-true}"
+        --set train.global_batch="${GB:-4}" --set train.micro_batch_size=1
         --set train.steps="$steps" --set train.warmup_steps=1 --set harness.warmup_steps=1)
 for T in ${LENGTHS:-1024 4096 16384}; do
   for cfg in ${CONFIGS:-nd_cp4 nd_cp2_tp2 nd_tp4 asynchzp}; do

@@ -1,12 +1,13 @@
 // Host launchers for causal grouped-query attention: argument validation (shapes named with their
-// dimensions, dtypes, devices, workspace) and dtype dispatch to the CPU reference; a CUDA stream goes to
-// the unfused twin in attention.cu, whose workspace differs (the overloads taking a Device).
+// dimensions, dtypes, devices, workspace) and dtype dispatch to the tiled CPU path (attention_tiled.hpp,
+// checked against the scalar reference in attention_ref.hpp); a CUDA stream goes to the unfused twin in
+// attention.cu, whose workspace differs (the overloads taking a Device).
 #include "hzp/kernels/attention.hpp"
 
 #include <cstdint>
 
 #include "attention/attention_checks.hpp"
-#include "attention/attention_ref.hpp"
+#include "attention/attention_tiled.hpp"
 #include "common/cuda_twins.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/checks.hpp"
@@ -45,7 +46,7 @@ void run_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView 
              const AttentionDims& d, std::span<std::byte> ws) {
   using A = acc_t<T>;
   A* work = workspace_as<A>(kFwd, ws, attention_fwd_workspace_bytes(d, dtype_of_v<T>));
-  attention_fwd_ref<T>(out.as<T>(), lse.as<A>(), q.as<T>(), k.as<T>(), v.as<T>(), d, work);
+  attention_tiled::attention_fwd<T>(out.as<T>(), lse.as<A>(), q.as<T>(), k.as<T>(), v.as<T>(), d, work);
 }
 
 template <typename T>
@@ -54,18 +55,20 @@ void run_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, 
              std::span<std::byte> ws) {
   using A = acc_t<T>;
   A* work = workspace_as<A>(kBwd, ws, attention_bwd_workspace_bytes(d, dtype_of_v<T>));
-  attention_bwd_ref<T>(dq.as<T>(), dk.as<T>(), dv.as<T>(), dout.as<T>(), q.as<T>(), k.as<T>(), v.as<T>(), out.as<T>(),
-                       lse.as<A>(), d, work);
+  const AttentionBlock whole{d.batch, d.seq, d.seq, d.heads, d.kv_heads, d.head_dim, 0, 0, true};
+  // No Δ given: the tiles compute dout·out per row themselves; every gradient is overwritten.
+  attention_tiled::attention_block_bwd<T>(dq.as<T>(), dk.as<T>(), dv.as<T>(), dout.as<T>(), q.as<T>(), k.as<T>(),
+                                          v.as<T>(), out.as<T>(), lse.as<A>(), nullptr, whole, {}, work);
 }
 
 }  // namespace
 
 std::size_t attention_fwd_workspace_bytes(const AttentionDims& dims, DType dtype) {
-  return static_cast<std::size_t>(attention_fwd_workspace_elems(dims)) * acc_size(dtype);
+  return static_cast<std::size_t>(attention_tiled::fwd_scratch_elems(dims.head_dim)) * acc_size(dtype);
 }
 
 std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype) {
-  return static_cast<std::size_t>(attention_bwd_workspace_elems(dims)) * acc_size(dtype);
+  return static_cast<std::size_t>(attention_tiled::bwd_scratch_elems(dims.seq, dims.head_dim)) * acc_size(dtype);
 }
 
 std::size_t attention_fwd_workspace_bytes(const AttentionDims& dims, DType dtype, Device device) {

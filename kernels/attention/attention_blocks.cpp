@@ -1,7 +1,8 @@
 // Host launchers for blocked causal grouped-query attention (attention_blocks.hpp): validation of the
 // block pair, shapes (named with the dimensions they come from), dtypes, devices and workspace, then
-// dtype dispatch to the CPU reference in attention_blocks_ref.hpp. A CUDA stream is refused up front:
-// the CUDA twin comes with fused attention.
+// dtype dispatch to the tiled CPU path (attention_tiled.hpp; the per-row state kernels, cheap, run the
+// reference in attention_blocks_ref.hpp directly). A CUDA stream is refused up front: the CUDA twin comes
+// with fused attention.
 #include "hzp/kernels/attention_blocks.hpp"
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 
 #include "attention/attention_blocks_ref.hpp"
 #include "attention/attention_checks.hpp"
+#include "attention/attention_tiled.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/checks.hpp"
 #include "hzp/kernels/scalar.hpp"
@@ -52,9 +54,12 @@ void check_state(std::string_view kernel, const ConstTensorView& acc, const Cons
 
 }  // namespace
 
+std::size_t attention_block_fwd_workspace_bytes(const AttentionBlock& blk, DType dtype) {
+  return static_cast<std::size_t>(attention_tiled::fwd_scratch_elems(blk.head_dim)) * acc_size(dtype);
+}
+
 std::size_t attention_block_bwd_workspace_bytes(const AttentionBlock& blk, DType dtype) {
-  const std::size_t elem = dtype == DType::f64 ? sizeof(double) : sizeof(float);
-  return static_cast<std::size_t>(attention_block_bwd_workspace_elems(blk)) * elem;
+  return static_cast<std::size_t>(attention_tiled::bwd_scratch_elems(blk.k_len, blk.head_dim)) * acc_size(dtype);
 }
 
 void attention_block_state_init(TensorView acc, TensorView row_max, TensorView row_sum, const AttentionDims& dims,
@@ -72,7 +77,7 @@ void attention_block_state_init(TensorView acc, TensorView row_max, TensorView r
 }
 
 void attention_block_fwd(TensorView acc, TensorView row_max, TensorView row_sum, ConstTensorView q, ConstTensorView k,
-                         ConstTensorView v, const AttentionBlock& blk, StreamRef s) {
+                         ConstTensorView v, const AttentionBlock& blk, std::span<std::byte> workspace, StreamRef s) {
   refuse_cuda(kFwd, s);
   blk.validate(kFwd);
   const DType t = q.dtype();
@@ -84,7 +89,9 @@ void attention_block_fwd(TensorView acc, TensorView row_max, TensorView row_sum,
   dispatch_float(t, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    attention_block_fwd_ref<T>(acc.as<A>(), row_max.as<A>(), row_sum.as<A>(), q.as<T>(), k.as<T>(), v.as<T>(), blk);
+    A* work = workspace_as<A>(kFwd, workspace, attention_block_fwd_workspace_bytes(blk, t));
+    attention_tiled::attention_block_fwd<T>(acc.as<A>(), row_max.as<A>(), row_sum.as<A>(), q.as<T>(), k.as<T>(),
+                                            v.as<T>(), blk, work);
   });
 }
 
@@ -141,8 +148,8 @@ void attention_block_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTenso
     using T = decltype(tag);
     using A = acc_t<T>;
     A* work = workspace_as<A>(kBwd, workspace, attention_block_bwd_workspace_bytes(blk, t));
-    attention_block_bwd_ref<T>(dq.as<T>(), dk.as<T>(), dv.as<T>(), dout.as<T>(), q.as<T>(), k.as<T>(), v.as<T>(),
-                               lse.as<A>(), delta.as<A>(), blk, accumulate, work);
+    attention_tiled::attention_block_bwd<T>(dq.as<T>(), dk.as<T>(), dv.as<T>(), dout.as<T>(), q.as<T>(), k.as<T>(),
+                                            v.as<T>(), nullptr, lse.as<A>(), delta.as<A>(), blk, accumulate, work);
   });
 }
 

@@ -187,8 +187,9 @@ void fold(State<T>& st, const std::vector<T>& q, const std::vector<T>& k, const 
   const Shape qs = q_shape(blk.batch, blk.q_len, blk.heads, blk.head_dim);
   const Shape ks = q_shape(blk.batch, blk.k_len, blk.kv_heads, blk.head_dim);
   const Shape ss = stat_shape(blk.batch, blk.heads, blk.q_len);
+  std::vector<std::byte> ws(attention_block_fwd_workspace_bytes(blk, dtype_of_v<T>));
   attention_block_fwd(view(st.acc, qs), view(st.m, ss), view(st.l, ss), cview(q, qs), cview(k, ks), cview(v, ks), blk,
-                      kHost);
+                      ws, kHost);
 }
 
 template <typename T>
@@ -787,9 +788,10 @@ TEST(AttentionBlocks, RejectsBadArgumentsNamingTheValues) {
   State<float> st = init_state<float>(qd);
   const std::vector<float> big(1000);  // backs views of the wrong shape or dtype, so the views themselves are valid
   std::vector<float> scratch(1000);
+  std::vector<std::byte> fws(attention_block_fwd_workspace_bytes(blk, DType::f64));
 
   const auto fwd = [&](const AttentionBlock& b, ConstTensorView kk, TensorView row_max) {
-    attention_block_fwd(view(st.acc, qs), row_max, view(st.l, ss), cview(q, qs), kk, cview(v, ks), b, kHost);
+    attention_block_fwd(view(st.acc, qs), row_max, view(st.l, ss), cview(q, qs), kk, cview(v, ks), b, fws, kHost);
   };
   EXPECT_TRUE(test::throws_with<PreconditionError>(
       [&] {
@@ -823,9 +825,15 @@ TEST(AttentionBlocks, RejectsBadArgumentsNamingTheValues) {
       [&] {
         attention_block_fwd(view(st.acc, qs), view(st.m, ss), view(st.l, ss), cview(qd64, qs),
                             ConstTensorView(big.data(), ks, DType::f64), ConstTensorView(big.data(), ks, DType::f64),
-                            blk, kHost);
+                            blk, fws, kHost);
       },
       {"attention_block_fwd", "acc has dtype fp32", "expected fp64"}));
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
+      [&] {
+        attention_block_fwd(view(st.acc, qs), view(st.m, ss), view(st.l, ss), cview(q, qs), cview(k, ks), cview(v, ks),
+                            blk, std::span<std::byte>(fws.data(), 16), kHost);
+      },
+      {"attention_block_fwd", "workspace"}));
   EXPECT_TRUE(test::throws_with<PreconditionError>(
       [&] {
         attention_block_state_init(TensorView(scratch.data(), qs, DType::bf16), view(st.m, ss), view(st.l, ss), qd,
@@ -886,7 +894,7 @@ TEST(AttentionBlocks, CudaStreamIsRefusedAsCpuOnly) {
   std::vector<std::byte> ws(attention_block_bwd_workspace_bytes(blk, DType::f32));
   EXPECT_TRUE(test::throws_with<PreconditionError>([&] { attention_block_state_init(a, r, r, d, cuda); },
                                                    {"attention_block_state_init", "CPU only", "cuda:0"}));
-  EXPECT_TRUE(test::throws_with<PreconditionError>([&] { attention_block_fwd(a, r, r, a, kv, kv, blk, cuda); },
+  EXPECT_TRUE(test::throws_with<PreconditionError>([&] { attention_block_fwd(a, r, r, a, kv, kv, blk, ws, cuda); },
                                                    {"attention_block_fwd", "CPU only"}));
   EXPECT_TRUE(test::throws_with<PreconditionError>([&] { attention_block_finish(a, r, a, r, r, d, cuda); },
                                                    {"attention_block_finish", "CPU only"}));

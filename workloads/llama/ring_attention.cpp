@@ -156,6 +156,8 @@ void RingAttention::forward(TensorView out, TensorView lse, ConstTensorView q, C
   Allocation row_max = alloc_.allocate(static_cast<std::size_t>(n_q * stats * asz), AllocationTag::workspace);
   Allocation row_sum = alloc_.allocate(static_cast<std::size_t>(n_q * stats * asz), AllocationTag::workspace);
   Allocation lse_part = alloc_.allocate(static_cast<std::size_t>(stats * asz), AllocationTag::workspace);
+  Allocation scratch =
+      alloc_.allocate(kernels::attention_block_fwd_workspace_bytes(g.block(0, 0), t), AllocationTag::workspace);
   auto acc_v = [&](std::int64_t i) { return TensorView(at(acc.data(), i * g.C * q_width, a), {1, g.C, g.H, g.D}, a); };
   auto max_v = [&](std::int64_t i) { return TensorView(at(row_max.data(), i * stats, a), {1, g.H, g.C}, a); };
   auto sum_v = [&](std::int64_t i) { return TensorView(at(row_sum.data(), i * stats, a), {1, g.H, g.C}, a); };
@@ -196,7 +198,8 @@ void RingAttention::forward(TensorView out, TensorView lse, ConstTensorView q, C
               acc_v(i), max_v(i), sum_v(i),
               ConstTensorView(at(q.data(), g.q_row(b, qc) * q_width, t), {1, g.C, g.H, g.D}, t),
               ConstTensorView(at(k_hand, kr, t), {1, g.C, g.KV, g.D}, t),
-              ConstTensorView(at(v_hand, kr, t), {1, g.C, g.KV, g.D}, t), g.block(gq, gk), s);
+              ConstTensorView(at(v_hand, kr, t), {1, g.C, g.KV, g.D}, t), g.block(gq, gk),
+              {static_cast<std::byte*>(scratch.data()), scratch.size()}, s);
           forward_pairs_ += g.H * causal_pairs(gq, gk, g.C);
           poll(reqs);
         }

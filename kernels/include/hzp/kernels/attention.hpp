@@ -1,6 +1,7 @@
 // Causal self-attention with grouped-query heads and an explicit head dimension: forward (saving the
 // per-row log-sum-exp) and backward (recomputing probabilities row by row from it). Host launchers
-// over tensor views; the CPU reference lives in kernels/attention/attention_ref.hpp, the CUDA twin in
+// over tensor views; the CPU path tiles the work into BLAS calls (kernels/attention/attention_tiled.hpp),
+// the scalar reference it is tested against lives in kernels/attention/attention_ref.hpp, the CUDA twin in
 // kernels/attention/attention.cu (docs/cuda.md).
 #pragma once
 
@@ -39,13 +40,15 @@ struct AttentionDims {
 //
 // Stream semantics: on a CPU stream the launcher runs synchronously on the calling thread. A CUDA
 // stream enqueues the unfused twin (attention.cu: batched cuBLASLt GEMMs and a causal softmax kernel).
-// Determinism: every sum has a fixed order that depends only on the row and the head, so results are
-// bitwise reproducible and row t never reads positions > t (causality holds bitwise).
+// Determinism: on the CPU the tiles (64 rows by 64 keys) are fixed by the positions and each tile's sums
+// are one BLAS call, so for one BLAS build results are bitwise reproducible whatever the batch size, and
+// row t never reads positions > t (causality holds bitwise).
 
-/// Bytes of scratch attention_fwd needs: one T-long row of scores and one D-long output accumulator.
+/// Bytes of scratch attention_fwd needs on the CPU: a score tile, a query tile's output accumulator and
+/// running max and sum, and the bf16 widenings of a q, k and v tile (independent of T).
 std::size_t attention_fwd_workspace_bytes(const AttentionDims& dims, DType dtype);
-/// Bytes of scratch attention_bwd needs: fp32 (fp64 for f64) accumulators for one kv head's dk and dv
-/// ([T, D] each, so bf16 gradients are rounded once) and one D-long dq accumulator.
+/// Bytes of scratch attention_bwd needs on the CPU: fp32 (fp64 for f64) accumulators for one kv head's dk
+/// and dv ([T, D] each, so bf16 gradients are rounded once), and the P, dS, dq and widened tiles.
 std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype);
 /// The same for the kernels that run on `device`: the CPU sizes above, or on a CUDA device the unfused
 /// twin's score buffers (fwd KV·T² fp32, bwd twice that plus row sums and fp32 dK/dV accumulators for
@@ -61,8 +64,8 @@ std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype
 void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                    const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s);
 
-/// Gradients of attention_fwd. Probabilities are recomputed from q, k and lse one (row, key) at a
-/// time; dk and dv of a kv head sum the contributions of every query head of its group.
+/// Gradients of attention_fwd. Probabilities are recomputed from q, k and lse one tile at a time (a
+/// T×T matrix is never held); dk and dv of a kv head sum the contributions of every query head of its group.
 /// @param[out] dq    [B, T, H, D]   (overwritten)
 /// @param[out] dk,dv [B, T, KV, D]  (overwritten)
 /// @param[in]  dout  gradient of out; q, k, v, out and lse as given to / written by attention_fwd

@@ -1,7 +1,8 @@
 // Blocked causal grouped-query attention, the form ring attention (context parallelism) needs: one
 // (query block, key/value block) pair at a time, combined by an online softmax (running row max and row
 // sum, as flash attention), and the matching blocked backward driven by the saved log-sum-exp. Host
-// launchers over tensor views; the CPU reference lives in kernels/attention/attention_blocks_ref.hpp.
+// launchers over tensor views; the CPU path tiles each pair into BLAS calls (kernels/attention/attention_tiled.hpp),
+// and the scalar reference it is tested against lives in kernels/attention/attention_blocks_ref.hpp.
 // There is no CUDA twin yet (it comes with fused attention): on a CUDA stream every launcher throws.
 //
 // One query block's life (the blocks of keys may arrive in any order):
@@ -57,9 +58,10 @@ struct AttentionBlock {
 // Scores are q·k / sqrt(D); query head h reads kv head h / (H / KV).
 //
 // Stream semantics: CPU streams only, synchronous on the calling thread; a CUDA stream throws
-// PreconditionError. Determinism: every sum runs in a fixed order that depends only on the indices
-// (the dot products of attention_fwd/attention_bwd), so results are bitwise reproducible. Blocks
-// combined in another order agree to rounding, not bitwise.
+// PreconditionError. Determinism: the tiles are fixed by the positions (64 query rows by 64 keys, counted
+// from each block's start) and each tile's sums are one BLAS call, so for one BLAS build results are
+// bitwise reproducible and do not depend on the batch size. Blocks combined in another order, or a sequence
+// cut into other blocks, agree to rounding, not bitwise.
 
 /// The empty state of a query block: acc = 0, row_max = −inf, row_sum = 0.
 /// @param[out] acc [B, Tq, H, D]; row_max, row_sum [B, H, Tq]  (accumulation dtype)
@@ -73,8 +75,13 @@ void attention_block_state_init(TensorView acc, TensorView row_max, TensorView r
 /// state bit for bit (so a fully masked pair changes nothing).
 /// @param[in,out] acc [B, Tq, H, D], row_max and row_sum [B, H, Tq], accumulation dtype
 /// @param[in]     q [B, Tq, H, D]; k, v [B, Tk, KV, D]
+/// @param[in]     workspace at least attention_block_fwd_workspace_bytes(blk, q.dtype()) bytes, 8-byte aligned
 void attention_block_fwd(TensorView acc, TensorView row_max, TensorView row_sum, ConstTensorView q, ConstTensorView k,
-                         ConstTensorView v, const AttentionBlock& blk, StreamRef s);
+                         ConstTensorView v, const AttentionBlock& blk, std::span<std::byte> workspace, StreamRef s);
+
+/// Bytes of scratch attention_block_fwd needs: one score tile and the bf16 widenings of a q, k and v tile
+/// (fp32; fp64 for f64), independent of the block lengths.
+std::size_t attention_block_fwd_workspace_bytes(const AttentionBlock& blk, DType dtype);
 
 /// out = acc / row_sum (rounded once to out's dtype), lse = row_max + log(row_sum): after every kv block
 /// of the sequence has been folded in, the lse attention_fwd writes (to rounding). A row with row_sum ==
@@ -99,7 +106,8 @@ struct AttentionBlockAccumulate {
 };
 
 /// Bytes of scratch attention_block_bwd needs: fp32 (fp64 for f64) accumulators for one kv head's dk and
-/// dv block ([Tk, D] each) and one D-long dq row, so every call rounds each gradient element once.
+/// dv block ([Tk, D] each), so every call rounds each gradient element once, and the tiles (P, dS, a dq
+/// tile and the bf16 widenings of q, dout, k and v).
 std::size_t attention_block_bwd_workspace_bytes(const AttentionBlock& blk, DType dtype);
 
 /// The pair's contribution to the gradients, from the whole-sequence lse and delta of the query rows:

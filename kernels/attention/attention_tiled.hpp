@@ -1,0 +1,301 @@
+// The CPU production path of causal grouped-query attention, whole-sequence (attention_fwd / _bwd) and
+// blocked (attention_block_fwd / _bwd): the flash-attention tiling of attention_ref.hpp's recurrences.
+// Per (batch, head) the queries go in tiles of kTile rows and the keys in tiles of kTile; every product
+// of a tile pair (scores Q·Kᵀ, P·V, dO·Vᵀ, Pᵀ·dO, dSᵀ·Q, dS·K) is one BLAS call on the tensors in place
+// (their rows have the layout's stride; bf16 tiles are widened to fp32 once), and only the elementwise
+// softmax work stays scalar. Only the visible part of a tile pair is computed: a tile's keys stop at the
+// last row's causal limit and its rows start at the first row that sees a key of the tile, so rows that
+// see nothing are never written (the blocked kernels' "state unchanged bit for bit" contract).
+// attention_ref.hpp and attention_blocks_ref.hpp stay the oracles this is tested against (test_attention_tiled).
+#pragma once
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "attention/attention_blocks_ref.hpp"
+#include "hzp/kernels/attention.hpp"
+#include "hzp/kernels/attention_blocks.hpp"
+#include "hzp/kernels/scalar.hpp"
+
+namespace hzp::kernels::attention_tiled {
+
+/// Query rows and keys per tile. 64 × 64 score tiles with D = 64 fill an L1-sized block and keep each
+/// GEMM under OpenBLAS's threading threshold, so a rank's attention stays on its own core.
+inline constexpr std::int64_t kTile = 64;
+
+/// Scratch (elements of acc_t<T>) of one forward call: a score tile, widened q/k/v tiles (bf16) and a
+/// query tile's running state (whole-sequence form).
+inline std::int64_t fwd_scratch_elems(std::int64_t D) noexcept { return kTile * kTile + 4 * kTile * D + 2 * kTile; }
+/// Scratch of one backward call: fp32/fp64 dK and dV of one kv head ([Tk, D] each, so bf16 rounds once per
+/// call), the P and dS tiles, a dQ tile, a Δ tile and widened q/dout/k/v tiles (bf16).
+inline std::int64_t bwd_scratch_elems(std::int64_t Tk, std::int64_t D) noexcept {
+  return 2 * Tk * D + 2 * kTile * kTile + 5 * kTile * D + kTile;
+}
+
+namespace detail {
+
+using attention_detail::visible_keys;
+
+/// Row-major C = alpha op(A) op(B) + beta C over the BLAS of the accumulation type.
+inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const double* a,
+                 std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c, std::int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
+              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+                 std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
+              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+/// Rows of a tile as the GEMMs read them: the tensor itself at its stride, or (bf16) fp32 widenings.
+template <typename A>
+struct Rows {
+  const A* p;
+  std::int64_t ld;
+  const A* row(std::int64_t r) const noexcept { return p + r * ld; }
+};
+
+template <typename T>
+Rows<acc_t<T>> rows_of(const T* base, std::int64_t ld, std::int64_t n, std::int64_t D, acc_t<T>* widened) {
+  if constexpr (std::is_same_v<T, acc_t<T>>) {
+    return {base, ld};
+  } else {
+    for (std::int64_t r = 0; r < n; ++r)
+      for (std::int64_t e = 0; e < D; ++e) widened[r * D + e] = load(base[r * ld + e]);
+    return {widened, D};
+  }
+}
+
+/// The tile's first row (0 .. rows) that sees key j0 of the block or a later one.
+inline std::int64_t first_row_seeing(const AttentionBlock& blk, std::int64_t i0, std::int64_t rows, std::int64_t j0) {
+  std::int64_t r = 0;
+  while (r < rows && visible_keys(blk, i0 + r) <= j0) ++r;
+  return r;
+}
+
+/// One visible key tile of a query tile: keys j0 .. j0 + nk − 1 of the block, seen by the tile's rows
+/// r0 .. (the earlier rows see none of them), and the k and v rows as the GEMMs read them.
+template <typename A>
+struct KeyTile {
+  std::int64_t j0, nk, r0, rows;
+  Rows<A> k, v;
+};
+
+/// Calls fn(KeyTile) for each tile of keys that some row i0 .. i0 + mq − 1 sees, first to last. k, v: the
+/// block's key rows of one kv head at stride ldk; kw, vw: room for their bf16 widenings.
+template <typename T, typename Fn>
+void for_each_visible_key_tile(const AttentionBlock& blk, std::int64_t i0, std::int64_t mq, const T* k, const T* v,
+                               std::int64_t ldk, acc_t<T>* kw, acc_t<T>* vw, Fn&& fn) {
+  const std::int64_t D = blk.head_dim;
+  const std::int64_t keys = visible_keys(blk, i0 + mq - 1);  // the last row sees the most
+  for (std::int64_t j0 = 0; j0 < keys; j0 += kTile) {
+    const std::int64_t nk = std::min(kTile, keys - j0), r0 = first_row_seeing(blk, i0, mq, j0);
+    fn(KeyTile<acc_t<T>>{j0, nk, r0, mq - r0, rows_of(k + j0 * ldk, ldk, nk, D, kw), rows_of(v + j0 * ldk, ldk, nk, D, vw)});
+  }
+}
+
+/// Folds every visible key of the block into the online-softmax state of query rows i0 .. i0 + mq − 1 of one
+/// (batch, head): acc rows at stride ld_acc, m and l contiguous. q: the tile's rows (widened for bf16);
+/// k, v: the block's key rows of the head's kv head at stride ldk.
+template <typename T>
+void fold_query_tile(acc_t<T>* acc, std::int64_t ld_acc, acc_t<T>* m, acc_t<T>* l, Rows<acc_t<T>> q, const T* k,
+                     const T* v, std::int64_t ldk, std::int64_t i0, std::int64_t mq, const AttentionBlock& blk,
+                     acc_t<T>* scratch) {
+  using A = acc_t<T>;
+  const std::int64_t D = blk.head_dim;
+  const A scale = A(1) / std::sqrt(static_cast<A>(D));
+  A* s = scratch;
+  A* kw = s + kTile * kTile;
+  for_each_visible_key_tile(blk, i0, mq, k, v, ldk, kw, kw + kTile * D, [&](const KeyTile<A>& t) {
+    const auto [j0, nk, r0, rows, kt, vt] = t;
+    gemm(false, true, rows, nk, D, scale, q.row(r0), q.ld, kt.p, kt.ld, A(0), s, kTile);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t i = r0 + r, n = std::min(visible_keys(blk, i0 + i) - j0, nk);
+      A* sr = s + r * kTile;
+      A tile_max = -std::numeric_limits<A>::infinity();
+      for (std::int64_t j = 0; j < n; ++j) tile_max = std::max(tile_max, sr[j]);
+      const A m_new = std::max(m[i], tile_max);
+      // 0 for the first keys a row sees (m = −inf), exactly 1 while the running max holds.
+      const A alpha = std::exp(m[i] - m_new);
+      A sum = 0;
+      for (std::int64_t j = 0; j < n; ++j) {
+        sr[j] = std::exp(sr[j] - m_new);
+        sum += sr[j];
+      }
+      std::fill(sr + n, sr + nk, A(0));
+      A* ai = acc + i * ld_acc;
+      for (std::int64_t e = 0; e < D; ++e) ai[e] *= alpha;
+      l[i] = l[i] * alpha + sum;
+      m[i] = m_new;
+    }
+    gemm(false, false, rows, D, nk, A(1), s, kTile, vt.p, vt.ld, A(1), acc + r0 * ld_acc, ld_acc);
+  });
+}
+
+/// One pair's gradient contribution for query rows i0 .. i0 + mq − 1 of head h (see attention_block_bwd):
+/// dq_tile [mq, D] (unscaled) and the kv head's dk_acc / dv_acc [Tk, D] are added into.
+template <typename T>
+void backward_query_tile(acc_t<T>* dq_tile, acc_t<T>* dk_acc, acc_t<T>* dv_acc, Rows<acc_t<T>> q,
+                         Rows<acc_t<T>> dout, const acc_t<T>* lse, const acc_t<T>* delta, const T* k, const T* v,
+                         std::int64_t ldk, std::int64_t i0, std::int64_t mq, const AttentionBlock& blk,
+                         acc_t<T>* scratch) {
+  using A = acc_t<T>;
+  const std::int64_t D = blk.head_dim;
+  const A scale = A(1) / std::sqrt(static_cast<A>(D));
+  A* p = scratch;
+  A* ds = p + kTile * kTile;
+  A* kw = ds + kTile * kTile;
+  for_each_visible_key_tile(blk, i0, mq, k, v, ldk, kw, kw + kTile * D, [&](const KeyTile<A>& t) {
+    const auto [j0, nk, r0, rows, kt, vt] = t;
+    gemm(false, true, rows, nk, D, scale, q.row(r0), q.ld, kt.p, kt.ld, A(0), p, kTile);
+    gemm(false, true, rows, nk, D, A(1), dout.row(r0), dout.ld, vt.p, vt.ld, A(0), ds, kTile);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t i = r0 + r, n = std::min(visible_keys(blk, i0 + i) - j0, nk);
+      A* pr = p + r * kTile;
+      A* dsr = ds + r * kTile;
+      for (std::int64_t j = 0; j < n; ++j) {
+        pr[j] = std::exp(pr[j] - lse[i]);
+        dsr[j] = pr[j] * (dsr[j] - delta[i]);
+      }
+      std::fill(pr + n, pr + nk, A(0));
+      std::fill(dsr + n, dsr + nk, A(0));
+    }
+    gemm(true, false, nk, D, rows, A(1), p, kTile, dout.row(r0), dout.ld, A(1), dv_acc + j0 * D, D);
+    gemm(true, false, nk, D, rows, scale, ds, kTile, q.row(r0), q.ld, A(1), dk_acc + j0 * D, D);
+    gemm(false, false, rows, D, nk, A(1), ds, kTile, kt.p, kt.ld, A(1), dq_tile + r0 * D, D);
+  });
+}
+
+}  // namespace detail
+
+/// attention_fwd_ref's result through the tiles: out and lse of a whole causal sequence.
+/// `scratch` holds fwd_scratch_elems(d.head_dim) elements.
+template <typename T>
+void attention_fwd(T* out, acc_t<T>* lse, const T* q, const T* k, const T* v, const AttentionDims& d,
+                   acc_t<T>* scratch) {
+  using A = acc_t<T>;
+  const std::int64_t T_ = d.seq, D = d.head_dim;
+  const AttentionBlock whole{d.batch, T_, T_, d.heads, d.kv_heads, D, 0, 0, true};
+  const attention_detail::BlockIndex ix{T_, T_, d.heads, d.kv_heads, D};
+  A* acc = scratch + kTile * kTile + 3 * kTile * D;  // after the fold's score and k/v tiles
+  A* qw = acc - kTile * D;
+  A* m = acc + kTile * D;
+  A* l = m + kTile;
+  for (std::int64_t b = 0; b < d.batch; ++b)
+    for (std::int64_t h = 0; h < d.heads; ++h) {
+      const std::int64_t g = h / d.group();
+      for (std::int64_t i0 = 0; i0 < T_; i0 += kTile) {
+        const std::int64_t mq = std::min(kTile, T_ - i0);
+        std::fill(acc, acc + mq * D, A(0));
+        std::fill(m, m + mq, -std::numeric_limits<A>::infinity());
+        std::fill(l, l + mq, A(0));
+        const auto qt = detail::rows_of(q + ix.q(b, i0, h), d.heads * D, mq, D, qw);
+        detail::fold_query_tile<T>(acc, D, m, l, qt, k + ix.kv(b, 0, g), v + ix.kv(b, 0, g), d.kv_heads * D, i0, mq,
+                                   whole, scratch);
+        for (std::int64_t i = 0; i < mq; ++i) {
+          const A inv = A(1) / l[i];
+          T* oi = out + ix.q(b, i0 + i, h);
+          for (std::int64_t e = 0; e < D; ++e) oi[e] = store<T>(acc[i * D + e] * inv);
+          lse[ix.row(b, h, i0 + i)] = m[i] + std::log(l[i]);
+        }
+      }
+    }
+}
+
+/// attention_block_fwd_ref's fold through the tiles. `scratch` holds fwd_scratch_elems(blk.head_dim) elements.
+template <typename T>
+void attention_block_fwd(acc_t<T>* acc, acc_t<T>* row_max, acc_t<T>* row_sum, const T* q, const T* k, const T* v,
+                         const AttentionBlock& blk, acc_t<T>* scratch) {
+  if (blk.fully_masked()) return;
+  const std::int64_t D = blk.head_dim;
+  const attention_detail::BlockIndex ix{blk.q_len, blk.k_len, blk.heads, blk.kv_heads, D};
+  acc_t<T>* qw = scratch + kTile * kTile + 2 * kTile * D;
+  for (std::int64_t b = 0; b < blk.batch; ++b)
+    for (std::int64_t h = 0; h < blk.heads; ++h) {
+      const std::int64_t g = h / blk.group();
+      for (std::int64_t i0 = 0; i0 < blk.q_len; i0 += kTile) {
+        const std::int64_t mq = std::min(kTile, blk.q_len - i0);
+        if (attention_detail::visible_keys(blk, i0 + mq - 1) == 0) continue;  // the whole tile sees nothing
+        const auto qt = detail::rows_of(q + ix.q(b, i0, h), blk.heads * D, mq, D, qw);
+        detail::fold_query_tile<T>(acc + ix.q(b, i0, h), blk.heads * D, row_max + ix.row(b, h, i0),
+                                   row_sum + ix.row(b, h, i0), qt, k + ix.kv(b, 0, g), v + ix.kv(b, 0, g),
+                                   blk.kv_heads * D, i0, mq, blk, scratch);
+      }
+    }
+}
+
+/// attention_block_bwd_ref's contribution through the tiles (and, with delta == nullptr, attention_bwd_ref's:
+/// Δ is then computed from dout and out per tile). `scratch` holds bwd_scratch_elems(blk.k_len, blk.head_dim).
+template <typename T>
+void attention_block_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
+                         const acc_t<T>* lse, const acc_t<T>* delta, const AttentionBlock& blk,
+                         AttentionBlockAccumulate accumulate, acc_t<T>* scratch) {
+  using A = acc_t<T>;
+  const std::int64_t D = blk.head_dim, Tk = blk.k_len, group = blk.group();
+  if (blk.fully_masked()) {
+    if (!accumulate.dq) std::fill(dq, dq + blk.batch * blk.q_len * blk.heads * D, store<T>(A(0)));
+    if (!accumulate.dkv) {
+      std::fill(dk, dk + blk.batch * Tk * blk.kv_heads * D, store<T>(A(0)));
+      std::fill(dv, dv + blk.batch * Tk * blk.kv_heads * D, store<T>(A(0)));
+    }
+    return;
+  }
+  const attention_detail::BlockIndex ix{blk.q_len, Tk, blk.heads, blk.kv_heads, D};
+  const A scale = A(1) / std::sqrt(static_cast<A>(D));
+  A* dk_acc = scratch;
+  A* dv_acc = dk_acc + Tk * D;
+  A* tiles = dv_acc + Tk * D;  // P, dS, k and v tiles of backward_query_tile
+  A* dq_tile = tiles + 2 * kTile * kTile + 2 * kTile * D;
+  A* qw = dq_tile + kTile * D;
+  A* dow = qw + kTile * D;
+  A* delta_tile = dow + kTile * D;
+  const std::int64_t ldq = blk.heads * D, ldk = blk.kv_heads * D;
+  for (std::int64_t b = 0; b < blk.batch; ++b)
+    for (std::int64_t g = 0; g < blk.kv_heads; ++g) {
+      for (std::int64_t j = 0; j < Tk; ++j)
+        for (std::int64_t e = 0; e < D; ++e) {
+          dk_acc[j * D + e] = accumulate.dkv ? load(dk[ix.kv(b, j, g) + e]) : A(0);
+          dv_acc[j * D + e] = accumulate.dkv ? load(dv[ix.kv(b, j, g) + e]) : A(0);
+        }
+      for (std::int64_t h = g * group; h < (g + 1) * group; ++h)
+        for (std::int64_t i0 = 0; i0 < blk.q_len; i0 += kTile) {
+          const std::int64_t mq = std::min(kTile, blk.q_len - i0);
+          if (attention_detail::visible_keys(blk, i0 + mq - 1) > 0) {
+            const A* dl = delta ? delta + ix.row(b, h, i0) : delta_tile;
+            if (!delta)
+              for (std::int64_t i = 0; i < mq; ++i)
+                delta_tile[i] = attention_detail::dot(dout + ix.q(b, i0 + i, h), out + ix.q(b, i0 + i, h), D);
+            std::fill(dq_tile, dq_tile + mq * D, A(0));
+            detail::backward_query_tile<T>(dq_tile, dk_acc, dv_acc, detail::rows_of(q + ix.q(b, i0, h), ldq, mq, D, qw),
+                                           detail::rows_of(dout + ix.q(b, i0, h), ldq, mq, D, dow),
+                                           lse + ix.row(b, h, i0), dl, k + ix.kv(b, 0, g), v + ix.kv(b, 0, g), ldk, i0,
+                                           mq, blk, tiles);
+          }
+          for (std::int64_t i = 0; i < mq; ++i) {
+            T* dqi = dq + ix.q(b, i0 + i, h);
+            if (attention_detail::visible_keys(blk, i0 + i) == 0) {
+              if (!accumulate.dq) std::fill(dqi, dqi + D, store<T>(A(0)));
+              continue;
+            }
+            const A* src = dq_tile + i * D;
+            for (std::int64_t e = 0; e < D; ++e)
+              dqi[e] = store<T>(accumulate.dq ? load(dqi[e]) + scale * src[e] : scale * src[e]);
+          }
+        }
+      for (std::int64_t j = 0; j < Tk; ++j)
+        for (std::int64_t e = 0; e < D; ++e) {
+          dk[ix.kv(b, j, g) + e] = store<T>(dk_acc[j * D + e]);
+          dv[ix.kv(b, j, g) + e] = store<T>(dv_acc[j * D + e]);
+        }
+    }
+}
+
+}  // namespace hzp::kernels::attention_tiled
