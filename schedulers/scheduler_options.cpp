@@ -156,9 +156,11 @@ std::vector<SchedulerOptionDecl> declare() {
                  }});
   }
   v.push_back(with(int_option("scheduler.cp", &O::cp,
-                              "nd: context-parallel degree: every sequence cut into 2·cp chunks, rank r of the group "
-                              "holding chunks r and 2·cp−1−r, attention as ring attention over the group; model.seq_len "
-                              "must divide by 2·cp; the mesh nests pp, dp, cp, tp; dp = W / (tp · cp · pp)"),
+                              "nd, asynchzp: context-parallel degree: every sequence cut into 2·cp chunks, rank r of "
+                              "the group holding chunks r and 2·cp−1−r, attention as ring attention over the group; "
+                              "model.seq_len must divide by 2·cp; the mesh nests pp, dp, cp, tp; dp = W / (tp · cp · pp). "
+                              "asynchzp lays its z-groups over the dp · cp ranks, cp innermost: z3 = cp puts the "
+                              "parameter groups on exactly the cp groups, and z1 must be a multiple of cp"),
                    [](S& s) { s.positive(); }));
   {
     S spec = S::real("scheduler.debug_unit_sleep_ms", kDefaults.debug_unit_sleep_ms,

@@ -13,6 +13,7 @@
 #include "hzp/schedulers/none.hpp"
 #include "hzp/schedulers/plan.hpp"
 #include "hzp/schedulers/scheduler.hpp"
+#include "hzp/schedulers/common/nested_groups.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
 #include "plan/engine_plans.hpp"
 
@@ -38,7 +39,6 @@ ParallelDims dims_sharded_over(const char* key, int group, int w) {
   return data_parallel_dims(w, group > 0 ? group : w);
 }
 ParallelDims dims_group(const SchedulerOptions& o, int w) { return dims_sharded_over("scheduler.group_size", o.group_size, w); }
-ParallelDims dims_z1(const SchedulerOptions& o, int w) { return dims_sharded_over("scheduler.z1", o.z1, w); }
 
 std::unique_ptr<EnginePlan> plan_ddp(const PlanInputs& in) { return plan_ddp_engine(in, "ddp"); }
 std::unique_ptr<EnginePlan> plan_zero1(const PlanInputs& in) { return plan_zero_engine(in, 1, false, "zero1"); }
@@ -55,7 +55,7 @@ constexpr std::array kEntries = {
     Entry{"zero2", &make_zero2_scheduler, &plan_zero2, &dims_world},
     Entry{"zero3", &make_zero3_scheduler, &plan_zero3, &dims_world},
     Entry{"hsdp", &make_hsdp_scheduler, &plan_hsdp, &dims_group},
-    Entry{"asynchzp", &make_asynchzp_scheduler, &plan_asynchzp_engine, &dims_z1},
+    Entry{"asynchzp", &make_asynchzp_scheduler, &plan_asynchzp_engine, &asynchzp_parallel_dims},
     Entry{"nd", &make_nd_scheduler, &plan_nd_engine, &nd_parallel_dims},
 };
 

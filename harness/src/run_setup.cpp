@@ -186,9 +186,9 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
     HZP_THROW(ConfigError, "scheduler.pp = ", s.sched.pp, ", scheduler.virtual_stages = ", s.sched.virtual_stages,
               " and scheduler.pp_layers are nd's pipeline keys, but scheduler.name = ", s.opt.scheduler,
               ". Fix: scheduler.name = nd, or leave them at their defaults");
-  if (s.opt.scheduler != "nd" && s.sched.cp != 1)
-    HZP_THROW(ConfigError, "scheduler.cp = ", s.sched.cp, " is nd's context-parallel degree, but scheduler.name = ",
-              s.opt.scheduler, ". Fix: scheduler.name = nd, or scheduler.cp = 1");
+  if (s.opt.scheduler != "nd" && s.opt.scheduler != "asynchzp" && s.sched.cp != 1)
+    HZP_THROW(ConfigError, "scheduler.cp = ", s.sched.cp, " is the context-parallel degree of nd and asynchzp, but "
+              "scheduler.name = ", s.opt.scheduler, ". Fix: scheduler.name = nd or asynchzp, or scheduler.cp = 1");
   if (!s.opt.collective_only) {
     // The scheduler's own checks (group sizes dividing the world, ...) without building it.
     const workloads::ParamLayout layout = s.model->layout();

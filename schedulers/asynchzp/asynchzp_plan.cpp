@@ -2,12 +2,15 @@
 // is all-gathered over z3 on the block's first use (FirstUseGathers, the order its background thread follows;
 // prefetching moves a call earlier, not its count) and reduce-scattered over z2 once the block's gradient is final, every micro-batch; the step end
 // reduces the gradient shards across replicas (all-reduce, or reduce-scatter then all-gather of the optimizer
-// slices), takes the norm over z1 and refreshes the parameter shards. The ring pool a run would build is
+// slices), takes the norm over z1 and refreshes the parameter shards. With context parallelism (scheduler.cp) the
+// z-groups run over the dp · cp ranks, and the model's ring attention and the loss shares' sum over cp join
+// (ContextParallelPlan). The ring pool a run would build is
 // checked here too, so a pool too small is refused before anything is created.
 #include "asynchzp/asynchzp_segments.hpp"
 #include "asynchzp/ring_sizing.hpp"
 #include "hzp/schedulers/common/nested_groups.hpp"
 #include "hzp/schedulers/step/first_use_gathers.hpp"
+#include "plan/context_parallel_plan.hpp"
 #include "plan/engine_plans.hpp"
 
 namespace hzp::schedulers {
@@ -17,8 +20,10 @@ class AsyncHzpPlan final : public EnginePlan {
  public:
   explicit AsyncHzpPlan(const PlanInputs& in)
       : layout_(*in.layout),
-        g_((check_plan_batches("asynchzp", in, 0), nested_groups_from(in.options, in.world_size))),
+        dims_(asynchzp_parallel_dims(in.options, in.world_size)),
+        g_((check_plan_batches("asynchzp", in, 0, dims_.dp()), nested_groups_from(in.options, in.world_size))),
         rs_end_(in.options.step_end == SchedulerOptions::StepEnd::reduce_scatter),
+        async_(in.options.async),
         seg_(*in.layout, in.options.launch, g_, rs_end_ ? in.world_size : g_.z1()),
         pdt_(workloads::param_dtype(in.train.precision)),
         wire_(grad_wire_dtype(in.train)),
@@ -29,7 +34,7 @@ class AsyncHzpPlan final : public EnginePlan {
     const bool mixed = workloads::has_separate_master(in.train.precision);
     const auto s3 = static_cast<std::uint64_t>(seg_.l3.slice_total()), s2 = static_cast<std::uint64_t>(seg_.l2.slice_total()),
                s1 = static_cast<std::uint64_t>(seg_.l1.slice_total());
-    micro_batches_per_rank = in.train.micro_batches() / in.world_size;
+    micro_batches_per_rank = in.train.micro_batches() / dims_.dp();
     state_bytes = {s3 * dtype_size(pdt_), s2 * dtype_size(wire_), mixed ? s1 * 4 : 0, s1 * 4, s1 * 4};
     const int r = in.rank;
     auto group = [&](const char* name, auto slot_of) { return PlanGroup{name, g_.members(r, slot_of)}; };
@@ -39,11 +44,15 @@ class AsyncHzpPlan final : public EnginePlan {
     replica_ = group("replica", [&](int q) { return g_.replica_group(q); });
     opt_replica_ = group("opt_replica", [&](int q) { return g_.opt_replica_group(q); });
     refresh_ = group("refresh", [&](int q) { return g_.refresh_group(q); });
-    driver_group = {"scalars",
-                    data_parallel_ranks(scheduler_parallel_dims("asynchzp", in.options, in.world_size).mesh(plan_topology(in)), r)};
+    const coll::RankMesh mesh = dims_.mesh(plan_topology(in));
+    driver_group = {"scalars", data_parallel_ranks(mesh, r)};
+    // Every rank converts gradients in deterministic mode; with cp the scalars' ranks are only one per cp group.
+    if (dims_.cp > 1) verdict_group = {"verdict", data_context_ranks(mesh, r)};
+    cp_ = std::make_unique<ContextParallelPlan>(in, dims_, mesh);
   }
 
   void unit(const Action& a, int u, int, CollectiveLedger& out) override {
+    cp_->unit(a, u, out);  // the model's ring attention runs inside the unit, after its parameters arrived
     const bool fwd = a.kind == Action::Kind::forward;
     for (int b : gathers_.call(a, u))  // the order AsyncComm's gather_order issues them in
       for (int s = seg_.first(b); s < seg_.end(b); ++s)
@@ -56,11 +65,19 @@ class AsyncHzpPlan final : public EnginePlan {
   }
 
   void step_end(CollectiveLedger& out) const override {
+    cp_->step_end(micro_batches_per_rank, out);
     const int segments = seg_.l3.num_segments();
     declare_norm(out, z1_, deterministic_);
     if (!rs_end_) {
-      if (replica_.members.size() > 1 && seg_.l2.slice_total() > 0)
+      if (replica_.members.size() > 1 && !async_ && seg_.l2.slice_total() > 0)
         out.all_reduce(replica_, seg_.l2.slice_total(), wire_, 1, "per step (gradient shards)");
+      // Async, each unit's exchange is queued behind its last reduce-scatter (AsyncHzp::backward_done): one
+      // all-reduce per unit of its segments' part of the gradient slice.
+      if (replica_.members.size() > 1 && async_)
+        for (int u = 0; u < layout_.num_units(); ++u) {
+          const std::int64_t n = seg_.l2.slice_offset(seg_.end(u)) - seg_.l2.slice_offset(seg_.first(u));
+          if (n > 0) out.all_reduce(replica_, n, wire_, 1, "per step (gradient shards, one unit each)");
+        }
     } else {
       for (int s = 0; s < segments; ++s) {
         if (replica_.members.size() > 1 && seg_.in_grad_slice.slice_numel(s) > 0)
@@ -77,13 +94,15 @@ class AsyncHzpPlan final : public EnginePlan {
 
  private:
   const workloads::ParamLayout& layout_;
+  ParallelDims dims_;
   NestedGroups g_;
-  bool rs_end_;
+  bool rs_end_, async_;
   Segments seg_;
   DType pdt_, wire_;
   bool deterministic_;
   PlanGroup z3_, z2_, z1_, replica_, opt_replica_, refresh_;
   FirstUseGathers gathers_{layout_};
+  std::unique_ptr<ContextParallelPlan> cp_;
 };
 
 }  // namespace

@@ -142,6 +142,8 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
   void attempt_voided() override;
   FixedPointGrads* fixed_point() noexcept override { return fixed_.get(); }
   coll::Communicator& scalars() noexcept override { return *scalars_comm_; }
+  // Context parallelism: every rank of the weights' group converts gradients, not only the scalars' ranks.
+  coll::Communicator& verdict_group() noexcept override { return verdict_comm_ ? *verdict_comm_ : *scalars_comm_; }
   StepFinish finish_step(std::int64_t step, double lr) override;
   std::vector<std::pair<double, double>> background_waits() override {
     return async_ ? async_->background_waits() : std::vector<std::pair<double, double>>{};
@@ -152,12 +154,12 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
   SchedulerOptions opts_;
   CachingAllocator* alloc_;
   std::unique_ptr<ProcessGroups> own_groups_;  // when the caller handed none (SchedulerArgs::groups)
-  coll::Communicator* world_;                   // the data-parallel group
+  coll::Communicator* world_;                   // the ranks holding the weights: data × context (the z-groups' world)
   DType pdt_;
   NestedGroups g_;
   int o_ = 0;
   std::unique_ptr<coll::Communicator> z3_comm_, z2_comm_, z1_comm_, replica_comm_, opt_replica_comm_, refresh_comm_,
-      scalars_comm_, debug_comm_;
+      scalars_comm_, verdict_comm_, debug_comm_;
   std::unique_ptr<Segments> seg_;
   std::unique_ptr<GatherScatter> gather_, rs_;
   EndGroups end_inline_, end_bg_;
@@ -176,8 +178,9 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
 };
 
 NestedGroups validated_groups(const SchedulerArgs& args) {
-  validate_data_parallel("asynchzp", args, 0);
-  return nested_groups_from(args.options, args.world->size());
+  const int w = args.world->size();
+  validate_data_parallel("asynchzp", args, 0, asynchzp_parallel_dims(args.options, w).dp());
+  return nested_groups_from(args.options, w);
 }
 
 AsyncHzp::AsyncHzp(const SchedulerArgs& args)
@@ -187,9 +190,13 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
       alloc_(args.allocator),
       pdt_(workloads::param_dtype(args.train.precision)),
       g_(validated_groups(args)) {
-  // The mesh shards over z1 (its dp_shard axis) and replicates over W / z1; the nested z2 and z3 groups and
-  // the step end's groups are cut from its data-parallel group, ordered by NestedGroups' slice indices.
-  world_ = &scheduler_groups("asynchzp", args, own_groups_).data_parallel();
+  // The mesh shards over z1 (its dp_shard axis times cp) and replicates over W / z1; the nested z2 and z3 groups
+  // and the step end's groups are cut from the data × context group (context-parallel ranks hold the same weights
+  // and each contributes its tokens' share of a gradient), ordered by NestedGroups' slice indices. cp is the
+  // innermost axis, so contiguous runs of cp ranks are the cp groups and z3 = cp gathers over exactly them.
+  const ProcessGroups& groups = scheduler_groups("asynchzp", args, own_groups_);
+  check_context_parallel_model("asynchzp", groups, *model_);
+  world_ = &groups.data_context();
   const int r = world_->rank(), w = world_->size();
   auto split = [&](GroupSlot s, const char* name) { return world_->split(s.color, s.key, name); };
   z3_comm_ = split(g_.z3_group(r), "z3");
@@ -198,13 +205,16 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
   replica_comm_ = split(g_.replica_group(r), "replica");
   opt_replica_comm_ = split(g_.opt_replica_group(r), "opt_replica");
   refresh_comm_ = split(g_.refresh_group(r), "refresh");
-  scalars_comm_ = world_->duplicate("scalars");
+  // The step's scalars (the loss, the fixed-point losses) over the ranks with distinct micro-batches: the
+  // driver has already summed each micro-batch's loss shares over cp.
+  scalars_comm_ = groups.data_parallel().duplicate("scalars");
+  if (groups.dims().cp > 1 && train_.deterministic) verdict_comm_ = world_->duplicate("verdict");
   debug_comm_ = world_->duplicate("debug", /*share_counters=*/false);
   o_ = g_.opt_index(r);
 
   const ParamLayout& layout = model_->layout();
   if (train_.deterministic)
-    fixed_ = std::make_unique<FixedPointGrads>(layout, train_.micro_batches(), args.fixed_point);
+    fixed_ = std::make_unique<FixedPointGrads>(layout, gradient_summands(train_, groups.dims()), args.fixed_point);
   // The reduce-scatter step end cuts every gradient slice into R pieces of W-th size: pad to W.
   const int pad = opts_.step_end == StepEnd::reduce_scatter ? w : g_.z1();
   seg_ = std::make_unique<Segments>(layout, opts_.launch, g_, pad);
@@ -236,8 +246,10 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
                          .alloc = alloc_, .param_dtype = pdt_, .prefetch = opts_.prefetch, .pool_mb = opts_.pool_mb,
                          .fallback = opts_.pool_fallback});
   if (async_) make_end_groups(end_bg_, true);
-  driver_ = std::make_unique<StepDriver>("asynchzp", *model_, train_, *alloc_, r, w);
-  micro_batches_ = static_cast<int>(train_.micro_batches() / w);
+  const coll::Communicator& dp = groups.data_parallel();
+  driver_ = std::make_unique<StepDriver>("asynchzp", *model_, train_, *alloc_, dp.rank(), dp.size(), std::nullopt,
+                                         groups.context());
+  micro_batches_ = static_cast<int>(train_.micro_batches() / dp.size());
 }
 
 // A step leaves nothing queued on the background threads (it waits for its exchanges and refreshes), so

@@ -31,6 +31,7 @@ GroupSlot NestedGroups::refresh_group(int r) const noexcept {
 }
 
 NestedGroups nested_groups_from(const SchedulerOptions& o, int w) {
+  // w is every rank that holds the weights (dp · cp): the z-groups are laid over them.
   const int z1 = o.z1 > 0 ? o.z1 : w, z2 = o.z2 > 0 ? o.z2 : z1, z3 = o.z3 > 0 ? o.z3 : z2;
   std::ostringstream bad;
   if (o.z1 < 0 || o.z2 < 0 || o.z3 < 0) {
@@ -39,14 +40,32 @@ NestedGroups nested_groups_from(const SchedulerOptions& o, int w) {
     if (w % z1 != 0) bad << "\n  scheduler.z1 = " << z1 << " does not divide the world size W = " << w;
     if (z2 > z1 || z1 % z2 != 0) bad << "\n  scheduler.z2 = " << z2 << " does not divide scheduler.z1 = " << z1;
     if (z3 > z2 || z2 % z3 != 0) bad << "\n  scheduler.z3 = " << z3 << " does not divide scheduler.z2 = " << z2;
+    // Context parallelism: the z-groups run over the dp · cp ranks with cp innermost, and the mesh counts the
+    // optimizer group as whole cp groups (dp_shard = z1 / cp).
+    if (o.cp < 1 || w % o.cp != 0)
+      bad << "\n  scheduler.cp = " << o.cp << " does not divide the world size W = " << w;
+    else if (z1 % o.cp != 0)
+      bad << "\n  scheduler.z1 = " << z1 << " is not a multiple of scheduler.cp = " << o.cp
+          << " (the optimizer group spans whole context-parallel groups)";
   }
   if (o.prefetch < 1) bad << "\n  scheduler.prefetch = " << o.prefetch << " must be >= 1";
   if (o.pool_mb < 0) bad << "\n  scheduler.pool_mb = " << o.pool_mb << " must be >= 0 (0 = sized automatically)";
   if (!bad.str().empty())
     HZP_THROW(ConfigError, "scheduler asynchzp with scheduler.z1 = ", o.z1, ", scheduler.z2 = ", o.z2,
-              ", scheduler.z3 = ", o.z3, " (resolved ", z1, ", ", z2, ", ", z3, ") at world size W = ", w, ":",
-              bad.str(), "\n  fix: choose z3 <= z2 <= z1 with z3 | z2 | z1 | W (e.g. z3 = z2 = topology.ranks_per_node)");
+              ", scheduler.z3 = ", o.z3, " (resolved ", z1, ", ", z2, ", ", z3, "), scheduler.cp = ", o.cp,
+              " at world size W = ", w, ":", bad.str(),
+              "\n  fix: choose z3 <= z2 <= z1 with z3 | z2 | z1 | W and cp | z1 (e.g. z3 = z2 = topology.ranks_per_node, "
+              "or z3 = z2 = cp as the paper's layouts)");
   return NestedGroups(w, z1, z2, z3);
+}
+
+ParallelDims asynchzp_parallel_dims(const SchedulerOptions& o, int w) {
+  const NestedGroups g = nested_groups_from(o, w);  // ConfigError naming z1, z2, z3, cp and W
+  ParallelDims d;
+  d.cp = o.cp;
+  d.dp_shard = g.z1() / o.cp;
+  d.dp_replicate = w / g.z1();
+  return d;
 }
 
 }  // namespace hzp::schedulers

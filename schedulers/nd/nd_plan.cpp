@@ -14,6 +14,7 @@
 #include "hzp/schedulers/nd.hpp"
 #include "hzp/schedulers/step/step_driver.hpp"
 #include "hzp/workloads/model_factory.hpp"
+#include "plan/context_parallel_plan.hpp"
 #include "plan/engine_plans.hpp"
 
 namespace hzp::schedulers {
@@ -28,11 +29,7 @@ class NdPlan final : public EnginePlan {
                 "ring attention's messages, its activations between stages), not only its layout");
     const coll::RankMesh mesh = dims_.mesh(plan_topology(in));  // refuses tp across nodes unless allowed
     tp_ = {"tp", mesh.group(kAxisTensor, in.rank)};
-    if (dims_.cp > 1) {
-      (void)workloads::ContextShard(in.model->seq_len(), dims_.cp, 0);  // ConfigError unless 2·cp divides seq_len
-      cp_ = {"cp", mesh.group(kAxisContext, in.rank)};
-      cp_rank_ = mesh.position(kAxisContext, in.rank);
-    }
+    cp_ = std::make_unique<ContextParallelPlan>(in, dims_, mesh);
     const int tp_rank = mesh.position(kAxisTensor, in.rank);
     // tp = 1: the whole layout, and the model issues no collective of its own.
     const workloads::ParamLayout pieces = in.model ? in.model->tensor_parallel_layout(dims_.tp, tp_rank) : *in.layout;
@@ -62,12 +59,7 @@ class NdPlan final : public EnginePlan {
       chunks_per_stage = pipeline->v;
     }
     wire_ = grad_wire_dtype(in.train);
-    run_.tp = dims_.tp;
-    run_.cp = dims_.cp;
-    run_.sequence_parallel = in.options.sequence_parallel;
-    run_.recompute = in.train.recompute;
-    run_.micro_batch_size = in.train.micro_batch_size;
-    run_.precision = in.train.precision;
+    run_ = model_run(in, dims_);
     spec_ = in.model;
   }
 
@@ -85,7 +77,7 @@ class NdPlan final : public EnginePlan {
         default: HZP_THROW(PreconditionError, "nd plan: the model declared a collective the plan cannot count");
       }
     }
-    if (dims_.cp > 1) ring(a, u, out);
+    cp_->unit(a, u, out);
     inner_->unit(a, u, micro_batches, out);
     if (dims_.pp > 1) boundary(a, u, out);
   }
@@ -95,7 +87,7 @@ class NdPlan final : public EnginePlan {
         out.all_reduce(embedding_, layout_->unit_numel(u), wire_, 1, "per step (tied table, its two stages)");
       StepDriver::plan_pipeline_collectives(pp_, micro_batches_per_rank, out);
     }
-    if (dims_.cp > 1) StepDriver::plan_context_collectives(cp_, micro_batches_per_rank, out);
+    cp_->step_end(micro_batches_per_rank, out);
     inner_->step_end(out);
   }
 
@@ -113,20 +105,6 @@ class NdPlan final : public EnginePlan {
     if (!fwd && u == a.first_unit && a.first_unit > 0) out.send(pp_, prev, boundary_, adt_, 1, "per micro-batch (gradient out)");
   }
 
-  // Ring attention inside a block: every message goes to the next rank of the cp group and one as large comes from
-  // the previous (RingAttention's schedule).
-  void ring(const Action& a, int u, CollectiveLedger& out) const {
-    const bool bwd = a.kind == Action::Kind::backward;
-    const workloads::RingAttentionMessages m = spec_->context_parallel_messages(u, bwd, run_);
-    if (m.sends == 0) return;
-    const int prev = (cp_rank_ + dims_.cp - 1) % dims_.cp, next = (cp_rank_ + 1) % dims_.cp;
-    const char* what = bwd ? (run_.recompute ? "per micro-batch (ring attention: recomputed K, V, then K, V, dK, dV)"
-                                             : "per micro-batch (ring attention: K, V, dK, dV)")
-                           : "per micro-batch (ring attention: K, V)";
-    out.send(cp_, next, m.elements, m.dtype, m.sends, what);
-    out.recv(cp_, prev, m.elements, m.dtype, m.sends, what);
-  }
-
   // SharedStageGrads' group: the ranks at this rank's place in the other axes on the stages holding a shared unit.
   // A stage is in it when its layout holds shared units, by the engines' own rule (shared_units).
   static PlanGroup shared_stage_group(const workloads::ParamLayout& whole, const workloads::StageCut& cut,
@@ -140,8 +118,9 @@ class NdPlan final : public EnginePlan {
   }
 
   ParallelDims dims_;
-  PlanGroup tp_, pp_, cp_, embedding_;
-  int stage_ = 0, cp_rank_ = 0;
+  PlanGroup tp_, pp_, embedding_;
+  std::unique_ptr<ContextParallelPlan> cp_;
+  int stage_ = 0;
   std::int64_t boundary_ = 0;
   DType adt_ = DType::f32, wire_ = DType::f32;
   std::unique_ptr<workloads::ParamLayout> layout_;

@@ -104,10 +104,20 @@ hzp_add_cli_test(NAME validate_bad_batch_for_world ARGS validate --set model.pre
                  --set scheduler.name=none RC 2 MATCH "scheduler\\.name = none is the single-rank reference")
 hzp_add_cli_test(NAME validate_bad_pool_too_small ARGS validate --set model.preset=tiny --set topology.world_size=4
                  --set scheduler.name=asynchzp --set scheduler.pool_mb=0.01 RC 2 MATCH "scheduler\\.pool_mb = 0\\.01 is too small")
-# Context parallelism: nd's key only; its degree must divide W with tp and pp, and 2·cp must divide the sequence.
+# Context parallelism: nd's and asynchzp's key only; its degree must divide W with tp and pp, and 2·cp must divide the
+# sequence; asynchzp's optimizer group spans whole cp groups.
 hzp_add_cli_test(NAME validate_bad_cp_not_nd ARGS validate --set model.preset=tiny --set topology.world_size=2
                  --set scheduler.name=ddp --set scheduler.cp=2 RC 2
-                 MATCH "scheduler\\.cp = 2 is nd's context-parallel degree, but scheduler\\.name = ddp.*Fix: scheduler\\.name = nd")
+                 MATCH "scheduler\\.cp = 2 is the context-parallel degree of nd and asynchzp, but scheduler\\.name = ddp.*Fix: scheduler\\.name = nd or asynchzp")
+hzp_add_cli_test(NAME validate_bad_cp_asynchzp_z1 ARGS validate --set model.preset=tiny --set topology.world_size=8
+                 --set scheduler.name=asynchzp --set scheduler.cp=4 --set scheduler.z1=2 RC 2
+                 MATCH "scheduler\\.z1 = 2.*scheduler\\.cp = 4 at world size W = 8:.*scheduler\\.z1 = 2 is not a multiple of scheduler\\.cp = 4.*fix:")
+hzp_add_cli_test(NAME validate_bad_cp_asynchzp_seq_len ARGS validate --set model.preset=tiny --set topology.world_size=4
+                 --set scheduler.name=asynchzp --set scheduler.cp=4 --set model.seq_len=36 RC 2
+                 MATCH "model\\.seq_len = 36 must divide into 2 · scheduler\\.cp = 8 equal chunks.*Fix:")
+hzp_add_cli_test(NAME validate_asynchzp_cp ARGS validate --set model.preset=tiny --set topology.world_size=4
+                 --set scheduler.name=asynchzp --set scheduler.cp=2 --set scheduler.z1=4 --set scheduler.z2=2
+                 --set scheduler.z3=2 MATCH "valid for 4 ranks")
 hzp_add_cli_test(NAME validate_bad_cp_world ARGS validate --set model.preset=tiny --set topology.world_size=4
                  --set scheduler.name=nd --set scheduler.cp=3 RC 2
                  MATCH "scheduler\\.cp = 3 times scheduler\\.pp = 1 = 3 does not divide the world size W = 4")

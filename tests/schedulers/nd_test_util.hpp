@@ -1,12 +1,15 @@
-// What the nd tests share: one run of nd over a world (the model built over the mesh's tensor- and context-parallel
-// groups and, with pipeline stages, holding this rank's stage), and a visitor capturing a state dump's gradients.
+// What the nd tests (and asynchzp's with context parallelism) share: one run of nd or asynchzp over a world (the model
+// built over the mesh's tensor- and context-parallel groups and, with pipeline stages, holding this rank's stage), a
+// visitor capturing a state dump's gradients, and ring attention's traffic per step from the algorithm.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "data_parallel_test_util.hpp"
@@ -18,7 +21,7 @@
 
 namespace hzp::test {
 
-/// What an NdRun is made of: nd's options, an edit of tiny's shape, and the training settings tests vary.
+/// What an NdRun is made of: the scheduler's options, an edit of tiny's shape, and the training settings tests vary.
 struct NdRunSpec {
   schedulers::SchedulerOptions options;
   std::function<void(workloads::LlamaConfig&)> shape;
@@ -26,23 +29,25 @@ struct NdRunSpec {
   bool deterministic = false;
   std::int64_t global_batch = 0;  ///< 0: tiny's
   workloads::Precision precision = workloads::Precision::fp32;
+  std::string scheduler = "nd";  ///< or "asynchzp" (its cp)
 };
 
-/// One nd run over `world` (every rank of it), laid out on (a copy of) `topology`.
+/// One run of the spec's scheduler over `world` (every rank of it), laid out on (a copy of) `topology`.
 struct NdRun {
   coll::Topology topology;
   TinySetup setup;
   std::unique_ptr<schedulers::ProcessGroups> groups;
   std::unique_ptr<schedulers::Scheduler> scheduler;
+  std::string scheduler_name;
 
   NdRun(coll::Communicator& world, const coll::Topology& topo, const NdRunSpec& spec)
-      : topology(topo), setup(spec.precision, spec.shape) {
+      : topology(topo), setup(spec.precision, spec.shape), scheduler_name(spec.scheduler) {
     setup.train.recompute = spec.recompute;
     setup.train.deterministic = spec.deterministic;
     if (spec.global_batch > 0) setup.train.global_batch = spec.global_batch;
     const schedulers::SchedulerOptions& o = spec.options;
     groups = std::make_unique<schedulers::ProcessGroups>(
-        world, schedulers::scheduler_parallel_dims("nd", o, world.size()), topology);
+        world, schedulers::scheduler_parallel_dims(spec.scheduler, o, world.size()), topology);
     const workloads::StageCut cut =
         o.pp > 1 ? schedulers::pipeline_layout_from(o, setup.model->layout().num_units()).cut(groups->pipeline()->rank())
                  : workloads::StageCut{};
@@ -53,7 +58,7 @@ struct NdRun {
     a.topology = &topology;
     a.groups = groups.get();
     a.options = o;
-    scheduler = schedulers::make_scheduler("nd", a);
+    scheduler = schedulers::make_scheduler(spec.scheduler, a);
   }
   schedulers::StepStats step(std::int64_t i) { return scheduler->step({i, setup.source.get()}); }
 
@@ -65,7 +70,7 @@ struct NdRun {
     return world.counters().delta(before);
   }
 
-  /// nd's plan for this run's model, training settings and `options`, for `rank` of `world_size`.
+  /// The scheduler's plan for this run's model, training settings and `options`, for `rank` of `world_size`.
   schedulers::SchedulerPlan plan(const schedulers::SchedulerOptions& options, int world_size, int rank) const {
     const std::unique_ptr<workloads::ModelSpec> spec = workloads::llama_spec(setup.model_config);
     const workloads::ParamLayout whole = spec->layout();
@@ -76,9 +81,47 @@ struct NdRun {
     in.options = options;
     in.world_size = world_size;
     in.rank = rank;
-    return schedulers::plan_scheduler("nd", in);
+    return schedulers::plan_scheduler(scheduler_name, in);
   }
 };
+
+/// Ring attention's messages of one step on one rank, and their elements and bytes.
+struct RingTraffic {
+  std::int64_t messages = 0, elements = 0, bytes = 0;
+};
+
+/// The ring's messages of one step on a rank from the algorithm (not from the plan): per block held and
+/// micro-batch run, K and V passed on cp − 1 times forward; K, V, dK and dV cp − 1 times backward plus the two
+/// accumulators' last hop home; the forward's again under recompute; each B·(T/cp)·(KV/tp)·D fp32 elements.
+inline RingTraffic ring_formula(int cp, int tp, bool recompute, const workloads::LlamaConfig& m,
+                                std::int64_t micro_batch_size, std::int64_t micro_batches_per_rank,
+                                std::int64_t blocks_here) {
+  const std::int64_t per_mb = 2 * (cp - 1) + 4 * (cp - 1) + 2 + (recompute ? 2 * (cp - 1) : 0);
+  const std::int64_t elements = micro_batch_size * (m.seq_len / cp) * (m.kv_heads / tp) * m.resolved_head_dim();
+  RingTraffic t;
+  t.messages = per_mb * micro_batches_per_rank * blocks_here;
+  t.elements = t.messages * elements;
+  t.bytes = t.elements * static_cast<std::int64_t>(sizeof(float));
+  return t;
+}
+
+/// What the counters' delta `d` recorded on group "cp": sends (messages, elements, bytes) and receives (the
+/// counters keep the bytes a rank sent; a receive has its messages and elements).
+inline std::pair<RingTraffic, RingTraffic> ring_counted(const coll::CounterSnapshot& d) {
+  RingTraffic sent, received;
+  for (std::size_t g = 0; g < d.groups.size(); ++g) {
+    if (d.groups[g] != "cp") continue;
+    const coll::OpTotals& s = d.per_group[g][static_cast<int>(coll::CollOp::send)];
+    const coll::OpTotals& r = d.per_group[g][static_cast<int>(coll::CollOp::recv)];
+    sent.messages += static_cast<std::int64_t>(s.calls);
+    sent.elements += s.elements;
+    received.messages += static_cast<std::int64_t>(r.calls);
+    received.elements += r.elements;
+    for (int l = 0; l < coll::kNumLinkLevels; ++l) sent.bytes += static_cast<std::int64_t>(s.level[l].bytes);
+  }
+  return {sent, received};
+}
+
 
 /// Captures the gradient tensors of a state dump, by name.
 class GradCapture final : public schedulers::StateVisitor {
@@ -113,6 +156,47 @@ inline void expect_step0_grads_match_none(schedulers::Scheduler& none, NdRun& nd
       ++seen;
     }
   EXPECT_GT(seen, 0) << label;
+}
+
+/// `run` against `none` (tiny, fp32, the same recompute) side by side for `steps` steps: loss and gradient norm to
+/// 1e-5 relative every step (the loss as the largest difference over the run), and with `step0_grads` every step-0
+/// gradient tensor (expect_step0_grads_match_none).
+inline void expect_matches_none(NdRun& run, bool recompute, const std::string& label, bool step0_grads,
+                                int steps = 20) {
+  TinySetup ref(workloads::Precision::fp32);
+  ref.train.recompute = recompute;
+  auto none = schedulers::make_scheduler("none", ref.args());
+  double worst = 0;
+  for (int i = 0; i < steps; ++i) {
+    const schedulers::StepStats want = none->step({i, ref.source.get()});
+    const schedulers::StepStats got = run.step(i);
+    worst = std::max(worst, rel_diff(got.loss, want.loss));
+    EXPECT_LE(rel_diff(got.grad_norm, want.grad_norm), 1e-5) << label << " step " << i << " grad norm";
+    if (i == 0 && step0_grads) expect_step0_grads_match_none(*none, run, label);
+  }
+  EXPECT_LE(worst, 1e-5) << label << ": largest relative loss difference over " << steps << " steps";
+}
+
+/// The transformer blocks of `layout` (the units between the embedding and the head that run).
+inline std::int64_t blocks_held(const workloads::ParamLayout& layout) {
+  std::int64_t blocks = 0;
+  for (int u = 1; u + 1 < layout.num_units(); ++u) blocks += layout.unit(u).runs ? 1 : 0;
+  return blocks;
+}
+
+/// The ring's sends and receives on group "cp" in one step's counters `d` of `run` against ring_formula, with the
+/// run's model, micro-batches (over dp ranks) and blocks.
+inline void expect_ring_traffic(const NdRun& run, const coll::CounterSnapshot& d, int cp, int tp, int dp) {
+  const RingTraffic want =
+      ring_formula(cp, tp, run.setup.train.recompute, run.setup.model_config, run.setup.train.micro_batch_size,
+                   run.setup.train.micro_batches() / dp, blocks_held(run.setup.model->layout()));
+  const auto [sent, received] = ring_counted(d);
+  EXPECT_GT(want.messages, 0);
+  EXPECT_EQ(sent.messages, want.messages);
+  EXPECT_EQ(sent.elements, want.elements);
+  EXPECT_EQ(sent.bytes, want.bytes);
+  EXPECT_EQ(received.messages, want.messages);
+  EXPECT_EQ(received.elements, want.elements);
 }
 
 }  // namespace hzp::test
