@@ -1,5 +1,5 @@
 """Names for what a run configured, as a reader of a figure or table wants to see them: the scheduler's
-layout ("hsdp Z=4", "asynchzp z1=8 z2=4 z3=4 async", "nd TP=2 × CP=2 × PP=2") and a configuration's label
+layout ("hsdp Z=4", "asynchzp z1=8 z2=4 z3=4 async", "asynchzp CP=4 z1=8 z2=4 z3=4 async", "nd TP=2 × CP=2 × PP=2") and a configuration's label
 (the layout, then every other swept key as `name=value`). The group sizes are resolved the way hzpbench
 resolves them (0 = the next larger group; docs/options.md), so a run that left z2 at 0 and one that set it to
 z1 get one label.
@@ -50,7 +50,8 @@ def layout(cfg: dict, world: int) -> str:
     if name == "asynchzp":
         z1, z2, z3 = groups(cfg, world)
         mode = "async" if truthy(cfg.get("scheduler.async", True)) else "inline"
-        return f"asynchzp z1={z1} z2={z2} z3={z3} {mode}"
+        cp = _int(cfg.get("scheduler.cp"), 1)
+        return f"asynchzp {f'CP={cp} ' if cp > 1 else ''}z1={z1} z2={z2} z3={z3} {mode}"
     if name == "nd":
         degree = mesh_degrees(cfg)
         mesh = [f"{short}={degree[short.lower()]}" for _, short in ND_MESH if degree[short.lower()] > 1]
@@ -65,7 +66,10 @@ def mesh_degrees(cfg: dict) -> dict[str, int]:
 
 def layout_keys(cfg: dict) -> set[str]:
     """The keys a configuration's layout shows (its label leaves them out of the name=value list)."""
-    return LAYOUT_KEYS | ND_LAYOUT_KEYS if str(cfg.get("scheduler.name")) == "nd" else LAYOUT_KEYS
+    name = str(cfg.get("scheduler.name"))
+    if name == "nd":
+        return LAYOUT_KEYS | ND_LAYOUT_KEYS
+    return LAYOUT_KEYS | {"scheduler.cp"} if name == "asynchzp" else LAYOUT_KEYS
 
 
 def plain(v: Any) -> Any:

@@ -111,30 +111,35 @@ def reproduce_module():
     return mod
 
 
-def test_nd_context_parallelism_does_not_make_asynchzp_rows_available():
-    """nd's scheduler.cp gives context parallelism; the paper's rows that need AsyncHZP with it stay pending
-    until `hzpbench validate` accepts asynchzp with scheduler.cp = 2, and only then are reported available."""
+def test_asynchzp_context_rows_run_and_the_rest_wait_for_pipeline_stages():
+    """AsyncHZP with context parallelism exists: no paper row is pending on it any more (the rows it unblocked run
+    in the table2, table3 and table4 specs, asynchzp with scheduler.cp > 1, Z2 = Z3 = CP in tables 2 and 3 as the
+    paper lays them out), and the AsyncHZP rows still pending wait for pipeline stages under asynchzp."""
     from analysis.paper import pending
+    sys.path.insert(0, str(REPO / "slurm"))
+    from hzpsweep import spec
     rp = reproduce_module()
     facts = {"schedulers": ["zero3", "hsdp", "asynchzp", "nd"], "presets": ["tiny", "small"], "subcommands": ["run"],
              "keys": ["scheduler.tp", "scheduler.pp", "scheduler.cp"], "asynchzp_pipeline": False,
-             "asynchzp_context": False}
+             "asynchzp_context": True}
     avail = set(rp.available(facts))
-    assert {pending.TENSOR, pending.PIPELINE, pending.CONTEXT} <= avail
-    assert pending.ASYNC_CONTEXT not in avail and pending.ASYNC_PIPELINE not in avail
-    for part in pending.PENDING:
+    assert {pending.TENSOR, pending.PIPELINE, pending.CONTEXT, pending.ASYNC_CONTEXT} <= avail
+    assert pending.ASYNC_PIPELINE not in avail
+    for part, rows in pending.PENDING.items():
+        assert all(need != pending.ASYNC_CONTEXT for _, need in rows), part
         assert pending.now_available(part, avail) == [], part
-    # Every row the paper runs with AsyncHZP at CP = 8 waits for AsyncHZP with context parallelism.
-    waiting = {r["row"] for part in ("table2", "table3", "table4") for r in pending.pending(part, avail)
-               if r["needs"] == pending.ASYNC_CONTEXT}
-    assert len(waiting) == 4 and all("CP = 8" in row for row in waiting)
-    # Table 4's ND row at 128K runs (table4.toml) and is no longer listed.
-    assert [r["row"] for r in pending.pending("table4", avail)] == [
-        "AsyncHZP with CP = 8 (and PP = 4 at 32K and 128K; run here without either)"]
-    facts["asynchzp_context"] = True
-    avail = set(rp.available(facts))
-    assert pending.ASYNC_CONTEXT in avail
-    assert {r["row"] for part in ("table2", "table3", "table4") for r in pending.now_available(part, avail)} == waiting
+    waiting = [r["row"] for part in ("table2", "table3", "table4") for r in pending.pending(part, avail)
+               if r["needs"] == pending.ASYNC_PIPELINE]
+    assert len(waiting) == 3 and all("PP = " in row for row in waiting)
+    for part in ("table2", "table3", "table4"):
+        sweep = spec.load(REPO / "configs" / "sweeps" / "paper" / f"{part}.toml")
+        cp = [t.config for t in sweep.tasks
+              if t.config["scheduler.name"] == "asynchzp" and t.config.get("scheduler.cp", 1) > 1]
+        assert cp, part
+        for c in cp:
+            assert c["scheduler.z1"] % c["scheduler.cp"] == 0, part
+            if part != "table4":
+                assert c["scheduler.z2"] == c["scheduler.z3"] == c["scheduler.cp"] == c["topology.ranks_per_node"], part
 
 
 def test_no_pending_row_waits_for_what_nd_already_has():
@@ -158,29 +163,34 @@ def test_asynchzp_context_is_detected_by_validate():
 
 
 def test_table4_runs_the_paper_nd_rows_at_every_length():
-    """table4.toml: zero3, hsdp and asynchzp at the three lengths (and 4 micro-batches per rank at 64), nd TP = 4 at
-    64, TP = 4 x PP = 2 at 256 and TP = 2 x CP = 2 x PP = 2 at 1024 (dp = 1): 16 tasks, CP in that one alone;
-    every task validated by the sweep tool with the real hzpbench."""
+    """table4.toml: zero3, hsdp and asynchzp at the three lengths (and 4 micro-batches per rank at 64), asynchzp
+    also with CP = 2 at 1024, nd TP = 4 at 64, TP = 4 x PP = 2 at 256 and TP = 2 x CP = 2 x PP = 2 at 1024
+    (dp = 1): 17 tasks, CP in those two alone; every task validated by the sweep tool with the real hzpbench."""
     sys.path.insert(0, str(REPO / "slurm"))
     from hzpsweep import spec
     sweep = spec.load(REPO / "configs" / "sweeps" / "paper" / "table4.toml")
     tasks = [(t.config["scheduler.name"], t.config["model.seq_len"], t.config["train.global_batch"],
               t.config["scheduler.tp"], t.config["scheduler.cp"], t.config["scheduler.pp"], t.world_size)
              for t in sweep.tasks]
-    assert len(tasks) == len(set(tasks)) == 16
-    for name in ("zero3", "hsdp", "asynchzp"):
+    assert len(tasks) == len(set(tasks)) == 17
+    for name in ("zero3", "hsdp"):
         assert sorted(t[1:] for t in tasks if t[0] == name) == [
             (64, 8, 4, 1, 1, 8), (64, 32, 4, 1, 1, 8), (256, 8, 4, 1, 1, 8), (1024, 8, 4, 1, 1, 8)], name
+    # asynchzp ignores scheduler.tp (the axis gives every task one); its CP = 2 row at the longest length.
+    assert sorted(t[1:] for t in tasks if t[0] == "asynchzp") == [
+        (64, 8, 4, 1, 1, 8), (64, 32, 4, 1, 1, 8), (256, 8, 4, 1, 1, 8), (1024, 8, 2, 2, 1, 8), (1024, 8, 4, 1, 1, 8)]
     assert sorted(t[1:] for t in tasks if t[0] == "nd") == [
         (64, 8, 4, 1, 1, 8), (64, 32, 4, 1, 1, 8), (256, 8, 4, 1, 2, 8), (1024, 8, 2, 2, 2, 8)]
-    cp = [t for t in sweep.tasks if t.config["scheduler.cp"] != 1]
-    assert len(cp) == 1
-    c = cp[0].config
+    cp = {t.config["scheduler.name"]: t for t in sweep.tasks if t.config["scheduler.cp"] != 1}
+    assert sorted(cp) == ["asynchzp", "nd"]
+    c = cp["nd"].config
     assert c["links.comm_to_compute"] == 0.125 and c["topology.ranks_per_node"] == 4
     assert c["scheduler.sequence_parallel"] is True and c["scheduler.distributed_optimizer"] is True
-    assert cp[0].world_size // (c["scheduler.tp"] * c["scheduler.cp"] * c["scheduler.pp"]) == 1     # dp = 1
+    assert cp["nd"].world_size // (c["scheduler.tp"] * c["scheduler.cp"] * c["scheduler.pp"]) == 1     # dp = 1
+    a = cp["asynchzp"].config
+    assert a["links.comm_to_compute"] == 0.125 and a["scheduler.pp"] == 1 and a["scheduler.z1"] % a["scheduler.cp"] == 0
     p = subprocess.run([sys.executable, str(REPO / "slurm" / "sweep"), "plan",
                         str(REPO / "configs" / "sweeps" / "paper" / "table4.toml"), "--hzpbench", hzpbench()],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "validated  16 distinct configuration(s)" in p.stdout, p.stdout
+    assert "validated  17 distinct configuration(s)" in p.stdout, p.stdout
