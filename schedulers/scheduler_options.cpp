@@ -77,7 +77,8 @@ std::vector<SchedulerOptionDecl> declare() {
   // ---- asynchzp (docs/data-parallel.md "asynchzp") ----
   v.push_back(with(int_option("scheduler.z1", &O::z1,
                               "asynchzp: optimizer-state group size (fp32 master, m, v sharded over z1 contiguous "
-                              "ranks); must divide the world size; 0 = the world"),
+                              "ranks); must divide the world size (with scheduler.pp, a stage's W / pp ranks); 0 = all "
+                              "of them"),
                    [](S& s) { s.non_negative(); }));
   v.push_back(with(int_option("scheduler.z2", &O::z2,
                               "asynchzp: gradient group size (fp32 reduce-scatter per micro-batch); must divide "
@@ -131,22 +132,23 @@ std::vector<SchedulerOptionDecl> declare() {
                           "nd: allow a tensor-parallel group to span virtual nodes (its collectives then run at "
                           "inter-node bandwidth on every layer)"));
   v.push_back(with(int_option("scheduler.pp", &O::pp,
-                              "nd: pipeline stages, each a contiguous range of units (the embedding on the first, the "
-                              "head on the last); stages are the outermost mesh axis; dp = W / (tp · cp · pp)"),
+                              "nd, asynchzp: pipeline stages, each a contiguous range of units (the embedding on the "
+                              "first, the head on the last); stages are the outermost mesh axis; dp = W / (tp · cp · pp). "
+                              "asynchzp shards each stage's units over that stage's ranks (z1 | W / pp)"),
                    [](S& s) { s.positive(); }));
   v.push_back(enum_option<PipelineScheduleKind>(
       "scheduler.schedule",
       {{"gpipe", PipelineScheduleKind::gpipe}, {"1f1b", PipelineScheduleKind::one_f_one_b},
        {"interleaved", PipelineScheduleKind::interleaved}},
       &O::schedule,
-      "nd (pp > 1): every forward then every backward (gpipe), Megatron's one-forward-one-backward (1f1b), or "
+      "nd, asynchzp (pp > 1): every forward then every backward (gpipe), Megatron's one-forward-one-backward (1f1b), or "
       "its interleaved 1F1B over scheduler.virtual_stages chunks per stage"));
   v.push_back(with(int_option("scheduler.virtual_stages", &O::virtual_stages,
-                              "nd (interleaved): chunks per stage, each rank holding v non-contiguous chunks; the "
+                              "nd, asynchzp (interleaved): chunks per stage, each rank holding v non-contiguous chunks; the "
                               "micro-batches per data-parallel rank must be a multiple of scheduler.pp"),
                    [](S& s) { s.positive(); }));
   {
-    S spec = S::int_list("scheduler.pp_layers", {}, "nd (pp > 1, v = 1): blocks per stage, first stage first, "
+    S spec = S::int_list("scheduler.pp_layers", {}, "nd, asynchzp (pp > 1, v = 1): blocks per stage, first stage first, "
                                                     "summing to model.layers (empty: balanced, the first stages "
                                                     "taking one more when they do not divide)");
     spec.positive();

@@ -182,10 +182,11 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
                 "compute by sleeps: a hook for measuring a pipeline's bubble, not a training run. Fix: leave it at 0, "
                 "or set HZPBENCH_BENCHMARK_HOOKS=1 in a benchmark (scripts/pipeline_bubble.sh does)");
   }
-  if (s.opt.scheduler != "nd" && (s.sched.pp != 1 || !s.sched.pp_layers.empty() || s.sched.virtual_stages != 1))
+  if (s.opt.scheduler != "nd" && s.opt.scheduler != "asynchzp" &&
+      (s.sched.pp != 1 || !s.sched.pp_layers.empty() || s.sched.virtual_stages != 1))
     HZP_THROW(ConfigError, "scheduler.pp = ", s.sched.pp, ", scheduler.virtual_stages = ", s.sched.virtual_stages,
-              " and scheduler.pp_layers are nd's pipeline keys, but scheduler.name = ", s.opt.scheduler,
-              ". Fix: scheduler.name = nd, or leave them at their defaults");
+              " and scheduler.pp_layers are the pipeline keys of nd and asynchzp, but scheduler.name = ",
+              s.opt.scheduler, ". Fix: scheduler.name = nd or asynchzp, or leave them at their defaults");
   if (s.opt.scheduler != "nd" && s.opt.scheduler != "asynchzp" && s.sched.cp != 1)
     HZP_THROW(ConfigError, "scheduler.cp = ", s.sched.cp, " is the context-parallel degree of nd and asynchzp, but "
               "scheduler.name = ", s.opt.scheduler, ". Fix: scheduler.name = nd or asynchzp, or scheduler.cp = 1");

@@ -9,9 +9,12 @@
 #include "asynchzp/asynchzp_segments.hpp"
 #include "asynchzp/ring_sizing.hpp"
 #include "hzp/schedulers/common/nested_groups.hpp"
+#include "hzp/schedulers/common/shared_stage_grads.hpp"
+#include "hzp/schedulers/common/step_support.hpp"
 #include "hzp/schedulers/step/first_use_gathers.hpp"
 #include "plan/context_parallel_plan.hpp"
 #include "plan/engine_plans.hpp"
+#include "plan/pipeline_plan.hpp"
 
 namespace hzp::schedulers {
 namespace {
@@ -19,12 +22,13 @@ namespace {
 class AsyncHzpPlan final : public EnginePlan {
  public:
   explicit AsyncHzpPlan(const PlanInputs& in)
-      : layout_(*in.layout),
-        dims_(asynchzp_parallel_dims(in.options, in.world_size)),
+      : dims_(asynchzp_parallel_dims(in.options, in.world_size)),
+        pipeline_(std::make_unique<PipelinePlan>(in, dims_, dims_.mesh(plan_topology(in)), *in.layout)),
+        layout_(pipeline_->layout()),
         g_((check_plan_batches("asynchzp", in, 0, dims_.dp()), nested_groups_from(in.options, in.world_size))),
         rs_end_(in.options.step_end == SchedulerOptions::StepEnd::reduce_scatter),
         async_(in.options.async),
-        seg_(*in.layout, in.options.launch, g_, rs_end_ ? in.world_size : g_.z1()),
+        seg_(layout_, in.options.launch, g_, rs_end_ ? g_.world() : g_.z1()),
         pdt_(workloads::param_dtype(in.train.precision)),
         wire_(grad_wire_dtype(in.train)),
         deterministic_(in.train.deterministic) {
@@ -36,22 +40,41 @@ class AsyncHzpPlan final : public EnginePlan {
                s1 = static_cast<std::uint64_t>(seg_.l1.slice_total());
     micro_batches_per_rank = in.train.micro_batches() / dims_.dp();
     state_bytes = {s3 * dtype_size(pdt_), s2 * dtype_size(wire_), mixed ? s1 * 4 : 0, s1 * 4, s1 * 4};
-    const int r = in.rank;
-    auto group = [&](const char* name, auto slot_of) { return PlanGroup{name, g_.members(r, slot_of)}; };
+    // The z-groups are laid over one stage's ranks (pp is the mesh's outermost axis): position p of the stage is
+    // world rank base + p.
+    const int r = in.rank, per_stage = g_.world(), base = r - r % per_stage;
+    auto group = [&](const char* name, auto slot_of) {
+      PlanGroup g{name, g_.members(r % per_stage, slot_of)};
+      for (int& m : g.members) m += base;
+      return g;
+    };
     z3_ = group("z3", [&](int q) { return g_.z3_group(q); });
     z2_ = group("z2", [&](int q) { return g_.z2_group(q); });
     z1_ = group("z1", [&](int q) { return g_.z1_group(q); });
     replica_ = group("replica", [&](int q) { return g_.replica_group(q); });
     opt_replica_ = group("opt_replica", [&](int q) { return g_.opt_replica_group(q); });
     refresh_ = group("refresh", [&](int q) { return g_.refresh_group(q); });
+    if (dims_.pp > 1) {
+      // The norm over z1's place on every stage, stage by stage (the scheduler's split key).
+      std::vector<int> stage_members = z1_.members;
+      z1_.members.clear();
+      for (int st = 0; st < dims_.pp; ++st)
+        for (int m : stage_members) z1_.members.push_back(m - base + st * per_stage);
+    }
     const coll::RankMesh mesh = dims_.mesh(plan_topology(in));
     driver_group = {"scalars", data_parallel_ranks(mesh, r)};
-    // Every rank converts gradients in deterministic mode; with cp the scalars' ranks are only one per cp group.
-    if (dims_.cp > 1) verdict_group = {"verdict", data_context_ranks(mesh, r)};
+    // Every rank converts gradients in deterministic mode; with cp or pp the scalars' ranks are only some of them.
+    if (verdict_over_world(dims_)) {
+      verdict_group.name = "verdict";
+      for (int q = 0; q < in.world_size; ++q) verdict_group.members.push_back(q);
+    }
     cp_ = std::make_unique<ContextParallelPlan>(in, dims_, mesh);
+    actions = pipeline_->actions(in.options, micro_batches_per_rank);
+    chunks_per_stage = pipeline_->chunks_per_stage();
   }
 
   void unit(const Action& a, int u, int, CollectiveLedger& out) override {
+    pipeline_->unit(a, u, out);
     cp_->unit(a, u, out);  // the model's ring attention runs inside the unit, after its parameters arrived
     const bool fwd = a.kind == Action::Kind::forward;
     for (int b : gathers_.call(a, u))  // the order AsyncComm's gather_order issues them in
@@ -65,7 +88,13 @@ class AsyncHzpPlan final : public EnginePlan {
   }
 
   void step_end(CollectiveLedger& out) const override {
+    pipeline_->step_end(micro_batches_per_rank, out);
     cp_->step_end(micro_batches_per_rank, out);
+    // The tied table's gradient slice, summed over its two stages before the norm (SharedStageGrads).
+    for (int u : shared_units(layout_)) {
+      const std::int64_t n = seg_.l1.slice_offset(seg_.end(u)) - seg_.l1.slice_offset(seg_.first(u));
+      out.all_reduce(pipeline_->embedding(), n, wire_, 1, "per step (tied table's gradient slice, its two stages)");
+    }
     const int segments = seg_.l3.num_segments();
     declare_norm(out, z1_, deterministic_);
     if (!rs_end_) {
@@ -93,8 +122,9 @@ class AsyncHzpPlan final : public EnginePlan {
   }
 
  private:
-  const workloads::ParamLayout& layout_;
   ParallelDims dims_;
+  std::unique_ptr<PipelinePlan> pipeline_;
+  const workloads::ParamLayout& layout_;  // the stage's (pipeline_'s)
   NestedGroups g_;
   bool rs_end_, async_;
   Segments seg_;

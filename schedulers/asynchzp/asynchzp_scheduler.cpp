@@ -33,6 +33,8 @@
 #include "hzp/schedulers/common/gather_scatter.hpp"
 #include "hzp/schedulers/common/nested_groups.hpp"
 #include "hzp/schedulers/common/shard_layout.hpp"
+#include "hzp/schedulers/common/shared_stage_grads.hpp"
+#include "hzp/schedulers/common/distinct_norm.hpp"
 #include "hzp/schedulers/common/sharded_optimizer.hpp"
 #include "hzp/schedulers/common/state_dump.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
@@ -173,6 +175,9 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
   std::vector<Ticket> exchanges_;     // async: this step's per-unit gradient exchanges
   std::vector<Block> gathered_;       // full parameter blocks held now, per unit
   std::vector<Block> grad_blocks_;    // full gradient blocks being written, per unit
+  std::unique_ptr<SharedStageGrads> shared_;  // pipeline stages: the tied table's gradient over its two stages
+  std::vector<SliceRange> norm_ranges_;        // the optimizer slice's elements of the units this stage runs
+  bool pipeline_ = false;                      // scheduler.pp > 1: this rank holds one stage
   std::unique_ptr<StepDriver> driver_;
   int micro_batches_ = 0;  // the rank's micro-batches per step
 };
@@ -201,14 +206,18 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
   auto split = [&](GroupSlot s, const char* name) { return world_->split(s.color, s.key, name); };
   z3_comm_ = split(g_.z3_group(r), "z3");
   z2_comm_ = split(g_.z2_group(r), "z2");
-  z1_comm_ = split(g_.z1_group(r), "z1");
+  // The norm's group: z1's ranks, and with pipeline stages the same place on every stage (whose slices together
+  // hold the model once; each stage counts only the units it runs, so the tied table's second copy is left out).
+  const int stage = groups.pipeline() ? groups.pipeline()->rank() : 0;
+  z1_comm_ = groups.dims().pp > 1 ? groups.world().split(g_.z1_group(r).color, stage * g_.z1() + g_.z1_group(r).key, "z1")
+                                  : split(g_.z1_group(r), "z1");
   replica_comm_ = split(g_.replica_group(r), "replica");
   opt_replica_comm_ = split(g_.opt_replica_group(r), "opt_replica");
   refresh_comm_ = split(g_.refresh_group(r), "refresh");
   // The step's scalars (the loss, the fixed-point losses) over the ranks with distinct micro-batches: the
   // driver has already summed each micro-batch's loss shares over cp.
   scalars_comm_ = groups.data_parallel().duplicate("scalars");
-  if (groups.dims().cp > 1 && train_.deterministic) verdict_comm_ = world_->duplicate("verdict");
+  if (verdict_over_world(groups.dims()) && train_.deterministic) verdict_comm_ = groups.world().duplicate("verdict");
   debug_comm_ = world_->duplicate("debug", /*share_counters=*/false);
   o_ = g_.opt_index(r);
 
@@ -246,9 +255,17 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
                          .alloc = alloc_, .param_dtype = pdt_, .prefetch = opts_.prefetch, .pool_mb = opts_.pool_mb,
                          .fallback = opts_.pool_fallback});
   if (async_) make_end_groups(end_bg_, true);
+  // Pipeline stages: the tied table's two stages add their gradient slices before the norm (SharedStageGrads,
+  // collective over the world), and the norm counts the units this stage runs.
+  shared_ = std::make_unique<SharedStageGrads>(groups, layout);
+  pipeline_ = groups.dims().pp > 1;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const std::int64_t begin = l1().slice_offset(seg_->first(u)), end = l1().slice_offset(seg_->end(u));
+    if (layout.unit(u).runs && end > begin) norm_ranges_.push_back({begin, end - begin});
+  }
   const coll::Communicator& dp = groups.data_parallel();
-  driver_ = std::make_unique<StepDriver>("asynchzp", *model_, train_, *alloc_, dp.rank(), dp.size(), std::nullopt,
-                                         groups.context());
+  driver_ = std::make_unique<StepDriver>("asynchzp", *model_, train_, *alloc_, dp.rank(), dp.size(),
+                                         step_pipeline(opts_, groups, layout.num_units()), groups.context());
   micro_batches_ = static_cast<int>(train_.micro_batches() / dp.size());
 }
 
@@ -431,13 +448,28 @@ StepFinish AsyncHzp::finish_step(std::int64_t step, double lr) {
   } else {
     gslice = combine_gradients(end_inline_);
   }
+  // The tied table's second stage adds its gradient slice (int64 in deterministic mode: exact).
+  shared_->all_reduce([&](int u) {
+    const std::int64_t begin = l1().slice_offset(seg_->first(u));
+    auto* base = static_cast<std::byte*>(const_cast<void*>(gslice.data()));
+    return TensorView(base + begin * static_cast<std::int64_t>(dtype_size(gdt())),
+                      Shape{l1().slice_offset(seg_->end(u)) - begin}, gdt());
+  });
   Allocation g32;
   if (fixed_) {
     g32 = converted_opt_grad();
     gslice = ConstTensorView(g32.data(), Shape{l1().slice_total()}, DType::f32);
   }
-  const double sq = fixed_ ? fixed_->global_sum_squares(gslice, z1_comm_.get())
-                           : opt_->global_sum_squares(gslice, z1_comm_.get());
+  double sq = 0;
+  if (!pipeline_) {
+    // The whole model is here: the whole slice, summed as one (as zero3 and hsdp sum theirs: the same bits).
+    sq = fixed_ ? fixed_->global_sum_squares(gslice, z1_comm_.get()) : opt_->global_sum_squares(gslice, z1_comm_.get());
+  } else {
+    std::vector<ConstTensorView> counted;
+    for (const SliceRange& rg : norm_ranges_)
+      counted.emplace_back(static_cast<const float*>(gslice.data()) + rg.offset, Shape{rg.count}, DType::f32);
+    sq = fixed_ ? fixed_->global_sum_squares(counted, z1_comm_.get()) : opt_->global_sum_squares(counted, z1_comm_.get());
+  }
   const Stopwatch update;
   StepFinish end;
   end.update = opt_->step(gslice, sq, step, lr);

@@ -86,8 +86,10 @@ def test_table1_measured_state_is_the_closed_form(table1):
         assert b <= int(rows[name]["measured (bytes)"]) <= b + 5 * 8 * 6, name
 
 
-def test_table1_report_lists_pending_rows_and_every_run(table1):
-    assert "Pending: the paper's rows" in table1 and "PP = 4" in table1
+def test_table1_report_has_the_paper_36b_layouts_and_every_run(table1):
+    """Both 36B layouts are planned (ND's TP = 8 x PP = 4 and AsyncHZP's PP = 4 x CP = 8), so nothing is pending."""
+    assert "Pending: the paper's rows" not in table1
+    assert "36B, AsyncHZP Z1 = 64, Z2 = Z3 = 8, PP = 4, CP = 8" in table1 and "36B, ND: TP = 8, PP = 4" in table1
     assert table1.count(".h5 | ok |") == 7
 
 
@@ -111,35 +113,35 @@ def reproduce_module():
     return mod
 
 
-def test_asynchzp_context_rows_run_and_the_rest_wait_for_pipeline_stages():
-    """AsyncHZP with context parallelism exists: no paper row is pending on it any more (the rows it unblocked run
-    in the table2, table3 and table4 specs, asynchzp with scheduler.cp > 1, Z2 = Z3 = CP in tables 2 and 3 as the
-    paper lays them out), and the AsyncHZP rows still pending wait for pipeline stages under asynchzp."""
+def test_asynchzp_rows_run_and_only_moe_and_the_simulator_wait():
+    """AsyncHZP with context parallelism and with pipeline stages exist: no paper row is pending on either (the rows
+    they unblocked run in the table1 plans and the table2, table3 and table4 specs, in the paper's layouts: Z2 = Z3 =
+    CP = a node in tables 2 and 3, Z1 = a stage's ranks with PP), and what is left waits for MoE or the simulator."""
     from analysis.paper import pending
     sys.path.insert(0, str(REPO / "slurm"))
     from hzpsweep import spec
     rp = reproduce_module()
     facts = {"schedulers": ["zero3", "hsdp", "asynchzp", "nd"], "presets": ["tiny", "small"], "subcommands": ["run"],
-             "keys": ["scheduler.tp", "scheduler.pp", "scheduler.cp"], "asynchzp_pipeline": False,
+             "keys": ["scheduler.tp", "scheduler.pp", "scheduler.cp"], "asynchzp_pipeline": True,
              "asynchzp_context": True}
     avail = set(rp.available(facts))
-    assert {pending.TENSOR, pending.PIPELINE, pending.CONTEXT, pending.ASYNC_CONTEXT} <= avail
-    assert pending.ASYNC_PIPELINE not in avail
+    assert {pending.TENSOR, pending.PIPELINE, pending.CONTEXT, pending.ASYNC_CONTEXT, pending.ASYNC_PIPELINE} <= avail
     for part, rows in pending.PENDING.items():
-        assert all(need != pending.ASYNC_CONTEXT for _, need in rows), part
+        assert all(need in ("moe", "scale simulator") for _, need in rows), part
         assert pending.now_available(part, avail) == [], part
-    waiting = [r["row"] for part in ("table2", "table3", "table4") for r in pending.pending(part, avail)
-               if r["needs"] == pending.ASYNC_PIPELINE]
-    assert len(waiting) == 3 and all("PP = " in row for row in waiting)
     for part in ("table2", "table3", "table4"):
         sweep = spec.load(REPO / "configs" / "sweeps" / "paper" / f"{part}.toml")
-        cp = [t.config for t in sweep.tasks
-              if t.config["scheduler.name"] == "asynchzp" and t.config.get("scheduler.cp", 1) > 1]
-        assert cp, part
+        az = [t.config for t in sweep.tasks if t.config["scheduler.name"] == "asynchzp"]
+        cp = [c for c in az if c.get("scheduler.cp", 1) > 1]
+        pp = [c for c in az if c.get("scheduler.pp", 1) > 1]
+        assert cp or part == "table3" and pp, part
+        assert pp, part
         for c in cp:
-            assert c["scheduler.z1"] % c["scheduler.cp"] == 0, part
             if part != "table4":
                 assert c["scheduler.z2"] == c["scheduler.z3"] == c["scheduler.cp"] == c["topology.ranks_per_node"], part
+        for c in pp:  # the optimizer group inside a stage: all of its ranks, or a divisor of them
+            stage = 8 // c["scheduler.pp"]
+            assert c["scheduler.z1"] == 0 or stage % c["scheduler.z1"] == 0, part
 
 
 def test_no_pending_row_waits_for_what_nd_already_has():
@@ -160,37 +162,43 @@ def test_asynchzp_context_is_detected_by_validate():
     assert "scheduler.cp" in facts["keys"] and facts["asynchzp_context"] is accepts
     avail = rp.available(facts)
     assert pending.CONTEXT in avail and (pending.ASYNC_CONTEXT in avail) is accepts
+    # Pipeline stages the same way, from scheduler.pp = 2.
+    staged = subprocess.run([hzpbench(), "validate", "--set", "scheduler.name=asynchzp", "--set", "scheduler.pp=2",
+                             "--set", "topology.world_size=4"], capture_output=True).returncode == 0
+    assert staged and accepts and facts["asynchzp_pipeline"] is staged and pending.ASYNC_PIPELINE in avail
 
 
 def test_table4_runs_the_paper_nd_rows_at_every_length():
     """table4.toml: zero3, hsdp and asynchzp at the three lengths (and 4 micro-batches per rank at 64), asynchzp
-    also with CP = 2 at 1024, nd TP = 4 at 64, TP = 4 x PP = 2 at 256 and TP = 2 x CP = 2 x PP = 2 at 1024
-    (dp = 1): 17 tasks, CP in those two alone; every task validated by the sweep tool with the real hzpbench."""
+    also as the paper runs it (PP = 2 at 256, CP = 2 and CP = 2 x PP = 2 at 1024), nd TP = 4 at 64, TP = 4 x PP = 2
+    at 256 and TP = 2 x CP = 2 x PP = 2 at 1024 (dp = 1): 19 tasks; every task validated by the sweep tool with the
+    real hzpbench."""
     sys.path.insert(0, str(REPO / "slurm"))
     from hzpsweep import spec
     sweep = spec.load(REPO / "configs" / "sweeps" / "paper" / "table4.toml")
     tasks = [(t.config["scheduler.name"], t.config["model.seq_len"], t.config["train.global_batch"],
               t.config["scheduler.tp"], t.config["scheduler.cp"], t.config["scheduler.pp"], t.world_size)
              for t in sweep.tasks]
-    assert len(tasks) == len(set(tasks)) == 17
+    assert len(tasks) == len(set(tasks)) == 19
     for name in ("zero3", "hsdp"):
         assert sorted(t[1:] for t in tasks if t[0] == name) == [
             (64, 8, 4, 1, 1, 8), (64, 32, 4, 1, 1, 8), (256, 8, 4, 1, 1, 8), (1024, 8, 4, 1, 1, 8)], name
-    # asynchzp ignores scheduler.tp (the axis gives every task one); its CP = 2 row at the longest length.
+    # asynchzp ignores scheduler.tp (the axis gives every task one).
     assert sorted(t[1:] for t in tasks if t[0] == "asynchzp") == [
-        (64, 8, 4, 1, 1, 8), (64, 32, 4, 1, 1, 8), (256, 8, 4, 1, 1, 8), (1024, 8, 2, 2, 1, 8), (1024, 8, 4, 1, 1, 8)]
+        (64, 8, 4, 1, 1, 8), (64, 32, 4, 1, 1, 8), (256, 8, 4, 1, 1, 8), (256, 8, 4, 1, 2, 8), (1024, 8, 2, 2, 1, 8),
+        (1024, 8, 2, 2, 2, 8), (1024, 8, 4, 1, 1, 8)]
     assert sorted(t[1:] for t in tasks if t[0] == "nd") == [
         (64, 8, 4, 1, 1, 8), (64, 32, 4, 1, 1, 8), (256, 8, 4, 1, 2, 8), (1024, 8, 2, 2, 2, 8)]
-    cp = {t.config["scheduler.name"]: t for t in sweep.tasks if t.config["scheduler.cp"] != 1}
-    assert sorted(cp) == ["asynchzp", "nd"]
-    c = cp["nd"].config
+    nd = [t.config for t in sweep.tasks if t.config["scheduler.name"] == "nd" and t.config["scheduler.cp"] != 1]
+    assert len(nd) == 1
+    c = nd[0]
     assert c["links.comm_to_compute"] == 0.125 and c["topology.ranks_per_node"] == 4
     assert c["scheduler.sequence_parallel"] is True and c["scheduler.distributed_optimizer"] is True
-    assert cp["nd"].world_size // (c["scheduler.tp"] * c["scheduler.cp"] * c["scheduler.pp"]) == 1     # dp = 1
-    a = cp["asynchzp"].config
-    assert a["links.comm_to_compute"] == 0.125 and a["scheduler.pp"] == 1 and a["scheduler.z1"] % a["scheduler.cp"] == 0
+    assert 8 // (c["scheduler.tp"] * c["scheduler.cp"] * c["scheduler.pp"]) == 1     # dp = 1
+    for a in (t.config for t in sweep.tasks if t.config["scheduler.name"] == "asynchzp"):
+        assert a["scheduler.z1"] == 0     # all of a stage's ranks
     p = subprocess.run([sys.executable, str(REPO / "slurm" / "sweep"), "plan",
                         str(REPO / "configs" / "sweeps" / "paper" / "table4.toml"), "--hzpbench", hzpbench()],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "validated  17 distinct configuration(s)" in p.stdout, p.stdout
+    assert "validated  19 distinct configuration(s)" in p.stdout, p.stdout

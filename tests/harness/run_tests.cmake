@@ -111,10 +111,19 @@ hzp_add_cli_test(NAME validate_bad_cp_not_nd ARGS validate --set model.preset=ti
                  MATCH "scheduler\\.cp = 2 is the context-parallel degree of nd and asynchzp, but scheduler\\.name = ddp.*Fix: scheduler\\.name = nd or asynchzp")
 hzp_add_cli_test(NAME validate_bad_cp_asynchzp_z1 ARGS validate --set model.preset=tiny --set topology.world_size=8
                  --set scheduler.name=asynchzp --set scheduler.cp=4 --set scheduler.z1=2 RC 2
-                 MATCH "scheduler\\.z1 = 2.*scheduler\\.cp = 4 at world size W = 8:.*scheduler\\.z1 = 2 is not a multiple of scheduler\\.cp = 4.*fix:")
+                 MATCH "scheduler\\.z1 = 2.*scheduler\\.cp = 4, scheduler\\.pp = 1 at world size W = 8:.*scheduler\\.z1 = 2 is not a multiple of scheduler\\.cp = 4.*fix:")
 hzp_add_cli_test(NAME validate_bad_cp_asynchzp_seq_len ARGS validate --set model.preset=tiny --set topology.world_size=4
                  --set scheduler.name=asynchzp --set scheduler.cp=4 --set model.seq_len=36 RC 2
                  MATCH "model\\.seq_len = 36 must divide into 2 · scheduler\\.cp = 8 equal chunks.*Fix:")
+hzp_add_cli_test(NAME validate_asynchzp_pp_cp ARGS validate --set model.preset=tiny --set topology.world_size=8
+                 --set scheduler.name=asynchzp --set scheduler.pp=2 --set scheduler.cp=2 --set scheduler.z1=4
+                 --set scheduler.z2=2 --set scheduler.z3=2 MATCH "valid for 8 ranks")
+hzp_add_cli_test(NAME validate_bad_pp_not_nd ARGS validate --set model.preset=tiny --set topology.world_size=2
+                 --set scheduler.name=zero3 --set scheduler.pp=2 RC 2
+                 MATCH "the pipeline keys of nd and asynchzp, but scheduler\\.name = zero3.*Fix: scheduler\\.name = nd or asynchzp")
+hzp_add_cli_test(NAME validate_bad_asynchzp_pp_z1 ARGS validate --set model.preset=tiny --set topology.world_size=4
+                 --set scheduler.name=asynchzp --set scheduler.pp=2 --set scheduler.z1=4 RC 2
+                 MATCH "scheduler\\.z1 = 4 does not divide the 2 ranks of a pipeline stage \\(W / pp\\) = 2.*fix:")
 hzp_add_cli_test(NAME validate_asynchzp_cp ARGS validate --set model.preset=tiny --set topology.world_size=4
                  --set scheduler.name=asynchzp --set scheduler.cp=2 --set scheduler.z1=4 --set scheduler.z2=2
                  --set scheduler.z3=2 MATCH "valid for 4 ranks")

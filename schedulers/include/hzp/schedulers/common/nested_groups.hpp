@@ -74,14 +74,16 @@ class NestedGroups {
   int w_, z1_, z2_, z3_;
 };
 
-/// asynchzp's groups from scheduler.z1/z2/z3 (0 = the next larger group; z1: W) over the w ranks that hold the
-/// weights (dp · cp), after checking them, scheduler.cp (dividing w and z1) and prefetch / pool_mb: one
-/// ConfigError naming every value and the fix otherwise.
-NestedGroups nested_groups_from(const SchedulerOptions& o, int w);
+/// asynchzp's groups from scheduler.z1/z2/z3 (0 = the next larger group; z1: all of them) over the ranks of one
+/// pipeline stage that hold its weights (dp · cp = world_size / scheduler.pp), after checking them, scheduler.pp
+/// (dividing world_size), scheduler.cp (dividing those ranks and z1) and prefetch / pool_mb: one ConfigError naming
+/// every value and the fix otherwise.
+NestedGroups nested_groups_from(const SchedulerOptions& o, int world_size);
 
-/// asynchzp's mesh degrees at W ranks: cp = scheduler.cp, the optimizer group z1 as dp_shard = z1 / cp whole
-/// context-parallel groups, replicated W / z1 times. With cp innermost the z-groups, contiguous runs of ranks,
-/// nest with the cp groups: z3 = cp makes every parameter group exactly a cp group.
+/// asynchzp's mesh degrees at W ranks: pp = scheduler.pp stages (outermost), cp = scheduler.cp, the optimizer group
+/// z1 as dp_shard = z1 / cp whole context-parallel groups, replicated W / (pp · z1) times. With cp innermost the
+/// z-groups, contiguous runs of a stage's ranks, nest with the cp groups: z3 = cp makes every parameter group
+/// exactly a cp group.
 ParallelDims asynchzp_parallel_dims(const SchedulerOptions& o, int w);
 
 }  // namespace hzp::schedulers

@@ -1,0 +1,156 @@
+// asynchzp with pipeline stages (scheduler.pp: each stage's units sharded over that stage's dp · cp ranks by its own
+// z-groups, the stage's schedule run by the shared step driver) under mpiexec at 2, 4 and 8 ranks, on `tiny`:
+//  - parity with `none` (the whole model on one rank, no communication: the independent reference) over 20 fp32
+//    steps, loss and gradient norm to 1e-5 relative every step: 1F1B, GPipe and interleaved 1F1B, async and inline,
+//    with data parallelism inside a stage, with context parallelism (pp2 × cp2, the paper's 36B shape), pp4, both
+//    step ends, recompute;
+//  - the plan equals what ran on every group (each stage's z-groups, the boundary activations, the tied table's
+//    two stages, the norm over z1 on every stage), also in deterministic mode;
+//  - deterministic mode bitwise equal to nd with the same pipeline and context layout (both sum every gradient in
+//    fixed point and add the tied table's two stages exactly) and twice to itself;
+//  - the refusals: pp not dividing W, a stage's ranks that z1 does not divide.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../workloads/data_test_util.hpp"
+#include "data_parallel_test_util.hpp"
+#include "nd_test_util.hpp"
+#include "hzp/schedulers/data_parallel.hpp"
+#include "hzp/schedulers/plan.hpp"
+
+namespace hzp::test {
+namespace {
+
+using schedulers::PipelineScheduleKind;
+using schedulers::SchedulerOptions;
+using workloads::Precision;
+
+struct PpCase {
+  int pp = 2;
+  int cp = 1;
+  int z1 = 0, z2 = 0, z3 = 0;
+  PipelineScheduleKind schedule = PipelineScheduleKind::one_f_one_b;
+  int v = 1;
+  bool async = true;
+  bool recompute = false;
+  bool rs_end = false;
+  std::string label() const {
+    return "pp=" + std::to_string(pp) + " cp=" + std::to_string(cp) + " z1=" + std::to_string(z1) +
+           " z2=" + std::to_string(z2) + " z3=" + std::to_string(z3) + " " + std::string(schedulers::to_string(schedule)) +
+           (v > 1 ? " v=" + std::to_string(v) : "") + (async ? " async" : " inline") + (recompute ? " recompute" : "") +
+           (rs_end ? " step_end=reduce_scatter" : "");
+  }
+  SchedulerOptions options() const {
+    SchedulerOptions o;
+    o.pp = pp;
+    o.cp = cp;
+    o.z1 = z1;
+    o.z2 = z2;
+    o.z3 = z3;
+    o.schedule = schedule;
+    o.virtual_stages = v;
+    o.async = async;
+    if (rs_end) o.step_end = SchedulerOptions::StepEnd::reduce_scatter;
+    return o;
+  }
+};
+
+coll::Topology one_node(const coll::Communicator& world) {
+  return coll::Topology::virtual_nodes(world.size(), world.size(), world.rank());
+}
+
+struct PpRun : NdRun {
+  PpRun(coll::Communicator& world, const PpCase& c, bool deterministic = false)
+      : NdRun(world, one_node(world), {c.options(), nullptr, c.recompute, deterministic, 0, Precision::fp32, "asynchzp"}) {}
+};
+
+using K = PipelineScheduleKind;
+
+// The cases at world size w.
+std::vector<PpCase> cases_at(int w) {
+  if (w == 2)
+    return {{2},                                         // one rank per stage: z = 1
+            {2, 1, 0, 0, 0, K::gpipe, 1, false},         // GPipe, inline
+            {2, 1, 0, 0, 0, K::interleaved, 2}};         // interleaved 1F1B, two chunks per stage
+  if (w == 4)
+    return {{2, 1, 2, 2, 2},                             // pp2 × dp2, z = 2 per stage
+            {2, 1, 2, 2, 1, K::one_f_one_b, 1, false},   // inline, z3 = 1
+            {2, 2, 2, 2, 2},                             // pp2 × cp2: z3 = z2 = cp
+            {4},                                         // pp4
+            {2, 1, 2, 2, 2, K::interleaved, 2, true, true}};  // interleaved, recompute
+  return {{2, 2, 4, 2, 2},                               // pp2 × cp2 × dp2: z1 = 4, z2 = z3 = cp
+          {4, 1, 2, 2, 2, K::one_f_one_b, 1, false},     // pp4 × dp2 inline
+          {2, 1, 4, 2, 2, K::one_f_one_b, 1, true, false, true}};  // two replicas per stage, reduce-scatter end
+}
+
+TEST(AsyncHzpPipeline, MatchesNoneOverTwentySteps) {
+  HZP_REQUIRE_RANKS_DIVISIBLE_BY(2);
+  auto world = make_world(world_size());
+  for (const PpCase& c : cases_at(world->size())) {
+    PpRun az(*world, c);
+    expect_matches_none(az, c.recompute, c.label() + " W=" + std::to_string(world->size()), false);
+  }
+}
+
+TEST(AsyncHzpPipeline, PlanIsWhatRan) {
+  HZP_REQUIRE_RANKS_DIVISIBLE_BY(2);
+  auto world = make_world(world_size());
+  for (const PpCase& c : cases_at(world->size()))
+    for (bool deterministic : {false, true}) {
+      PpRun az(*world, c, deterministic);
+      const coll::CounterSnapshot d = az.second_step_counters(*world);
+      SCOPED_TRACE(c.label() + (deterministic ? " deterministic" : ""));
+      const schedulers::SchedulerPlan plan = az.plan(c.options(), world->size(), world->rank());
+      expect_plan_matches_run(plan, d);
+      std::int64_t p2p = 0;  // the boundary activations are in it
+      for (const schedulers::PlannedCollective& pc : plan.collectives)
+        if (pc.op == coll::CollOp::send && pc.group == "pp") p2p += pc.calls;
+      EXPECT_GT(p2p, 0);
+      // Model state: the stage's parameters' shard only.
+      EXPECT_EQ(az.setup.alloc->stats().tag(AllocationTag::param).requested_bytes, plan.state_bytes[0]);
+    }
+}
+
+TEST(AsyncHzpPipeline, DeterministicModeIsBitwiseNdWithTheSameLayout) {
+  HZP_REQUIRE_RANKS_DIVISIBLE_BY(2);
+  auto world = make_world(world_size());
+  const int w = world->size();
+  const PpCase c = w == 2 ? PpCase{2} : w == 4 ? PpCase{2, 2, 2, 2, 2} : PpCase{2, 2, 4, 2, 2};
+  SchedulerOptions nd_options;
+  nd_options.pp = c.pp;
+  nd_options.cp = c.cp;
+  NdRun nd(*world, one_node(*world), {nd_options, nullptr, false, true});
+  PpRun a(*world, c, true), b(*world, c, true);
+  TinySetup ref(Precision::fp32);
+  ref.train.deterministic = true;
+  auto none = schedulers::make_scheduler("none", ref.args());
+  for (int i = 0; i < 6; ++i) {
+    const schedulers::StepStats want = none->step({i, ref.source.get()});
+    const schedulers::StepStats x = a.step(i), y = b.step(i), n = nd.step(i);
+    EXPECT_EQ(x.loss, y.loss) << c.label() << " step " << i << ": two runs differ";
+    EXPECT_EQ(x.grad_norm, y.grad_norm) << c.label() << " step " << i << ": two runs differ";
+    EXPECT_EQ(x.loss, n.loss) << c.label() << " step " << i << ": asynchzp and nd differ";
+    EXPECT_EQ(x.grad_norm, n.grad_norm) << c.label() << " step " << i << ": asynchzp and nd differ";
+    EXPECT_LE(rel_diff(x.loss, want.loss), 1e-5) << c.label() << " step " << i;
+    EXPECT_LE(rel_diff(x.grad_norm, want.grad_norm), 1e-5) << c.label() << " step " << i;
+  }
+}
+
+TEST(AsyncHzpPipeline, RefusesBadLayoutsWithOneMessage) {
+  HZP_REQUIRE_RANKS_DIVISIBLE_BY(2);
+  auto world = make_world(world_size());
+  const int w = world->size();
+  SchedulerOptions o;
+  o.pp = 3;  // no world here is a multiple of 3
+  EXPECT_TRUE(throws_with<ConfigError>([&] { (void)schedulers::scheduler_parallel_dims("asynchzp", o, w); },
+                                       {"scheduler.pp = 3", "does not divide the world size W = " + std::to_string(w)}));
+  o.pp = 2;
+  o.z1 = w;  // larger than a stage's W / 2 ranks
+  EXPECT_TRUE(throws_with<ConfigError>([&] { (void)schedulers::scheduler_parallel_dims("asynchzp", o, w); },
+                                       {"scheduler.z1 = " + std::to_string(w), "ranks of a pipeline stage (W / pp)",
+                                        "fix:"}));
+}
+
+}  // namespace
+}  // namespace hzp::test
