@@ -1,5 +1,5 @@
 """Names for what a run configured, as a reader of a figure or table wants to see them: the scheduler's
-layout ("hsdp Z=4", "asynchzp z1=8 z2=4 z3=4 async", "asynchzp CP=4 z1=8 z2=4 z3=4 async", "nd TP=2 × CP=2 × PP=2") and a configuration's label
+layout ("hsdp Z=4", "asynchzp z1=8 z2=4 z3=4 async", "asynchzp CP=4 PP=2 z1=4 z2=4 z3=4 async", "nd TP=2 × CP=2 × PP=2") and a configuration's label
 (the layout, then every other swept key as `name=value`). The group sizes are resolved the way hzpbench
 resolves them (0 = the next larger group; docs/options.md), so a run that left z2 at 0 and one that set it to
 z1 get one label.
@@ -28,8 +28,9 @@ def _int(v: Any, default: int = 0) -> int:
 
 
 def groups(cfg: dict, world: int) -> tuple[int, int, int]:
-    """(z1, z2, z3) of an asynchzp run: optimizer, gradient and parameter group sizes, zeros resolved."""
-    z1 = _int(cfg.get("scheduler.z1")) or world
+    """(z1, z2, z3) of an asynchzp run: optimizer, gradient and parameter group sizes, zeros resolved (z1: all the
+    ranks of a pipeline stage, world / pp)."""
+    z1 = _int(cfg.get("scheduler.z1")) or world // max(1, _int(cfg.get("scheduler.pp"), 1))
     z2 = _int(cfg.get("scheduler.z2")) or z1
     z3 = _int(cfg.get("scheduler.z3")) or z2
     return z1, z2, z3
@@ -50,8 +51,8 @@ def layout(cfg: dict, world: int) -> str:
     if name == "asynchzp":
         z1, z2, z3 = groups(cfg, world)
         mode = "async" if truthy(cfg.get("scheduler.async", True)) else "inline"
-        cp = _int(cfg.get("scheduler.cp"), 1)
-        return f"asynchzp {f'CP={cp} ' if cp > 1 else ''}z1={z1} z2={z2} z3={z3} {mode}"
+        mesh = "".join(f"{short}={_int(cfg.get(key), 1)} " for key, short in ND_MESH[1:] if _int(cfg.get(key), 1) > 1)
+        return f"asynchzp {mesh}z1={z1} z2={z2} z3={z3} {mode}"
     if name == "nd":
         degree = mesh_degrees(cfg)
         mesh = [f"{short}={degree[short.lower()]}" for _, short in ND_MESH if degree[short.lower()] > 1]
@@ -69,7 +70,7 @@ def layout_keys(cfg: dict) -> set[str]:
     name = str(cfg.get("scheduler.name"))
     if name == "nd":
         return LAYOUT_KEYS | ND_LAYOUT_KEYS
-    return LAYOUT_KEYS | {"scheduler.cp"} if name == "asynchzp" else LAYOUT_KEYS
+    return LAYOUT_KEYS | {"scheduler.cp", "scheduler.pp"} if name == "asynchzp" else LAYOUT_KEYS
 
 
 def plain(v: Any) -> Any:

@@ -35,8 +35,10 @@ def divisors(cfg: dict, world: int) -> dict[str, int] | None:
         z = labels.hsdp_group(cfg, world)
         return {c: z for c in COMPONENTS}
     if name == "asynchzp":
+        # Each of pp stages holds its share of the model (the form splits it evenly), sharded by its own z-groups.
         z1, z2, z3 = labels.groups(cfg, world)
-        return {"param": z3, "grad": z2, **{c: z1 for c in opt}}
+        pp = int(cfg.get("scheduler.pp", 1) or 1)
+        return {"param": z3 * pp, "grad": z2 * pp, **{c: z1 * pp for c in opt}}
     if name == "nd":
         # The model split evenly over tp × pp (the form ignores that the ends sit on the first and last stage and
         # that the norm gains are whole on every tensor-parallel rank: both show in plan − form), the optimizer

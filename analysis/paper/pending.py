@@ -2,15 +2,15 @@
 scheduler name, a capability such as AsyncHZP with context parallelism, or a tool) so a report lists it as
 pending while that is missing, and says it is available once the program has it (scripts/reproduce's
 available()). Never replaced by a stand-in result. A row needing several parts names the one still missing: nd's
-tensor, pipeline and context parallelism and AsyncHZP with context parallelism exist, so the AsyncHZP rows that
-also need pipeline stages wait for AsyncHZP with pipeline stages."""
+tensor, pipeline and context parallelism and AsyncHZP with context parallelism and pipeline stages exist, so what
+is left waits for MoE and for the scale simulator."""
 from __future__ import annotations
 
 # The capabilities, as scripts/reproduce detects them from `hzpbench list` (the scheduler keys that enable them
 # in nd).
 TENSOR, PIPELINE, CONTEXT = "tensor parallelism", "pipeline parallelism", "context parallelism"
-# AsyncHZP composed with pipeline stages (issue 20): detected by `hzpbench validate` accepting asynchzp with
-# scheduler.pp = 2 at 4 ranks.
+# AsyncHZP composed with pipeline stages: detected by `hzpbench validate` accepting asynchzp with scheduler.pp = 2
+# at 4 ranks. The rows it unblocked run in the table1 plans and the table2, table3 and table4 specs.
 ASYNC_PIPELINE = "AsyncHZP with pipeline stages"
 # AsyncHZP composed with context parallelism (nd's scheduler.cp alone does not give it): detected by `hzpbench
 # validate` accepting asynchzp with scheduler.cp = 2 at 4 ranks. The rows it unblocked run in the table2, table3
@@ -19,20 +19,12 @@ ASYNC_CONTEXT = "AsyncHZP with context parallelism"
 
 # (paper row, what it needs)
 PENDING: dict[str, list[tuple[str, str]]] = {
-    "table1": [
-        ("Seed-OSS-36B per pipeline stage under AsyncHZP (PP = 4, ~9B parameters per stage)", ASYNC_PIPELINE),
-    ],
+    "table1": [],
     "table2": [
-        ("Seed-OSS-36B, ND: TP = 8, PP = 4 against AsyncHZP with PP = 4, CP = 8 (nd has its layout today; AsyncHZP's "
-         "side needs pipeline stages with its context parallelism)", ASYNC_PIPELINE),
         ("MoE-100B, ND: EP = 8, PP = 6, CP = 8; AsyncHZP with PP = 6, CP = 8", "moe"),
     ],
-    "table3": [
-        ("Z1 = 64, Z2 = Z3 = 8, PP = 8, async on and off", ASYNC_PIPELINE),
-    ],
-    "table4": [
-        ("AsyncHZP with PP = 4 at 32K and 128K (its CP runs here at the longest length, without PP)", ASYNC_PIPELINE),
-    ],
+    "table3": [],
+    "table4": [],
     "table5": [
         ("Seed-OSS-36B, AsyncHZP Z1 = 64, Z2 = Z3 = 8, PP = 4, CP = 8 at 256 / 512 / 1024 cards (MFU, linearity)",
          "scale simulator"),

@@ -147,16 +147,17 @@ def _nd_or_zero3(g: pd.DataFrame):
 
 def table2(res: Results) -> list:
     pc = per_config(res)
-    t = _versus(pc, _nd_or_zero3, [], [])
+    t = _versus(pc, _nd_or_zero3, ["pp"], [])
     return [Table(t, "Speed-up against the paper's baseline, ND parallelism (nd: tensor parallelism over a node, "
-                     "sequence parallelism, distributed optimizer), as the paper's 100%; against zero3 over all "
-                     "ranks when the sweep has no nd run.")]
+                     "sequence parallelism, distributed optimizer), as the paper's 100%, among the layouts with the "
+                     "same pipeline stages (the 9B rows without, the 36B rows' shape with two); against zero3 over "
+                     "all ranks when the sweep has no nd run.")]
 
 
 def table3(res: Results) -> list:
     pc = per_config(res)
     pc = pc[pc["scheduler"] == "asynchzp"]
-    t = _versus(pc, lambda g: ~g["async"], ["z1", "z2", "z3", "cp", "seq_len"], [])
+    t = _versus(pc, lambda g: ~g["async"], ["z1", "z2", "z3", "cp", "pp", "seq_len"], [])
     return [Table(t, "Speed-up of each asynchzp layout against the same layout inline (scheduler.async = false, "
                      "the paper's vanilla scheduling).")]
 
@@ -170,7 +171,9 @@ def table4(res: Results) -> list:
                      "speed-up against ND parallelism (nd) at the same length and batch where it ran (the "
                      "shortest with tensor parallelism, the middle one with tensor × pipeline parallelism, the "
                      "longest with tensor × context × pipeline parallelism), else against zero3. zero3, hsdp and "
-                     "asynchzp run every length without context parallelism, asynchzp the longest also with it.")]
+                     "asynchzp run every length without context parallelism or stages; asynchzp also with two "
+                     "stages at the middle length and with context parallelism (alone and with two stages) at the "
+                     "longest, as the paper's AsyncHZP rows.")]
 
 
 def ablation(res: Results) -> list:
