@@ -8,6 +8,8 @@
 #   nd_cp2_tp2  tp = 2 inside a node, cp = 2 across the nodes, sequence parallel
 #   nd_tp4      tp = 4 across both nodes (scheduler.tp_across_nodes), sequence parallel
 #   asynchzp    z1 = 4, z2 = z3 = 2: each rank trains whole sequences; parameter groups inside a node
+#   asynchzp_cp2  cp = 2 inside a node with z3 = z2 = cp = 2, z1 = 4 (the paper's AsyncHZP layout, Z2 = Z3 = CP)
+#   asynchzp_cp4  cp = 4 over both nodes, z1 = z2 = z3 = 4
 # Usage: [LENGTHS="1024 4096"] [CONFIGS="nd_cp4 ..."] [STEPS=3] [GB=4] [EMULATE=true] scripts/context_bench.sh [out_dir]
 # GB sets the sequences per step; EMULATE=false runs without the link model, so a step is the layout's compute
 # and its memory alone (how the long-context rows were run: with modelled links a step at T = 4096 is tens of
@@ -31,6 +33,10 @@ for T in ${LENGTHS:-1024 4096 16384}; do
       nd_tp4) extra=(--set scheduler.name=nd --set scheduler.tp=4 --set scheduler.sequence_parallel=true
                      --set scheduler.tp_across_nodes=true) ;;
       asynchzp) extra=(--set scheduler.name=asynchzp --set scheduler.z1=4 --set scheduler.z2=2 --set scheduler.z3=2) ;;
+      asynchzp_cp2) extra=(--set scheduler.name=asynchzp --set scheduler.cp=2 --set scheduler.z1=4 --set scheduler.z2=2
+                           --set scheduler.z3=2) ;;
+      asynchzp_cp4) extra=(--set scheduler.name=asynchzp --set scheduler.cp=4 --set scheduler.z1=4 --set scheduler.z2=4
+                           --set scheduler.z3=4) ;;
       *) echo "unknown configuration $cfg" >&2; exit 2 ;;
     esac
     f="$out/${cfg}_T$T.h5"

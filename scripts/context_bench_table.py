@@ -14,9 +14,10 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-ORDER = ["nd_cp4", "nd_cp2_tp2", "nd_tp4", "asynchzp"]
+ORDER = ["nd_cp4", "nd_cp2_tp2", "nd_tp4", "asynchzp", "asynchzp_cp2", "asynchzp_cp4"]
 LABEL = {"nd_cp4": "nd cp4", "nd_cp2_tp2": "nd cp2×tp2 SP", "nd_tp4": "nd tp4 SP (across nodes)",
-         "asynchzp": "asynchzp z1=4 z2=z3=2"}
+         "asynchzp": "asynchzp z1=4 z2=z3=2", "asynchzp_cp2": "asynchzp cp2, z1=4 z2=z3=cp=2",
+         "asynchzp_cp4": "asynchzp cp4, z1=z2=z3=cp=4"}
 
 
 def row(path):

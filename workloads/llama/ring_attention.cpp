@@ -23,8 +23,11 @@ int tag(int cp, Pass pass, int step, Tensor tensor) { return (static_cast<int>(p
 
 // Request::test() both polls and enforces the communicator's deadline; the shared-memory transport moves bytes
 // only from inside it, so every wait keeps all of this pass's messages moving, sends included.
+// Progress between blocks (test_untimed moves bytes and keeps the deadline as test() does): the compute thread is
+// not waiting here, so the polls are not timed as waits (a timed test would add its own clock reads to the
+// messages' wait records while the block's compute is counted too).
 void poll(std::vector<coll::Request>& reqs) {
-  for (coll::Request& r : reqs) r.test();
+  for (coll::Request& r : reqs) r.test_untimed();
 }
 
 void wait_all(std::vector<coll::Request>& reqs) {
