@@ -8,9 +8,14 @@
 //    two stages, the norm over z1 on every stage), also in deterministic mode;
 //  - deterministic mode bitwise equal to nd with the same pipeline and context layout (both sum every gradient in
 //    fixed point and add the tied table's two stages exactly) and twice to itself;
+//  - the step end (exchange, refresh, norm, the tied table's stages) stays per stage and does not grow with the
+//    micro-batches, while the per-micro-batch collectives double with them (from the plan, which PlanIsWhatRan ties
+//    to the counters);
 //  - the refusals: pp not dividing W, a stage's ranks that z1 does not divide.
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../workloads/data_test_util.hpp"
@@ -18,6 +23,7 @@
 #include "nd_test_util.hpp"
 #include "hzp/schedulers/data_parallel.hpp"
 #include "hzp/schedulers/plan.hpp"
+#include "hzp/workloads/model_factory.hpp"
 
 namespace hzp::test {
 namespace {
@@ -134,6 +140,62 @@ TEST(AsyncHzpPipeline, DeterministicModeIsBitwiseNdWithTheSameLayout) {
     EXPECT_EQ(x.grad_norm, n.grad_norm) << c.label() << " step " << i << ": asynchzp and nd differ";
     EXPECT_LE(rel_diff(x.loss, want.loss), 1e-5) << c.label() << " step " << i;
     EXPECT_LE(rel_diff(x.grad_norm, want.grad_norm), 1e-5) << c.label() << " step " << i;
+  }
+}
+
+// Calls and elements per (group, op) of a plan.
+std::map<std::pair<std::string, int>, std::pair<std::int64_t, std::int64_t>> totals(const schedulers::SchedulerPlan& p) {
+  std::map<std::pair<std::string, int>, std::pair<std::int64_t, std::int64_t>> t;
+  for (const schedulers::PlannedCollective& c : p.collectives) {
+    auto& e = t[{c.group, static_cast<int>(c.op)}];
+    e.first += c.calls;
+    e.second += c.elements;
+  }
+  return t;
+}
+
+TEST(AsyncHzpPipeline, StepEndStaysPerStageAndDoesNotGrowWithTheMicroBatches) {
+  // Twice the micro-batches (global batch 16 -> 32 at micro-batch 2): the per-micro-batch gathers, reduce-scatters
+  // and activations double; the step end (exchange over the replicas, refresh, norm, the tied table's two stages)
+  // is the same, and its groups never leave the stage (the norm's z1 group and the embedding pair excepted).
+  HZP_REQUIRE_RANKS_DIVISIBLE_BY(2);
+  auto world = make_world(world_size());
+  const int w = world->size();
+  const PpCase c = w == 2 ? PpCase{2} : w == 4 ? PpCase{2, 1, 2, 2, 2} : PpCase{2, 1, 4, 2, 2};
+  const auto plan_at = [&](std::int64_t global_batch) {
+    TinySetup s(Precision::fp32);
+    s.train.global_batch = global_batch;
+    const std::unique_ptr<workloads::ModelSpec> spec = workloads::llama_spec(s.model_config);
+    const workloads::ParamLayout whole = spec->layout();
+    schedulers::PlanInputs in;
+    in.layout = &whole;
+    in.model = spec.get();
+    in.train = s.train;
+    in.options = c.options();
+    in.world_size = w;
+    in.rank = world->rank();
+    return schedulers::plan_scheduler("asynchzp", in);
+  };
+  const auto once = totals(plan_at(16)), twice = totals(plan_at(32));
+  ASSERT_EQ(once.size(), twice.size());
+  const int per_stage = w / c.pp, stage = world->rank() / per_stage;
+  for (const auto& [key, v] : once) {
+    const auto& [group, op] = key;
+    const auto u = twice.at(key);
+    const bool per_micro_batch =
+        group == "z3" || group == "z2" || (group == "pp" && op != static_cast<int>(coll::CollOp::all_reduce));
+    if (per_micro_batch) {
+      EXPECT_EQ(u.first, 2 * v.first) << group << " op " << op;
+      EXPECT_EQ(u.second, 2 * v.second) << group << " op " << op;
+    } else if (group == "replica" || group == "refresh" || group == "opt_replica" || group == "embedding" ||
+               group == "z1") {
+      EXPECT_EQ(u, v) << group << " op " << op << ": the step end grew with the micro-batches";
+    }
+  }
+  for (const schedulers::PlannedCollective& pc : plan_at(16).collectives) {
+    if (pc.group == "replica" || pc.group == "refresh" || pc.group == "opt_replica") {
+      EXPECT_LE(pc.group_size, per_stage) << pc.group << " on stage " << stage;
+    }
   }
 }
 
