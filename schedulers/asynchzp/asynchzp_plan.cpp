@@ -64,10 +64,7 @@ class AsyncHzpPlan final : public EnginePlan {
     const coll::RankMesh mesh = dims_.mesh(plan_topology(in));
     driver_group = {"scalars", data_parallel_ranks(mesh, r)};
     // Every rank converts gradients in deterministic mode; with cp or pp the scalars' ranks are only some of them.
-    if (verdict_over_world(dims_)) {
-      verdict_group.name = "verdict";
-      for (int q = 0; q < in.world_size; ++q) verdict_group.members.push_back(q);
-    }
+    if (verdict_over_world(dims_) && in.train.deterministic) verdict_group = world_plan_group("verdict", in.world_size);
     cp_ = std::make_unique<ContextParallelPlan>(in, dims_, mesh);
     actions = pipeline_->actions(in.options, micro_batches_per_rank);
     chunks_per_stage = pipeline_->chunks_per_stage();

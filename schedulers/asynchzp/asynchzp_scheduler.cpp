@@ -23,6 +23,8 @@
 // exchange sum int64 exactly, and the optimizer slice is converted back once.
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "hzp/core/clock.hpp"
@@ -176,8 +178,7 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
   std::vector<Block> gathered_;       // full parameter blocks held now, per unit
   std::vector<Block> grad_blocks_;    // full gradient blocks being written, per unit
   std::unique_ptr<SharedStageGrads> shared_;  // pipeline stages: the tied table's gradient over its two stages
-  std::vector<SliceRange> norm_ranges_;        // the optimizer slice's elements of the units this stage runs
-  bool pipeline_ = false;                      // scheduler.pp > 1: this rank holds one stage
+  std::unique_ptr<DistinctNorm> norm_;         // over z1 (and the stages): the units this stage runs
   std::unique_ptr<StepDriver> driver_;
   int micro_batches_ = 0;  // the rank's micro-batches per step
 };
@@ -256,13 +257,18 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
                          .fallback = opts_.pool_fallback});
   if (async_) make_end_groups(end_bg_, true);
   // Pipeline stages: the tied table's two stages add their gradient slices before the norm (SharedStageGrads,
-  // collective over the world), and the norm counts the units this stage runs.
+  // collective over the world), and the norm counts the units this stage runs. Without stages the whole slice is
+  // summed as one, as zero3 and hsdp sum theirs (the same bits).
   shared_ = std::make_unique<SharedStageGrads>(groups, layout);
-  pipeline_ = groups.dims().pp > 1;
-  for (int u = 0; u < layout.num_units(); ++u) {
-    const std::int64_t begin = l1().slice_offset(seg_->first(u)), end = l1().slice_offset(seg_->end(u));
-    if (layout.unit(u).runs && end > begin) norm_ranges_.push_back({begin, end - begin});
+  std::optional<std::vector<SliceRange>> counted;
+  if (groups.dims().pp > 1) {
+    counted.emplace();
+    for (int u = 0; u < layout.num_units(); ++u) {
+      const std::int64_t begin = l1().slice_offset(seg_->first(u)), end = l1().slice_offset(seg_->end(u));
+      if (layout.unit(u).runs && end > begin) counted->push_back({begin, end - begin});
+    }
   }
+  norm_ = std::make_unique<DistinctNorm>(std::move(counted), z1_comm_.get());
   const coll::Communicator& dp = groups.data_parallel();
   driver_ = std::make_unique<StepDriver>("asynchzp", *model_, train_, *alloc_, dp.rank(), dp.size(),
                                          step_pipeline(opts_, groups, layout.num_units()), groups.context());
@@ -460,16 +466,7 @@ StepFinish AsyncHzp::finish_step(std::int64_t step, double lr) {
     g32 = converted_opt_grad();
     gslice = ConstTensorView(g32.data(), Shape{l1().slice_total()}, DType::f32);
   }
-  double sq = 0;
-  if (!pipeline_) {
-    // The whole model is here: the whole slice, summed as one (as zero3 and hsdp sum theirs: the same bits).
-    sq = fixed_ ? fixed_->global_sum_squares(gslice, z1_comm_.get()) : opt_->global_sum_squares(gslice, z1_comm_.get());
-  } else {
-    std::vector<ConstTensorView> counted;
-    for (const SliceRange& rg : norm_ranges_)
-      counted.emplace_back(static_cast<const float*>(gslice.data()) + rg.offset, Shape{rg.count}, DType::f32);
-    sq = fixed_ ? fixed_->global_sum_squares(counted, z1_comm_.get()) : opt_->global_sum_squares(counted, z1_comm_.get());
-  }
+  const double sq = norm_->sum_squares(gslice, *opt_, fixed_.get());
   const Stopwatch update;
   StepFinish end;
   end.update = opt_->step(gslice, sq, step, lr);

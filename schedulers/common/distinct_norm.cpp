@@ -2,6 +2,7 @@
 #include "hzp/schedulers/common/distinct_norm.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "hzp/core/error.hpp"
 
@@ -37,6 +38,9 @@ DistinctNorm::DistinctNorm(const workloads::ParamLayout& layout, const ShardLayo
       group_(group) {
   if (!all_) ranges_ = norm_counted_ranges(layout, shards, index, tp_rank);
 }
+
+DistinctNorm::DistinctNorm(std::optional<std::vector<SliceRange>> counted, coll::Communicator* group)
+    : all_(!counted), ranges_(counted ? std::move(*counted) : std::vector<SliceRange>{}), group_(group) {}
 
 double DistinctNorm::sum_squares(ConstTensorView slice, const ShardedOptimizer& opt, const FixedPointGrads* fixed) const {
   if (all_) return fixed ? fixed->global_sum_squares(slice, group_) : opt.global_sum_squares(slice, group_);

@@ -32,6 +32,22 @@ struct NdRunSpec {
   std::string scheduler = "nd";  ///< or "asynchzp" (its cp)
 };
 
+/// `scheduler`'s plan for a model of `model`'s shape trained with `train` under `options`, for `rank` of `world_size`.
+inline schedulers::SchedulerPlan plan_for(const std::string& scheduler, const workloads::LlamaConfig& model,
+                                          const workloads::TrainConfig& train,
+                                          const schedulers::SchedulerOptions& options, int world_size, int rank) {
+  const std::unique_ptr<workloads::ModelSpec> spec = workloads::llama_spec(model);
+  const workloads::ParamLayout whole = spec->layout();
+  schedulers::PlanInputs in;
+  in.layout = &whole;
+  in.model = spec.get();
+  in.train = train;
+  in.options = options;
+  in.world_size = world_size;
+  in.rank = rank;
+  return schedulers::plan_scheduler(scheduler, in);
+}
+
 /// One run of the spec's scheduler over `world` (every rank of it), laid out on (a copy of) `topology`.
 struct NdRun {
   coll::Topology topology;
@@ -72,16 +88,7 @@ struct NdRun {
 
   /// The scheduler's plan for this run's model, training settings and `options`, for `rank` of `world_size`.
   schedulers::SchedulerPlan plan(const schedulers::SchedulerOptions& options, int world_size, int rank) const {
-    const std::unique_ptr<workloads::ModelSpec> spec = workloads::llama_spec(setup.model_config);
-    const workloads::ParamLayout whole = spec->layout();
-    schedulers::PlanInputs in;
-    in.layout = &whole;
-    in.model = spec.get();
-    in.train = setup.train;
-    in.options = options;
-    in.world_size = world_size;
-    in.rank = rank;
-    return schedulers::plan_scheduler(scheduler_name, in);
+    return plan_for(scheduler_name, setup.model_config, setup.train, options, world_size, rank);
   }
 };
 

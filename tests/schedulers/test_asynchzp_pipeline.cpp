@@ -23,7 +23,6 @@
 #include "nd_test_util.hpp"
 #include "hzp/schedulers/data_parallel.hpp"
 #include "hzp/schedulers/plan.hpp"
-#include "hzp/workloads/model_factory.hpp"
 
 namespace hzp::test {
 namespace {
@@ -165,16 +164,7 @@ TEST(AsyncHzpPipeline, StepEndStaysPerStageAndDoesNotGrowWithTheMicroBatches) {
   const auto plan_at = [&](std::int64_t global_batch) {
     TinySetup s(Precision::fp32);
     s.train.global_batch = global_batch;
-    const std::unique_ptr<workloads::ModelSpec> spec = workloads::llama_spec(s.model_config);
-    const workloads::ParamLayout whole = spec->layout();
-    schedulers::PlanInputs in;
-    in.layout = &whole;
-    in.model = spec.get();
-    in.train = s.train;
-    in.options = c.options();
-    in.world_size = w;
-    in.rank = world->rank();
-    return schedulers::plan_scheduler("asynchzp", in);
+    return plan_for("asynchzp", s.model_config, s.train, c.options(), w, world->rank());
   };
   const auto once = totals(plan_at(16)), twice = totals(plan_at(32));
   ASSERT_EQ(once.size(), twice.size());

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -38,6 +39,9 @@ class DistinctNorm {
   /// `tp_size` 1 every element of the slice counts.
   DistinctNorm(const workloads::ParamLayout& layout, const ShardLayout& shards, int index, int tp_size, int tp_rank,
                coll::Communicator* group);
+  /// The same over ranges the caller has worked out (slice coordinates, e.g. asynchzp's, whose segments may be
+  /// tensors rather than units); nullopt: every element of the slice counts.
+  DistinctNorm(std::optional<std::vector<SliceRange>> counted, coll::Communicator* group);
   /// Σ g² of the global gradient from this rank's fp32 slice: fp64 sums, or deterministic mode's exact fixed-point
   /// sum when `fixed` is given. Blocking, collective over the group.
   double sum_squares(ConstTensorView slice, const ShardedOptimizer& opt, const FixedPointGrads* fixed) const;
