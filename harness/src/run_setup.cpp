@@ -147,6 +147,9 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
                 " keeps its buffers in host memory. Fix: scheduler.name = none on one rank, or backend = cpu");
   }
   validate_link_profile(s.opt.links_profile);
+  if (s.opt.backend != "cuda" && cfg.get_string("model.attention") == "fused")
+    HZP_THROW(ConfigError, "model.attention = fused is cuDNN's kernel and runs on a GPU, but backend = ", s.opt.backend,
+              ". Fix: model.attention = auto (the CPU runs its tiled kernel), or backend = cuda");
   s.model = workloads::model_spec_from(cfg);
   s.train = train_config_from(cfg);
   s.data = data_config_from(cfg);

@@ -1,10 +1,14 @@
 // Host launchers for causal grouped-query attention: argument validation (shapes named with their
 // dimensions, dtypes, devices, workspace) and dtype dispatch to the tiled CPU path (attention_tiled.hpp,
-// checked against the scalar reference in attention_ref.hpp); a CUDA stream goes to the unfused twin in
-// attention.cu, whose workspace differs (the overloads taking a Device).
+// checked against the scalar reference in attention_ref.hpp); a CUDA stream goes to cuDNN's fused kernel
+// (attention_cudnn.cpp) or the unfused twin in attention.cu, as resolve_attention_impl decides, each with
+// its own workspace (the overloads taking a Device).
 #include "hzp/kernels/attention.hpp"
 
 #include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <set>
 
 #include "attention/attention_checks.hpp"
 #include "attention/attention_tiled.hpp"
@@ -61,7 +65,52 @@ void run_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, 
                                           v.as<T>(), out.as<T>(), lse.as<A>(), nullptr, whole, {}, work);
 }
 
+// automatic falls back to the unfused kernels for bf16 on a GPU only when something is missing (the frontend
+// headers, cuDNN, support for the shape): that deserves one line per reason and process, not silence.
+void note_fallback(const std::string& reason) {
+  static std::mutex mu;
+  static std::set<std::string> said;
+  const std::lock_guard lock(mu);
+  if (said.insert(reason).second)
+    std::fprintf(stderr, "hzpbench: attention runs the unfused CUDA kernels: %s\n", reason.c_str());
+}
+
 }  // namespace
+
+std::string_view to_string(AttentionImpl impl) noexcept {
+  switch (impl) {
+    case AttentionImpl::fused: return "fused";
+    case AttentionImpl::unfused: return "unfused";
+    default: return "auto";
+  }
+}
+
+AttentionImpl attention_impl_from(std::string_view name, std::string_view key) {
+  for (AttentionImpl i : {AttentionImpl::automatic, AttentionImpl::fused, AttentionImpl::unfused})
+    if (name == to_string(i)) return i;
+  HZP_THROW(ConfigError, key, " = \"", name, "\" is not an attention kernel. Fix: auto, fused or unfused");
+}
+
+std::string fused_attention_unavailable(const AttentionDims& dims, DType dtype) {
+  dims.validate("fused attention");
+  return cuda::fused_attention_unavailable(dims, dtype);
+}
+
+AttentionImpl resolve_attention_impl(AttentionImpl impl, const AttentionDims& dims, DType dtype, Device device) {
+  if (!device.is_cuda()) {
+    if (impl == AttentionImpl::fused)
+      HZP_THROW(PreconditionError, "attention: the fused kernel is cuDNN's and runs on a CUDA device; this stream is "
+                "on the host. Fix: model.attention = auto or unfused (the host always runs the tiled CPU kernel)");
+    return AttentionImpl::unfused;
+  }
+  if (impl == AttentionImpl::unfused) return impl;
+  const std::string why = fused_attention_unavailable(dims, dtype);
+  if (why.empty()) return AttentionImpl::fused;
+  if (impl == AttentionImpl::fused)
+    HZP_THROW(PreconditionError, "attention: model.attention = fused, but ", why);
+  if (dtype == DType::bf16) note_fallback(why);  // fp32 and fp64 are expected to run unfused: no message
+  return AttentionImpl::unfused;
+}
 
 std::size_t attention_fwd_workspace_bytes(const AttentionDims& dims, DType dtype) {
   return static_cast<std::size_t>(attention_tiled::fwd_scratch_elems(dims.head_dim)) * acc_size(dtype);
@@ -71,16 +120,22 @@ std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype
   return static_cast<std::size_t>(attention_tiled::bwd_scratch_elems(dims.seq, dims.head_dim)) * acc_size(dtype);
 }
 
-std::size_t attention_fwd_workspace_bytes(const AttentionDims& dims, DType dtype, Device device) {
-  return device.is_cuda() ? cuda::attention_fwd_workspace_bytes(dims, dtype) : attention_fwd_workspace_bytes(dims, dtype);
+std::size_t attention_fwd_workspace_bytes(const AttentionDims& dims, DType dtype, Device device, AttentionImpl impl) {
+  if (!device.is_cuda()) return attention_fwd_workspace_bytes(dims, dtype);
+  return resolve_attention_impl(impl, dims, dtype, device) == AttentionImpl::fused
+             ? cuda::fused_attention_fwd_workspace_bytes(dims, dtype)
+             : cuda::attention_fwd_workspace_bytes(dims, dtype);
 }
 
-std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype, Device device) {
-  return device.is_cuda() ? cuda::attention_bwd_workspace_bytes(dims, dtype) : attention_bwd_workspace_bytes(dims, dtype);
+std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype, Device device, AttentionImpl impl) {
+  if (!device.is_cuda()) return attention_bwd_workspace_bytes(dims, dtype);
+  return resolve_attention_impl(impl, dims, dtype, device) == AttentionImpl::fused
+             ? cuda::fused_attention_bwd_workspace_bytes(dims, dtype)
+             : cuda::attention_bwd_workspace_bytes(dims, dtype);
 }
 
 void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
-                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s) {
+                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s, AttentionImpl impl) {
   dims.validate(kFwd);
   const DType t = q.dtype();
   check_storage_dtype(kFwd, "q", t);
@@ -89,8 +144,10 @@ void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTenso
   check_tensor(kFwd, "v", v, dims, true, t, s);
   check_tensor(kFwd, "out", out, dims, false, t, s);
   check_lse(kFwd, lse, dims, t, s);
+  const AttentionImpl run = resolve_attention_impl(impl, dims, t, s.device());
   if (s.device().is_cuda()) {
-    check_workspace(kFwd, workspace.size(), cuda::attention_fwd_workspace_bytes(dims, t));
+    check_workspace(kFwd, workspace.size(), attention_fwd_workspace_bytes(dims, t, s.device(), run));
+    if (run == AttentionImpl::fused) return cuda::fused_attention_fwd(out, lse, q, k, v, dims, workspace, s);
     return cuda::attention_fwd(out, lse, q, k, v, dims, workspace, s);
   }
   switch (t) {
@@ -102,7 +159,7 @@ void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTenso
 
 void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
                    ConstTensorView k, ConstTensorView v, ConstTensorView out, ConstTensorView lse,
-                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s) {
+                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s, AttentionImpl impl) {
   dims.validate(kBwd);
   const DType t = q.dtype();
   check_storage_dtype(kBwd, "q", t);
@@ -115,8 +172,11 @@ void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView 
   check_tensor(kBwd, "dk", dk, dims, true, t, s);
   check_tensor(kBwd, "dv", dv, dims, true, t, s);
   check_lse(kBwd, lse, dims, t, s);
+  const AttentionImpl run = resolve_attention_impl(impl, dims, t, s.device());
   if (s.device().is_cuda()) {
-    check_workspace(kBwd, workspace.size(), cuda::attention_bwd_workspace_bytes(dims, t));
+    check_workspace(kBwd, workspace.size(), attention_bwd_workspace_bytes(dims, t, s.device(), run));
+    if (run == AttentionImpl::fused)
+      return cuda::fused_attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, dims, workspace, s);
     return cuda::attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, dims, workspace, s);
   }
   switch (t) {

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "hzp/core/stream.hpp"
 #include "hzp/core/tensor.hpp"
@@ -81,6 +82,18 @@ void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTenso
 void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
                    ConstTensorView k, ConstTensorView v, ConstTensorView out, ConstTensorView lse,
                    const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s);
+
+// attention_cudnn.cpp: cuDNN's fused SDPA through the cuDNN frontend's graph API, bf16 only; builds without
+// CUDA or without the frontend headers link attention_cudnn_absent.cpp. fused_attention_unavailable is
+// empty when the kernel runs `dims` here, else the reason; the others require that it is empty.
+std::string fused_attention_unavailable(const AttentionDims& dims, DType dtype);
+std::size_t fused_attention_fwd_workspace_bytes(const AttentionDims& dims, DType dtype);
+std::size_t fused_attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype);
+void fused_attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                         const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s);
+void fused_attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
+                         ConstTensorView k, ConstTensorView v, ConstTensorView out, ConstTensorView lse,
+                         const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s);
 
 // add.cu: out = a + b (the residual add), fp32 or bf16, computed in fp32, rounded once.
 void add(TensorView out, ConstTensorView a, ConstTensorView b, StreamRef s);

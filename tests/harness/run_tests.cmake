@@ -49,6 +49,8 @@ if(NOT HZP_HAVE_CUDA)  # with CUDA built in, a run on a machine without a device
   hzp_add_bad_run(NAME run_bad_cuda_backend ARGS --set backend=cuda
     MATCH "backend = cuda: this hzpbench was built without CUDA.*Fix: .*backend = cpu")
 endif()
+hzp_add_bad_run(NAME run_bad_attention_fused_on_cpu ARGS --set model.attention=fused
+  MATCH "model\\.attention = fused is cuDNN's kernel and runs on a GPU, but backend = cpu\\. Fix: model\\.attention = auto")
 hzp_add_bad_run(NAME run_bad_cuda_scheduler ARGS --set backend=cuda --set scheduler.name=ddp
   MATCH "(backend = cuda runs scheduler\\.name = none only\\. scheduler\\.name = ddp.*Fix: scheduler\\.name = none|this hzpbench was built without CUDA)")
 hzp_add_bad_run(NAME run_bad_pool_too_small ARGS --set scheduler.name=asynchzp --set scheduler.pool_mb=0.01

@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "hzp/core/device.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/attention.hpp"
 #include "hzp/kernels/scalar.hpp"
@@ -315,6 +316,44 @@ TEST(Attention, RejectsBadArgumentsNamingTheDimensions) {
                       cview(in.v, kv_shape(d)), cview(f.out, q_shape(d)), cview(f.lse, lse_shape(d)), d, wsb, host);
       },
       {"attention_bwd", "dk has shape [2, 5, 2, 2]", "expected [2, 5, 2, 3]"}));
+}
+
+// The kernel choice (model.attention): names round-trip, an unknown one is refused naming the key and the
+// fix; the host runs its tiled kernel for auto and unfused alike and refuses the fused (cuDNN) one; without
+// a GPU the fused kernel is unavailable with a reason, never a crash.
+TEST(Attention, KernelChoiceOnTheHost) {
+  for (AttentionImpl i : {AttentionImpl::automatic, AttentionImpl::fused, AttentionImpl::unfused})
+    EXPECT_EQ(attention_impl_from(to_string(i), "model.attention"), i);
+  EXPECT_TRUE(test::throws_with<ConfigError>([] { attention_impl_from("flash", "model.attention"); },
+                                             {"model.attention = \"flash\"", "auto, fused or unfused"}));
+  const AttentionDims d{2, 5, 2, 1, 4};
+  EXPECT_EQ(resolve_attention_impl(AttentionImpl::automatic, d, DType::bf16, Device::cpu()), AttentionImpl::unfused);
+  EXPECT_EQ(resolve_attention_impl(AttentionImpl::unfused, d, DType::f32, Device::cpu()), AttentionImpl::unfused);
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
+      [&] { resolve_attention_impl(AttentionImpl::fused, d, DType::bf16, Device::cpu()); },
+      {"fused", "CUDA device", "model.attention = auto"}));
+  EXPECT_NE(fused_attention_unavailable(d, DType::f32).find("bf16"), std::string::npos);
+  if (cuda_device_count() == 0) {
+    EXPECT_FALSE(fused_attention_unavailable(d, DType::bf16).empty());
+  }
+  // The CPU launchers take the choice and compute the same bits for auto and unfused.
+  const auto in = make_inputs<float>(d, 7);
+  const auto nl = static_cast<std::size_t>(d.batch * d.heads * d.seq);
+  std::vector<float> o1(q_elems(d)), o2(q_elems(d)), l1(nl), l2(nl);
+  std::vector<std::byte> ws(attention_fwd_workspace_bytes(d, DType::f32, Device::cpu(), AttentionImpl::unfused));
+  const StreamRef host = StreamRef::host();
+  attention_fwd(view(o1, q_shape(d)), view(l1, lse_shape(d)), cview(in.q, q_shape(d)), cview(in.k, kv_shape(d)),
+                cview(in.v, kv_shape(d)), d, ws, host, AttentionImpl::automatic);
+  attention_fwd(view(o2, q_shape(d)), view(l2, lse_shape(d)), cview(in.q, q_shape(d)), cview(in.k, kv_shape(d)),
+                cview(in.v, kv_shape(d)), d, ws, host, AttentionImpl::unfused);
+  EXPECT_EQ(o1, o2);
+  EXPECT_EQ(l1, l2);
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
+      [&] {
+        attention_fwd(view(o1, q_shape(d)), view(l1, lse_shape(d)), cview(in.q, q_shape(d)), cview(in.k, kv_shape(d)),
+                      cview(in.v, kv_shape(d)), d, ws, host, AttentionImpl::fused);
+      },
+      {"fused", "model.attention"}));
 }
 
 }  // namespace

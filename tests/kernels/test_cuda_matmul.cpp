@@ -104,13 +104,17 @@ TYPED_TEST(CudaAttention, ForwardAndBackwardMatchTheCpuWithGroupedHeads) {
   auto gdq = gpu.empty(qs, dtype_of_v<T>);
   auto gdk = gpu.empty(ks, dtype_of_v<T>);
   auto gdv = gpu.empty(ks, dtype_of_v<T>);
-  auto gwf = gpu.empty({static_cast<std::int64_t>(kernels::attention_fwd_workspace_bytes(d, dtype_of_v<T>, gpu.device()))},
-                       DType::u8);
-  auto gwb = gpu.empty({static_cast<std::int64_t>(kernels::attention_bwd_workspace_bytes(d, dtype_of_v<T>, gpu.device()))},
-                       DType::u8);
-  kernels::attention_fwd(go.view, gl.view, gq.view, gk.view, gv.view, d, bytes(gwf), gpu.stream());
+  // The unfused twin by name (auto would take cuDNN's kernel for bf16; test_cuda_fused_attention.cpp has it).
+  const auto unfused = kernels::AttentionImpl::unfused;
+  auto gwf = gpu.empty(
+      {static_cast<std::int64_t>(kernels::attention_fwd_workspace_bytes(d, dtype_of_v<T>, gpu.device(), unfused))},
+      DType::u8);
+  auto gwb = gpu.empty(
+      {static_cast<std::int64_t>(kernels::attention_bwd_workspace_bytes(d, dtype_of_v<T>, gpu.device(), unfused))},
+      DType::u8);
+  kernels::attention_fwd(go.view, gl.view, gq.view, gk.view, gv.view, d, bytes(gwf), gpu.stream(), unfused);
   kernels::attention_bwd(gdq.view, gdk.view, gdv.view, gdo.view, gq.view, gk.view, gv.view, go.view, gl.view, d,
-                         bytes(gwb), gpu.stream());
+                         bytes(gwb), gpu.stream(), unfused);
   const bool bf = std::is_same_v<T, bf16>;
   const double tol = bf ? 1.5e-2 : 1e-5;
   EXPECT_TRUE(rel_l2_close(gpu.download<T>(go.view), out, tol)) << "out";

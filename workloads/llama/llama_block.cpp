@@ -203,9 +203,10 @@ void LlamaModel::attention_forward(LlamaContext& ctx, BlockActs& s) const {
     return;
   }
   const kernels::AttentionDims ad = attention_dims(d);
-  const std::size_t n = kernels::attention_fwd_workspace_bytes(ad, act_dtype(), alloc.device());
+  const std::size_t n = kernels::attention_fwd_workspace_bytes(ad, act_dtype(), alloc.device(), config_.attention);
   Allocation ws = alloc.allocate(n, AllocationTag::workspace);
-  kernels::attention_fwd(s.att.view, s.lse.view, s.q.view, s.k.view, s.v.view, ad, bytes_of(ws, n), ctx.stream());
+  kernels::attention_fwd(s.att.view, s.lse.view, s.q.view, s.k.view, s.v.view, ad, bytes_of(ws, n), ctx.stream(),
+                         config_.attention);
 }
 
 void LlamaModel::attention_backward(LlamaContext& ctx, BlockActs& s, TensorView dq, TensorView dk, TensorView dv,
@@ -217,10 +218,10 @@ void LlamaModel::attention_backward(LlamaContext& ctx, BlockActs& s, TensorView 
     return;
   }
   const kernels::AttentionDims ad = attention_dims(d);
-  const std::size_t n = kernels::attention_bwd_workspace_bytes(ad, act_dtype(), alloc.device());
+  const std::size_t n = kernels::attention_bwd_workspace_bytes(ad, act_dtype(), alloc.device(), config_.attention);
   Allocation ws = alloc.allocate(n, AllocationTag::workspace);
   kernels::attention_bwd(dq, dk, dv, datt, s.q.view, s.k.view, s.v.view, s.att.view, s.lse.view, ad, bytes_of(ws, n),
-                         ctx.stream());
+                         ctx.stream(), config_.attention);
 }
 
 }  // namespace hzp::workloads::llama

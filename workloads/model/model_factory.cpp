@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hzp/core/error.hpp"
+#include "hzp/kernels/attention.hpp"
 #include "hzp/workloads/presets.hpp"
 
 namespace hzp::workloads {
@@ -72,6 +73,10 @@ void register_llama_keys(OptionTable& t) {
   t.add(S::real("model.norm_eps", m.norm_eps, "RMSNorm epsilon").non_negative());
   t.add(S::boolean("model.tied_embeddings", m.tied_embeddings,
                    "The LM head reads the embedding table (stored once, in the embedding unit)"));
+  t.add(S::enumeration("model.attention", {"auto", "fused", "unfused"}, "auto",
+                       "Attention kernel on a GPU (docs/cuda.md): fused = cuDNN's fused SDPA (bf16), unfused = "
+                       "the cuBLASLt GEMMs around a softmax kernel (its reference), auto = fused where it runs. "
+                       "The CPU always runs its tiled kernel (fused is refused there)"));
 
 }
 
@@ -167,6 +172,7 @@ LlamaConfig llama_config_from(const ResolvedConfig& c) {
   m.rope_base = c.get_double("model.rope_base");
   m.norm_eps = c.get_double("model.norm_eps");
   m.tied_embeddings = c.get_bool("model.tied_embeddings");
+  m.attention = kernels::attention_impl_from(c.get_string("model.attention"), "model.attention");
   m.validate();
   return m;
 }

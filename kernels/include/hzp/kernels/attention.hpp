@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "hzp/core/stream.hpp"
@@ -31,6 +32,25 @@ struct AttentionDims {
   void validate(std::string_view kernel) const;
 };
 
+/// Which kernel runs attention on a CUDA stream. `fused` is cuDNN's fused SDPA (the cuDNN frontend's graph
+/// API: bf16, causal, grouped-query heads; never holds a T×T matrix); `unfused` is attention.cu's batched
+/// cuBLASLt GEMMs around a softmax kernel, the reference the fused kernel is checked against; `automatic`
+/// takes the fused kernel where it can run (bf16 on a GPU, a build with the frontend headers, cuDNN
+/// loadable and supporting the shape) and the unfused one otherwise. On a CPU stream the tiled CPU kernel
+/// runs whatever is asked, except that `fused` is refused there (there is no cuDNN on the host).
+enum class AttentionImpl { automatic, fused, unfused };
+std::string_view to_string(AttentionImpl impl) noexcept;
+/// "auto", "fused" or "unfused"; ConfigError naming `key` and the accepted values otherwise.
+AttentionImpl attention_impl_from(std::string_view name, std::string_view key);
+/// The kernel attention_fwd/bwd run for these arguments: fused or unfused on a CUDA device, unfused (the
+/// tiled CPU kernel) on the host. Throws PreconditionError with the reason when `impl` is fused and the
+/// fused kernel cannot run here.
+AttentionImpl resolve_attention_impl(AttentionImpl impl, const AttentionDims& dims, DType dtype, Device device);
+/// Empty when cuDNN's fused attention can run `dims` in `dtype` on the GPU of this process, else why not
+/// (wrong dtype, a build without the cuDNN frontend, cuDNN not loadable, the shape not supported). The
+/// first call per shape builds cuDNN's graphs (cached per thread).
+std::string fused_attention_unavailable(const AttentionDims& dims, DType dtype);
+
 // Tensor layouts (all row-major, contiguous):
 //   q, out, dout, dq : [B, T, H, D]  — also accepted as [B*T, H*D], the [tokens, features] a GEMM writes
 //   k, v, dk, dv     : [B, T, KV, D] — also accepted as [B*T, KV*D]
@@ -39,7 +59,8 @@ struct AttentionDims {
 // q, k, v, out and the gradients share one dtype: f64, f32 or bf16 (bf16 stored, fp32 computed).
 //
 // Stream semantics: on a CPU stream the launcher runs synchronously on the calling thread. A CUDA
-// stream enqueues the unfused twin (attention.cu: batched cuBLASLt GEMMs and a causal softmax kernel).
+// stream enqueues the kernel resolve_attention_impl picks: cuDNN's fused SDPA (attention_cudnn.cpp) or the
+// unfused twin (attention.cu: batched cuBLASLt GEMMs and a causal softmax kernel).
 // Determinism: on the CPU the tiles (64 rows by 64 keys) are fixed by the positions and each tile's sums
 // are one BLAS call, so for one BLAS build results are bitwise reproducible whatever the batch size, and
 // row t never reads positions > t (causality holds bitwise).
@@ -50,28 +71,37 @@ std::size_t attention_fwd_workspace_bytes(const AttentionDims& dims, DType dtype
 /// Bytes of scratch attention_bwd needs on the CPU: fp32 (fp64 for f64) accumulators for one kv head's dk
 /// and dv ([T, D] each, so bf16 gradients are rounded once), and the P, dS, dq and widened tiles.
 std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype);
-/// The same for the kernels that run on `device`: the CPU sizes above, or on a CUDA device the unfused
-/// twin's score buffers (fwd KV·T² fp32, bwd twice that plus row sums and fp32 dK/dV accumulators for
-/// bf16) and cuBLASLt's workspace, 256-byte alignment slack included.
-std::size_t attention_fwd_workspace_bytes(const AttentionDims& dims, DType dtype, Device device);
-std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype, Device device);
+/// The same for the kernels that run on `device` with `impl`: the CPU sizes above; on a CUDA device the
+/// unfused twin's score buffers (fwd KV·T² fp32, bwd twice that plus row sums and fp32 dK/dV accumulators
+/// for bf16) and cuBLASLt's workspace, 256-byte alignment slack included, or the fused kernel's (what
+/// cuDNN's plan asks for: no T² term).
+std::size_t attention_fwd_workspace_bytes(const AttentionDims& dims, DType dtype, Device device,
+                                          AttentionImpl impl = AttentionImpl::automatic);
+std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype, Device device,
+                                          AttentionImpl impl = AttentionImpl::automatic);
 
 /// out = softmax(q kᵀ / sqrt(D) + causal mask) v, per (batch, head); lse receives each row's log-sum-exp.
 /// @param[out] out   [B, T, H, D]
 /// @param[out] lse   [B, H, T] (fp32, or fp64 for f64 inputs); needed by attention_bwd
 /// @param[in]  q, k, v
-/// @param[in]  workspace at least attention_fwd_workspace_bytes(dims, q.dtype()) bytes, 8-byte aligned
+/// @param[in]  workspace at least attention_fwd_workspace_bytes(dims, q.dtype(), s.device(), impl) bytes,
+///                       8-byte aligned (256 on a GPU)
 void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
-                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s);
+                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s,
+                   AttentionImpl impl = AttentionImpl::automatic);
 
 /// Gradients of attention_fwd. Probabilities are recomputed from q, k and lse one tile at a time (a
 /// T×T matrix is never held); dk and dv of a kv head sum the contributions of every query head of its group.
 /// @param[out] dq    [B, T, H, D]   (overwritten)
 /// @param[out] dk,dv [B, T, KV, D]  (overwritten)
 /// @param[in]  dout  gradient of out; q, k, v, out and lse as given to / written by attention_fwd
-/// @param[in]  workspace at least attention_bwd_workspace_bytes(dims, q.dtype()) bytes, 8-byte aligned
+/// @param[in]  workspace at least attention_bwd_workspace_bytes(dims, q.dtype(), s.device(), impl) bytes,
+///                       8-byte aligned (256 on a GPU)
+/// The fused kernel reads lse and out as its own forward wrote them; mixing kernels between a forward and
+/// its backward is allowed (both follow the same lse convention: natural log of the scaled scores' sum).
 void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
                    ConstTensorView k, ConstTensorView v, ConstTensorView out, ConstTensorView lse,
-                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s);
+                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s,
+                   AttentionImpl impl = AttentionImpl::automatic);
 
 }  // namespace hzp::kernels

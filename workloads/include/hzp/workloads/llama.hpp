@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "hzp/kernels/attention.hpp"
 #include "hzp/workloads/context_parallel.hpp"
 #include "hzp/workloads/param_layout.hpp"
 #include "hzp/workloads/precision.hpp"
@@ -34,6 +35,9 @@ struct LlamaConfig {
   double rope_base = 10000.0;
   double norm_eps = 1e-5;
   bool tied_embeddings = true;
+  /// Which attention kernel runs on a GPU (model.attention; kernels/attention.hpp). Not part of the shape:
+  /// every choice computes the same function to its precision.
+  kernels::AttentionImpl attention = kernels::AttentionImpl::automatic;
   /// The preset this came from, for messages ("" when none).
   std::string preset;
 
