@@ -1,8 +1,9 @@
 // GPU benchmarks of the CUDA kernels (docs/cuda.md): kernels::gemm (cuBLASLt, the heuristic's first
 // algorithm) on the `1b` model's GEMM shapes (one 4096-token micro-batch; forward NT, data-gradient NN,
 // weight-gradient TN), with the best cuBLASLt algorithm measured on the same shape as a counter; the
-// fused cross-entropy forward+backward and the fused AdamW step in bytes/s; and a device-to-device
-// copy as the memory-bandwidth ceiling both are read against. Times are CUDA events around the launch
+// fused cross-entropy forward+backward and the fused AdamW step in bytes/s; a device-to-device copy as the
+// memory-bandwidth ceiling both are read against; and causal attention, cuDNN's fused kernel against the
+// unfused one, at the 1b and seed-oss-36b head shapes (TFLOP/s counting the causal half of the work). Times are CUDA events around the launch
 // on the benchmark's stream (manual time); inputs are random, never zeros.
 #include <benchmark/benchmark.h>
 #include <cublasLt.h>
@@ -19,6 +20,7 @@
 #include "hzp/core/cuda_backing.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/kernels/adamw.hpp"
+#include "hzp/kernels/attention.hpp"
 #include "hzp/kernels/cast.hpp"
 #include "hzp/kernels/cross_entropy.hpp"
 #include "hzp/kernels/gemm.hpp"
@@ -229,5 +231,60 @@ void BM_AdamW(benchmark::State& state) {
       benchmark::Counter(30.0 * static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_AdamW)->Arg(std::int64_t{1} << 28)->ArgName("params")->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+namespace {
+
+// --- attention: fused (cuDNN) against unfused, T = 4096, one sequence ------------------------------------
+// Args: shape (0 = 1b: 32/8 heads of 64; 1 = seed-oss-36b: 80/8 heads of 128), kernel (0 = fused, 1 = unfused),
+// pass (0 = forward, 1 = backward). FLOPs counted for the causal half: forward QKᵀ and PV, 2·T²·D per head;
+// backward 2.5 times that (the recomputed QKᵀ and four products).
+void BM_Attention(benchmark::State& state) {
+  const bool big = state.range(0) == 1;
+  const kernels::AttentionImpl impl = state.range(1) == 0 ? kernels::AttentionImpl::fused : kernels::AttentionImpl::unfused;
+  const bool backward = state.range(2) == 1;
+  const kernels::AttentionDims d{1, kTokens, big ? 80 : 32, 8, big ? 128 : 64};
+  const Shape qs{d.batch, d.seq, d.heads, d.head_dim}, ks{d.batch, d.seq, d.kv_heads, d.head_dim};
+  const Shape ls{d.batch, d.heads, d.seq};
+  auto alloc = [](Shape s, DType t) { return dev().alloc.allocate(static_cast<std::size_t>(s.numel()) * dtype_size(t),
+                                                                  AllocationTag::activation); };
+  Allocation q = alloc(qs, DType::bf16), k = alloc(ks, DType::bf16), v = alloc(ks, DType::bf16);
+  Allocation o = alloc(qs, DType::bf16), dout = alloc(qs, DType::bf16), lse = alloc(ls, DType::f32);
+  Allocation dq = alloc(qs, DType::bf16), dk = alloc(ks, DType::bf16), dv = alloc(ks, DType::bf16);
+  fill_random(tensor(q, qs, DType::bf16), 1.f, 7);
+  fill_random(tensor(k, ks, DType::bf16), 1.f, 8);
+  fill_random(tensor(v, ks, DType::bf16), 1.f, 9);
+  fill_random(tensor(dout, qs, DType::bf16), 1.f, 10);
+  const std::size_t nw = backward ? kernels::attention_bwd_workspace_bytes(d, DType::bf16, Device::cuda(0), impl)
+                                  : kernels::attention_fwd_workspace_bytes(d, DType::bf16, Device::cuda(0), impl);
+  Allocation w = dev().alloc.allocate(std::max<std::size_t>(nw, 1), AllocationTag::workspace);
+  const std::span<std::byte> ws(static_cast<std::byte*>(w.data()), nw);
+  auto fwd = [&] {
+    kernels::attention_fwd(tensor(o, qs, DType::bf16), tensor(lse, ls, DType::f32), tensor(q, qs, DType::bf16),
+                           tensor(k, ks, DType::bf16), tensor(v, ks, DType::bf16), d, ws, dev().stream, impl);
+  };
+  if (backward) {
+    fwd();
+    run_timed(state, [&] {
+      kernels::attention_bwd(tensor(dq, qs, DType::bf16), tensor(dk, ks, DType::bf16), tensor(dv, ks, DType::bf16),
+                             tensor(dout, qs, DType::bf16), tensor(q, qs, DType::bf16), tensor(k, ks, DType::bf16),
+                             tensor(v, ks, DType::bf16), tensor(o, qs, DType::bf16), tensor(lse, ls, DType::f32), d, ws,
+                             dev().stream, impl);
+    });
+  } else {
+    run_timed(state, fwd);
+  }
+  const double fwd_flops = 2.0 * static_cast<double>(d.seq) * static_cast<double>(d.seq) *
+                           static_cast<double>(d.heads * d.head_dim);
+  state.counters["TFLOP/s_causal"] = benchmark::Counter((backward ? 2.5 : 1.0) * fwd_flops * 1e-12,
+                                                        benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["workspace_MiB"] = static_cast<double>(nw) / (1 << 20);
+}
+BENCHMARK(BM_Attention)
+    ->ArgsProduct({{0, 1}, {0, 1}, {0, 1}})
+    ->ArgNames({"seed_oss_36b", "unfused", "backward"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
