@@ -98,6 +98,15 @@ std::vector<SchedulerOptionDecl> declare() {
   v.push_back(bool_option("scheduler.async", &O::async,
                           "asynchzp: issue the collectives from two background threads with their own communicators "
                           "(true), or inline on the compute thread (false: the paper's Table 3 ablation)"));
+  v.push_back(bool_option("scheduler.pp_reuse", &O::pp_reuse,
+                          "asynchzp (pp > 1): a gathered parameter block is held to the stage's next use of it when "
+                          "at most one other action runs in between (neighbouring micro-batches share one all-gather; "
+                          "with one chunk per stage, one per step: the stage's parameters stay whole); false gathers "
+                          "per action (the ablation)"));
+  v.push_back(bool_option("scheduler.rs_merge", &O::rs_merge,
+                          "asynchzp (pp > 1): gradients of consecutive backwards of a stage (the cool-down) are summed "
+                          "in the full block and reduce-scattered once per run; false reduce-scatters every "
+                          "micro-batch"));
   v.push_back(with(int_option("scheduler.prefetch", &O::prefetch,
                               "asynchzp (async): parameter all-gathers queued ahead of the unit being computed, in "
                               "units; the pool's all_gather ring bounds it too"),

@@ -45,6 +45,7 @@ def per_config(res: Results) -> pd.DataFrame:
         row = {"config": config, "layout": m["layout"], "scheduler": cfg.get("scheduler.name"), "world": world,
                "z1": z1, "z2": z2, "z3": z3, **labels.mesh_degrees(cfg),
                "async": labels.truthy(cfg.get("scheduler.async", True)),
+               "pp_reuse": labels.truthy(cfg.get("scheduler.pp_reuse", True)),
                "seq_len": cfg.get("model.seq_len"), "global_batch": cfg.get("train.global_batch"),
                "comm_to_compute": cfg.get("links.comm_to_compute"), "ok": len(ok), "runs": len(g),
                "states": ", ".join(sorted(set(g["state"]))),
@@ -157,9 +158,10 @@ def table2(res: Results) -> list:
 def table3(res: Results) -> list:
     pc = per_config(res)
     pc = pc[pc["scheduler"] == "asynchzp"]
-    t = _versus(pc, lambda g: ~g["async"], ["z1", "z2", "z3", "cp", "pp", "seq_len"], [])
+    t = _versus(pc, lambda g: ~g["async"], ["z1", "z2", "z3", "cp", "pp", "pp_reuse", "seq_len"], [])
     return [Table(t, "Speed-up of each asynchzp layout against the same layout inline (scheduler.async = false, "
-                     "the paper's vanilla scheduling).")]
+                     "the paper's vanilla scheduling); with pipeline stages, with and without reusing a gather "
+                     "across neighbouring actions (scheduler.pp_reuse).")]
 
 
 def table4(res: Results) -> list:

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "hzp/schedulers/step/first_use_gathers.hpp"
+#include "hzp/schedulers/step/stage_reuse.hpp"
 #include "hzp/collectives/comm_wait_observer.hpp"
 #include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
@@ -134,16 +135,35 @@ AsyncHzpStats AsyncComm::stats() const {
   return stats_;
 }
 
-std::vector<int> gather_order(const workloads::ParamLayout& layout, const std::vector<Action>& actions) {
-  std::vector<int> order;
-  FirstUseGathers gathers(layout);
+std::vector<GatherEntry> gather_plan(const workloads::ParamLayout& layout, const std::vector<Action>& actions,
+                                     bool reuse) {
+  std::vector<GatherEntry> plan;
+  StageReuse stage(layout, actions, reuse, false);
+  std::vector<std::pair<int, int>> open(static_cast<std::size_t>(layout.num_units()), {-1, -1});  // gather, action
+  int action = -1;
+  const Action* prev = nullptr;
   for_each_unit_call(actions, [&](const Action& a, int u) {
-    for (int b : gathers.call(a, u)) order.push_back(b);
+    if (&a != prev) ++action, prev = &a;
+    const FirstUseGathers::Call c = stage.call(a, u);
+    for (int b : c.gather) {
+      open[static_cast<std::size_t>(b)] = {static_cast<int>(plan.size()), action};
+      plan.push_back({b, false});
+    }
+    for (int b : c.release) {
+      const auto [g, at] = open[static_cast<std::size_t>(b)];
+      if (g >= 0 && at != action) plan[static_cast<std::size_t>(g)].held = true;
+    }
   });
+  return plan;
+}
+
+std::vector<int> gather_order(const workloads::ParamLayout& layout, const std::vector<Action>& actions, bool reuse) {
+  std::vector<int> order;
+  for (const GatherEntry& e : gather_plan(layout, actions, reuse)) order.push_back(e.block);
   return order;
 }
 
-void AsyncComm::begin_step(const std::vector<Action>& actions, TensorView params, TensorView grads,
+void AsyncComm::begin_step(const std::vector<Action>& actions, bool reuse, TensorView params, TensorView grads,
                            std::function<void(int)> refresh) {
   HZP_CHECK(gathers_.empty() && scatters_.empty() && !refresh_,
             "asynchzp: a step began with collectives of the last one queued");
@@ -151,7 +171,12 @@ void AsyncComm::begin_step(const std::vector<Action>& actions, TensorView params
   refreshes_.assign(shared_.size(), Ticket{});
   params_ = params;
   grads_ = grads;
-  order_ = gather_order(*s_.layout, actions);
+  order_.clear();
+  held_.clear();
+  for (const GatherEntry& e : gather_plan(*s_.layout, actions, reuse)) {
+    order_.push_back(e.block);
+    held_.push_back(e.held);
+  }
   next_queue_ = next_consume_ = 0;
   waits_.clear();
   const std::size_t total = order_.size();
@@ -183,16 +208,18 @@ void AsyncComm::queue_gather(std::size_t k) {
   const RingId ring = shared_[u] ? ag_shared_ring_ : ag_ring_;
   Pending p;
   p.unit = u;
-  if (!fits(ring, bytes)) {  // pool_fallback = inline (validated at construction): gathered when consumed
+  const bool held = held_[k];
+  if (!held && !fits(ring, bytes)) {  // pool_fallback = inline (validated at construction): gathered when consumed
     gathers_.push_back(std::move(p));
     return;
   }
   p.block = std::make_shared<Block>();
+  CachingAllocator* alloc = s_.alloc;
   const Segments* seg = s_.seg;
   const TensorView shard = params_;
   const DType t = s_.param_dtype;
-  p.ticket = param_thread_->submit([this, u, k, ring, bytes, seg, shard, t, blk = p.block] {
-    *blk = Block(pool_->acquire(ring, bytes));
+  p.ticket = param_thread_->submit([this, u, k, ring, bytes, seg, shard, t, held, alloc, blk = p.block] {
+    *blk = held ? Block(alloc->allocate(bytes, AllocationTag::comm)) : Block(pool_->acquire(ring, bytes));
     {
       std::lock_guard lock(stats_m_);
       stats_.gather_issued_s[k] = wall_seconds();

@@ -100,7 +100,18 @@ class Block {
 };
 
 /// The parameter blocks a schedule gathers, in the order its actions consume them (FirstUseGathers).
-std::vector<int> gather_order(const workloads::ParamLayout& layout, const std::vector<Action>& actions);
+/// With `reuse` (scheduler.pp_reuse, StageReuse) blocks kept across neighbouring actions are gathered once.
+std::vector<int> gather_order(const workloads::ParamLayout& layout, const std::vector<Action>& actions,
+                              bool reuse = false);
+/// The same with, per gather, whether the block stays held past the end of the action that gathers it
+/// (reuse): such a block is gathered into allocator memory, not a ring slot, since the ring is sized for the
+/// blocks in flight and would otherwise stall behind it.
+struct GatherEntry {
+  int block = 0;
+  bool held = false;
+};
+std::vector<GatherEntry> gather_plan(const workloads::ParamLayout& layout, const std::vector<Action>& actions,
+                                     bool reuse);
 
 class AsyncComm {
  public:
@@ -127,7 +138,7 @@ class AsyncComm {
   /// shard up to date (the last step's parameter all-gather): it runs on the parameter thread just before
   /// unit u's first gather of this step, so the refresh of the units not yet needed overlaps the forward of
   /// those that are.
-  void begin_step(const std::vector<Action>& actions, TensorView params, TensorView grads,
+  void begin_step(const std::vector<Action>& actions, bool reuse, TensorView params, TensorView grads,
                   std::function<void(int)> refresh = {});
   /// Runs the refresh of every unit not yet refreshed this step and waits for all of them; afterwards
   /// the shards may be written (by the optimizer).
@@ -161,6 +172,7 @@ class AsyncComm {
   bool fits(RingId ring, std::size_t bytes) const;
   Setup s_;
   std::vector<int> order_;  // this step's gathers: the block of each, in the order they are consumed
+  std::vector<bool> held_;  // per gather: kept past its action (pp_reuse), so gathered into allocator memory
   std::vector<bool> shared_;  // per unit: used by another unit (held across units)
   std::unique_ptr<coll::Communicator> z3_, z2_;
   std::unique_ptr<GatherScatter> gather_, rs_;                // on the threads' duplicates

@@ -1,17 +1,21 @@
 // asynchzp's declaration for the plan (plan/engine_plans.hpp), mirroring AsyncHzp: each segment of a block
-// is all-gathered over z3 on the block's first use (FirstUseGathers, the order its background thread follows;
-// prefetching moves a call earlier, not its count) and reduce-scattered over z2 once the block's gradient is final, every micro-batch; the step end
+// is all-gathered over z3 on the block's first use (StageReuse: held across neighbouring actions of a pipeline
+// stage with pp_reuse; the order its background thread follows; prefetching moves a call earlier, not its count)
+// and reduce-scattered over z2 once the block's gradient is final, every micro-batch (once per run of consecutive
+// backwards with rs_merge); the peak bytes of gathered blocks held are counted as the walk goes; the step end
 // reduces the gradient shards across replicas (all-reduce, or reduce-scatter then all-gather of the optimizer
 // slices), takes the norm over z1 and refreshes the parameter shards. With context parallelism (scheduler.cp) the
 // z-groups run over the dp · cp ranks, and the model's ring attention and the loss shares' sum over cp join
 // (ContextParallelPlan). The ring pool a run would build is
 // checked here too, so a pool too small is refused before anything is created.
+#include <algorithm>
+
 #include "asynchzp/asynchzp_segments.hpp"
 #include "asynchzp/ring_sizing.hpp"
 #include "hzp/schedulers/common/nested_groups.hpp"
 #include "hzp/schedulers/common/shared_stage_grads.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
-#include "hzp/schedulers/step/first_use_gathers.hpp"
+#include "hzp/schedulers/step/stage_reuse.hpp"
 #include "plan/context_parallel_plan.hpp"
 #include "plan/engine_plans.hpp"
 #include "plan/pipeline_plan.hpp"
@@ -68,20 +72,30 @@ class AsyncHzpPlan final : public EnginePlan {
     cp_ = std::make_unique<ContextParallelPlan>(in, dims_, mesh);
     actions = pipeline_->actions(in.options, micro_batches_per_rank);
     chunks_per_stage = pipeline_->chunks_per_stage();
+    reuse_ = std::make_unique<StageReuse>(layout_, actions, dims_.pp > 1 && in.options.pp_reuse,
+                                          dims_.pp > 1 && in.options.rs_merge);
   }
 
   void unit(const Action& a, int u, int, CollectiveLedger& out) override {
     pipeline_->unit(a, u, out);
     cp_->unit(a, u, out);  // the model's ring attention runs inside the unit, after its parameters arrived
     const bool fwd = a.kind == Action::Kind::forward;
-    for (int b : gathers_.call(a, u))  // the order AsyncComm's gather_order issues them in
+    const FirstUseGathers::Call c = reuse_->call(a, u);
+    const auto block_bytes = [&](int b) { return static_cast<std::uint64_t>(seg_.unit_block_numel(b)) * dtype_size(pdt_); };
+    for (int b : c.gather) {  // the order AsyncComm's gather_order issues them in
       for (int s = seg_.first(b); s < seg_.end(b); ++s)
         out.all_gather(z3_, seg_.l3.slice_numel(s), pdt_, 1, "per micro-batch (forward + backward)");
+      held_ += block_bytes(b);
+    }
+    gathered_peak_bytes = std::max(gathered_peak_bytes, held_);
+    for (int b : c.release) held_ -= block_bytes(b);
     if (!fwd)
-      for (int b : layout_.grads_final_after(u))
+      for (int b : layout_.grads_final_after(u)) {
+        if (reuse_->grad_held_after(a, b)) continue;  // rs_merge: summed into the next backward's block
         for (int s = seg_.first(b); s < seg_.end(b); ++s)
           if (seg_.l2.slice_numel(s) > 0)
             out.reduce_scatter(z2_, seg_.l2.padded_numel(s), wire_, 1, "per micro-batch (gradients)");
+      }
   }
 
   void step_end(CollectiveLedger& out) const override {
@@ -128,7 +142,8 @@ class AsyncHzpPlan final : public EnginePlan {
   DType pdt_, wire_;
   bool deterministic_;
   PlanGroup z3_, z2_, z1_, replica_, opt_replica_, refresh_;
-  FirstUseGathers gathers_{layout_};
+  std::unique_ptr<StageReuse> reuse_;  // the engine's gathers and reduce-scatters over this stage's actions
+  std::uint64_t held_ = 0;             // gathered blocks' bytes held during the walk
   std::unique_ptr<ContextParallelPlan> cp_;
 };
 

@@ -15,6 +15,10 @@
 // the initial refresh), and parameter state read between steps (replicated_state, the parameter
 // gathers) refreshes first.
 //
+// Pipeline stages (pp > 1): neighbouring actions of the stage's schedule share a gather (scheduler.pp_reuse) and
+// the cool-down's runs of backwards share a reduce-scatter (scheduler.rs_merge); StageReuse decides both, for this
+// engine, its background thread's gather order and the plan alike.
+//
 // The collectives run inline on the calling thread (scheduler.async = false, the paper's Table 3) or on
 // two background threads (async_comm.hpp). The gradient path is two functions, reduce_scatter_grad() per
 // micro-batch and combine_gradients() at the step end. Deterministic mode (train.deterministic,
@@ -42,6 +46,7 @@
 #include "hzp/schedulers/common/step_support.hpp"
 #include "hzp/schedulers/asynchzp.hpp"
 #include "hzp/schedulers/step/parameter_engine.hpp"
+#include "hzp/schedulers/step/stage_reuse.hpp"
 #include "hzp/schedulers/step/step_driver.hpp"
 #include "hzp/workloads/batch_plan.hpp"
 #include "asynchzp/async_comm.hpp"
@@ -128,19 +133,15 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
   void drain_gradient_thread();
 
   workloads::UnitParams params_of(int u) const;
-  void ensure_gathered(int u);
+  // Frees the parameter blocks unit u's current call was the last use of (StageReuse's decision).
+  void release_params(int u);
 
   // --- ParameterEngine: each unit gathered in its z3 group before forward and again before backward (by
   // the parameter thread when async), its final gradient reduce-scattered in z2 per micro-batch, the step
   // end exchanged per unit behind the last reduce-scatter (async) or at the end (inline) -----------------
   void begin_attempt(std::int64_t step, const std::vector<Action>& actions) override;
-  workloads::UnitParams unit_params(int u, const Action&) override {
-    ensure_gathered(u);
-    return params_of(u);
-  }
-  void forward_done(int u, const Action&) override {
-    for (int b : model_->layout().params_last_used_in_forward(u)) gathered_[b].reset();
-  }
+  workloads::UnitParams unit_params(int u, const Action& a) override;
+  void forward_done(int u, const Action&) override { release_params(u); }
   workloads::UnitGrads unit_grads(int u, const Action& a) override;
   void backward_done(int u, const Action& a) override;
   void attempt_voided() override;
@@ -176,7 +177,13 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
   bool refresh_due_ = false;          // async: the shards do not yet hold the last update (or the initial one)
   std::vector<Ticket> exchanges_;     // async: this step's per-unit gradient exchanges
   std::vector<Block> gathered_;       // full parameter blocks held now, per unit
-  std::vector<Block> grad_blocks_;    // full gradient blocks being written, per unit
+  std::vector<Block> grad_blocks_;    // full gradient blocks being written (or merged across a run), per unit
+  // This attempt's schedule: which gathers and reduce-scatters neighbouring actions share (pp > 1 only).
+  bool staged_ = false;
+  std::unique_ptr<StageReuse> reuse_;
+  std::vector<std::vector<int>> release_after_;  // per unit: the blocks its current call frees when done
+  std::vector<Block> fixed_runs_;                // deterministic mode, rs_merge: a run's int64 sum, per unit
+  std::vector<bool> shard_written_;              // per unit: reduce-scattered into the shard this step
   std::unique_ptr<SharedStageGrads> shared_;  // pipeline stages: the tied table's gradient over its two stages
   std::unique_ptr<DistinctNorm> norm_;         // over z1 (and the stages): the units this stage runs
   std::unique_ptr<StepDriver> driver_;
@@ -251,6 +258,9 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
 
   gathered_.resize(static_cast<std::size_t>(layout.num_units()));
   grad_blocks_.resize(static_cast<std::size_t>(layout.num_units()));
+  release_after_.resize(static_cast<std::size_t>(layout.num_units()));
+  fixed_runs_.resize(static_cast<std::size_t>(layout.num_units()));
+  staged_ = groups.dims().pp > 1;
   if (opts_.async) async_ = std::make_unique<AsyncComm>(AsyncComm::Setup{
                          .layout = &layout, .seg = seg_.get(), .z3 = z3_comm_.get(), .z2 = z2_comm_.get(),
                          .alloc = alloc_, .param_dtype = pdt_, .prefetch = opts_.prefetch, .pool_mb = opts_.pool_mb,
@@ -382,56 +392,84 @@ workloads::UnitParams AsyncHzp::params_of(int u) const {
   return p;
 }
 
-void AsyncHzp::ensure_gathered(int u) {
-  for (int b : model_->layout().param_blocks(u))
-    if (!gathered_[b]) gathered_[b] = async_ ? async_->next_gathered(b) : gather_unit(b);
+workloads::UnitParams AsyncHzp::unit_params(int u, const Action& a) {
+  const FirstUseGathers::Call c = reuse_->call(a, u);
+  for (int b : c.gather) {
+    HZP_CHECK(!gathered_[b], "asynchzp: unit ", b, "'s parameters are gathered again while held");
+    gathered_[b] = async_ ? async_->next_gathered(b) : gather_unit(b);
+  }
+  release_after_[static_cast<std::size_t>(u)] = c.release;
+  return params_of(u);
+}
+
+void AsyncHzp::release_params(int u) {
+  for (int b : release_after_[static_cast<std::size_t>(u)]) gathered_[b].reset();
+  release_after_[static_cast<std::size_t>(u)].clear();
 }
 
 void AsyncHzp::begin_attempt(std::int64_t, const std::vector<Action>& actions) {
+  const bool reuse = staged_ && opts_.pp_reuse, merge = staged_ && opts_.rs_merge;
+  reuse_ = std::make_unique<StageReuse>(model_->layout(), actions, reuse, merge);
+  shard_written_.assign(static_cast<std::size_t>(model_->layout().num_units()), false);
   if (!async_) return;
   std::function<void(int)> refresh;
   if (refresh_due_) refresh = [this](int u) { refresh_unit(end_bg_, u); };
   refresh_due_ = false;
-  async_->begin_step(actions, at(params_, pdt_, 0, l3().slice_total()), at(grads_, gdt(), 0, l2().slice_total()),
+  async_->begin_step(actions, reuse, at(params_, pdt_, 0, l3().slice_total()), at(grads_, gdt(), 0, l2().slice_total()),
                      std::move(refresh));
 }
 
-workloads::UnitGrads AsyncHzp::unit_grads(int u, const Action&) {
+workloads::UnitGrads AsyncHzp::unit_grads(int u, const Action& a) {
   const ParamLayout& layout = model_->layout();
   workloads::UnitGrads gr;
   for (int b : layout.grad_blocks(u)) {
     const bool first_writer = u == layout.first_grad_writer(b);
-    if (first_writer) grad_blocks_[b] = async_ ? async_->grad_block(b) : Block(seg_->new_grad_block(b, *alloc_));
-    gr.set(b, TensorView(grad_blocks_[b].data(), Shape{layout.unit_numel(b)}, DType::f32), !first_writer);
+    // rs_merge in fp32: the block the previous backward kept goes on accumulating (deterministic mode sums the
+    // run in int64 instead, fixed_runs_, so each micro-batch still converts its own fp32 block).
+    const bool continues = first_writer && !fixed_ && reuse_->grad_continues(a, b);
+    if (first_writer && !continues) {
+      // A block kept past this action must not hold a ring slot (the ring is sized for blocks in flight).
+      const bool kept = !fixed_ && reuse_->grad_held_after(a, b);
+      grad_blocks_[b] = async_ && !kept ? async_->grad_block(b) : Block(seg_->new_grad_block(b, *alloc_));
+    }
+    gr.set(b, TensorView(grad_blocks_[b].data(), Shape{layout.unit_numel(b)}, DType::f32), !first_writer || continues);
   }
   return gr;
 }
 
 void AsyncHzp::backward_done(int u, const Action& a) {
   const ParamLayout& layout = model_->layout();
-  const bool first = a.micro_batch == 0, last = a.micro_batch + 1 == micro_batches_;
+  const bool last = a.micro_batch + 1 == micro_batches_;
   for (int b : layout.grads_final_after(u)) {
+    const bool kept = reuse_->grad_held_after(a, b), continues = reuse_->grad_continues(a, b);
     Block block = std::move(grad_blocks_[b]);
     if (fixed_) {
-      // On the compute thread: the fp32 block becomes an int64 block (zero padding), the fp32 one is freed.
-      Block q(seg_->new_grad_block(b, *alloc_, DType::i64));
+      // On the compute thread: the fp32 block becomes an int64 block (zero padding), or is added into the run's
+      // int64 sum (exact), and the fp32 one is freed.
+      Block q = continues ? std::move(fixed_runs_[b]) : Block(seg_->new_grad_block(b, *alloc_, DType::i64));
       const std::int64_t n = layout.unit_numel(b);
       fixed_->to_fixed(b, ConstTensorView(block.data(), Shape{n}, DType::f32), TensorView(q.data(), Shape{n}, DType::i64),
-                       false);
+                       continues);
       block = std::move(q);
     }
+    if (kept) {  // rs_merge: the next action's backward adds to this block; reduce-scattered at the run's end
+      (fixed_ ? fixed_runs_[b] : grad_blocks_[b]) = std::move(block);
+      continue;
+    }
+    const bool accumulate = shard_written_[static_cast<std::size_t>(b)];
+    shard_written_[static_cast<std::size_t>(b)] = true;
     if (async_) {
-      async_->reduce_scatter(b, std::move(block), !first);
+      async_->reduce_scatter(b, std::move(block), accumulate);
       // The unit's gradient is complete on this rank: its exchange across the replicas follows on the
       // gradient thread while backward goes on below.
       if (last)
         exchanges_.push_back(async_->on_grad_thread([this, b] { combine_segments(end_bg_, seg_->first(b), seg_->end(b)); }));
     } else {
-      reduce_scatter_grad(b, block, !first);
+      reduce_scatter_grad(b, block, accumulate);
     }
     grad_blocks_[b].reset();
-    gathered_[b].reset();  // a block's last backward use is its last gradient writer
   }
+  release_params(u);
 }
 
 void AsyncHzp::attempt_voided() {

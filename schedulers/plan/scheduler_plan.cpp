@@ -171,6 +171,9 @@ std::string SchedulerPlan::to_text() const {
   o << "  " << std::left << std::setw(8) << "total" << std::right << std::setw(18) << state_total() << std::setw(12)
     << gib(double(state_total())) << "  (" << std::setprecision(2) << double(state_total()) / double(std::max<std::int64_t>(params, 1))
     << " bytes/parameter)\n";
+  if (gathered_peak_bytes > 0)
+    o << "gathered parameters held at once, at most: " << gathered_peak_bytes << " bytes (" << std::setprecision(3)
+      << gib(double(gathered_peak_bytes)) << " GiB; beside the model state)\n";
   // Ring hops go to the next rank of a group, so the level split is per rank: a rank at a node boundary
   // sends all of a ring's bytes between nodes, its neighbours none (hzpbench plan --rank).
   o << "collectives per step (bytes sent by rank " << rank << "; the intra/inter split differs by rank):\n";
@@ -191,7 +194,7 @@ std::string SchedulerPlan::to_json() const {
     << ", \"params\": " << params << ", \"micro_batches_per_rank\": " << micro_batches_per_rank
     << ", \"activations_in_flight\": " << activations_in_flight << ", \"state_bytes\": {";
   for (std::size_t i = 0; i < state_bytes.size(); ++i) o << json_quote(kStateComponents[i]) << ": " << state_bytes[i] << ", ";
-  o << "\"total\": " << state_total() << "}, \"collectives\": [";
+  o << "\"total\": " << state_total() << "}, \"gathered_peak_bytes\": " << gathered_peak_bytes << ", \"collectives\": [";
   for (std::size_t i = 0; i < collectives.size(); ++i) {
     const PlannedCollective& c = collectives[i];
     o << (i ? ", " : "") << "{\"op\": " << json_quote(coll::coll_op_name(c.op)) << ", \"group\": " << json_quote(c.group)
@@ -258,6 +261,7 @@ SchedulerPlan plan_from_engine(std::string scheduler, const PlanInputs& in, Engi
   const std::vector<Action> actions = e.actions.empty() ? sequential_schedule(m, in.layout->num_units()) : e.actions;
   for_each_unit_call(actions, [&](const Action& a, int u) { e.unit(a, u, m, b); });
   p.activations_in_flight = max_in_flight(actions, std::max(e.chunks_per_stage, 1));
+  p.gathered_peak_bytes = e.gathered_peak_bytes;
   e.step_end(b);
   if (!e.driver_group.members.empty())
     StepDriver::plan_collectives(in.train, *in.layout, e.driver_group,

@@ -38,7 +38,8 @@ TEST(OptionKeys, SchedulerKeysReachTheirFieldsAndDefaultToTheStruct) {
                         "scheduler.pool_fallback=inline", "scheduler.tp=4", "scheduler.sequence_parallel=true",
                         "scheduler.distributed_optimizer=true", "scheduler.tp_across_nodes=true", "scheduler.pp=4",
                         "scheduler.schedule=interleaved", "scheduler.virtual_stages=3", "scheduler.pp_layers=1,2,3,2",
-                        "scheduler.debug_unit_sleep_ms=2.5", "scheduler.cp=4"})
+                        "scheduler.debug_unit_sleep_ms=2.5", "scheduler.cp=4", "scheduler.pp_reuse=false",
+                        "scheduler.rs_merge=false"})
     r.add_set(s);
   const O o = schedulers::scheduler_options_from(r.resolve());
   EXPECT_EQ(o.bucket_mb, 7);
@@ -69,7 +70,12 @@ TEST(OptionKeys, SchedulerKeysReachTheirFieldsAndDefaultToTheStruct) {
   EXPECT_EQ(d.schedule, want.schedule);
   EXPECT_TRUE(d.pp_layers.empty());
   EXPECT_EQ(d.cp, want.cp);
-  EXPECT_EQ(schedulers::scheduler_option_decls().size(), 22u);  // a new key is declared there, and tested here
+  EXPECT_EQ(d.pp_reuse, want.pp_reuse);
+  EXPECT_EQ(d.rs_merge, want.rs_merge);
+  EXPECT_TRUE(d.pp_reuse && d.rs_merge);
+  EXPECT_FALSE(o.pp_reuse);
+  EXPECT_FALSE(o.rs_merge);
+  EXPECT_EQ(schedulers::scheduler_option_decls().size(), 24u);  // a new key is declared there, and tested here
 }
 
 TEST(OptionKeys, FoundationKeysAreRegistered) {

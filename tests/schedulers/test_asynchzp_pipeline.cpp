@@ -12,6 +12,7 @@
 //    micro-batches, while the per-micro-batch collectives double with them (from the plan, which PlanIsWhatRan ties
 //    to the counters);
 //  - the refusals: pp not dividing W, a stage's ranks that z1 does not divide.
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -40,11 +41,12 @@ struct PpCase {
   bool async = true;
   bool recompute = false;
   bool rs_end = false;
+  bool reuse = true, merge = true;  // scheduler.pp_reuse, scheduler.rs_merge
   std::string label() const {
     return "pp=" + std::to_string(pp) + " cp=" + std::to_string(cp) + " z1=" + std::to_string(z1) +
            " z2=" + std::to_string(z2) + " z3=" + std::to_string(z3) + " " + std::string(schedulers::to_string(schedule)) +
            (v > 1 ? " v=" + std::to_string(v) : "") + (async ? " async" : " inline") + (recompute ? " recompute" : "") +
-           (rs_end ? " step_end=reduce_scatter" : "");
+           (rs_end ? " step_end=reduce_scatter" : "") + (reuse ? "" : " no-reuse") + (merge ? "" : " no-merge");
   }
   SchedulerOptions options() const {
     SchedulerOptions o;
@@ -57,6 +59,8 @@ struct PpCase {
     o.virtual_stages = v;
     o.async = async;
     if (rs_end) o.step_end = SchedulerOptions::StepEnd::reduce_scatter;
+    o.pp_reuse = reuse;
+    o.rs_merge = merge;
     return o;
   }
 };
@@ -77,16 +81,21 @@ std::vector<PpCase> cases_at(int w) {
   if (w == 2)
     return {{2},                                         // one rank per stage: z = 1
             {2, 1, 0, 0, 0, K::gpipe, 1, false},         // GPipe, inline
-            {2, 1, 0, 0, 0, K::interleaved, 2}};         // interleaved 1F1B, two chunks per stage
+            {2, 1, 0, 0, 0, K::interleaved, 2},          // interleaved 1F1B, two chunks per stage
+            {2, 1, 0, 0, 0, K::one_f_one_b, 1, true, false, false, false, false}};  // no reuse, no merging
   if (w == 4)
     return {{2, 1, 2, 2, 2},                             // pp2 × dp2, z = 2 per stage
             {2, 1, 2, 2, 1, K::one_f_one_b, 1, false},   // inline, z3 = 1
             {2, 2, 2, 2, 2},                             // pp2 × cp2: z3 = z2 = cp
             {4},                                         // pp4
-            {2, 1, 2, 2, 2, K::interleaved, 2, true, true}};  // interleaved, recompute
+            {2, 1, 2, 2, 2, K::interleaved, 2, true, true},  // interleaved, recompute
+            {2, 1, 2, 2, 2, K::one_f_one_b, 1, true, false, false, false, true},   // no reuse, async
+            {2, 1, 2, 2, 2, K::one_f_one_b, 1, false, false, false, true, false},  // no merging, inline
+            {2, 1, 2, 2, 2, K::interleaved, 2, false, false, false, false, false}};  // neither, inline
   return {{2, 2, 4, 2, 2},                               // pp2 × cp2 × dp2: z1 = 4, z2 = z3 = cp
           {4, 1, 2, 2, 2, K::one_f_one_b, 1, false},     // pp4 × dp2 inline
-          {2, 1, 4, 2, 2, K::one_f_one_b, 1, true, false, true}};  // two replicas per stage, reduce-scatter end
+          {2, 1, 4, 2, 2, K::one_f_one_b, 1, true, false, true},  // two replicas per stage, reduce-scatter end
+          {2, 2, 4, 2, 2, K::one_f_one_b, 1, false, false, false, false, false}};  // pp2 × cp2, neither, inline
 }
 
 TEST(AsyncHzpPipeline, MatchesNoneOverTwentySteps) {
@@ -160,7 +169,10 @@ TEST(AsyncHzpPipeline, StepEndStaysPerStageAndDoesNotGrowWithTheMicroBatches) {
   HZP_REQUIRE_RANKS_DIVISIBLE_BY(2);
   auto world = make_world(world_size());
   const int w = world->size();
-  const PpCase c = w == 2 ? PpCase{2} : w == 4 ? PpCase{2, 1, 2, 2, 2} : PpCase{2, 1, 4, 2, 2};
+  // Without reuse and merging, so that every micro-batch gathers and reduce-scatters (with them the counts follow
+  // CollectiveCountsFollowReuseAndMerging's formulas instead).
+  PpCase c = w == 2 ? PpCase{2} : w == 4 ? PpCase{2, 1, 2, 2, 2} : PpCase{2, 1, 4, 2, 2};
+  c.reuse = c.merge = false;
   const auto plan_at = [&](std::int64_t global_batch) {
     TinySetup s(Precision::fp32);
     s.train.global_batch = global_batch;
@@ -187,6 +199,84 @@ TEST(AsyncHzpPipeline, StepEndStaysPerStageAndDoesNotGrowWithTheMicroBatches) {
       EXPECT_LE(pc.group_size, per_stage) << pc.group << " on stage " << stage;
     }
   }
+}
+
+// scheduler.pp_reuse and scheduler.rs_merge: all-gathers (z3) and reduce-scatters (z2) per stage and step, planned
+// for every rank of W = 2·pp ranks (two per stage, z1 = z2 = z3 = 2), against formulas. The plan is what runs
+// (PlanIsWhatRan runs these options' defaults, and the cases without them). tiny's blocks per chunk use: its units,
+// plus the tied table on the head's stage (held there for the LM head). With one chunk per stage (1F1B, stage s of
+// pp, m micro-batches, w = min(pp − s − 1, m) warm-up forwards): reuse gathers each block once per step, against
+// 2m (a forward and a backward per micro-batch); merging reduce-scatters each block max(m − w, 1) times, against m
+// (the cool-down's w backwards and the last steady one are one run). Interleaved (pp, m, v) = (2, 8, 2): the runs
+// counted by hand on the schedule (stage 0: F0c0 F1c0 F0c1 F1c1 F2c0 B0c1 F3c0 B1c1 F2c1 B0c0 F3c1 B1c0 ...
+// B5c0 B6c1 B7c1 B6c0 B7c0; a chunk is regathered where its uses are more than one action apart).
+TEST(AsyncHzpPipeline, CollectiveCountsFollowReuseAndMerging) {
+  struct Shape {
+    int pp, m, v;
+    std::vector<std::vector<int>> blocks;  // per stage, per local chunk: blocks gathered for one use
+    // Interleaved only: per stage, per chunk, the gathers (reuse on) and reduce-scatter runs (merge on) per block.
+    std::vector<std::vector<int>> gathers_on, rs_on;
+  };
+  const std::vector<Shape> shapes = {
+      {2, 4, 1, {{3}, {4}}, {}, {}},                  // stage 0: embedding + 2 blocks; stage 1: 2 blocks + head + table
+      {2, 8, 2, {{2, 1}, {1, 3}}, {{6, 3}, {5, 4}}, {{7, 7}, {7, 8}}},
+      {4, 8, 1, {{2}, {1}, {1}, {3}}, {}, {}},
+  };
+  for (const Shape& sh : shapes) {
+    const int w = 2 * sh.pp;
+    for (bool reuse : {false, true})
+      for (bool merge : {false, true}) {
+        PpCase c{sh.pp, 1, 2, 2, 2, sh.v > 1 ? K::interleaved : K::one_f_one_b, sh.v};
+        c.reuse = reuse;
+        c.merge = merge;
+        TinySetup s(Precision::fp32);
+        s.train.global_batch = 4 * sh.m;  // micro-batches of 2, dp = 2 per stage
+        for (int r = 0; r < w; ++r) {
+          const int stage = r / 2;
+          const auto t = totals(plan_for("asynchzp", s.model_config, s.train, c.options(), w, r));
+          std::int64_t gathers = 0, scatters = 0;
+          for (int ch = 0; ch < sh.v; ++ch) {
+            const int n = sh.blocks[static_cast<std::size_t>(stage)][static_cast<std::size_t>(ch)];
+            const int warm = std::min(sh.pp - stage - 1, sh.m);
+            const int g = !reuse ? 2 * sh.m
+                          : sh.v == 1 ? 1
+                                      : sh.gathers_on[static_cast<std::size_t>(stage)][static_cast<std::size_t>(ch)];
+            const int rs = !merge ? sh.m
+                           : sh.v == 1 ? std::max(sh.m - warm, 1)
+                                       : sh.rs_on[static_cast<std::size_t>(stage)][static_cast<std::size_t>(ch)];
+            gathers += std::int64_t{g} * n;
+            scatters += std::int64_t{rs} * n;
+          }
+          const std::string where = "(pp, m, v) = (" + std::to_string(sh.pp) + ", " + std::to_string(sh.m) + ", " +
+                                    std::to_string(sh.v) + ") stage " + std::to_string(stage) +
+                                    (reuse ? " reuse" : "") + (merge ? " merge" : "");
+          EXPECT_EQ(t.at({"z3", static_cast<int>(coll::CollOp::all_gather)}).first, gathers) << where;
+          EXPECT_EQ(t.at({"z2", static_cast<int>(coll::CollOp::reduce_scatter)}).first, scatters) << where;
+        }
+      }
+  }
+}
+
+// With reuse and one chunk per stage the stage's parameters stay gathered through the step: the allocator's
+// communication tag holds at least the whole stage's blocks at its peak (they are allocator memory, not ring slots,
+// since the ring is sized for blocks in flight); without reuse it holds a few at a time.
+TEST(AsyncHzpPipeline, ReuseHoldsTheStageParametersAndSaysWhere) {
+  HZP_REQUIRE_RANKS_DIVISIBLE_BY(2);
+  auto world = make_world(world_size());
+  const int w = world->size();
+  PpCase on = w == 2 ? PpCase{2} : PpCase{2, 1, 2, 2, 2};
+  PpCase off = on;
+  off.reuse = false;
+  PpRun a(*world, on), b(*world, off);
+  a.step(0);
+  b.step(0);
+  const std::size_t with = a.setup.alloc->stats().tag(AllocationTag::comm).peak_requested_bytes;
+  const std::size_t without = b.setup.alloc->stats().tag(AllocationTag::comm).peak_requested_bytes;
+  // The stage's parameters whole: its z3 shard (padded blocks / z3) times z3.
+  const std::size_t param_shard = a.setup.alloc->stats().tag(AllocationTag::param).requested_bytes;
+  const int z3 = on.z3 > 0 ? on.z3 : w / on.pp;
+  EXPECT_GE(with, param_shard * static_cast<std::size_t>(z3)) << "reuse: the stage's blocks held whole";
+  EXPECT_LT(without, with) << "without reuse fewer blocks are held at once";
 }
 
 TEST(AsyncHzpPipeline, RefusesBadLayoutsWithOneMessage) {

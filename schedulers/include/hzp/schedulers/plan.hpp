@@ -64,13 +64,17 @@ struct SchedulerPlan {
   std::int64_t activations_in_flight = 1;
   /// Model-state bytes per rank: param, grad, master, m, v (the allocation tags' requested bytes).
   std::array<std::uint64_t, 5> state_bytes{};
+  /// Gathered full parameter blocks held at once at most, beside the model state (asynchzp; allocator tag comm or
+  /// its ring pool); 0 when the engine does not estimate it.
+  std::uint64_t gathered_peak_bytes = 0;
   std::vector<PlannedCollective> collectives;
 
   std::uint64_t state_total() const;
   /// A table for `hzpbench plan`.
   std::string to_text() const;
   /// The same as one JSON object (`hzpbench plan --json`): scheduler, world_size, rank, params,
-  /// micro_batches_per_rank, activations_in_flight, state_bytes {param, grad, master, m, v, total}, and collectives, each with op,
+  /// micro_batches_per_rank, activations_in_flight, state_bytes {param, grad, master, m, v, total},
+  /// gathered_peak_bytes, and collectives, each with op,
   /// group, group_size, dtype, calls, elements, bytes {intra, inter} and when.
   std::string to_json() const;
 };

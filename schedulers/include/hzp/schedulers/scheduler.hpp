@@ -92,6 +92,10 @@ struct SchedulerOptions {
   enum class StepEnd { all_reduce, reduce_scatter };
   StepEnd step_end = StepEnd::all_reduce;
   bool async = true;  ///< collectives issued by two background threads (false: inline, the paper's Table 3)
+  /// asynchzp with pp > 1: parameter reuse and gradient merging across a stage's neighbouring actions
+  /// (step/stage_reuse.hpp).
+  bool pp_reuse = true;
+  bool rs_merge = true;
   int prefetch = 2;   ///< parameter all-gathers issued ahead of use, in units (>= 1; bounded by the pool)
   enum class Launch { unit, tensor };
   Launch launch = Launch::unit;  ///< one collective per unit, or per parameter tensor (the paper's)

@@ -70,6 +70,9 @@ class EnginePlan {
   std::vector<Action> actions;
   /// Chunks per pipeline stage (interleaving's v; 1 otherwise), for activations_in_flight.
   int chunks_per_stage = 1;
+  /// The most bytes of gathered full parameter blocks the rank holds at once over the schedule (asynchzp, which
+  /// sets it while unit() walks the actions: with pp_reuse a stage's blocks stay gathered); 0 when not estimated.
+  std::uint64_t gathered_peak_bytes = 0;
 };
 
 /// The plan of `scheduler` from an engine's declaration: the schedule the driver runs (e.actions, or the sequential

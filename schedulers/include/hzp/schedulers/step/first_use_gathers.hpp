@@ -6,6 +6,7 @@
 // whatever schedule the driver runs.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "hzp/schedulers/step/schedule.hpp"
@@ -19,6 +20,12 @@ class FirstUseGathers {
   /// The call on unit `u` in action `a` (calls in the order the driver makes them): the blocks to gather
   /// before it, in param_blocks order; then drops what the call was the last use of.
   std::vector<int> call(const Action& a, int u);
+  /// What call() decides, with the blocks it stops holding: those the call was the last use of, except where
+  /// `keep(b)` says to hold b on (the engine's reuse across neighbouring actions; StageReuse).
+  struct Call {
+    std::vector<int> gather, release;
+  };
+  Call visit(const Action& a, int u, const std::function<bool(int)>& keep = {});
 
  private:
   const workloads::ParamLayout* layout_;
