@@ -17,7 +17,11 @@ namespace {
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
 TEST(PhaseTimer, NestedScopeIsNotCountedInItsParent) {
+  // No upper bound on any duration (a loaded machine stretches sleeps): exclusive accounting means the two
+  // phases together never exceed the wall time around the outer scope, which a nested scope counted in its parent
+  // (30 ms twice) would break however slow the machine is.
   const PhaseTotals before = thread_phase_totals();
+  const auto t0 = std::chrono::steady_clock::now();
   {
     ScopedPhase bwd(Phase::backward, "block.0");
     sleep_ms(20);
@@ -27,11 +31,11 @@ TEST(PhaseTimer, NestedScopeIsNotCountedInItsParent) {
     }
     sleep_ms(10);
   }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const PhaseTotals d = thread_phase_totals() - before;
   EXPECT_GE(d.of(Phase::recompute), 0.030);
-  EXPECT_LT(d.of(Phase::recompute), 0.030 + 0.025);
   EXPECT_GE(d.of(Phase::backward), 0.030);
-  EXPECT_LT(d.of(Phase::backward), 0.030 + 0.025) << "the nested recompute leaked into backward";
+  EXPECT_LE(d.of(Phase::backward) + d.of(Phase::recompute), wall) << "the nested recompute leaked into backward";
   EXPECT_EQ(d.scopes[static_cast<int>(Phase::backward)], 1u);
   EXPECT_EQ(d.scopes[static_cast<int>(Phase::recompute)], 1u);
   EXPECT_EQ(d.of(Phase::forward), 0.0);
