@@ -140,10 +140,8 @@ std::vector<GatherEntry> gather_plan(const workloads::ParamLayout& layout, const
   std::vector<GatherEntry> plan;
   StageReuse stage(layout, actions, reuse, false);
   std::vector<std::pair<int, int>> open(static_cast<std::size_t>(layout.num_units()), {-1, -1});  // gather, action
-  int action = -1;
-  const Action* prev = nullptr;
   for_each_unit_call(actions, [&](const Action& a, int u) {
-    if (&a != prev) ++action, prev = &a;
+    const int action = stage.index_of(a);
     const FirstUseGathers::Call c = stage.call(a, u);
     for (int b : c.gather) {
       open[static_cast<std::size_t>(b)] = {static_cast<int>(plan.size()), action};
