@@ -8,6 +8,7 @@
 #include <iostream>
 #include <vector>
 
+#include "blas_core.hpp"
 #include "commands.hpp"
 #include "failure.hpp"
 #include "hzp/core/error.hpp"
@@ -15,6 +16,7 @@
 
 int main(int argc, char** argv) {
   namespace hh = hzp::harness;
+  hh::restart_with_better_blas_core(argv);  // before anything else, MPI included (blas_core.hpp)
   CLI::App app{"hzpbench: distributed LLM training benchmark suite (ZeRO family, AsyncHZP)",
                "hzpbench"};
   app.require_subcommand(0, 1);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "blas_core.hpp"
 #include "hzp/collectives/topology_mpi.hpp"
 #include "hzp/core/error.hpp"
 
@@ -83,6 +84,7 @@ RunInfo make_run_info(const std::vector<std::string>& argv, const ResolvedConfig
   info.backend = setup.opt.backend;
   info.threads = {{"openblas", std::int64_t{ctx.threads.openblas}},
                   {"openblas_set_by_harness", std::int64_t{ctx.threads.openblas_set}},
+                  {"openblas_core", blas_core_name()},
                   {"openblas_one_thread_deterministic", std::int64_t{setup.train.deterministic}},
                   {"cores", std::int64_t{ctx.threads.cores}},
                   {"ranks_on_machine", std::int64_t{ctx.threads.ranks_on_machine}},

@@ -33,6 +33,7 @@
 
 #include "collective_only_scheduler.hpp"
 #include "failure.hpp"
+#include "blas_core.hpp"
 #include "hzp/core/clock.hpp"
 #include "hzp/core/cuda_backing.hpp"
 #include "hzp/core/error.hpp"
@@ -335,8 +336,9 @@ class Run {
                 static_cast<long long>(s_.model->num_params()), std::string(scheduler_->name()).c_str(),
                 ctx_.topology.summary().c_str());
     std::printf("# peak %s\n# links: %s\n", peak_text_.c_str(), links_.how.c_str());
-    std::printf("# threads: OpenBLAS %d per rank%s (%d ranks on %d cores)\n", ctx_.threads.openblas,
-                ctx_.threads.openblas_set ? ", set by hzpbench" : "", ctx_.threads.ranks_on_machine, ctx_.threads.cores);
+    std::printf("# threads: OpenBLAS %d per rank%s, %s kernels (%d ranks on %d cores)\n", ctx_.threads.openblas,
+                ctx_.threads.openblas_set ? ", set by hzpbench" : "", blas_core_name().c_str(),
+                ctx_.threads.ranks_on_machine, ctx_.threads.cores);
     if (s_.dims.pp > 1) std::printf("# pipeline: %s\n", pipeline_text().c_str());
     if (s_.dims.cp > 1) std::printf("# context: %s\n", context_text().c_str());
     if (loss_floor_ >= 0) std::printf("# data: loss floor %.6g nats/token (synthetic source)\n", loss_floor_);
