@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "activation_check.hpp"
 #include "data_test_util.hpp"
 #include "hzp/collectives/mpi_communicator.hpp"
 #include "hzp/core/memory_backing.hpp"
@@ -116,6 +117,42 @@ TEST(LlamaContextParallel, SharesGiveTheWholeModelsLossAndGradients) {
     workloads::LlamaConfig c = shrunk_llama(true);
     c.vocab = 12;  // the vocabulary-parallel ends need tp to divide it
     for (bool sp : {false, true}) expect_context_parallel_matches(*cp, tp.get(), c, sp, sp);
+  }
+}
+
+// The plan's activation estimate on a rank of a cp group (activation_check.hpp): its share of every sequence's
+// tokens, and the attention statistics over its local positions (ring attention's buffers are workspace and comm,
+// outside the estimate). At 4 ranks also cp = 2 x tp = 2 with sequence parallelism.
+TEST(LlamaContextParallel, ActivationEstimateMatchesTheAllocations) {
+  HZP_REQUIRE_RANKS_DIVISIBLE_BY(2);
+  const int w = world_size(), r = world_rank();
+  auto world = coll::make_mpi_world(coll::Topology::virtual_nodes(w, w, r), coll::MpiCommConfig{});
+  auto check = [&](coll::Communicator& cp, coll::Communicator* tp, const workloads::LlamaConfig& cfg, bool sp) {
+    const auto spec = workloads::llama_spec(cfg);
+    const auto model = workloads::make_llama(cfg, Precision::bf16_mixed, {.group = tp, .sequence_parallel = sp}, {},
+                                             {.group = &cp});
+    auto params = initial_params<bf16>(*model, 4);
+    std::vector<float> grads(params.size());
+    const int tpn = tp ? tp->size() : 1;
+    for (bool recompute : {false, true}) {
+      const TokenBatch whole = random_sequences(2, cfg.seq_len, cfg.vocab, 8);
+      const workloads::TensorParallelRun run{.tp = tpn, .cp = cp.size(), .sequence_parallel = sp,
+                                             .recompute = recompute, .micro_batch_size = 2,
+                                             .precision = Precision::bf16_mixed};
+      expect_activation_bytes_match(*spec, *model, run, flat_view(params), flat_view(grads),
+                                    shares({whole}, *model->context_shard(), 2).front(),
+                                    "cp=" + std::to_string(cp.size()) + " tp=" + std::to_string(tpn) +
+                                        (sp ? " sequence-parallel" : "") + (recompute ? " recompute" : ""));
+    }
+  };
+  auto pair = world->split(r / 2, r % 2, "cp");
+  check(*pair, nullptr, shrunk_llama(true), false);
+  if (w % 4 == 0) {
+    auto tp = world->split(r / 2, r % 2, "tp");
+    auto cp = world->split((r / 4) * 2 + r % 2, (r % 4) / 2, "cp");
+    workloads::LlamaConfig c = shrunk_llama(true);
+    c.vocab = 12;
+    check(*cp, tp.get(), c, true);
   }
 }
 

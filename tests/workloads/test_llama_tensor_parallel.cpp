@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "activation_check.hpp"
 #include "data_test_util.hpp"
 #include "hzp/collectives/mpi_communicator.hpp"
 #include "hzp/core/memory_backing.hpp"
@@ -121,6 +122,31 @@ TEST(LlamaTensorParallel, PiecesGiveTheWholeModelsLossAndGradients) {
     four.kv_heads = 4;  // tp = 4 must divide the KV heads too
     expect_tensor_parallel_matches(*quad, four, false, false);
     expect_tensor_parallel_matches(*quad, four, true, true);
+  }
+}
+
+// The plan's activation estimate on a rank of a tp group (activation_check.hpp): the rank's heads, MLP width and
+// vocabulary columns, and its rows of the residual stream under sequence parallelism, with their gathers and
+// reduce-scatters as transients. bf16-mixed, as the paper's layouts run.
+TEST(LlamaTensorParallel, ActivationEstimateMatchesTheAllocations) {
+  HZP_REQUIRE_RANKS_DIVISIBLE_BY(2);
+  const int w = world_size(), r = world_rank();
+  auto world = coll::make_mpi_world(coll::Topology::virtual_nodes(w, w, r), coll::MpiCommConfig{});
+  auto pair = world->split(r / 2, r % 2, "tp");
+  const workloads::LlamaConfig cfg = tp_llama(true);
+  const auto spec = workloads::llama_spec(cfg);
+  for (bool sp : {false, true}) {
+    const auto model = workloads::make_llama(cfg, Precision::bf16_mixed, {.group = pair.get(), .sequence_parallel = sp});
+    auto params = initial_params<bf16>(*model, 4);
+    std::vector<float> grads(params.size());
+    for (bool recompute : {false, true}) {
+      const TokenBatch batch = random_sequences(2, cfg.seq_len, cfg.vocab, 8);
+      const workloads::TensorParallelRun run{.tp = 2, .sequence_parallel = sp, .recompute = recompute,
+                                             .micro_batch_size = 2, .precision = Precision::bf16_mixed};
+      expect_activation_bytes_match(*spec, *model, run, flat_view(params), flat_view(grads), batch,
+                                    std::string("tp=2") + (sp ? " sequence-parallel" : "") +
+                                        (recompute ? " recompute" : ""));
+    }
   }
 }
 

@@ -12,6 +12,7 @@
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/attention.hpp"
 #include "hzp/workloads/presets.hpp"
+#include "llama/llama_activations.hpp"
 
 namespace hzp::workloads {
 namespace {
@@ -129,6 +130,9 @@ class LlamaSpec final : public ModelSpec {
   std::vector<TensorParallelCall> tensor_parallel_calls(int unit, bool backward,
                                                         const TensorParallelRun& run) const override {
     return llama_tensor_parallel_calls(c_, unit, backward, run);
+  }
+  UnitActivationBytes activation_bytes(int unit, const TensorParallelRun& run) const override {
+    return llama::llama_activation_bytes(c_, unit, run);
   }
   Linear widest_linear() const override { return {c_.ffn_hidden, c_.hidden}; }
   RingAttentionMessages context_parallel_messages(int unit, bool backward,

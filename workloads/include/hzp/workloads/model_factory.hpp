@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hzp/core/options.hpp"
+#include "hzp/workloads/activation_bytes.hpp"
 #include "hzp/workloads/llama.hpp"
 #include "hzp/workloads/param_layout.hpp"
 #include "hzp/workloads/precision.hpp"
@@ -49,6 +50,9 @@ class ModelSpec {
   /// parallelism).
   virtual std::int64_t boundary_elements(std::int64_t micro_batch_size, int tp, bool sequence_parallel,
                                          int cp = 1) const = 0;
+  /// The activation bytes one micro-batch costs in unit `unit` on a rank of `run` (activation_bytes.hpp): what
+  /// the plan's activation estimate is made of.
+  virtual UnitActivationBytes activation_bytes(int unit, const TensorParallelRun& run) const = 0;
   /// The widest linear layer's weight, [out, in] (the shape a compute-peak probe imitates).
   struct Linear {
     std::int64_t out = 0, in = 0;
