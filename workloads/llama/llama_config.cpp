@@ -95,7 +95,7 @@ FlopsPerToken LlamaConfig::flops_per_token() const noexcept {
   const double dense = 6.0 * static_cast<double>(num_matmul_params());
   const double attn = 12.0 * static_cast<double>(layers) * static_cast<double>(heads) *
                       static_cast<double>(resolved_head_dim()) * static_cast<double>(seq_len);
-  return {dense + attn, dense + 0.5 * attn};
+  return {dense + attn, dense + 0.5 * attn, moe.enabled()};
 }
 
 std::string LlamaConfig::describe() const {

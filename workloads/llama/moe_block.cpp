@@ -92,14 +92,17 @@ std::vector<StepMetric> LlamaModel::step_metrics() const {
     ratio.push_back(sum > 0 ? mx / (sum / static_cast<double>(E)) : 0.0);
   }
   std::vector<StepMetric> m = {
-      {"moe/load", "assignments routed to each expert over the global batch, [MoE layer, expert] flattened", part(0, L * E)},
-      {"moe/load_max_over_mean", "per MoE layer: the most loaded expert's load over the mean load", ratio},
-      {"moe/dropped", "per MoE layer: assignments dropped beyond model.capacity_factor's capacity", part(L * E, L)}};
+      {"moe/load", "assignments",
+       "assignments routed to each expert over the global batch (before capacity), [MoE layer, expert] flattened",
+       part(0, L * E)},
+      {"moe/load_max_over_mean", "1", "per MoE layer: the most loaded expert's load over the mean load", ratio},
+      {"moe/dropped", "assignments", "per MoE layer: assignments dropped beyond model.capacity_factor's capacity",
+       part(L * E, L)}};
   if (config_.moe.balance == MoeBalance::aux_loss)
-    m.push_back({"moe/aux_loss", "per MoE layer: its auxiliary loss term in the objective (not in steps/loss)",
-                 part(L * (E + 1), L)});
+    m.push_back({"moe/aux_loss", "nats/token",
+                 "per MoE layer: its auxiliary loss term in the objective (not in steps/loss)", part(L * (E + 1), L)});
   else
-    m.push_back({"moe/bias", "the balancing bias after the step's update, [MoE layer, expert] flattened",
+    m.push_back({"moe/bias", "1", "the balancing bias after the step's update, [MoE layer, expert] flattened",
                  part(L * (E + 2), L * E)});
   return m;
 }

@@ -118,7 +118,7 @@ std::vector<ModelPreset> build() {
   // 100B: width 4096 with 32/8 GQA heads of 128 (MLA is not modelled), 60 blocks (divisible by the paper's PP = 6),
   // 128 routed experts (divisible by its EP = 8) of width 1024 (V3: 256 of 2048 at d = 7168), dense MLP 12,288 = 3d.
   // Sequence 32K as the paper's other models (its CP = 8).
-  p.push_back({"moe-100b", "assumed DeepSeek-V3-like MoE, ~97.5B parameters, ~10.0B active per token",
+  p.push_back({"moe-100b", "assumed DeepSeek-V3-like MoE, ~96.6B parameters, ~10.5B active per token",
                "assumed: the AsyncHZP paper's MoE-100B has no published configuration; DeepSeek-V3's routing (8 of "
                "N routed + 1 shared, sigmoid, bias balancing, 3 dense blocks, V=129280) on 60 blocks of d=4096, "
                "32/8 heads of 128, 128 experts of 1024, dense MLP 12288, untied",

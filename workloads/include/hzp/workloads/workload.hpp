@@ -28,6 +28,9 @@ namespace hzp::workloads {
 struct FlopsPerToken {
   double full_attention = 0;
   double causal_attention = 0;
+  /// N_matmul counts only the weights a token uses (an MoE model's top-k routed experts, not all of them), so
+  /// MFU is measured against the active parameters; results and summaries say so.
+  bool active_only = false;
 };
 
 /// The full parameter blocks one call reads: its own unit's and those of the units it uses, each a
@@ -190,6 +193,7 @@ class MicroBatchContext {
 /// value per element, the same length every step.
 struct StepMetric {
   std::string name;     ///< e.g. "moe/load" (the results file's dataset under steps/)
+  std::string units;    ///< e.g. "assignments"
   std::string meaning;  ///< one line, with the element order
   std::vector<double> values;
 };
