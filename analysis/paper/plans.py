@@ -25,7 +25,10 @@ def parse(stdout: str) -> list[dict]:
     if stdout.lstrip().startswith("{"):
         doc = json.loads(stdout)
         out = [{"scheduler": p["scheduler"], "world_size": p["world_size"], "rank": p["rank"],
-                "num_params": p["params"], "precision": doc["precision"], "bytes": dict(p["state_bytes"])}
+                "num_params": p["params"], "precision": doc["precision"], "bytes": dict(p["state_bytes"]),
+                "micro_batches": p.get("micro_batches_per_rank"), "in_flight": p.get("activations_in_flight"),
+                "gathered_peak": p.get("gathered_peak_bytes"),
+                "activations": dict(p.get("activation_bytes", {}))}
                for p in doc["plans"]]
         if not out:
             raise PlanError("no plan in the JSON plan output (not_plannable: "
@@ -52,11 +55,13 @@ def parse(stdout: str) -> list[dict]:
 
 
 def read_saved(folder: Path) -> list[dict]:
-    """Every plans/*.json of a sweep folder, parsed, in file-name order; each keeps label, argv and config."""
+    """Every plans/*.json of a sweep folder, parsed, in file-name order; each keeps label, argv and config, and
+    memory_row (the paper's Table 2 row it stands for, or None) and state_table (whether Table 1 lists it)."""
     plans = []
     for p in sorted((folder / "plans").glob("*.json")):
         saved = json.loads(p.read_text())
         for planned in parse(saved["stdout"]):
             plans.append({**planned, "label": saved["label"], "argv": saved["argv"],
-                          "config": saved.get("config", {}), "file": p.name})
+                          "config": saved.get("config", {}), "file": p.name,
+                          "memory_row": saved.get("memory_row"), "state_table": saved.get("state_table", True)})
     return plans

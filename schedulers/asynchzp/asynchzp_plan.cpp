@@ -72,6 +72,8 @@ class AsyncHzpPlan final : public EnginePlan {
     cp_ = std::make_unique<ContextParallelPlan>(in, dims_, mesh);
     actions = pipeline_->actions(in.options, micro_batches_per_rank);
     chunks_per_stage = pipeline_->chunks_per_stage();
+    model_tp = dims_.tp;
+    model_cp = dims_.cp;
     reuse_ = std::make_unique<StageReuse>(layout_, actions, dims_.pp > 1 && in.options.pp_reuse,
                                           dims_.pp > 1 && in.options.rs_merge);
   }

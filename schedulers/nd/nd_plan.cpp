@@ -42,6 +42,8 @@ class NdPlan final : public EnginePlan {
     verdict_group = inner_->verdict_group;
     actions = pipeline_->actions(in.options, micro_batches_per_rank);
     chunks_per_stage = pipeline_->chunks_per_stage();
+    model_tp = dims_.tp;
+    model_cp = dims_.cp;
     wire_ = grad_wire_dtype(in.train);
     run_ = model_run(in, dims_);
     spec_ = in.model;

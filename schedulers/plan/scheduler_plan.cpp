@@ -13,6 +13,7 @@
 #include "hzp/core/json_text.hpp"
 #include "hzp/schedulers/step/engine_plan.hpp"
 #include "hzp/schedulers/step/step_driver.hpp"
+#include "plan/activation_plan.hpp"
 
 namespace hzp::schedulers {
 namespace {
@@ -174,6 +175,15 @@ std::string SchedulerPlan::to_text() const {
   if (gathered_peak_bytes > 0)
     o << "gathered parameters held at once, at most: " << gathered_peak_bytes << " bytes (" << std::setprecision(3)
       << gib(double(gathered_peak_bytes)) << " GiB; beside the model state)\n";
+  if (activation_peak_bytes > 0)
+    o << "activations (estimated from the model's units; kernel scratch not included): " << activation_bytes_per_micro_batch
+      << " bytes per micro-batch (" << std::setprecision(3) << gib(double(activation_bytes_per_micro_batch))
+      << " GiB), at most " << activation_peak_bytes << " bytes (" << gib(double(activation_peak_bytes))
+      << " GiB) over the step";
+  if (activation_waiting_bytes > 0)
+    o << ", plus input gradients waiting for the previous stage: at most " << activation_waiting_bytes << " bytes ("
+      << gib(double(activation_waiting_bytes)) << " GiB)";
+  if (activation_peak_bytes > 0) o << "\n";
   // Ring hops go to the next rank of a group, so the level split is per rank: a rank at a node boundary
   // sends all of a ring's bytes between nodes, its neighbours none (hzpbench plan --rank).
   o << "collectives per step (bytes sent by rank " << rank << "; the intra/inter split differs by rank):\n";
@@ -194,7 +204,10 @@ std::string SchedulerPlan::to_json() const {
     << ", \"params\": " << params << ", \"micro_batches_per_rank\": " << micro_batches_per_rank
     << ", \"activations_in_flight\": " << activations_in_flight << ", \"state_bytes\": {";
   for (std::size_t i = 0; i < state_bytes.size(); ++i) o << json_quote(kStateComponents[i]) << ": " << state_bytes[i] << ", ";
-  o << "\"total\": " << state_total() << "}, \"gathered_peak_bytes\": " << gathered_peak_bytes << ", \"collectives\": [";
+  o << "\"total\": " << state_total() << "}, \"gathered_peak_bytes\": " << gathered_peak_bytes
+    << ", \"activation_bytes\": {\"per_micro_batch\": " << activation_bytes_per_micro_batch
+    << ", \"peak\": " << activation_peak_bytes << ", \"waiting_at_most\": " << activation_waiting_bytes
+    << "}, \"collectives\": [";
   for (std::size_t i = 0; i < collectives.size(); ++i) {
     const PlannedCollective& c = collectives[i];
     o << (i ? ", " : "") << "{\"op\": " << json_quote(coll::coll_op_name(c.op)) << ", \"group\": " << json_quote(c.group)
@@ -262,6 +275,18 @@ SchedulerPlan plan_from_engine(std::string scheduler, const PlanInputs& in, Engi
   for_each_unit_call(actions, [&](const Action& a, int u) { e.unit(a, u, m, b); });
   p.activations_in_flight = max_in_flight(actions, std::max(e.chunks_per_stage, 1));
   p.gathered_peak_bytes = e.gathered_peak_bytes;
+  if (in.model != nullptr) {
+    const workloads::TensorParallelRun run{.tp = e.model_tp,
+                                           .cp = e.model_cp,
+                                           .sequence_parallel = in.options.sequence_parallel && e.model_tp > 1,
+                                           .recompute = in.train.recompute,
+                                           .micro_batch_size = in.train.micro_batch_size,
+                                           .precision = in.train.precision};
+    const ActivationEstimate a = estimate_activations(*in.model, run, actions);
+    p.activation_bytes_per_micro_batch = a.per_micro_batch;
+    p.activation_peak_bytes = a.peak;
+    p.activation_waiting_bytes = a.input_grads_waiting_at_most;
+  }
   e.step_end(b);
   if (!e.driver_group.members.empty())
     StepDriver::plan_collectives(in.train, *in.layout, e.driver_group,

@@ -4,7 +4,9 @@ schedulers that cannot be planned. The 9B asynchzp layout's model-state total is
 zero3's parameter bytes are the per-unit padded shard of N in bf16 or fp32 (checked against the table's). nd at the
 paper's TP = 8 layouts (9b and seed-oss-36b on 256 ranks, sequence parallelism, distributed optimizer): its
 model-state bytes and its tensor-parallel collectives per step against closed forms of the rank's pieces; and at the
-36B ND layout TP = 8 × PP = 4: the first and last stage's bytes, pipeline messages and activations in flight."""
+36B ND layout TP = 8 × PP = 4: the first and last stage's bytes, pipeline messages and activations in flight. The
+activation estimate at the paper's 9B layouts (AsyncHZP with CP = 8, ND TP = 8) and the 36B ND layout against closed
+forms of what the forward keeps, with and without recompute."""
 import json
 import re
 import subprocess
@@ -118,6 +120,58 @@ for rank, units, sends, in_flight in ((0, [V * d // tp] + [block] * 16, ["activa
     check([c["when"].split("(")[1].rstrip(")") for c in sent] == sends and
           sent[0]["bytes"] == {"intra": 0, "inter": m * (T // tp) * d * 2}, f"nd tp8 pp4 rank {rank}: sends {sent}")
     check(nd["activations_in_flight"] == in_flight, f"nd tp8 pp4 rank {rank}: {nd['activations_in_flight']} in flight")
+
+
+# Activations, estimated (ModelSpec::activation_bytes over the rank's schedule), against closed forms of what the
+# forward must keep, in bf16 with fp32 statistics. Per block on T' tokens of width d: h1, x2, h2 and the output
+# [T', d]; q and the attention output [T', H·hd]; k, v [T', KV·hd]; gate, up and SwiGLU [T', F]; two RMSNorm rstd
+# [T'] and the attention's log-sum-exp [H, T']. Under full recompute a unit keeps only its output (the residual
+# stream), and a vocabulary-parallel head its softmax statistics [3, T'].
+def plan_json(*args):
+    out = subprocess.run([HZP, "plan", "--json", "--set", "topology.world_size=256", "--set",
+                          "topology.ranks_per_node=8", *args], capture_output=True, text=True, timeout=60)
+    check(out.returncode == 0, f"plan {args}: {out.stderr}")
+    return json.loads(out.stdout)["plans"][0] if out.returncode == 0 else None
+
+
+L, d, H, KV, hd, F, V, T, tied = SHAPES["9b"]
+t = T // 8  # cp = 8: each rank holds an eighth of every sequence
+block = 2 * t * (4 * d + 2 * H * hd + 2 * KV * hd + 3 * F) + 4 * (2 * t + H * t)
+hzp9 = ["--set", "model.preset=9b", "--scheduler", "asynchzp", "--set", "scheduler.z1=64", "--set", "scheduler.z2=8",
+        "--set", "scheduler.z3=8", "--set", "scheduler.cp=8"]
+a = plan_json(*hzp9)
+if a:
+    want = 2 * t * d + L * block + (4 * t + 2 * t * d + 2 * t * V)  # embedding, blocks, head (norm, rstd, logits)
+    check(a["activation_bytes"]["per_micro_batch"] == want, f"asynchzp 9b cp8: activations {a['activation_bytes']}, "
+          f"expected {want} per micro-batch")
+    check(a["activation_bytes"]["peak"] >= want and a["activation_bytes"]["waiting_at_most"] == 0,
+          f"asynchzp 9b cp8: {a['activation_bytes']}")
+a = plan_json(*hzp9, "--set", "train.recompute=true")
+if a:
+    check(a["activation_bytes"]["per_micro_batch"] == (L + 1) * t * d * 2,
+          f"asynchzp 9b cp8 recompute: {a['activation_bytes']}, expected {(L + 1) * t * d * 2}")
+nd9 = ["--set", "model.preset=9b", "--scheduler", "nd", "--set", "scheduler.tp=8", "--set",
+       "scheduler.sequence_parallel=true", "--set", "scheduler.distributed_optimizer=true", "--set", "train.recompute=true"]
+a = plan_json(*nd9)
+if a:  # sequence parallelism: the residual stream on T/tp rows; the vocabulary-parallel head's statistics on all T
+    want = (L + 1) * (T // 8) * d * 2 + 3 * T * 4
+    check(a["activation_bytes"]["per_micro_batch"] == want, f"nd 9b tp8 recompute: {a['activation_bytes']}, "
+          f"expected {want}")
+# 36B, TP = 8 × PP = 4, 1F1B, recompute: rank 0 (embedding and 16 blocks, 4 micro-batches in flight, nothing
+# received) and rank 255 (its received input, 16 blocks and the head's statistics; each of its 64 backwards' input
+# gradients may wait for the previous stage).
+L, d, H, KV, hd, F, V, T, tied = SHAPES["seed-oss-36b"]
+rows = T // 8 * d * 2
+nd36 = ["--set", "model.preset=seed-oss-36b", "--scheduler", "nd", "--set", "scheduler.tp=8", "--set", "scheduler.pp=4",
+        "--set", "scheduler.sequence_parallel=true", "--set", "scheduler.distributed_optimizer=true", "--set",
+        "train.recompute=true"]
+for rank, want, waiting in ((0, 17 * rows, 0), (255, 17 * rows + 3 * T * 4, 64 * rows)):
+    a = plan_json(*nd36, "--rank", str(rank))
+    if a:
+        got = a["activation_bytes"]
+        check(got["per_micro_batch"] == want and got["waiting_at_most"] == waiting and
+              got["peak"] >= a["activations_in_flight"] * want,
+              f"nd 36b tp8 pp4 recompute rank {rank}: {got}, expected {want} per micro-batch, {waiting} waiting")
 if failed:
     sys.exit("\n".join(failed))
 print(f"plan --json: {len(plans)} plans, {len(refused)} refused, tables agree; nd TP = 8 (and TP = 8 × PP = 4) plans "

@@ -92,6 +92,24 @@ struct NdRun {
   }
 };
 
+/// The plan's activation estimate (the model's units walked over the rank's schedule) against one more step's peak
+/// of the allocator's activation tag. Exact where no chunk of the rank receives its input (`receives` false: no
+/// pipeline, or its first stage without interleaving); elsewhere the rank also holds the input gradients its
+/// previous stage has not yet taken, which depends on timing, within the plan's bound.
+inline void expect_activation_plan_matches_run(NdRun& run, const schedulers::SchedulerPlan& plan, bool receives) {
+  run.setup.alloc->reset_peaks();
+  run.step(2);
+  const std::uint64_t peak = run.setup.alloc->stats().tag(AllocationTag::activation).peak_requested_bytes;
+  EXPECT_GT(plan.activation_peak_bytes, 0u);
+  EXPECT_EQ(plan.activation_waiting_bytes > 0, receives);
+  if (!receives) {
+    EXPECT_EQ(peak, plan.activation_peak_bytes);
+    return;
+  }
+  EXPECT_GE(peak, plan.activation_peak_bytes);
+  EXPECT_LE(peak, plan.activation_peak_bytes + plan.activation_waiting_bytes);
+}
+
 /// Ring attention's messages of one step on one rank, and their elements and bytes.
 struct RingTraffic {
   std::int64_t messages = 0, elements = 0, bytes = 0;

@@ -116,8 +116,10 @@ TEST(AsyncHzpContext, RingTrafficIsTheFormulaAndThePlanIsWhatRan) {
       AzRun az(*world, c, deterministic);
       const coll::CounterSnapshot d = az.second_step_counters(*world);
       SCOPED_TRACE(c.label() + (deterministic ? " deterministic" : ""));
-      expect_plan_matches_run(az.plan(c.options(), world->size(), world->rank()), d);
+      const schedulers::SchedulerPlan plan = az.plan(c.options(), world->size(), world->rank());
+      expect_plan_matches_run(plan, d);
       expect_ring_traffic(az, d, c.cp, 1, world->size() / c.cp);
+      expect_activation_plan_matches_run(az, plan, false);
     }
 }
 

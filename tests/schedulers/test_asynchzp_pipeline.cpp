@@ -123,6 +123,7 @@ TEST(AsyncHzpPipeline, PlanIsWhatRan) {
       EXPECT_GT(p2p, 0);
       // Model state: the stage's parameters' shard only.
       EXPECT_EQ(az.setup.alloc->stats().tag(AllocationTag::param).requested_bytes, plan.state_bytes[0]);
+      expect_activation_plan_matches_run(az, plan, az.groups->pipeline()->rank() > 0 || c.v > 1);
     }
 }
 

@@ -21,6 +21,7 @@
 #include "data_parallel_test_util.hpp"
 #include "hzp/collectives/counters.hpp"
 #include "hzp/core/error.hpp"
+#include "hzp/workloads/model_factory.hpp"
 #include "hzp/schedulers/plan.hpp"
 
 namespace hzp::test {
@@ -509,6 +510,8 @@ TEST(DataParallel, PlanAgreesWithRun) {
         in.ranks_per_node = rpn;
         in.rank = world_rank();
         in.small_message_bytes = world->config().small_message_bytes;
+        const std::unique_ptr<workloads::ModelSpec> spec = workloads::llama_spec(run.setup.model_config);
+        in.model = spec.get();
         const schedulers::SchedulerPlan plan = schedulers::plan_scheduler(v.scheduler, in);
         expect_plan_matches_run(plan, d);
         const auto stats = run.setup.alloc->stats();
@@ -516,6 +519,12 @@ TEST(DataParallel, PlanAgreesWithRun) {
                                        AllocationTag::adam_m, AllocationTag::adam_v};
         for (int c = 0; c < 5; ++c)
           EXPECT_EQ(stats.tag(tags[c]).requested_bytes, plan.state_bytes[c]) << schedulers::kStateComponents[c];
+        // Activations: one micro-batch at a time, so the estimate is exact (the model's units over the step).
+        run.setup.alloc->reset_peaks();
+        run.sched->step({2, run.setup.source.get()});
+        EXPECT_EQ(run.setup.alloc->stats().tag(AllocationTag::activation).peak_requested_bytes,
+                  plan.activation_peak_bytes);
+        EXPECT_EQ(plan.activation_waiting_bytes, 0u);
       }
     }
   }, 300);

@@ -198,6 +198,7 @@ TEST(Nd, CollectivesMatchClosedFormsAndThePlan) {
       // The plan, made from the model's declarations and the engine's, is what ran.
       const schedulers::SchedulerPlan plan = nd.plan(c.options(), world->size(), world->rank());
       expect_plan_matches_run(plan, d);
+      expect_activation_plan_matches_run(nd, plan, false);
 
       std::uint64_t dpb = 0, tpb = 0;
       for (std::size_t g = 0; g < d.groups.size(); ++g)

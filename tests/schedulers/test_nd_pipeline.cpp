@@ -168,6 +168,7 @@ TEST(NdPipeline, PlanIsWhatRan) {
       // Model state: the stage's parameters only (plus the tied table on the last stage).
       const AllocatorStats a = nd.setup.alloc->stats();
       EXPECT_EQ(a.tag(AllocationTag::param).requested_bytes, plan.state_bytes[0]);
+      expect_activation_plan_matches_run(nd, plan, nd.groups->pipeline()->rank() > 0 || c.v > 1);
     }
 }
 

@@ -67,6 +67,14 @@ struct SchedulerPlan {
   /// Gathered full parameter blocks held at once at most, beside the model state (asynchzp; allocator tag comm or
   /// its ring pool); 0 when the engine does not estimate it.
   std::uint64_t gathered_peak_bytes = 0;
+  /// Activations, estimated from the model's own description of what its units hold (ModelSpec::activation_bytes;
+  /// the allocator's activation tag, kernel scratch excluded) over the rank's schedule: one micro-batch's after its
+  /// forward, and the peak over the step. 0 when the plan has only a layout (no model).
+  std::uint64_t activation_bytes_per_micro_batch = 0;
+  std::uint64_t activation_peak_bytes = 0;
+  /// Beyond the peak, on a pipeline stage that receives its input: input gradients held until the previous stage
+  /// takes them (timing-dependent), at most this many bytes.
+  std::uint64_t activation_waiting_bytes = 0;
   std::vector<PlannedCollective> collectives;
 
   std::uint64_t state_total() const;
@@ -74,7 +82,7 @@ struct SchedulerPlan {
   std::string to_text() const;
   /// The same as one JSON object (`hzpbench plan --json`): scheduler, world_size, rank, params,
   /// micro_batches_per_rank, activations_in_flight, state_bytes {param, grad, master, m, v, total},
-  /// gathered_peak_bytes, and collectives, each with op,
+  /// gathered_peak_bytes, activation_bytes {per_micro_batch, peak, waiting_at_most} (estimated), and collectives, each with op,
   /// group, group_size, dtype, calls, elements, bytes {intra, inter} and when.
   std::string to_json() const;
 };

@@ -73,6 +73,9 @@ class EnginePlan {
   /// The most bytes of gathered full parameter blocks the rank holds at once over the schedule (asynchzp, which
   /// sets it while unit() walks the actions: with pp_reuse a stage's blocks stay gathered); 0 when not estimated.
   std::uint64_t gathered_peak_bytes = 0;
+  /// The degrees the model runs at on this rank (its tensor- and context-parallel shares), for the activation
+  /// estimate: 1 for engines that hold whole sequences of the whole model.
+  int model_tp = 1, model_cp = 1;
 };
 
 /// The plan of `scheduler` from an engine's declaration: the schedule the driver runs (e.actions, or the sequential
