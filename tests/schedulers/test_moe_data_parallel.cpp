@@ -3,13 +3,16 @@
 // bias is not a parameter, and the step driver sums each step's load over the data-parallel group before the
 // update. In deterministic mode every configuration's losses, norms, final master parameters AND final balancing
 // bias must be bitwise those of `none` (one rank, the whole global batch's load by construction) on tiny-moe,
-// with a bias rate large enough that the bias changes the routing within the run.
+// with a bias rate large enough that the bias changes the routing within the run. hzpbench plan's activation
+// estimate for each configuration equals a step's peak of the activation tag.
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cstdio>
 
 #include "data_parallel_test_util.hpp"
+#include "hzp/schedulers/plan.hpp"
+#include "hzp/workloads/model_factory.hpp"
 
 namespace hzp::test {
 namespace {
@@ -28,6 +31,7 @@ void tiny_moe(workloads::LlamaConfig& c) {
 struct Outcome {
   std::vector<double> losses, norms, bias;
   std::vector<float> master;
+  std::uint64_t activation_peak = 0, planned_activation_peak = 0;  // one more step's, and hzpbench plan's estimate
 };
 
 std::vector<double> metric(const workloads::Workload& model, const std::string& name) {
@@ -58,6 +62,21 @@ Outcome run(const Variant* v, coll::Communicator* world) {
   o.bias = metric(*s.model, "moe/bias");
   if (v != nullptr) {
     o.master = dynamic_cast<schedulers::DataParallelScheduler&>(*sched).gather_master_params();
+    // The plan's activation estimate (the MoE blocks' ledgers walked over the rank's schedule) against a step's peak
+    // of the allocator's activation tag: one micro-batch at a time, so exact.
+    const std::unique_ptr<workloads::ModelSpec> spec = workloads::llama_spec(s.model_config);
+    schedulers::PlanInputs in;
+    in.layout = &s.model->layout();
+    in.model = spec.get();
+    in.train = a.train;
+    in.options = v->options;
+    in.world_size = world->size();
+    in.ranks_per_node = std::max(1, world_size() / 2);
+    in.rank = world->rank();
+    o.planned_activation_peak = schedulers::plan_scheduler(v->scheduler, in).activation_peak_bytes;
+    s.alloc->reset_peaks();
+    sched->step({kSteps, s.source.get()});
+    o.activation_peak = s.alloc->stats().tag(AllocationTag::activation).peak_requested_bytes;
   } else {
     const ConstTensorView m = dynamic_cast<schedulers::NoneScheduler&>(*sched).master_params();
     o.master.assign(m.as<const float>(), m.as<const float>() + m.numel());
@@ -91,6 +110,8 @@ TEST(MoeDataParallel, EveryEngineIsBitwiseNoneWithTheBiasInStep) {
       for (std::size_t i = 0; i < ref.master.size(); ++i)
         differ += std::bit_cast<std::uint32_t>(got.master[i]) != std::bit_cast<std::uint32_t>(ref.master[i]);
       EXPECT_EQ(differ, 0u) << "final master parameters differing from none's";
+      EXPECT_GT(got.planned_activation_peak, 0u);
+      EXPECT_EQ(got.activation_peak, got.planned_activation_peak) << "hzpbench plan's activation estimate";
       if (world_rank() == 0)
         std::printf("[moe data parallel] W=%d %-40s %lld steps: losses, norms, master parameters and bias bitwise "
                     "none's: %s\n",
