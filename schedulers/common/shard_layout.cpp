@@ -46,6 +46,15 @@ ShardLayout::Range ShardLayout::valid_range(int seg, int index) const {
   return {begin, end > begin ? end - begin : 0};
 }
 
+std::vector<ShardLayout::FlatSliceRun> ShardLayout::flat_runs(int index) const {
+  std::vector<FlatSliceRun> runs;
+  for (int seg = 0; seg < num_segments(); ++seg) {
+    const Range r = valid_range(seg, index);  // starts where the slice does: its real part comes first
+    if (r.count > 0) runs.push_back({global_offset(seg) + r.begin, slice_offset(seg), r.count});
+  }
+  return runs;
+}
+
 ShardLayout ShardLayout::refine(int factor) const {
   HZP_CHECK(factor >= 1, "ShardLayout::refine: factor = ", factor);
   const std::int64_t finer = static_cast<std::int64_t>(slices_) * factor;

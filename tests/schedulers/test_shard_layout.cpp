@@ -68,6 +68,35 @@ TEST(ShardLayout, RefinedSlicesNestInsideCoarseOnes) {
   EXPECT_THROW(ShardLayout({5}, 2).refine(2), PreconditionError);
 }
 
+// A checkpoint's view of a slice (flat_runs): a full padded buffer whose real elements hold their flat, unpadded
+// index and whose padding holds −1, cut into slice buffers as the schedulers cut it (slice i of every segment end to
+// end); each run's elements in slice i's buffer are its flat indexes, and over all slices the runs cover every index
+// once. Segments of 0 elements, padding-only slices and refined layouts included.
+TEST(ShardLayout, FlatRunsNameEachSlicesRealElementsByTheirFlatIndex) {
+  const ShardLayout coarse({0, 7, 13, 1, 40}, 3, /*pad_multiple=*/12);
+  for (const ShardLayout& l : {ShardLayout({10, 3, 1}, 4), coarse, coarse.refine(2), coarse.refine(4),
+                               ShardLayout({61}, 1)}) {
+    std::vector<std::int64_t> full(static_cast<std::size_t>(l.padded_total()), -1);
+    for (int s = 0; s < l.num_segments(); ++s)
+      for (std::int64_t e = 0; e < l.numel(s); ++e)
+        full[static_cast<std::size_t>(l.padded_offset(s) + e)] = l.global_offset(s) + e;
+    std::vector<int> seen(static_cast<std::size_t>(l.total_numel()), 0);
+    for (int i = 0; i < l.num_slices(); ++i) {
+      std::vector<std::int64_t> slice;  // slice i of every segment, end to end
+      for (int s = 0; s < l.num_segments(); ++s)
+        for (std::int64_t e = 0; e < l.slice_numel(s); ++e)
+          slice.push_back(full[static_cast<std::size_t>(l.padded_offset(s) + i * l.slice_numel(s) + e)]);
+      ASSERT_EQ(static_cast<std::int64_t>(slice.size()), l.slice_total());
+      for (const ShardLayout::FlatSliceRun& r : l.flat_runs(i))
+        for (std::int64_t k = 0; k < r.count; ++k) {
+          EXPECT_EQ(slice[static_cast<std::size_t>(r.local + k)], r.global + k) << "slice " << i;
+          ++seen[static_cast<std::size_t>(r.global + k)];
+        }
+    }
+    for (std::size_t g = 0; g < seen.size(); ++g) EXPECT_EQ(seen[g], 1) << "flat index " << g;
+  }
+}
+
 TEST(BucketedAllReduce, BucketsAreWholeUnitsFromTheBackCoveringEverything) {
   const auto layout = workloads::llama_layout(workloads::model_preset("tiny").model);
   for (std::size_t bytes : {std::size_t{1}, std::size_t{50000}, std::size_t{1} << 30}) {

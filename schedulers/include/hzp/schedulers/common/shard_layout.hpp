@@ -56,6 +56,16 @@ class ShardLayout {
   };
   Range valid_range(int seg, int index) const;
 
+  /// Slice `index`'s real elements as runs of the model's flat, unpadded order (one per segment it has any of),
+  /// each with where it starts in a slice buffer: what a checkpoint writes and reads for this slice
+  /// (docs/checkpoints.md). Over every index the runs cover [0, total_numel()) exactly once.
+  struct FlatSliceRun {
+    std::int64_t global = 0;  ///< offset in the flat, unpadded order
+    std::int64_t local = 0;   ///< offset in a slice buffer
+    std::int64_t count = 0;
+  };
+  std::vector<FlatSliceRun> flat_runs(int index) const;
+
   /// The same segments and padding cut into num_slices()·factor slices: slice j of the result lies
   /// inside slice j / factor of this layout. PreconditionError unless pad_multiple() is a multiple of
   /// num_slices()·factor (build the coarsest layout with the finest count as pad_multiple).
