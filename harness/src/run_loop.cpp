@@ -252,6 +252,7 @@ class Run {
     const workloads::FlopsPerToken f = model_->flops_per_token();
     scale_.flops_per_token_full = f.full_attention;
     scale_.flops_per_token_causal = f.causal_attention;
+    scale_.active_only = f.active_only;
     scale_.peak_flops_per_rank = peak_flops_;
   }
 
@@ -264,6 +265,7 @@ class Run {
         {"model.num_params", s_.model->num_params()},
         {"model.flops_per_token", scale_.flops_per_token_full},
         {"model.flops_per_token_causal", scale_.flops_per_token_causal},
+        {"model.flops_count_active_parameters", std::int64_t{scale_.active_only}},
         {"device.peak_flops_per_rank", peak_flops_},
         {"device.peak_source", peak_source_},
         {"device.memory", to_string(alloc_->device())},
@@ -391,8 +393,14 @@ class Run {
       records_.push_back(rec);
       const std::int64_t total = s_.train.steps;
       const double flush_s = o_.flush_s;
-      results_->post([rows = rows_, rec, all = std::move(all), total, flush_s](ResultsWriter& w) {
+      // The model's own per-step series (the MoE load per layer and expert, ...), as rank 0's model saw the step
+      // end: its statistics are summed over the data-parallel group (one pipeline stage's layers under pp).
+      std::vector<workloads::StepMetric> model_rows = model_->step_metrics();
+      results_->post([rows = rows_, rec, all = std::move(all), total, flush_s,
+                      model_rows = std::move(model_rows)](ResultsWriter& w) {
         rows->append(w, rec, all);
+        for (const workloads::StepMetric& m : model_rows)
+          w.append_row(SeriesSpec{"steps/" + m.name, m.units, m.meaning}, m.values);
         // The first step is in the file: the run has started cleanly, and under --force it now takes the
         // place of the file it replaces (written beside it until here).
         if (flush_s <= 0 || rec.step == 0) w.flush();
@@ -455,6 +463,7 @@ class Run {
     sc.world_size = ctx_.world_size;
     sc.warmup_steps = o_.warmup_steps;
     sc.peak_text = peak_text_;
+    sc.active_only = scale_.active_only;
     sc.loss_floor = loss_floor_;
     sc.model_state = model_state_;
     sc.spike_window = o_.spike_window;

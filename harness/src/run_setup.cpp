@@ -136,6 +136,11 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
   if (s.opt.backend == "cuda" && cfg.get_bool("train.deterministic"))
     HZP_THROW(ConfigError, "train.deterministic = true with backend = cuda: deterministic mode covers the CPU "
               "backend only (docs/deterministic.md). Fix: backend = cpu, or train.deterministic = false");
+  // The MoE layer's router and dispatch have no CUDA kernels yet (docs/workloads.md, Mixture of Experts).
+  if (s.opt.backend == "cuda" && cfg.get_int("model.experts") > 0)
+    HZP_THROW(ConfigError, "model.experts = ", cfg.get_int("model.experts"), " with backend = cuda: the MoE layer "
+              "runs on the CPU only for now (no CUDA kernels for its router and expert dispatch). Fix: backend = cpu, "
+              "or model.experts = 0 for the dense model");
   if (s.opt.backend == "cuda") {
     // The CUDA kernels, device memory and streams exist (docs/cuda.md); what runs a step on them is the
     // scheduler, and only `none` does so far (the others keep their state in host memory; docs/cuda.md).

@@ -137,7 +137,9 @@ std::string format_summary(std::span<const StepRecord> steps, const SummaryConte
     os << "  MFU            median " << fmt("%.2f", 100 * percentile(col([](const StepRecord& s) { return s.mfu; }), 50))
        << "% (causal-attention FLOPs: "
        << fmt("%.2f", 100 * percentile(col([](const StepRecord& s) { return s.mfu_causal; }), 50)) << "%) of "
-       << ctx.peak_text << "\n";
+       << ctx.peak_text
+       << (ctx.active_only ? "; model FLOPs count the ACTIVE parameters only (each token's top-k experts)" : "")
+       << "\n";
     // Closure as shares of the summed step time of the measured steps (mean over ranks).
     std::array<double, kNumRankFields> sum{};
     for (const StepRecord* s : measured)

@@ -36,6 +36,7 @@ struct StepScale {
   double flops_per_token_full = 0;    ///< model FLOPs per trained token, attention not discounted
   double flops_per_token_causal = 0;  ///< the same with the attention term halved
   double peak_flops_per_rank = 0;     ///< the declared peak MFU is measured against (FLOP/s)
+  bool active_only = false;           ///< the FLOPs count only the parameters a token uses (MoE)
 };
 
 /// One step as rank 0 records it.
@@ -68,6 +69,7 @@ struct SummaryContext {
   int world_size = 1;
   std::int64_t warmup_steps = 0;
   std::string peak_text;           ///< "61.2 GFLOP/s per rank (measured: sgemm 512x512x256, 1 thread)"
+  bool active_only = false;        ///< the model FLOPs count only each token's active parameters (MoE)
   double loss_floor = -1;          ///< the synthetic source's floor (nats/token), < 0 when unknown
   std::array<std::int64_t, 5> model_state{};  ///< rank 0's param, grad, master, m, v bytes
   std::int64_t spike_window = 20;

@@ -190,6 +190,7 @@ StepStats NoneScheduler::step(const StepBatch& batch) {
   for (bool accepted = false; !accepted;) {
     loss = 0;
     if (s.fixed) s.fixed->begin_attempt(batch.step);
+    (void)s.model->take_step_statistics();  // a retried attempt routes its micro-batches again
     for (std::int64_t j = 0; j < plan.micro_batches_per_step(); ++j) {
       mark(static_cast<std::size_t>(2 * j));
       workloads::fill_micro_batch(src, plan, batch.step, j, s.inputs, s.targets);
@@ -215,6 +216,8 @@ StepStats NoneScheduler::step(const StepBatch& batch) {
     for (int u = 0; u < units; ++u)
       s.fixed->to_float(u, 0, workloads::unit_block(layout, u, ConstTensorView(s.view(s.fixed_sum, DType::i64))),
                         workloads::unit_block(layout, u, grads));
+  // One rank holds the whole global batch: its statistics are the global ones (the MoE balancing bias).
+  s.model->end_step(s.model->take_step_statistics());
   const double compute_seconds = whole.wall();
 
   // --- norm, clipping coefficient, AdamW ---

@@ -106,6 +106,7 @@ StepStats StepDriver::step(const StepBatch& batch, ParameterEngine& engine) {
   // on every rank); otherwise the body runs once.
   for (bool accepted = false; !accepted;) {
     if (fixed) fixed->begin_attempt(batch.step);
+    (void)model_.take_step_statistics();  // a retried attempt routes its micro-batches again
     engine.begin_attempt(batch.step, actions_);
     if (pipeline_)
       waited += run_stage(at, engine, losses);
@@ -118,6 +119,7 @@ StepStats StepDriver::step(const StepBatch& batch, ParameterEngine& engine) {
   if (context_ != nullptr)  // each rank's losses are its tokens' shares: the micro-batches' are their sums
     context_->all_reduce(TensorView(losses.data(), Shape{static_cast<std::int64_t>(losses.size())}, DType::f64),
                          coll::ReduceOp::sum, StreamRef::host());
+  end_model_step(engine.scalars());
   const double compute_seconds = whole.wall() - waited;
 
   const StepFinish end = engine.finish_step(batch.step, scheduled_learning_rate(train_, batch.step));
@@ -129,6 +131,16 @@ StepStats StepDriver::step(const StepBatch& batch, ParameterEngine& engine) {
   st.background_waits = engine.background_waits();
   st.seconds = whole.wall();
   return st;
+}
+
+void StepDriver::end_model_step(coll::Communicator& data_parallel) {
+  // The model's non-gradient state (the MoE balancing bias) moves by the whole global batch's statistics: this
+  // rank's summed over its data-parallel replicas (counts: exact in any order), so every replica updates alike.
+  std::vector<double> stats = model_.take_step_statistics();
+  if (stats.empty()) return;
+  data_parallel.all_reduce(TensorView(stats.data(), Shape{static_cast<std::int64_t>(stats.size())}, DType::f64),
+                           coll::ReduceOp::sum, StreamRef::host());
+  model_.end_step(stats);
 }
 
 void StepDriver::run_whole(const Attempt& at, ParameterEngine& engine, std::vector<double>& losses) {

@@ -8,6 +8,8 @@ Scenarios (one CTest each, see run_tests.cmake):
   closure          every registered scheduler (none on 1 rank, the others on 2; nd also with cp = 2): the parts of the step time
                    add up to it, none counted twice (other never more than 2% negative); the unattributed
                    share is printed, not bounded (a timing)
+  moe              tiny-moe: steps/moe/* written, consistent, and bitwise equal between none and zero3 at 2 ranks
+                   in deterministic mode; the MFU marked as counting active parameters
   collective_only  2 ranks, debug.collective_only: [step, 2] series, comm/<op>/<level>/*, link profiles and
                    links.comm_to_compute recorded and consistent
   diverged         debug.nan_at: status diverged, exit 3, the NaN step is the last row
@@ -269,6 +271,33 @@ def scenario_deterministic():
             check(y is not None, f"zero3 at 2 ranks did not dump {n}")
             check(x[()].tobytes() == y[()].tobytes(), f"dumped {n}: zero3 at 2 ranks differs from none")
         print(f"  {len(names)} dumped tensors bitwise equal")
+
+
+def scenario_moe():
+    """tiny-moe through the CLI (docs/workloads.md, Mixture of Experts): none at 1 rank and zero3 at 2 ranks in
+    deterministic mode write the same steps/moe/* rows bit for bit (the load of the global batch per block and
+    expert, whose sum is every assignment of the step; the max/mean ratio; the bias); the MFU's FLOPs are marked as
+    counting active parameters, and the summary says so."""
+    moe = ["--set", "model.preset=tiny-moe", "--set", "train.warmup_steps=1", "--set", "train.steps=3",
+           "--set", "train.deterministic=true", "--set", "model.bias_update_rate=0.05"]
+    _, out, _, ref = run(moe + ["--set", "scheduler.name=none"], ranks=1, expect_rc=0)
+    check("ACTIVE parameters only" in out, "the summary does not say the MFU counts active parameters")
+    _, _, _, got = run(moe + ["--set", "scheduler.name=zero3"], ranks=2, expect_rc=0)
+    with h5py.File(ref, "r") as a, h5py.File(got, "r") as b:
+        check(int(attr(a, "model.flops_count_active_parameters")) == 1, "flops_count_active_parameters is not 1")
+        load = a["steps/moe/load"][:]
+        check(load.shape == (3, 3 * 8), f"steps/moe/load has shape {load.shape}, expected (3, 24)")
+        tokens = int(a["steps/tokens"][0])
+        check((load.sum(axis=1) == 3 * tokens * 2).all(), f"loads {load.sum(axis=1)} are not 3 blocks x {tokens} x 2")
+        ratio = a["steps/moe/load_max_over_mean"][:]
+        want = load.reshape(3, 3, 8).max(axis=2) / load.reshape(3, 3, 8).mean(axis=2)
+        check(np.allclose(ratio, want, rtol=1e-12), f"load_max_over_mean {ratio} vs {want}")
+        check((a["steps/moe/dropped"][:] == 0).all(), "dropless tiny-moe dropped assignments")
+        check(a["steps/moe/bias"].shape == (3, 24), "steps/moe/bias shape")
+        for name in ("loss", "moe/load", "moe/bias", "moe/load_max_over_mean"):
+            x, y = a[f"steps/{name}"][:], b[f"steps/{name}"][:]
+            check(x.tobytes() == y.tobytes(), f"steps/{name}: none {x} vs zero3 at 2 ranks {y}")
+        print(f"  load max/mean per step and block: {ratio.tolist()}")
 
 
 def scenario_collective_only():

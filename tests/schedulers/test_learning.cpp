@@ -1,7 +1,7 @@
 // Does the whole stack learn? Training runs through the `none` scheduler on synthetic Markov chains whose
 // exact finite-context floor (the loss of a perfect model) and unigram entropy (the loss of the best
 // context-free predictor) the data source computes. Each test is its own CTest entry (learning_order1,
-// learning_order2, learning_order2_long) and prints its numbers.
+// learning_order2, learning_order2_long, learning_tiny_moe) and prints its numbers.
 //   order 1: learnable from the current token alone (embeddings, MLP, head);
 //   order 2: needs the previous token too, so only attention with positions (RoPE) can reach the floor.
 #include <gtest/gtest.h>
@@ -83,6 +83,33 @@ TEST(Learning, Order2Long) {
   const Outcome o = train_and_measure(run, "learning_order2_long");
   EXPECT_GE(o.final_loss, o.floor - 0.02);
   EXPECT_LE(o.final_loss, 1.05 * o.floor);
+}
+
+// tiny-moe (tiny's shape, blocks 1-3 with 8 routed experts, top-2, and 1 shared) with every default of its preset:
+// the order-1 chain, 300 steps, DeepSeek-V3's bias balancing at its rate 0.001. It must reach the floor like tiny,
+// and the balancing must hold every MoE block's busiest expert within 1.5x the mean load of the last step.
+TEST(Learning, TinyMoe) {
+  NoneRun run("tiny-moe");
+  const Outcome o = train_and_measure(run, "learning_tiny_moe");
+  EXPECT_GE(o.final_loss, o.floor - 0.02);
+  EXPECT_LE(o.final_loss, 1.03 * o.floor);
+  bool found = false;
+  for (const workloads::StepMetric& m : run.model->step_metrics()) {
+    if (m.name == "moe/load_max_over_mean") {
+      found = true;
+      ASSERT_EQ(m.values.size(), 3u);
+      for (std::size_t l = 0; l < m.values.size(); ++l) {
+        std::printf("[learning_tiny_moe] MoE block %zu: load max/mean %.3f\n", l, m.values[l]);
+        EXPECT_LT(m.values[l], 1.5) << "MoE block " << l;
+        EXPECT_GE(m.values[l], 1.0);
+      }
+    }
+    if (m.name == "moe/load") {  // every assignment of the last step counted: 16 sequences x 64 tokens x top-2
+      const double total = std::accumulate(m.values.begin(), m.values.end(), 0.0);
+      EXPECT_EQ(total, 3.0 * 16 * 64 * 2);
+    }
+  }
+  EXPECT_TRUE(found);
 }
 
 }  // namespace

@@ -34,6 +34,17 @@ inline workloads::LlamaConfig shrunk_llama(bool tied) {
   return c;
 }
 
+/// shrunk_llama with its second block an MoE block: 4 routed experts of width 6 (top-2) and 1 shared.
+inline workloads::LlamaConfig shrunk_moe() {
+  workloads::LlamaConfig c = shrunk_llama(true);
+  c.moe.experts = 4;
+  c.moe.top_k = 2;
+  c.moe.shared_experts = 1;
+  c.moe.expert_ffn = 6;
+  c.moe.dense_layers = 1;
+  return c;
+}
+
 /// One micro-batch of tokens: [mbs, T] inputs and targets, row-major.
 struct TokenBatch {
   std::vector<std::int32_t> inputs, targets;

@@ -1,6 +1,6 @@
 // The Llama spec's activation bytes (the plan's activation estimate) against the model's own allocations: tiny,
 // one micro-batch of 1 and 2 sequences, fp32 / bf16-mixed / fp64, tied and untied, with and without recompute,
-// unit by unit (activation_check.hpp). Tensor and context parallelism are checked the same way under mpiexec in
+// unit by unit (activation_check.hpp), and the MoE decoder's blocks (tiny-moe, and without shared experts). Tensor and context parallelism are checked the same way under mpiexec in
 // test_llama_tensor_parallel and test_llama_context_parallel.
 #include <gtest/gtest.h>
 
@@ -9,6 +9,7 @@
 
 #include "activation_check.hpp"
 #include "data_test_util.hpp"
+#include "hzp/workloads/presets.hpp"
 
 namespace hzp::test {
 namespace {
@@ -16,8 +17,8 @@ namespace {
 using workloads::Precision;
 
 template <typename P>
-void check(Precision precision, bool tied) {
-  workloads::LlamaConfig cfg;  // tiny's shape
+void check(Precision precision, bool tied, const workloads::LlamaConfig& shape = {} /* tiny's */) {
+  workloads::LlamaConfig cfg = shape;
   cfg.tied_embeddings = tied;
   const auto spec = workloads::llama_spec(cfg);
   const auto model = workloads::make_llama(cfg, precision);
@@ -38,6 +39,18 @@ TEST(LlamaActivations, Fp32) { check<float>(Precision::fp32, true); }
 TEST(LlamaActivations, Fp32Untied) { check<float>(Precision::fp32, false); }
 TEST(LlamaActivations, Bf16Mixed) { check<bf16>(Precision::bf16_mixed, true); }
 TEST(LlamaActivations, Fp64) { check<double>(Precision::fp64, false); }
+// tiny-moe: a dense block, then MoE blocks with a shared expert; and every block MoE without shared experts.
+TEST(LlamaActivations, TinyMoeFp32) { check<float>(Precision::fp32, true, workloads::model_preset("tiny-moe").model); }
+TEST(LlamaActivations, TinyMoeBf16Mixed) {
+  check<bf16>(Precision::bf16_mixed, true, workloads::model_preset("tiny-moe").model);
+}
+TEST(LlamaActivations, MoeWithoutSharedExpertsFp32) {
+  workloads::LlamaConfig c = workloads::model_preset("tiny-moe").model;
+  c.moe.shared_experts = 0;
+  c.moe.dense_layers = 0;
+  c.moe.capacity_factor = 1.0;  // the expert buffers are sized for every assignment, dropped or not
+  check<float>(Precision::fp32, false, c);
+}
 
 }  // namespace
 }  // namespace hzp::test

@@ -34,10 +34,10 @@ std::vector<double> spread_params(const workloads::Workload& w, unsigned seed) {
   return p;
 }
 
-void check_whole_model_gradient(bool tied, bool recompute) {
+void check_whole_model_gradient(const workloads::LlamaConfig& cfg, bool recompute) {
+  const bool tied = cfg.tied_embeddings;
   HostBacking backing;
   CachingAllocator alloc(backing);
-  const auto cfg = shrunk_llama(tied);
   const auto model = workloads::make_llama(cfg, Precision::fp64);
   const auto& layout = model->layout();
   std::vector<double> params = spread_params(*model, 7);
@@ -89,9 +89,24 @@ void check_whole_model_gradient(bool tied, bool recompute) {
   EXPECT_EQ(alloc.stats().tag(AllocationTag::activation).allocated_bytes, 0u) << "activations left after backward";
 }
 
-TEST(LlamaGradcheck, WholeModelTiedFp64) { check_whole_model_gradient(true, false); }
-TEST(LlamaGradcheck, WholeModelUntiedFp64) { check_whole_model_gradient(false, false); }
-TEST(LlamaGradcheck, WholeModelTiedRecomputeFp64) { check_whole_model_gradient(true, true); }
+TEST(LlamaGradcheck, WholeModelTiedFp64) { check_whole_model_gradient(shrunk_llama(true), false); }
+TEST(LlamaGradcheck, WholeModelUntiedFp64) { check_whole_model_gradient(shrunk_llama(false), false); }
+TEST(LlamaGradcheck, WholeModelTiedRecomputeFp64) { check_whole_model_gradient(shrunk_llama(true), true); }
+
+// The MoE decoder: block 0 dense, block 1 with 4 routed experts (top-2) and a shared one; under recompute too
+// (the routing runs again in backward and must match the forward's).
+TEST(LlamaGradcheck, WholeMoeModelFp64) { check_whole_model_gradient(shrunk_moe(), false); }
+TEST(LlamaGradcheck, WholeMoeModelRecomputeFp64) { check_whole_model_gradient(shrunk_moe(), true); }
+// Without shared experts (the block's SwiGLU is the routed experts alone), softmax scores, every block MoE, and a
+// capacity that drops assignments.
+TEST(LlamaGradcheck, WholeMoeModelNoSharedSoftmaxCapacityFp64) {
+  workloads::LlamaConfig c = shrunk_moe();
+  c.moe.shared_experts = 0;
+  c.moe.dense_layers = 0;
+  c.moe.router_score = workloads::RouterScore::softmax;
+  c.moe.capacity_factor = 1.0;
+  check_whole_model_gradient(c, false);
+}
 
 }  // namespace
 }  // namespace hzp::test

@@ -7,6 +7,7 @@
 
 #include "hzp/core/dtype.hpp"
 #include "hzp/core/error.hpp"
+#include "hzp/workloads/moe.hpp"
 
 namespace hzp::workloads::llama {
 namespace {
@@ -21,6 +22,7 @@ struct Sizes {
   std::uint64_t lse;            // [batch, heads, seq]
   std::uint64_t logits;         // [tokens, vocab] (the rank's vocabulary columns)
   std::uint64_t stat_tokens;    // [tokens]: per-token losses, one row of the softmax statistics
+  std::uint64_t moe = 0;        // an MoE block's routed experts (MoeSaved; 0 in a dense block)
 };
 
 Sizes sizes_of(const LlamaConfig& c, const TensorParallelRun& run) {
@@ -81,6 +83,10 @@ void block_internals(ActivationLedger& l, const Sizes& s) {
   l.alloc(s.ffn);            // a
 }
 
+// An MoE block's routed experts, after the block's SwiGLU (and after the output's partial when not recomputing):
+// their expert-sorted gate, up, SwiGLU and output rows (moe_experts_forward).
+void routed_experts(ActivationLedger& l, const Sizes& s) { l.alloc(s.moe); }
+
 std::uint64_t internals_bytes(const Sizes& s) {
   return 2 * (s.stat_rows + (s.sp ? s.x_all : s.x_rows)) + 2 * s.q + 2 * s.kv + s.lse + s.x_rows + 3 * s.ffn;
 }
@@ -90,14 +96,18 @@ UnitActivationBytes block(const Sizes& s, bool recompute) {
   ActivationLedger f;
   block_internals(f, s);
   f.alloc(s.x_all);  // Wdown's partial, summed into the output
+  routed_experts(f, s);
   sum_partial(f, s);
   b.forward_peak = f.peak();
-  const std::uint64_t internals = internals_bytes(s);
+  const std::uint64_t internals = internals_bytes(s) + s.moe;
   b.kept = (recompute ? 0 : internals) + s.x_rows;
 
   // Backward, from the level where the output's gradient dy has taken the output's place.
   ActivationLedger g;
-  if (recompute) block_internals(g, s);
+  if (recompute) {
+    block_internals(g, s);
+    routed_experts(g, s);
+  }
   if (s.sp) g.alloc(s.x_all);  // dy gathered
   g.alloc(s.ffn);              // da
   if (s.sp) g.free(s.x_all);
@@ -105,7 +115,7 @@ UnitActivationBytes block(const Sizes& s, bool recompute) {
   g.free(s.ffn);               // da (dgate and dup overwrite gate and up)
   g.alloc(s.x_all);            // dh2
   sum_partial(g, s);
-  g.free(2 * s.ffn + (s.sp ? s.x_all : s.x_rows));  // g, u, h2
+  g.free(2 * s.ffn + s.moe + (s.sp ? s.x_all : s.x_rows));  // g, u, the routed experts' rows, h2
   g.alloc(s.x_rows);           // dx2
   g.free(s.sp ? s.x_rows : s.x_all);                // dh2
   g.free(s.stat_rows + s.x_rows);                   // rstd2, x2
@@ -169,9 +179,16 @@ UnitActivationBytes head(const Sizes& s, bool recompute) {
 UnitActivationBytes llama_activation_bytes(const LlamaConfig& config, int unit, const TensorParallelRun& run) {
   const int head_unit = static_cast<int>(config.layers) + 1;
   HZP_CHECK(unit >= 0 && unit <= head_unit, "llama_activation_bytes: unit ", unit, " of ", head_unit + 1);
-  const Sizes s = sizes_of(config, run);
+  Sizes s = sizes_of(config, run);
   if (unit == 0) return embedding(s);
   if (unit == head_unit) return head(s, run.recompute);
+  const std::int64_t layer = unit - 1;
+  if (config.moe.is_moe_layer(layer)) {  // no tensor or context parallelism with experts (refused)
+    const std::int64_t tokens = run.micro_batch_size * config.seq_len;
+    const DType at = activation_dtype(run.precision);
+    s.ffn = static_cast<std::uint64_t>(tokens * config.mlp_width(layer)) * dtype_size(at);  // shared experts
+    s.moe = static_cast<std::uint64_t>(moe_saved_bytes(config.moe, tokens, config.hidden, at));
+  }
   return block(s, run.recompute);
 }
 

@@ -12,6 +12,7 @@
 // Every tensor between kernels is in the activation dtype (bf16 in bf16-mixed: each kernel accumulates
 // in fp32 and rounds once on store); parameter gradients go straight into the fp32 gradient blocks.
 #include <cstddef>
+#include <cstring>
 #include <span>
 
 #include "hzp/core/error.hpp"
@@ -28,7 +29,8 @@
 namespace hzp::workloads::llama {
 namespace {
 
-// Tensor order inside a block (llama_layout).
+// Tensor order inside a block (llama_layout). An MoE block has the same first six; the SwiGLU's three only with
+// shared experts; then its four routed tensors (moe_block.cpp).
 enum BlockTensor : int { kAttnNorm, kWq, kWk, kWv, kWo, kMlpNorm, kWgate, kWup, kWdown, kNumBlockTensors };
 
 kernels::AttentionDims attention_dims(const Dims& d) {
@@ -70,18 +72,29 @@ void LlamaModel::block_compute(int unit, const UnitParams& params, LlamaContext&
   }
   kernels::add(s.x2.view, s.x.view, s.x2.view, stream);
 
-  // --- MLP ---
+  // --- MLP (an MoE block: its shared experts as one SwiGLU, if any, plus the routed experts) ---
+  const std::int64_t ffn = block_ffn(unit);
+  const bool moe = config_.moe.is_moe_layer(unit - 1);
   s.h2 = norm_for_column_parallel(unit, kMlpNorm, params, ctx, s.x2, s.rstd2);
-  s.g = make_act(alloc, Shape{d.tokens, d.ffn}, at);
-  s.u = make_act(alloc, Shape{d.tokens, d.ffn}, at);
-  linear_fwd(s.g.view, s.h2.view, w(kWgate), alloc, stream);
-  linear_fwd(s.u.view, s.h2.view, w(kWup), alloc, stream);
-  s.a = make_act(alloc, Shape{d.tokens, d.ffn}, at);
-  kernels::swiglu_fwd(s.a.view, s.g.view, s.u.view, stream);
+  if (ffn > 0) {
+    s.g = make_act(alloc, Shape{d.tokens, ffn}, at);
+    s.u = make_act(alloc, Shape{d.tokens, ffn}, at);
+    linear_fwd(s.g.view, s.h2.view, w(kWgate), alloc, stream);
+    linear_fwd(s.u.view, s.h2.view, w(kWup), alloc, stream);
+    s.a = make_act(alloc, Shape{d.tokens, ffn}, at);
+    kernels::swiglu_fwd(s.a.view, s.g.view, s.u.view, stream);
+  }
 
-  if (out == nullptr) return;  // a recompute needs the saved tensors only, not y
+  if (out == nullptr) {  // a recompute needs the saved tensors only, not y
+    if (moe) moe_forward(unit, params, ctx, s, TensorView());
+    return;
+  }
   Act partial = make_act(alloc, Shape{d.tokens, d.hidden}, at);
-  linear_fwd(partial.view, s.a.view, w(kWdown), alloc, stream);
+  if (ffn > 0)
+    linear_fwd(partial.view, s.a.view, w(kWdown), alloc, stream);
+  else  // the MoE block's routed experts add into it (host only)
+    std::memset(partial.view.data(), 0, static_cast<std::size_t>(partial.view.numel()) * dtype_size(at));
+  if (moe) moe_forward(unit, params, ctx, s, partial.view);  // no tensor parallelism with experts: nothing partial
   *out = sum_partial(std::move(partial), ctx);
   kernels::add(out->view, s.x2.view, out->view, stream);
 }
@@ -96,7 +109,7 @@ void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext
     const profile::ScopedPhase phase(profile::Phase::recompute, layout().unit(unit).name);
     block_compute(unit, params, ctx, s, nullptr);
   }
-  HZP_CHECK(static_cast<bool>(s.a) && static_cast<bool>(ctx.dhidden), "block ", unit - 1,
+  HZP_CHECK(static_cast<bool>(s.h2) && static_cast<bool>(ctx.dhidden), "block ", unit - 1,
             " backward: its forward state or its output gradient is missing");
 
   const ConstTensorView block = params.block(unit);
@@ -112,26 +125,34 @@ void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext
     return gathered.view;
   };
 
-  // --- MLP: y = x2 + a·Wdᵀ ---
-  Act dy_all;
-  const ConstTensorView dyv = all_tokens(dy, dy_all);
-  linear_bwd_weight(dw(kWdown), dyv, s.a.view, acc, alloc, stream);
-  Act da = make_act(alloc, Shape{d.tokens, d.ffn}, at);
-  linear_bwd_data(da.view, dyv, w(kWdown), false, alloc, stream);
-  dy_all.reset();
-  s.a.reset();
-  // dgate and dup overwrite gate and up (the kernel reads each element before writing it).
-  kernels::swiglu_bwd(s.g.view, s.u.view, da.view, s.g.view, s.u.view, stream);
-  da.reset();
-  const TensorView dg = s.g.view, du = s.u.view;
-  linear_bwd_weight(dw(kWgate), dg, s.h2.view, acc, alloc, stream);
-  linear_bwd_weight(dw(kWup), du, s.h2.view, acc, alloc, stream);
-  Act dh2 = make_act(alloc, Shape{d.tokens, d.hidden}, at);
-  linear_bwd_data(dh2.view, dg, w(kWgate), false, alloc, stream);
-  linear_bwd_data(dh2.view, du, w(kWup), true, alloc, stream);
-  dh2 = sum_partial(std::move(dh2), ctx);  // h2 fed every rank's column-parallel piece: the sum of theirs
-  s.g.reset();
-  s.u.reset();
+  // --- MLP: y = x2 + a·Wdᵀ (+ the routed experts' output in an MoE block) ---
+  const std::int64_t ffn = block_ffn(unit);
+  Act dh2;
+  if (ffn > 0) {
+    Act dy_all;
+    const ConstTensorView dyv = all_tokens(dy, dy_all);
+    linear_bwd_weight(dw(kWdown), dyv, s.a.view, acc, alloc, stream);
+    Act da = make_act(alloc, Shape{d.tokens, ffn}, at);
+    linear_bwd_data(da.view, dyv, w(kWdown), false, alloc, stream);
+    dy_all.reset();
+    s.a.reset();
+    // dgate and dup overwrite gate and up (the kernel reads each element before writing it).
+    kernels::swiglu_bwd(s.g.view, s.u.view, da.view, s.g.view, s.u.view, stream);
+    da.reset();
+    const TensorView dg = s.g.view, du = s.u.view;
+    linear_bwd_weight(dw(kWgate), dg, s.h2.view, acc, alloc, stream);
+    linear_bwd_weight(dw(kWup), du, s.h2.view, acc, alloc, stream);
+    dh2 = make_act(alloc, Shape{d.tokens, d.hidden}, at);
+    linear_bwd_data(dh2.view, dg, w(kWgate), false, alloc, stream);
+    linear_bwd_data(dh2.view, du, w(kWup), true, alloc, stream);
+    dh2 = sum_partial(std::move(dh2), ctx);  // h2 fed every rank's column-parallel piece: the sum of theirs
+    s.g.reset();
+    s.u.reset();
+  } else {
+    dh2 = make_act(alloc, Shape{d.tokens, d.hidden}, at);
+    std::memset(dh2.view.data(), 0, static_cast<std::size_t>(dh2.view.numel()) * dtype_size(at));
+  }
+  if (config_.moe.is_moe_layer(unit - 1)) moe_backward(unit, params, ctx, s, grads, dy.view, dh2.view);
   s.h2.reset();
   Act dx2 = make_act(alloc, Shape{local_rows(d), d.hidden}, at);
   norm_backward(unit, kMlpNorm, params, ctx, dx2.view, dh2.view, s.x2, s.rstd2, gb);
@@ -178,7 +199,7 @@ void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext
   kernels::add(dx.view, dx.view, dx2.view, stream);
   s.reset_all();
   ctx.dhidden = std::move(dx);
-  static_assert(kNumBlockTensors == 9, "llama_layout lists nine tensors per block");
+  static_assert(kNumBlockTensors == 9, "llama_layout lists nine tensors per dense block");
 }
 
 void LlamaModel::rope(LlamaContext& ctx, TensorView x, bool backward) const {

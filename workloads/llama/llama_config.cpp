@@ -42,6 +42,7 @@ void LlamaConfig::validate() const {
         "limit model.max_seq_len = ", max_seq_len);
   if (!(rope_base > 1.0) || !std::isfinite(rope_base)) add("model.rope_base = ", rope_base, " must be a finite number > 1");
   if (!(norm_eps >= 0.0) || !std::isfinite(norm_eps)) add("model.norm_eps = ", norm_eps, " must be finite and >= 0");
+  moe.collect_problems(layers, problems);
   if (problems.empty()) return;
   std::ostringstream os;
   os << "invalid model configuration" << (preset.empty() ? "" : " (preset " + preset + ")") << ":";
@@ -49,20 +50,42 @@ void LlamaConfig::validate() const {
   HZP_THROW(ConfigError, os.str());
 }
 
-std::int64_t LlamaConfig::block_params() const noexcept {
-  const std::int64_t hd = resolved_head_dim();
-  const std::int64_t attn = hidden * heads * hd * 2 + hidden * kv_heads * hd * 2;  // wq, wo; wk, wv
-  const std::int64_t mlp = 3 * hidden * ffn_hidden;
-  return 2 * hidden + attn + mlp;
+std::int64_t LlamaConfig::mlp_width(std::int64_t layer) const noexcept {
+  return moe.is_moe_layer(layer) ? moe.shared_experts * moe.expert_ffn : ffn_hidden;
+}
+
+namespace {
+// One block's parameters with `routed` of its routed experts counted (all of them, or the top_k a token uses).
+std::int64_t block_params_with(const LlamaConfig& c, std::int64_t layer, std::int64_t routed) {
+  const std::int64_t hd = c.resolved_head_dim();
+  const std::int64_t attn = c.hidden * c.heads * hd * 2 + c.hidden * c.kv_heads * hd * 2;  // wq, wo; wk, wv
+  std::int64_t mlp = 3 * c.hidden * c.mlp_width(layer);
+  if (c.moe.is_moe_layer(layer)) mlp += c.moe.experts * c.hidden + routed * 3 * c.hidden * c.moe.expert_ffn;
+  return 2 * c.hidden + attn + mlp;
+}
+}  // namespace
+
+std::int64_t LlamaConfig::block_params(std::int64_t layer) const noexcept {
+  return block_params_with(*this, layer, moe.experts);
 }
 
 std::int64_t LlamaConfig::num_params() const noexcept {
   const std::int64_t emb = vocab * hidden;
-  return emb + layers * block_params() + hidden + (tied_embeddings ? 0 : emb);
+  std::int64_t blocks = 0;
+  for (std::int64_t l = 0; l < layers; ++l) blocks += block_params(l);
+  return emb + blocks + hidden + (tied_embeddings ? 0 : emb);
+}
+
+std::int64_t LlamaConfig::num_active_params() const noexcept {
+  std::int64_t routed_idle = 0;
+  for (std::int64_t l = 0; l < layers; ++l) routed_idle += block_params(l) - block_params_with(*this, l, moe.top_k);
+  return num_params() - routed_idle;
 }
 
 std::int64_t LlamaConfig::num_matmul_params() const noexcept {
-  return layers * (block_params() - 2 * hidden) + vocab * hidden;
+  std::int64_t blocks = 0;
+  for (std::int64_t l = 0; l < layers; ++l) blocks += block_params_with(*this, l, moe.top_k) - 2 * hidden;
+  return blocks + vocab * hidden;
 }
 
 FlopsPerToken LlamaConfig::flops_per_token() const noexcept {
@@ -72,7 +95,7 @@ FlopsPerToken LlamaConfig::flops_per_token() const noexcept {
   const double dense = 6.0 * static_cast<double>(num_matmul_params());
   const double attn = 12.0 * static_cast<double>(layers) * static_cast<double>(heads) *
                       static_cast<double>(resolved_head_dim()) * static_cast<double>(seq_len);
-  return {dense + attn, dense + 0.5 * attn};
+  return {dense + attn, dense + 0.5 * attn, moe.enabled()};
 }
 
 std::string LlamaConfig::describe() const {
@@ -80,10 +103,18 @@ std::string LlamaConfig::describe() const {
   os << "llama L=" << layers << " d=" << hidden << " heads=" << heads << "/" << kv_heads
      << " hd=" << resolved_head_dim() << " ffn=" << ffn_hidden << " V=" << vocab << " T=" << seq_len
      << (tied_embeddings ? " tied" : " untied");
+  if (moe.enabled())
+    os << " moe E=" << moe.experts << " k=" << moe.top_k << " shared=" << moe.shared_experts
+       << " expert_ffn=" << moe.expert_ffn << " dense_layers=" << moe.dense_layers << " " << to_string(moe.router_score)
+       << " " << to_string(moe.balance)
+       << (moe.capacity_factor > 0 ? " cf=" + std::to_string(moe.capacity_factor) : std::string(" dropless"));
   return os.str();
 }
 
 void check_tensor_parallel(const LlamaConfig& c, int tp) {
+  if (tp > 1 && c.moe.enabled())
+    HZP_THROW(ConfigError, "tensor parallelism (tp = ", tp, ") is not implemented for the MoE model (model.experts = ",
+              c.moe.experts, "); fix: scheduler.tp = 1, or model.experts = 0 for the dense model");
   const bool ok = tp >= 1 && c.heads % tp == 0 && c.kv_heads % tp == 0 && c.ffn_hidden % tp == 0 && c.vocab % tp == 0;
   // The vocabulary is not padded: a padded row would change the softmax of every token unless masked, and the
   // presets' vocabularies (155,136 and the powers of two) divide by every tp a node holds.
@@ -168,17 +199,27 @@ ParamLayout llama_layout(const LlamaConfig& c, int tp_size, int tp_rank) {
   units.push_back(make_unit("embedding", {{"tok_embeddings", {Shape{c.vocab, d}, normal}}}, {}));
   for (std::int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "blocks." + std::to_string(l) + ".";
-    units.push_back(make_unit("block." + std::to_string(l),
-                              {{p + "attn_norm", {Shape{d}, ones}},
-                               {p + "attn.wq", {Shape{q, d}, normal}},
-                               {p + "attn.wk", {Shape{kv, d}, normal}},
-                               {p + "attn.wv", {Shape{kv, d}, normal}},
-                               {p + "attn.wo", {Shape{d, q}, scaled}},
-                               {p + "mlp_norm", {Shape{d}, ones}},
-                               {p + "mlp.w_gate", {Shape{c.ffn_hidden, d}, normal}},
-                               {p + "mlp.w_up", {Shape{c.ffn_hidden, d}, normal}},
-                               {p + "mlp.w_down", {Shape{d, c.ffn_hidden}, scaled}}},
-                              {}));
+    const std::int64_t f = c.mlp_width(l);
+    // An MoE block without shared experts has no dense SwiGLU at all (no empty tensors).
+    const std::string mlp = c.moe.is_moe_layer(l) ? "shared." : "mlp.";
+    std::vector<std::pair<std::string, std::pair<Shape, ParamInit>>> ts = {
+        {p + "attn_norm", {Shape{d}, ones}},      {p + "attn.wq", {Shape{q, d}, normal}},
+        {p + "attn.wk", {Shape{kv, d}, normal}},  {p + "attn.wv", {Shape{kv, d}, normal}},
+        {p + "attn.wo", {Shape{d, q}, scaled}},   {p + "mlp_norm", {Shape{d}, ones}}};
+    if (f > 0) {
+      ts.push_back({p + mlp + "w_gate", {Shape{f, d}, normal}});
+      ts.push_back({p + mlp + "w_up", {Shape{f, d}, normal}});
+      ts.push_back({p + mlp + "w_down", {Shape{d, f}, scaled}});
+    }
+    if (c.moe.is_moe_layer(l)) {
+      // Every expert's output projection writes into the residual stream like w_down: the same scaling.
+      const std::int64_t E = c.moe.experts, fe = c.moe.expert_ffn;
+      ts.push_back({p + "moe.router", {Shape{E, d}, normal}});
+      ts.push_back({p + "moe.w_gate", {Shape{E, fe, d}, normal}});
+      ts.push_back({p + "moe.w_up", {Shape{E, fe, d}, normal}});
+      ts.push_back({p + "moe.w_down", {Shape{E, d, fe}, scaled}});
+    }
+    units.push_back(make_unit("block." + std::to_string(l), std::move(ts), {}));
   }
   if (c.tied_embeddings)
     units.push_back(make_unit("head", {{"final_norm", {Shape{d}, ones}}}, {0}));

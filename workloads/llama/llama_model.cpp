@@ -13,6 +13,7 @@ namespace hzp::workloads::llama {
 
 void BlockActs::reset_internals() noexcept {
   for (Act* a : {&h1, &rstd1, &q, &k, &v, &att, &lse, &x2, &h2, &rstd2, &g, &u, &this->a}) a->reset();
+  moe.reset();
 }
 
 void BlockActs::reset_all() noexcept {
@@ -74,11 +75,16 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, const Ten
                        const StageCut& stage, const ContextParallel& cp)
     : Workload(layout_of(config, tp, stage), precision, config.seq_len, config.vocab),
       config_(config),
+      balance_(config.moe, config.moe.enabled() ? config.layers - config.moe.dense_layers : 0),
       cp_(cp.group && cp.group->size() > 1 ? cp.group : nullptr),
       tp_(tp.group && tp.group->size() > 1 ? tp.group : nullptr),
       tp_size_(tp_ ? tp_->size() : 1),
       tp_rank_(tp_ ? tp_->rank() : 0),
       sp_(tp_ != nullptr && tp.sequence_parallel) {
+  if (cp_ && config.moe.enabled())
+    HZP_THROW(ConfigError, "context parallelism (scheduler.cp = ", cp_->size(), ") is not implemented for the MoE model "
+              "(model.experts = ", config.moe.experts, "): its balancing would need each sequence's load summed over "
+              "the cp group. Fix: scheduler.cp = 1, or model.experts = 0");
   if (cp_) set_context_shard(ContextShard(config.seq_len, cp_->size(), cp_->rank()));  // ConfigError: T vs 2·cp
 }
 
@@ -155,6 +161,9 @@ std::unique_ptr<MicroBatchContext> LlamaModel::new_context(CachingAllocator& all
               cp_ ? "(model.seq_len / scheduler.cp)" : "model.seq_len", " = ", options.micro_batch_size, " x ", seq,
               " = ", tokens, " tokens over tp = ", tp_size_, " ranks, which does not divide them; fix: a micro-batch "
               "size or sequence length whose product tp divides");
+  if (config_.moe.enabled() && allocator.device().is_cuda())
+    HZP_THROW(ConfigError, "the MoE model (model.experts = ", config_.moe.experts, ") runs on backend = cpu only for "
+              "now: its router and expert dispatch have no CUDA kernels yet. Fix: backend = cpu, or model.experts = 0");
   std::vector<std::int32_t> positions;
   if (cp_) {
     if (allocator.device().is_cuda())

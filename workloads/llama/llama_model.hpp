@@ -4,9 +4,11 @@
 // (embedding and head).
 #pragma once
 
+#include <mutex>
 #include <vector>
 
 #include "hzp/workloads/llama.hpp"
+#include "hzp/workloads/moe.hpp"
 #include "hzp/workloads/workload.hpp"
 #include "llama/llama_ops.hpp"
 
@@ -21,7 +23,8 @@ struct BlockActs {
   Act att, lse;          // attention output [N, H·hd] and its per-row log-sum-exp
   Act x2;                // residual stream after attention
   Act h2, rstd2;         // MLP RMSNorm output and its 1/rms per row
-  Act g, u, a;           // gate and up projections, SwiGLU output [N, F]
+  Act g, u, a;           // gate and up projections, SwiGLU output [N, F] (an MoE block's shared experts)
+  MoeSaved moe;          // an MoE block's routed experts
   void reset_all() noexcept;
   void reset_internals() noexcept;  // everything but x
 };
@@ -34,6 +37,31 @@ struct HeadActs {
   Act x, h, rstd, logits;
   Act softmax_stats;
   void reset_all() noexcept;
+};
+
+/// The MoE balancing state of a model: the bias per MoE layer and expert (bias balancing), and what this rank's
+/// forwards observed since the statistics were last taken (per layer: the load of every expert, the dropped
+/// assignments, the weighted auxiliary loss). Forwards record under a lock (contexts may run on several
+/// threads); the bias changes only in end_step, between steps, so every forward of a step routes alike.
+class MoeBalanceState {
+ public:
+  MoeBalanceState(const MoeConfig& config, std::int64_t moe_layers);
+  /// Layer `layer`'s bias (empty under aux_loss balancing: nothing is added to the scores).
+  std::vector<double> bias(std::int64_t layer) const;
+  void record(std::int64_t layer, const MoeRouting& routing, double weighted_aux);
+  /// [load: layers × experts][dropped: layers][aux: layers], then cleared.
+  std::vector<double> take();
+  void end_step(std::span<const double> global);
+  std::vector<double> last_step() const;
+  std::int64_t layers() const noexcept { return layers_; }
+
+ private:
+  MoeConfig config_;
+  std::int64_t layers_;
+  mutable std::mutex mutex_;
+  std::vector<double> bias_;     // [layers × experts]
+  std::vector<double> counts_;   // the layout take() returns
+  std::vector<double> last_;     // the last end_step's global statistics
 };
 
 class LlamaContext final : public MicroBatchContext {
@@ -81,6 +109,9 @@ class LlamaModel final : public Workload {
   std::string describe() const override { return config_.describe(); }
   FlopsPerToken flops_per_token() const override { return config_.flops_per_token(); }
   const LlamaConfig& config() const noexcept { return config_; }
+  std::vector<double> take_step_statistics() const override;
+  void end_step(std::span<const double> global) const override;
+  std::vector<StepMetric> step_metrics() const override;
 
  protected:
   std::unique_ptr<MicroBatchContext> new_context(CachingAllocator& allocator, const ContextOptions& options) const override;
@@ -103,6 +134,13 @@ class LlamaModel final : public Workload {
   // computes the block's output (skipped when backward recomputes, which does not need it).
   void block_compute(int unit, const UnitParams& params, LlamaContext& ctx, BlockActs& s, Act* out) const;
   void block_backward(int unit, const UnitParams& params, LlamaContext& ctx, const UnitGrads& grads) const;
+  // moe_block.cpp: the routed experts of an MoE block on its normed input s.h2; forward adds their output to `y`
+  // (none: a recompute, which neither combines nor counts the routing again).
+  void moe_forward(int unit, const UnitParams& params, LlamaContext& ctx, BlockActs& s, TensorView y) const;
+  void moe_backward(int unit, const UnitParams& params, LlamaContext& ctx, BlockActs& s, const UnitGrads& grads,
+                    ConstTensorView dy, TensorView dh2) const;
+  /// The SwiGLU width of the block at `unit` on this rank (0: an MoE block without shared experts).
+  std::int64_t block_ffn(int unit) const noexcept { return config_.mlp_width(unit - 1) / tp_size_; }
 
   int head_unit() const noexcept { return static_cast<int>(config_.layers) + 1; }
   /// Reduces `v` over the tensor-parallel group in place (a sum unless `op` says otherwise; nothing without a
@@ -143,6 +181,7 @@ class LlamaModel final : public Workload {
   void rope(LlamaContext& ctx, TensorView x, bool backward) const;
 
   LlamaConfig config_;
+  mutable MoeBalanceState balance_;  // non-gradient state, changed by end_step only
   coll::Communicator* cp_;  // nullptr: whole sequences on this rank
   coll::Communicator* tp_;  // nullptr: the whole model on this rank
   int tp_size_, tp_rank_;

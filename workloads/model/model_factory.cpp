@@ -36,6 +36,16 @@ std::vector<std::pair<std::string, OptionValue>> preset_values(const ModelPreset
       {"model.rope_base", m.rope_base},
       {"model.norm_eps", m.norm_eps},
       {"model.tied_embeddings", m.tied_embeddings},
+      {"model.experts", I{m.moe.experts}},
+      {"model.top_k", I{m.moe.top_k}},
+      {"model.expert_ffn", I{m.moe.expert_ffn}},
+      {"model.shared_experts", I{m.moe.shared_experts}},
+      {"model.dense_layers", I{m.moe.dense_layers}},
+      {"model.router_score", std::string(to_string(m.moe.router_score))},
+      {"model.balance", std::string(to_string(m.moe.balance))},
+      {"model.bias_update_rate", m.moe.bias_update_rate},
+      {"model.aux_loss_coef", m.moe.aux_loss_coef},
+      {"model.capacity_factor", m.moe.capacity_factor},
       {"train.global_batch", I{t.global_batch}},
       {"train.micro_batch_size", I{t.micro_batch_size}},
       {"train.steps", I{t.steps}},
@@ -78,7 +88,32 @@ void register_llama_keys(OptionTable& t) {
                        "Attention kernel on a GPU (docs/cuda.md): fused = cuDNN's fused SDPA (bf16), unfused = "
                        "the cuBLASLt GEMMs around a softmax kernel (its reference), auto = fused where it runs. "
                        "The CPU always runs its tiled kernel (fused is refused there)"));
-
+  // Mixture of Experts (workloads/moe.hpp): an extension of this decoder; experts = 0 is the dense model.
+  const MoeConfig& moe = m.moe;
+  t.add(S::integer("model.experts", moe.experts,
+                   "Routed experts per MoE block; 0 = dense (every model.* MoE key below is then ignored)")
+            .non_negative());
+  t.add(S::integer("model.top_k", moe.top_k, "Routed experts per token (1..model.experts)"));
+  t.add(S::integer("model.expert_ffn", moe.expert_ffn, "SwiGLU width of one expert, routed or shared"));
+  t.add(S::integer("model.shared_experts", moe.shared_experts,
+                   "Always-on experts per MoE block (run as one SwiGLU of shared_experts x expert_ffn)"));
+  t.add(S::integer("model.dense_layers", moe.dense_layers,
+                   "The first blocks keep the dense MLP of width model.ffn_hidden (DeepSeek-V3: 3)"));
+  t.add(S::enumeration("model.router_score", {"sigmoid", "softmax"}, std::string(to_string(moe.router_score)),
+                       "Router scores: sigmoid per expert (DeepSeek-V3) or softmax over the experts; the chosen "
+                       "top_k are normalised to sum to 1 either way"));
+  t.add(S::enumeration("model.balance", {"bias", "aux_loss"}, std::string(to_string(moe.balance)),
+                       "Load balancing: bias = DeepSeek-V3's auxiliary-loss-free per-expert bias, added to the scores "
+                       "for choosing only and moved by model.bias_update_rate once per step against the global "
+                       "batch's load; aux_loss = switch-style loss model.aux_loss_coef x E x sum_e f_e P_e"));
+  t.add(S::real("model.bias_update_rate", moe.bias_update_rate,
+                "gamma of the bias rule b_e += gamma x sign(mean load - load_e), once per step (DeepSeek-V3: 0.001)"));
+  t.add(S::real("model.aux_loss_coef", moe.aux_loss_coef,
+                "alpha of the auxiliary loss (model.balance = aux_loss; Switch Transformer: 0.01). Added to the "
+                "objective, not to the reported loss"));
+  t.add(S::real("model.capacity_factor", moe.capacity_factor,
+                "0 = dropless; else each expert takes at most ceil(cf x tokens x top_k / experts) assignments of a "
+                "micro-batch, admitted token by token (each token's choices in rank order), and drops the rest"));
 }
 
 class LlamaSpec final : public ModelSpec {
@@ -140,7 +175,8 @@ void register_model_options(OptionTable& t) {
   t.add(S::enumeration("model.kind", model_kinds(), kKinds.front().name,
                        "Which model the workload factory builds (docs/workloads.md); its shape keys follow"));
   t.add(S::enumeration("model.preset", {"tiny"}, "tiny",
-                       "Model shape with its training and data defaults (tiny, small, 1b, 9b, seed-oss-36b; "
+                       "Model shape with its training and data defaults (tiny, small, 1b, 9b, seed-oss-36b, tiny-moe, "
+                       "small-moe, moe-100b; "
                        "docs/workloads.md); any model.*, train.* or data.* key set explicitly overrides it"));
   for (const Kind& k : kKinds) k.register_keys(t);
 }
@@ -177,6 +213,16 @@ LlamaConfig llama_config_from(const ResolvedConfig& c) {
   m.norm_eps = c.get_double("model.norm_eps");
   m.tied_embeddings = c.get_bool("model.tied_embeddings");
   m.attention = kernels::attention_impl_from(c.get_string("model.attention"), "model.attention");
+  m.moe.experts = c.get_int("model.experts");
+  m.moe.top_k = c.get_int("model.top_k");
+  m.moe.expert_ffn = c.get_int("model.expert_ffn");
+  m.moe.shared_experts = c.get_int("model.shared_experts");
+  m.moe.dense_layers = c.get_int("model.dense_layers");
+  m.moe.router_score = router_score_from(c.get_string("model.router_score"), "model.router_score");
+  m.moe.balance = moe_balance_from(c.get_string("model.balance"), "model.balance");
+  m.moe.bias_update_rate = c.get_double("model.bias_update_rate");
+  m.moe.aux_loss_coef = c.get_double("model.aux_loss_coef");
+  m.moe.capacity_factor = c.get_double("model.capacity_factor");
   m.validate();
   return m;
 }

@@ -2,6 +2,10 @@
 // FLOP counts that need no allocation (so the 36B preset can be planned on a laptop), and the factory
 // that builds it as a Workload of units: embedding; L transformer blocks (RMSNorm → attention with RoPE
 // and GQA → residual → RMSNorm → SwiGLU → residual); head (final RMSNorm + LM head, tied or untied).
+// Mixture of Experts is an extension of this decoder, not a kind of its own (model.experts > 0; moe.hpp):
+// an MoE block is the same block with its MLP replaced by shared experts (the dense SwiGLU code at width
+// shared_experts·expert_ffn) plus routed experts, so attention, the ends, recompute, pipeline stages, presets
+// and the factory are shared as they are, and experts = 0 leaves the dense model exactly as it was.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +15,7 @@
 
 #include "hzp/kernels/attention.hpp"
 #include "hzp/workloads/context_parallel.hpp"
+#include "hzp/workloads/moe.hpp"
 #include "hzp/workloads/param_layout.hpp"
 #include "hzp/workloads/precision.hpp"
 #include "hzp/workloads/ring_attention.hpp"
@@ -38,6 +43,8 @@ struct LlamaConfig {
   /// Which attention kernel runs on a GPU (model.attention; kernels/attention.hpp). Not part of the shape:
   /// every choice computes the same function to its precision.
   kernels::AttentionImpl attention = kernels::AttentionImpl::automatic;
+  /// Mixture of Experts (experts = 0: dense). Blocks dense_layers.. replace the MLP by the MoE FFN.
+  MoeConfig moe;
   /// The preset this came from, for messages ("" when none).
   std::string preset;
 
@@ -49,13 +56,19 @@ struct LlamaConfig {
   void validate() const;
 
   // ---- counts (pure arithmetic on the shape; nothing is allocated) ----
-  /// Parameters of one transformer block (two norm gains, q/k/v/o, gate/up/down).
-  std::int64_t block_params() const noexcept;
+  /// Parameters of transformer block `layer` (two norm gains, q/k/v/o, gate/up/down; an MoE block: the
+  /// shared experts' gate/up/down, the router and every routed expert's gate/up/down).
+  std::int64_t block_params(std::int64_t layer = 0) const noexcept;
+  /// The SwiGLU width of block `layer`'s dense part: ffn_hidden, or shared_experts·expert_ffn in an MoE block.
+  std::int64_t mlp_width(std::int64_t layer) const noexcept;
   /// Every parameter once (N; a tied embedding counts once).
   std::int64_t num_params() const noexcept;
   /// Weights used in matmuls: the blocks' projections and the LM head (counted even when tied to the
-  /// embedding, whose lookup is not a matmul); norm gains excluded.
+  /// embedding, whose lookup is not a matmul); norm gains excluded. With experts, the ACTIVE ones: per MoE
+  /// block the router, the shared experts and top_k routed experts (what one token's FLOPs are made of).
   std::int64_t num_matmul_params() const noexcept;
+  /// Parameters one token uses (N with only top_k of each MoE block's routed experts): N when dense.
+  std::int64_t num_active_params() const noexcept;
   /// See FlopsPerToken (workload.hpp).
   FlopsPerToken flops_per_token() const noexcept;
   /// "llama L=4 d=64 heads=4/2 hd=16 ffn=192 V=64 T=64 tied"

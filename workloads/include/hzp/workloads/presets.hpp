@@ -24,7 +24,7 @@ struct ModelPreset {
   MarkovChainParams chain;
 };
 
-/// tiny, small, 1b, 9b, seed-oss-36b, in that order.
+/// tiny, small, 1b, 9b, seed-oss-36b, tiny-moe, small-moe, moe-100b, in that order.
 std::span<const ModelPreset> model_presets();
 /// The preset called `name`; ConfigError naming it and listing the choices.
 const ModelPreset& model_preset(std::string_view name);

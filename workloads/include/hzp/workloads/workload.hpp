@@ -28,6 +28,9 @@ namespace hzp::workloads {
 struct FlopsPerToken {
   double full_attention = 0;
   double causal_attention = 0;
+  /// N_matmul counts only the weights a token uses (an MoE model's top-k routed experts, not all of them), so
+  /// MFU is measured against the active parameters; results and summaries say so.
+  bool active_only = false;
 };
 
 /// The full parameter blocks one call reads: its own unit's and those of the units it uses, each a
@@ -186,7 +189,17 @@ class MicroBatchContext {
   bool input_given_ = false, output_grad_given_ = false;
 };
 
-/// A model. Immutable after construction: forward/backward are const and may run concurrently on
+/// A named per-step series a model reports beside the loss (the MoE load of each layer and expert, ...): one
+/// value per element, the same length every step.
+struct StepMetric {
+  std::string name;     ///< e.g. "moe/load" (the results file's dataset under steps/)
+  std::string units;    ///< e.g. "assignments"
+  std::string meaning;  ///< one line, with the element order
+  std::vector<double> values;
+};
+
+/// A model. Immutable after construction, except for state that is not trained by gradients (the MoE balancing
+/// bias), which changes only in end_step, between steps: forward/backward are const and may run concurrently on
 /// different contexts. Kernels run on the host stream (CPU); determinism: the same parameters, tokens
 /// and options give bitwise-identical activations, losses and gradients.
 class Workload {
@@ -205,6 +218,16 @@ class Workload {
   /// One line for logs and results files: the model kind and its shape.
   virtual std::string describe() const = 0;
   virtual FlopsPerToken flops_per_token() const = 0;
+
+  /// Non-gradient state updated once per step from the whole global batch (the MoE balancing bias). Every
+  /// forward (not a recompute) records statistics; take_step_statistics returns this rank's since the last call
+  /// and clears them (empty when the model has no such state), so a scheduler also calls it when a step, or a
+  /// retried attempt, begins. The scheduler sums them over its data-parallel group (exact: they are counts) and
+  /// hands the sum to end_step, which updates the state identically on every replica. `none` passes its own.
+  virtual std::vector<double> take_step_statistics() const { return {}; }
+  virtual void end_step(std::span<const double> global) const { (void)global; }
+  /// What the last end_step saw, as named series for the results file (empty when the model has none).
+  virtual std::vector<StepMetric> step_metrics() const { return {}; }
 
   /// See init_params in param_layout.hpp (std per tensor as the model declares it).
   void init_params(std::int64_t global_begin, std::span<float> out, std::uint64_t seed) const {

@@ -72,6 +72,8 @@ class StepDriver {
   static void plan_context_collectives(const PlanGroup& context, std::int64_t micro_batches, CollectiveLedger& out);
 
  private:
+  /// Sums the model's step statistics over `data_parallel` and ends the model's step (workload.hpp).
+  void end_model_step(coll::Communicator& data_parallel);
   // What every attempt of a step shares: the batch, its plan, this rank's micro-batches, the loss normaliser.
   struct Attempt {
     const StepBatch& batch;
