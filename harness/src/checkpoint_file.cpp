@@ -116,6 +116,22 @@ Selection select_runs(hid_t dataset, std::span<const FlatRun> runs, std::int64_t
   return s;
 }
 
+// Σ i and Σ i² over [0, n), wrapped to 64 bits: each product's factors divided first (one of n − 1, n is even; one
+// of n − 1, n, 2n − 1 is a multiple of 3), so the wrapping multiplications give the exact sums modulo 2⁶⁴.
+std::uint64_t index_sum(std::int64_t n) {
+  if (n <= 0) return 0;
+  std::uint64_t a = static_cast<std::uint64_t>(n) - 1, b = static_cast<std::uint64_t>(n);
+  (a % 2 == 0 ? a : b) /= 2;
+  return a * b;
+}
+std::uint64_t index_square_sum(std::int64_t n) {
+  if (n <= 0) return 0;
+  std::uint64_t a = static_cast<std::uint64_t>(n) - 1, b = static_cast<std::uint64_t>(n), c = 2 * b - 1;
+  (a % 2 == 0 ? a : b) /= 2;
+  (a % 3 == 0 ? a : b % 3 == 0 ? b : c) /= 3;
+  return a * b * c;
+}
+
 std::int64_t count_of(std::span<const FlatRun> runs) {
   std::int64_t n = 0;
   for (const FlatRun& r : runs) n += r.count;
@@ -216,18 +232,13 @@ void CheckpointWriter::write(std::string_view component, DType dtype, std::span<
   // and squared indexes (wrapping) must be those of [0, total).
   std::uint64_t mine[4] = {static_cast<std::uint64_t>(count_of(runs)), 0, 0,
                            flat_checksum(runs, packed, dtype_size(dtype))};
-  for (const FlatRun& r : runs)
-    for (std::int64_t i = r.offset; i < r.offset + r.count; ++i) {
-      mine[1] += static_cast<std::uint64_t>(i);
-      mine[2] += static_cast<std::uint64_t>(i) * static_cast<std::uint64_t>(i);
-    }
+  for (const FlatRun& r : runs) {
+    mine[1] += index_sum(r.offset + r.count) - index_sum(r.offset);
+    mine[2] += index_square_sum(r.offset + r.count) - index_square_sum(r.offset);
+  }
   std::uint64_t all[4] = {};
   MPI_Allreduce(mine, all, 4, MPI_UINT64_T, MPI_SUM, comm_);
-  std::uint64_t want[3] = {static_cast<std::uint64_t>(total_), 0, 0};
-  for (std::int64_t i = 0; i < total_; ++i) {
-    want[1] += static_cast<std::uint64_t>(i);
-    want[2] += static_cast<std::uint64_t>(i) * static_cast<std::uint64_t>(i);
-  }
+  const std::uint64_t want[3] = {static_cast<std::uint64_t>(total_), index_sum(total_), index_square_sum(total_)};
   if (all[0] != want[0] || all[1] != want[1] || all[2] != want[2])
     HZP_THROW(PreconditionError, where, ": the ranks' runs hold ", all[0], " elements of ", total_,
               all[0] == want[0] ? " but not each exactly once" : "",
