@@ -175,15 +175,16 @@ std::string SchedulerPlan::to_text() const {
   if (gathered_peak_bytes > 0)
     o << "gathered parameters held at once, at most: " << gathered_peak_bytes << " bytes (" << std::setprecision(3)
       << gib(double(gathered_peak_bytes)) << " GiB; beside the model state)\n";
-  if (activation_peak_bytes > 0)
+  if (activation_peak_bytes > 0) {
     o << "activations (estimated from the model's units; kernel scratch not included): " << activation_bytes_per_micro_batch
       << " bytes per micro-batch (" << std::setprecision(3) << gib(double(activation_bytes_per_micro_batch))
       << " GiB), at most " << activation_peak_bytes << " bytes (" << gib(double(activation_peak_bytes))
       << " GiB) over the step";
-  if (activation_waiting_bytes > 0)
-    o << ", plus input gradients waiting for the previous stage: at most " << activation_waiting_bytes << " bytes ("
-      << gib(double(activation_waiting_bytes)) << " GiB)";
-  if (activation_peak_bytes > 0) o << "\n";
+    if (activation_waiting_bytes > 0)
+      o << ", plus input gradients waiting for the previous stage: at most " << activation_waiting_bytes << " bytes ("
+        << gib(double(activation_waiting_bytes)) << " GiB)";
+    o << "\n";
+  }
   // Ring hops go to the next rank of a group, so the level split is per rank: a rank at a node boundary
   // sends all of a ring's bytes between nodes, its neighbours none (hzpbench plan --rank).
   o << "collectives per step (bytes sent by rank " << rank << "; the intra/inter split differs by rank):\n";

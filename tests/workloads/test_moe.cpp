@@ -151,7 +151,9 @@ void check_forward(RouterScore score, double capacity, bool with_bias) {
   EXPECT_GT(scale, 0.1);
   EXPECT_LT(worst, 1e-12 * scale) << "score " << workloads::to_string(score) << " capacity " << capacity;
   EXPECT_EQ(got.dropped, want_dropped);
-  if (capacity > 0) EXPECT_GT(want_dropped, 0) << "the capacity case should drop something";
+  if (capacity > 0) {
+    EXPECT_GT(want_dropped, 0) << "the capacity case should drop something";
+  }
   EXPECT_EQ(alloc.stats().tag(AllocationTag::workspace).allocated_bytes, 0u);
 }
 

@@ -87,10 +87,6 @@ void block_internals(ActivationLedger& l, const Sizes& s) {
 // their expert-sorted gate, up, SwiGLU and output rows (moe_experts_forward).
 void routed_experts(ActivationLedger& l, const Sizes& s) { l.alloc(s.moe); }
 
-std::uint64_t internals_bytes(const Sizes& s) {
-  return 2 * (s.stat_rows + (s.sp ? s.x_all : s.x_rows)) + 2 * s.q + 2 * s.kv + s.lse + s.x_rows + 3 * s.ffn;
-}
-
 UnitActivationBytes block(const Sizes& s, bool recompute) {
   UnitActivationBytes b;
   ActivationLedger f;
@@ -99,8 +95,10 @@ UnitActivationBytes block(const Sizes& s, bool recompute) {
   routed_experts(f, s);
   sum_partial(f, s);
   b.forward_peak = f.peak();
-  const std::uint64_t internals = internals_bytes(s) + s.moe;
-  b.kept = (recompute ? 0 : internals) + s.x_rows;
+  ActivationLedger rebuilt;  // everything the forward keeps but its output: what a recompute rebuilds
+  block_internals(rebuilt, s);
+  routed_experts(rebuilt, s);
+  b.kept = (recompute ? 0 : static_cast<std::uint64_t>(rebuilt.level())) + s.x_rows;
 
   // Backward, from the level where the output's gradient dy has taken the output's place.
   ActivationLedger g;
@@ -154,10 +152,10 @@ void head_logits(ActivationLedger& l, const Sizes& s) {
 
 UnitActivationBytes head(const Sizes& s, bool recompute) {
   UnitActivationBytes b;
-  const std::uint64_t logits_state = s.stat_rows + (s.sp ? s.x_all : s.x_rows) + s.logits;
   const std::uint64_t softmax_stats = s.tp ? 3 * s.stat_tokens : 0;  // kept under recompute too
   ActivationLedger f;
   head_logits(f, s);
+  const auto logits_state = static_cast<std::uint64_t>(f.level());  // what a recompute rebuilds
   f.alloc(softmax_stats);
   f.alloc(s.stat_tokens);  // the per-token losses
   b.forward_peak = f.peak();
