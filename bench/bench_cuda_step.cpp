@@ -5,12 +5,16 @@
 // peak of an H100 SXM (state.counters name it). Arg: micro-batches per step (the preset's 256 would take
 // minutes per step; 8 gives the same per-token rate, the optimizer amortised over 8 sequences), and the
 // attention kernel (0 = auto: cuDNN's fused kernel where it runs; 1 = the unfused kernels), side by side.
+// BM_Step1bEngine runs the same step through the data-parallel engines at one rank (a one-rank NCCL group):
+// what each engine's bookkeeping, collectives and buffers cost against `none` on the same shape.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <memory>
+#include <string_view>
 
 #include "gpu_bench_main.hpp"
+#include "hzp/collectives/nccl_communicator.hpp"
 #include "hzp/core/caching_allocator.hpp"
 #include "hzp/core/cuda_backing.hpp"
 #include "hzp/core/stream.hpp"
@@ -23,16 +27,18 @@ namespace {
 using namespace hzp;
 
 constexpr double kPeakTflops = 989.0;  // H100 SXM dense bf16
+constexpr const char* kEngines[] = {"none", "ddp", "zero1", "zero2", "zero3"};
 
-void BM_Step1b(benchmark::State& state) {
+void run_step(benchmark::State& state, std::int64_t micro_batches, kernels::AttentionImpl attention,
+              const char* engine) {
   const auto& preset = workloads::model_preset("1b");
   workloads::TrainConfig train = preset.train;
-  train.global_batch = state.range(0) * train.micro_batch_size;
+  train.global_batch = micro_batches * train.micro_batch_size;
   CudaBacking backing(0);
   CachingAllocator alloc(backing);
   Stream stream(Device::cuda(0));
   workloads::LlamaConfig shape = preset.model;
-  shape.attention = state.range(1) == 0 ? kernels::AttentionImpl::automatic : kernels::AttentionImpl::unfused;
+  shape.attention = attention;
   const auto model = workloads::make_llama(shape, train.precision);
   workloads::MarkovChainParams chain = preset.chain;
   if (chain.vocab == 0) chain.vocab = preset.model.vocab;
@@ -46,7 +52,13 @@ void BM_Step1b(benchmark::State& state) {
   args.train = train;
   args.allocator = &alloc;
   args.stream = stream.ref();
-  const auto trainer = schedulers::make_scheduler("none", args);
+  coll::SelfBootstrap solo;
+  std::unique_ptr<coll::NcclCommunicator> world;
+  if (std::string_view(engine) != "none") {
+    world = std::make_unique<coll::NcclCommunicator>(solo, coll::NcclCommConfig{.name = "world", .device = 0});
+    args.world = world.get();
+  }
+  const auto trainer = schedulers::make_scheduler(engine, args);
   std::int64_t step = 0;
   trainer->step({step++, &source});  // warm-up: cuBLASLt heuristics, the allocator's segments
   TimedEvent t0(Device::cuda(0)), t1(Device::cuda(0));
@@ -66,7 +78,27 @@ void BM_Step1b(benchmark::State& state) {
       tokens * f.causal_attention / (kPeakTflops * 1e12), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["peak_TFLOPs_used"] = kPeakTflops;
   state.counters["peak_reserved_GiB"] = static_cast<double>(alloc.stats().peak_reserved_bytes) / (1 << 30);
+  state.SetLabel(engine);
 }
+
+void BM_Step1b(benchmark::State& state) {
+  run_step(state, state.range(0),
+           state.range(1) == 0 ? kernels::AttentionImpl::automatic : kernels::AttentionImpl::unfused, "none");
+}
+
+void BM_Step1bEngine(benchmark::State& state) {
+  run_step(state, state.range(0), kernels::AttentionImpl::automatic, kEngines[state.range(1)]);
+}
+BENCHMARK(BM_Step1bEngine)
+    ->Args({8, 0})
+    ->Args({8, 1})
+    ->Args({8, 2})
+    ->Args({8, 3})
+    ->Args({8, 4})
+    ->ArgNames({"micro_batches", "engine"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
 BENCHMARK(BM_Step1b)
     ->Args({8, 0})
     ->Args({8, 1})

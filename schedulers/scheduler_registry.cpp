@@ -28,6 +28,8 @@ struct Entry {
   /// Its parallel degrees at W ranks (for the data-parallel ones: the ranks its model state is sharded over,
   /// the mesh's dp_shard degree; the rest replicate).
   ParallelDims (*dims)(const SchedulerOptions&, int world_size);
+  /// Whether it runs on a CUDA compute stream (device buffers, NCCL groups; docs/cuda.md).
+  bool cuda = false;
 };
 
 ParallelDims dims_replicated(const SchedulerOptions&, int w) { return data_parallel_dims(w, 1); }
@@ -49,12 +51,12 @@ std::unique_ptr<EnginePlan> plan_hsdp(const PlanInputs& in) { return plan_zero_e
 // Registration order = the order scheduler_names() lists: the reference first. Every entry has a factory
 // and its engine's plan declaration, so a new scheduler cannot enter the parity matrix without entering the plan tests too.
 constexpr std::array kEntries = {
-    Entry{"none", &make_none_scheduler, &plan_none_engine, &dims_replicated},
-    Entry{"ddp", &make_ddp_scheduler, &plan_ddp, &dims_replicated},
-    Entry{"zero1", &make_zero1_scheduler, &plan_zero1, &dims_world},
-    Entry{"zero2", &make_zero2_scheduler, &plan_zero2, &dims_world},
-    Entry{"zero3", &make_zero3_scheduler, &plan_zero3, &dims_world},
-    Entry{"hsdp", &make_hsdp_scheduler, &plan_hsdp, &dims_group},
+    Entry{"none", &make_none_scheduler, &plan_none_engine, &dims_replicated, true},
+    Entry{"ddp", &make_ddp_scheduler, &plan_ddp, &dims_replicated, true},
+    Entry{"zero1", &make_zero1_scheduler, &plan_zero1, &dims_world, true},
+    Entry{"zero2", &make_zero2_scheduler, &plan_zero2, &dims_world, true},
+    Entry{"zero3", &make_zero3_scheduler, &plan_zero3, &dims_world, true},
+    Entry{"hsdp", &make_hsdp_scheduler, &plan_hsdp, &dims_group, true},
     Entry{"asynchzp", &make_asynchzp_scheduler, &plan_asynchzp_engine, &asynchzp_parallel_dims},
     Entry{"nd", &make_nd_scheduler, &plan_nd_engine, &nd_parallel_dims},
 };
@@ -67,10 +69,22 @@ std::vector<std::string> scheduler_names() {
   return names;
 }
 
+std::vector<std::string> cuda_scheduler_names() {
+  std::vector<std::string> names;
+  for (const Entry& e : kEntries)
+    if (e.cuda) names.emplace_back(e.name);
+  return names;
+}
+
 std::unique_ptr<Scheduler> make_scheduler(std::string_view name, const SchedulerArgs& args) {
-  if (args.stream.device().is_cuda() && name != "none")
-    HZP_THROW(UnsupportedError, "scheduler ", name, " runs on the host only; a CUDA compute stream is taken by "
-              "scheduler none alone (docs/cuda.md). Fix: scheduler.name = none on one rank, or backend = cpu");
+  if (args.stream.device().is_cuda())
+    for (const Entry& e : kEntries)
+      if (name == e.name && !e.cuda) {
+        std::ostringstream gpu;
+        for (const std::string& n : cuda_scheduler_names()) gpu << (gpu.tellp() > 0 ? ", " : "") << n;
+        HZP_THROW(UnsupportedError, "scheduler ", name, " runs on the host only; a CUDA compute stream is taken by ",
+                  gpu.str(), " (docs/cuda.md). Fix: one of those, or backend = cpu");
+      }
   for (const Entry& e : kEntries)
     if (name == e.name) return e.make(args);
   std::ostringstream known;

@@ -16,6 +16,7 @@
 
 #include "hzp/collectives/counters.hpp"
 #include "hzp/core/clock.hpp"
+#include "hzp/core/cuda_backing.hpp"
 #include "hzp/core/cuda_check.hpp"
 
 namespace hzp::coll {
@@ -71,6 +72,8 @@ struct NcclCommunicator::State {
   std::uint64_t seq = 0;
   bool poisoned = false;
   void* scratch = nullptr;  // 4 device bytes for the barrier's all-reduce
+  void* staging = nullptr;  // device copy of host buffers (stage_host), grown on demand
+  std::size_t staging_bytes = 0;
 
   State(const NcclCommConfig& c, std::shared_ptr<CommCounters> ctr)
       : config(c), stream(Device::cuda(c.device)), ready(Device::cuda(c.device)), counters(std::move(ctr)) {}
@@ -83,6 +86,19 @@ struct NcclCommunicator::State {
         (void)ncclCommDestroy(comm);
     }
     if (scratch != nullptr) (void)cudaFree(scratch);
+    if (staging != nullptr) (void)cudaFree(staging);
+  }
+
+  /// At least `bytes` of device memory for staging host buffers (the previous contents are not kept).
+  std::byte* stage(std::size_t bytes) {
+    if (bytes > staging_bytes) {
+      HZP_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.ref().native())));
+      if (staging != nullptr) HZP_CUDA_CHECK(cudaFree(staging));
+      staging = nullptr;
+      HZP_CUDA_CHECK(cudaMalloc(&staging, bytes));
+      staging_bytes = bytes;
+    }
+    return static_cast<std::byte*>(staging);
   }
 
   Device device() const { return Device::cuda(config.device); }
@@ -290,8 +306,29 @@ std::uint64_t elem_bytes(std::int64_t n, DType t) { return static_cast<std::uint
 
 }  // namespace
 
+// Host buffers with the host stream (the step's scalars: the loss, the norm's sum of squares; and the debugging
+// gathers of state brought to the host) are staged: copied to device memory on the communication stream, reduced
+// or gathered there, copied back, and the host waits for the copy. Such a value must reach the host anyway, so
+// the wait is the one the caller would have made; the request returned is complete.
+namespace {
+bool host_call(ConstTensorView a, StreamRef s) { return a.device().is_cpu() && s.device().is_cpu(); }
+constexpr std::size_t kStageAlign = 256;
+std::size_t aligned(std::size_t n) { return (n + kStageAlign - 1) / kStageAlign * kStageAlign; }
+}  // namespace
+
 Request NcclCommunicator::start_all_gather(ConstTensorView in, TensorView out, StreamRef s) {
   State& st = *s_;
+  if (host_call(in, s) && out.device().is_cpu()) {
+    std::byte* d = st.stage(aligned(in.bytes()) + out.bytes());
+    const StreamRef cs = st.stream.ref();
+    copy_bytes(d, st.device(), in.data(), Device::cpu(), in.bytes(), cs);
+    start_all_gather(ConstTensorView(d, in.shape(), in.dtype(), st.device()),
+                     TensorView(d + aligned(in.bytes()), out.shape(), out.dtype(), st.device()), cs)
+        .wait();
+    copy_bytes(out.data(), Device::cpu(), d + aligned(in.bytes()), st.device(), out.bytes(), cs);
+    cs.synchronize();
+    return Request();
+  }
   check_on(st, "in", in.device());
   check_on(st, "out", out.device());
   HZP_CHECK(in.dtype() == out.dtype() && out.numel() == in.numel() * st.size, "nccl all_gather on '", st.config.name,
@@ -321,6 +358,15 @@ Request NcclCommunicator::start_reduce_scatter(ConstTensorView in, TensorView ou
 
 Request NcclCommunicator::start_all_reduce(TensorView buf, ReduceOp op, StreamRef s) {
   State& st = *s_;
+  if (host_call(buf, s)) {
+    std::byte* d = st.stage(buf.bytes());
+    const StreamRef cs = st.stream.ref();
+    copy_bytes(d, st.device(), buf.data(), Device::cpu(), buf.bytes(), cs);
+    start_all_reduce(TensorView(d, buf.shape(), buf.dtype(), st.device()), op, cs).wait();
+    copy_bytes(buf.data(), Device::cpu(), d, st.device(), buf.bytes(), cs);
+    cs.synchronize();
+    return Request();
+  }
   check_on(st, "buf", buf.device());
   const std::int64_t n = buf.numel();
   // Ring all-reduce: a reduce-scatter and an all-gather, each sending (W-1)/W of the buffer.

@@ -51,6 +51,7 @@ RunContext RunContext::create(const RunSetup& setup, int ranks_per_node) {
   MPI_Comm machine = MPI_COMM_NULL;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c.rank, MPI_INFO_NULL, &machine);
   MPI_Comm_size(machine, &c.threads.ranks_on_machine);
+  MPI_Comm_rank(machine, &c.threads.machine_rank);
   MPI_Comm_free(&machine);
   cpu_set_t set;
   CPU_ZERO(&set);

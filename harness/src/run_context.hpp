@@ -39,6 +39,7 @@ class MpiSession {
 struct ThreadSettings {
   int cores = 1;              ///< CPUs this process may run on (sched_getaffinity)
   int ranks_on_machine = 1;   ///< ranks sharing this machine (MPI shared-memory split)
+  int machine_rank = 0;       ///< this rank's index among them (backend = cuda: its GPU)
   int openblas = 1;           ///< OpenBLAS threads after the harness's decision
   bool openblas_set = false;  ///< whether the harness set them (see openblas_threads_for)
 };

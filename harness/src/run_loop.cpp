@@ -40,6 +40,8 @@
 #include "hzp/core/memory_backing.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/collectives/comm_wait_observer.hpp"
+#include "hzp/collectives/mpi_bootstrap.hpp"
+#include "hzp/collectives/nccl_communicator.hpp"
 #include "hzp/core/trace_sink.hpp"
 #include "hzp/harness/compute_rate.hpp"
 #include "hzp/harness/link_profiles.hpp"
@@ -151,12 +153,19 @@ class Run {
       backing_ = std::make_unique<HostBacking>();
       return;
     }
-    if (cuda_device_count() == 0)
+    const int gpus = cuda_device_count();
+    if (gpus == 0)
       HZP_THROW(ConfigError, "backend = cuda: no CUDA device visible to this process (CUDA_VISIBLE_DEVICES = '",
                 std::getenv("CUDA_VISIBLE_DEVICES") != nullptr ? std::getenv("CUDA_VISIBLE_DEVICES") : "(unset)",
                 "'). Fix: run on a GPU node (with its GPUs visible to the job), or set backend = cpu");
-    backing_ = std::make_unique<CudaBacking>(0);
-    stream_ = Stream(Device::cuda(0));
+    // One GPU per rank (NCCL refuses two ranks of a group on one device): the rank's index among the ranks of
+    // its machine picks it.
+    if (ctx_.threads.ranks_on_machine > gpus)
+      HZP_THROW(ConfigError, "backend = cuda: ", ctx_.threads.ranks_on_machine, " ranks on this machine but ", gpus,
+                " visible GPU(s); each rank needs a GPU of its own. Fix: launch at most ", gpus, " rank(s) per node");
+    const int device = ctx_.threads.machine_rank;
+    backing_ = std::make_unique<CudaBacking>(device);
+    stream_ = Stream(Device::cuda(device));
   }
 
   void calibrate() {
@@ -194,6 +203,13 @@ class Run {
     in.comm_to_compute = o_.comm_to_compute;
     in.given = s_.comm.links;
     in.num_params = s_.model->num_params();
+    if (s_.uses_world_comm && link_plan_needs_measurement(in) && stream_.device().is_cuda())
+      // The rate is measured by a host run of the model (compute_rate.hpp); a GPU's would need its own.
+      HZP_THROW(ConfigError, "links.profile = ", o_.links_profile, " with links.comm_to_compute = ", o_.comm_to_compute,
+                " sets the emulated links from the model's measured compute rate, which is measured on the CPU "
+                "only so far, and backend = cuda. Fix: links.emulate = false, or links.profile = none and "
+                "links.comm_to_compute = 0 with the bandwidths given (links.intra.bandwidth_gbps / "
+                "links.inter.bandwidth_gbps), or backend = cpu");
     if (s_.uses_world_comm && link_plan_needs_measurement(in)) {
       progress_.beat(-1, "measuring the model's compute rate");
       rate_ = measure_model_rate(*model_, s_.train, source_);
@@ -215,10 +231,23 @@ class Run {
   // ---- communicators and the scheduler -------------------------------------------------------------
   void build_scheduler() {
     progress_.beat(-1, "building the scheduler");
-    if (s_.uses_world_comm) {
+    if (s_.uses_world_comm && stream_.device().is_cuda()) {
+      // One GPU per rank: NCCL over the devices, its unique id broadcast over MPI; every group is split from it.
+      coll::MpiBootstrap bootstrap(MPI_COMM_WORLD);
+      coll::NcclCommConfig nc;
+      nc.name = "world";
+      nc.device = stream_.device().index;
+      nc.timeout_s = s_.comm.timeout_s;
+      nc.links = links_.links;  // held on the communication streams (docs/cuda.md, link emulation on the GPU)
+      for (int r = 0; r < ctx_.world_size; ++r) nc.node_of_rank.push_back(ctx_.topology.node_of(r));
+      world_ = std::make_unique<coll::NcclCommunicator>(bootstrap, nc);
+      scheduler_counters_.store(&world_->counters());
+    } else if (s_.uses_world_comm) {
       coll::MpiCommConfig cc = s_.comm;
       cc.links = links_.links;  // the emulator is configured at construction, after calibration
-      world_ = coll::make_mpi_world(ctx_.topology, cc, MPI_COMM_WORLD, "world");
+      auto mpi = coll::make_mpi_world(ctx_.topology, cc, MPI_COMM_WORLD, "world");
+      mpi_world_ = mpi.get();
+      world_ = std::move(mpi);
       scheduler_counters_.store(&world_->counters());
     }
     if (world_ && !o_.collective_only) {
@@ -284,7 +313,8 @@ class Run {
         {"parallel.tp", std::int64_t{s_.dims.tp}},
         {"parallel.ep", std::int64_t{s_.dims.ep}},
     };
-    if (world_) a.emplace_back("collectives.transport_used", std::string(coll::transport_name(world_->transport())));
+    if (mpi_world_) a.emplace_back("collectives.transport_used", std::string(coll::transport_name(mpi_world_->transport())));
+    else if (world_) a.emplace_back("collectives.transport_used", std::string("nccl"));
     if (s_.dims.pp > 1) a.emplace_back("parallel.pipeline", pipeline_text());
     if (s_.dims.cp > 1) a.emplace_back("parallel.context", context_text());
     if (gemm_.flops_per_s > 0) {
@@ -529,7 +559,8 @@ class Run {
   std::unique_ptr<workloads::Workload> model_;
   std::unique_ptr<CachingAllocator> alloc_;
   std::unique_ptr<TraceRecorder> recorder_;
-  std::unique_ptr<coll::MpiCommunicator> world_;
+  std::unique_ptr<coll::Communicator> world_;  // the scheduler's: MPI, or NCCL with backend = cuda
+  coll::MpiCommunicator* mpi_world_ = nullptr;  // world_ when it is MPI's (its transport is recorded)
   std::unique_ptr<schedulers::ProcessGroups> groups_;  // the scheduler's and the tensor-parallel model's
   std::unique_ptr<schedulers::Scheduler> scheduler_;
   std::unique_ptr<StepMeter> meter_;

@@ -143,13 +143,17 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
               "or model.experts = 0 for the dense model");
   if (s.opt.backend == "cuda") {
     // The CUDA kernels, device memory and streams exist (docs/cuda.md); what runs a step on them is the
-    // scheduler, and only `none` does so far (the others keep their state in host memory; docs/cuda.md).
+    // scheduler: none and the synchronous ZeRO family do, the others keep their state in host memory.
     if (!cuda_compiled())
       HZP_THROW(ConfigError, "backend = cuda: this hzpbench was built without CUDA. Fix: rebuild with "
                 "-DHZP_CUDA=ON on a machine with the CUDA toolkit, or backend = cpu");
-    if (s.opt.scheduler != "none")
-      HZP_THROW(ConfigError, "backend = cuda runs scheduler.name = none only. scheduler.name = ", s.opt.scheduler,
-                " keeps its buffers in host memory. Fix: scheduler.name = none on one rank, or backend = cpu");
+    const std::vector<std::string> gpu = schedulers::cuda_scheduler_names();
+    if (std::find(gpu.begin(), gpu.end(), s.opt.scheduler) == gpu.end()) {
+      std::string names;
+      for (const std::string& n : gpu) names += (names.empty() ? "" : ", ") + n;
+      HZP_THROW(ConfigError, "backend = cuda runs scheduler.name = ", names, ". scheduler.name = ", s.opt.scheduler,
+                " keeps its buffers in host memory. Fix: one of those, or backend = cpu");
+    }
   }
   validate_link_profile(s.opt.links_profile);
   if (s.opt.backend != "cuda" && cfg.get_string("model.attention") == "fused")

@@ -31,8 +31,10 @@ std::vector<BucketedAllReduce::Bucket> BucketedAllReduce::make_buckets(const wor
 }
 
 BucketedAllReduce::BucketedAllReduce(coll::Communicator& group, const workloads::ParamLayout& layout,
-                                     TensorView grads, std::size_t bucket_bytes, bool overlap)
-    : group_(&group), layout_(&layout), grads_(grads), overlap_(overlap) {
+                                     TensorView grads, std::size_t bucket_bytes, bool overlap, StreamRef stream)
+    : group_(&group), layout_(&layout), grads_(grads), overlap_(overlap || stream.device().is_cuda()), stream_(stream) {
+  HZP_CHECK(grads.device() == stream.device(), "BucketedAllReduce: gradients on ", to_string(grads.device()),
+            " but the stream on ", to_string(stream.device()));
   HZP_CHECK(grads.numel() == layout.total_numel() && (grads.dtype() == DType::f32 || grads.dtype() == DType::i64),
             "BucketedAllReduce: gradient buffer of ", grads.numel(), " ", dtype_name(grads.dtype()), " for ",
             layout.total_numel(), " f32 (or int64) parameters");
@@ -62,16 +64,18 @@ void BucketedAllReduce::on_backward_done(int unit) {
     if (--pending_[b] != 0) continue;
     const Bucket& k = buckets_[b];
     const TensorView view(static_cast<std::byte*>(grads_.data()) + k.offset * std::int64_t(dtype_size(grads_.dtype())),
-                          Shape{k.numel}, grads_.dtype());
+                          Shape{k.numel}, grads_.dtype(), grads_.device());
     launched_[b] = true;
     if (overlap_)
-      requests_.push_back(group_->start_all_reduce(view, coll::ReduceOp::sum, StreamRef::host()));
+      requests_.push_back(group_->start_all_reduce(view, coll::ReduceOp::sum, stream_));
     else
-      group_->all_reduce(view, coll::ReduceOp::sum, StreamRef::host());
+      group_->all_reduce(view, coll::ReduceOp::sum, stream_);
   }
 }
 
 void BucketedAllReduce::finish() {
+  // On a GPU: the stream first, so that backward's compute is not charged to the buckets as a communication wait.
+  if (stream_.device().is_cuda()) stream_.synchronize();
   for (coll::Request& r : requests_) r.wait();
   requests_.clear();
   for (std::size_t b = 0; b < buckets_.size(); ++b)

@@ -49,7 +49,7 @@ double DistinctNorm::sum_squares(ConstTensorView slice, const ShardedOptimizer& 
   const auto* base = static_cast<const float*>(slice.data());
   for (const SliceRange& r : ranges_) {
     HZP_CHECK(r.offset + r.count <= slice.numel(), "DistinctNorm: range beyond the slice");
-    parts.emplace_back(base + r.offset, Shape{r.count}, DType::f32);
+    parts.emplace_back(base + r.offset, Shape{r.count}, DType::f32, slice.device());
   }
   return fixed ? fixed->global_sum_squares(parts, group_) : opt.global_sum_squares(parts, group_);
 }

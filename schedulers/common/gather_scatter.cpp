@@ -6,11 +6,15 @@
 
 #include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
+#include "hzp/kernels/add.hpp"
 
 namespace hzp::schedulers {
 
-GatherScatter::GatherScatter(coll::Communicator& group, const ShardLayout& layout, CachingAllocator& alloc)
-    : group_(&group), layout_(&layout), alloc_(&alloc) {
+GatherScatter::GatherScatter(coll::Communicator& group, const ShardLayout& layout, CachingAllocator& alloc,
+                             StreamRef stream)
+    : group_(&group), layout_(&layout), alloc_(&alloc), requests_(stream) {
+  HZP_CHECK(stream.device() == alloc.device(), "GatherScatter: the stream is on ", to_string(stream.device()),
+            " but the allocator on ", to_string(alloc.device()));
   HZP_CHECK(layout.num_slices() == group.size(), "GatherScatter: a layout of ", layout.num_slices(),
             " slices over group \"", group.name(), "\" of ", group.size(), " ranks");
 }
@@ -18,7 +22,7 @@ GatherScatter::GatherScatter(coll::Communicator& group, const ShardLayout& layou
 Allocation GatherScatter::gather(int seg, ConstTensorView shard) {
   const std::int64_t n = layout_->padded_numel(seg);
   Allocation block = alloc_->allocate(static_cast<std::size_t>(n) * dtype_size(shard.dtype()), AllocationTag::comm);
-  gather_into(seg, shard, TensorView(block.data(), Shape{n}, shard.dtype()));
+  gather_into(seg, shard, TensorView(block.data(), Shape{n}, shard.dtype(), alloc_->device()));
   return block;
 }
 
@@ -29,7 +33,7 @@ void GatherScatter::gather_into(int seg, ConstTensorView shard, TensorView full)
             ", full ", full.numel(), " ", dtype_name(full.dtype()), ", layout wants ", layout_->slice_numel(seg),
             " and ", layout_->padded_numel(seg));
   if (full.numel() == 0) return;
-  group_->all_gather(shard, full, StreamRef::host());
+  requests_.settle(group_->start_all_gather(shard, full, requests_.stream()));
 }
 
 void GatherScatter::reduce_scatter(int seg, ConstTensorView full, TensorView out, bool accumulate) {
@@ -40,26 +44,33 @@ void GatherScatter::reduce_scatter(int seg, ConstTensorView full, TensorView out
             ", out ", out.numel(), " ", dtype_name(out.dtype()), ", layout wants ", layout_->padded_numel(seg),
             " and ", s, " f32 (or int64: deterministic mode)");
   if (s == 0) return;
+  const StreamRef stream = requests_.stream();
   if (!accumulate) {
-    group_->reduce_scatter(full, out, coll::ReduceOp::sum, StreamRef::host());
+    requests_.settle(group_->start_reduce_scatter(full, out, coll::ReduceOp::sum, stream));
     return;
   }
+  // On a CUDA stream the scratch goes back to the allocator while the add is still queued: safe, since every
+  // later user of the block is ordered after the add on the same stream (docs/cuda.md, Synchronisation).
   Allocation scratch = alloc_->allocate(static_cast<std::size_t>(s) * dtype_size(full.dtype()), AllocationTag::comm);
-  const TensorView tmp(scratch.data(), Shape{s}, full.dtype());
-  group_->reduce_scatter(full, tmp, coll::ReduceOp::sum, StreamRef::host());
+  const TensorView tmp(scratch.data(), Shape{s}, full.dtype(), alloc_->device());
+  requests_.settle(group_->start_reduce_scatter(full, tmp, coll::ReduceOp::sum, stream));
   if (full.dtype() == DType::i64)
     add_inplace_i64(out, tmp);
   else
-    add_inplace_f32(out, tmp);
+    add_inplace_f32(out, tmp, stream);
 }
 
 ConstTensorView GatherScatter::real_part(int seg, const Allocation& block, DType dtype) const {
-  return ConstTensorView(block.data(), Shape{layout_->numel(seg)}, dtype);
+  return ConstTensorView(block.data(), Shape{layout_->numel(seg)}, dtype, alloc_->device());
 }
 
-void add_inplace_f32(TensorView out, ConstTensorView in) {
+void add_inplace_f32(TensorView out, ConstTensorView in, StreamRef s) {
   HZP_CHECK(out.numel() == in.numel() && out.dtype() == DType::f32 && in.dtype() == DType::f32,
             "add_inplace_f32: ", out.numel(), " += ", in.numel(), " elements");
+  if (s.device().is_cuda()) {  // the element-wise add's CUDA twin: the same single rounding per element
+    kernels::add(out, out, in, s);
+    return;
+  }
   float* o = out.as<float>();
   const float* i = in.as<const float>();
   for (std::int64_t k = 0; k < out.numel(); ++k) o[k] += i[k];

@@ -21,6 +21,7 @@
 #include "hzp/kernels/cast.hpp"
 #include "hzp/schedulers/common/bucketed_all_reduce.hpp"
 #include "hzp/schedulers/common/distinct_norm.hpp"
+#include "hzp/schedulers/common/engine_memory.hpp"
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/schedulers/common/shared_stage_grads.hpp"
 #include "hzp/schedulers/common/sharded_optimizer.hpp"
@@ -54,6 +55,7 @@ class DdpScheduler final : public DataParallelScheduler, private ParameterEngine
   const workloads::Workload* model_;
   workloads::TrainConfig train_;
   CachingAllocator* alloc_;
+  StreamRef stream_ = StreamRef::host();  // the compute stream: every kernel and collective is ordered on it
   std::unique_ptr<ProcessGroups> own_groups_;  // when the caller handed none (SchedulerArgs::groups)
   const ProcessGroups* groups_;
   coll::Communicator* world_;  // the data-parallel group
@@ -73,9 +75,9 @@ class DdpScheduler final : public DataParallelScheduler, private ParameterEngine
   std::vector<Allocation> blocks_;          // deterministic mode: one micro-batch's fp32 gradient blocks
 
   DType gdt() const { return fixed_ ? DType::i64 : DType::f32; }
-  TensorView params() const { return TensorView(params_.data(), Shape{n_}, pdt_); }
+  TensorView params() const { return view_at(params_, pdt_, 0, n_, alloc_->device()); }
   // fp32 gradients, or their int64 fixed-point sum in deterministic mode.
-  TensorView grads() const { return TensorView(grads_.data(), Shape{n_}, gdt()); }
+  TensorView grads() const { return view_at(grads_, gdt(), 0, n_, alloc_->device()); }
   // Deterministic mode: the fixed-point sum converted to fp32 (a comm-tagged buffer).
   Allocation converted_gradient() const;
 
@@ -99,6 +101,7 @@ DdpScheduler::DdpScheduler(const SchedulerArgs& args, std::string name) : name_(
   model_ = args.model;
   train_ = args.train;
   alloc_ = args.allocator;
+  stream_ = args.stream;
   // Full replicas over the mesh's data-parallel group (every rank for ddp; the ranks holding the same
   // tensor-parallel pieces for nd).
   groups_ = &scheduler_groups(name_, args, own_groups_);
@@ -123,18 +126,18 @@ DdpScheduler::DdpScheduler(const SchedulerArgs& args, std::string name) : name_(
                                                args.fixed_point);
     blocks_.resize(static_cast<std::size_t>(model_->layout().num_units()));
   }
-  grads_ = alloc_->allocate(static_cast<std::size_t>(n_) * dtype_size(gdt()), AllocationTag::grad);
-  std::memset(grads_.data(), 0, static_cast<std::size_t>(n_) * dtype_size(gdt()));
+  grads_ = zeroed_on(*alloc_, n_, gdt(), AllocationTag::grad, stream_);
   // Every replica initialises the whole model from the counter-based initialiser: identical bits
   // everywhere without a broadcast.
   opt_ = std::make_unique<ShardedOptimizer>(train_, std::vector<TensorView>{params()}, *alloc_,
-                                            [&](std::span<float> m) { model_->init_params(0, m, train_.seed); });
+                                            [&](std::span<float> m) { model_->init_params(0, m, train_.seed); },
+                                            stream_);
   const auto bucket_bytes = static_cast<std::size_t>(args.options.bucket_mb * 1024.0 * 1024.0);
   buckets_ = std::make_unique<BucketedAllReduce>(*dp_comm_, model_->layout(), grads(),
-                                                 std::max<std::size_t>(bucket_bytes, 1), args.options.overlap);
+                                                 std::max<std::size_t>(bucket_bytes, 1), args.options.overlap, stream_);
   driver_ = std::make_unique<StepDriver>(name_, *model_, train_, *alloc_, world_->rank(), world_->size(),
                                          step_pipeline(args.options, *groups_, model_->layout().num_units()),
-                                         groups_->context());
+                                         groups_->context(), stream_);
   last_micro_batch_ = static_cast<int>(train_.micro_batches() / world_->size()) - 1;
 }
 
@@ -195,11 +198,15 @@ Allocation DdpScheduler::converted_gradient() const {
 ReplicaDigests DdpScheduler::replicated_state() const {
   ReplicaDigests d;  // everything is replicated over the data-parallel group (the world without tensor parallelism)
   d.replica_key = tpx_->rank();
-  d.digests.emplace_back("param", state_digest(params_.data(), static_cast<std::size_t>(n_) * dtype_size(pdt_)));
-  d.digests.emplace_back("grad", state_digest(grads_.data(), grads().bytes()));
-  if (opt_->has_master()) d.digests.emplace_back("master", state_digest(opt_->master().data(), opt_->master().bytes()));
-  d.digests.emplace_back("m", state_digest(opt_->m().data(), opt_->m().bytes()));
-  d.digests.emplace_back("v", state_digest(opt_->v().data(), opt_->v().bytes()));
+  const auto add = [&](const char* name, ConstTensorView v) {
+    const std::vector<std::byte> host = host_copy(v, stream_);  // device state is read on the host
+    d.digests.emplace_back(name, state_digest(host.data(), host.size()));
+  };
+  add("param", params());
+  add("grad", grads());
+  if (opt_->has_master()) add("master", opt_->master());
+  add("m", opt_->m());
+  add("v", opt_->v());
   return d;
 }
 
@@ -208,25 +215,20 @@ std::vector<float> DdpScheduler::gather_gradient() {
     const Allocation g32 = converted_gradient();
     return std::vector<float>(g32.data_as<float>(), g32.data_as<float>() + n_);
   }
-  const float* g = grads_.data_as<float>();
-  return std::vector<float>(g, g + n_);
+  return host_floats(grads(), stream_);
 }
 
 std::vector<float> DdpScheduler::gather_working_params() {  // replicated: this rank's copy is everyone's
-  std::vector<float> out(static_cast<std::size_t>(n_));
-  kernels::cast(TensorView(out.data(), Shape{n_}, DType::f32), ConstTensorView(params_.data(), Shape{n_}, pdt_),
-                StreamRef::host());
-  return out;
+  const Allocation out = alloc_->allocate(static_cast<std::size_t>(n_) * sizeof(float), AllocationTag::comm);
+  const TensorView f = view_at(out, DType::f32, 0, n_, alloc_->device());
+  kernels::cast(f, params(), stream_);
+  return host_floats(f, stream_);
 }
 
-std::vector<float> DdpScheduler::gather_moment(bool second) {
-  const ConstTensorView s = second ? opt_->v() : opt_->m();
-  return std::vector<float>(s.as<const float>(), s.as<const float>() + s.numel());
-}
+std::vector<float> DdpScheduler::gather_moment(bool second) { return host_floats(second ? opt_->v() : opt_->m(), stream_); }
 
 std::vector<float> DdpScheduler::gather_master_params() {
-  const float* p = opt_->has_master() ? opt_->master().as<const float>() : params_.data_as<float>();
-  return std::vector<float>(p, p + n_);
+  return host_floats(opt_->has_master() ? opt_->master() : ConstTensorView(params()), stream_);
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // mode's retries, the step end and the StepStats.
 #include "hzp/schedulers/step/step_driver.hpp"
 
+#include <tuple>
+
 #include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
@@ -42,16 +44,23 @@ std::optional<StepPipeline> step_pipeline(const SchedulerOptions& options, const
 
 StepDriver::StepDriver(std::string scheduler, const workloads::Workload& model, const workloads::TrainConfig& train,
                        CachingAllocator& alloc, int rank, int world_size, std::optional<StepPipeline> pipeline,
-                       coll::Communicator* context)
+                       coll::Communicator* context, StreamRef stream)
     : scheduler_(std::move(scheduler)), model_(model), train_(train), rank_(rank), world_size_(world_size),
-      pipeline_(std::move(pipeline)), context_(context && context->size() > 1 ? context : nullptr) {
+      pipeline_(std::move(pipeline)), context_(context && context->size() > 1 ? context : nullptr), stream_(stream) {
+  HZP_CHECK(stream_.device() == alloc.device(), scheduler_, ": the compute stream is on ", to_string(stream_.device()),
+            " but the allocator hands out memory on ", to_string(alloc.device()));
+  if (stream_.device().is_cuda() && (pipeline_ || context_ != nullptr))
+    HZP_THROW(ConfigError, scheduler_, " on ", to_string(stream_.device()), ": pipeline and context parallelism run "
+              "on the CPU backend only for now (docs/cuda.md). Fix: scheduler.pp = 1 and scheduler.cp = 1, or "
+              "backend = cpu");
   const workloads::ContextShard* shard = model_.context_shard();
   HZP_CHECK((shard ? shard->cp() : 1) == (context_ ? context_->size() : 1), scheduler_, ": the model runs ",
             shard ? shard->cp() : 1, " context-parallel shares of every sequence, but the step's context group has ",
             context_ ? context_->size() : 1, " ranks");
   const workloads::BatchPlan plan(train_.global_batch, train_.micro_batch_size, world_size_);
   const int m = static_cast<int>(plan.micro_batches_of(rank_).size()), units = model_.layout().num_units();
-  const workloads::ContextOptions options{.micro_batch_size = train_.micro_batch_size, .recompute = train_.recompute};
+  const workloads::ContextOptions options{.micro_batch_size = train_.micro_batch_size, .recompute = train_.recompute,
+                                          .stream = stream_};
   if (pipeline_) {
     const int stage = pipeline_->group->rank();
     actions_ = pipeline_schedule(pipeline_->kind, pipeline_->layout, stage, m);
@@ -66,6 +75,10 @@ StepDriver::StepDriver(std::string scheduler, const workloads::Workload& model, 
     actions_ = sequential_schedule(m, units);
     check_schedule(actions_, m, units);
     ctx_ = model_.make_context(alloc, options);
+  }
+  if (stream_.device().is_cuda()) {
+    for (std::size_t i = 0; i < 2 * actions_.size(); ++i) marks_.emplace_back(stream_.device());
+    end_mark_ = TimedEvent(stream_.device());
   }
   inputs_.resize(static_cast<std::size_t>(train_.micro_batch_size * model_.local_seq_len()));
   targets_.resize(inputs_.size());
@@ -123,6 +136,10 @@ StepStats StepDriver::step(const StepBatch& batch, ParameterEngine& engine) {
   const double compute_seconds = whole.wall() - waited;
 
   const StepFinish end = engine.finish_step(batch.step, scheduled_learning_rate(train_, batch.step));
+  if (!marks_.empty()) {
+    end_mark_.record(stream_);
+    end_mark_.synchronize();  // the update is done before the step reports
+  }
   ++steps_done_;
   StepStats st = data_parallel_step_stats(batch.step, engine.scalars(), plan, losses, fixed, end.update,
                                           train_.global_batch * model_.seq_len(), compute_seconds,
@@ -130,7 +147,22 @@ StepStats StepDriver::step(const StepBatch& batch, ParameterEngine& engine) {
   st.pipeline_wait_seconds = waited;
   st.background_waits = engine.background_waits();
   st.seconds = whole.wall();
+  if (!marks_.empty()) {
+    st.device_timed = true;
+    std::tie(st.forward_seconds, st.backward_seconds) = device_phase_seconds();
+    // The step end on the device: from the last action's end to the update's (collectives, norm, update, gathers).
+    st.optimizer_seconds = TimedEvent::elapsed_ms(marks_.back(), end_mark_) * 1e-3;
+  }
   return st;
+}
+
+std::pair<double, double> StepDriver::device_phase_seconds() const {
+  double fwd = 0, bwd = 0;
+  for (std::size_t i = 0; i < actions_.size(); ++i) {
+    const double s = TimedEvent::elapsed_ms(marks_[2 * i], marks_[2 * i + 1]) * 1e-3;
+    (actions_[i].kind == Action::Kind::forward ? fwd : bwd) += s;
+  }
+  return {fwd, bwd};
 }
 
 void StepDriver::end_model_step(coll::Communicator& data_parallel) {
@@ -146,7 +178,11 @@ void StepDriver::end_model_step(coll::Communicator& data_parallel) {
 void StepDriver::run_whole(const Attempt& at, ParameterEngine& engine, std::vector<double>& losses) {
   const int units = model_.layout().num_units();
   for_each_unit_call(actions_, [&](const Action& a, int u) {
-    if (a.kind == Action::Kind::forward) {
+    // The action's first and last unit calls bracket it on the device (run_whole's actions are actions_).
+    const auto i = static_cast<std::size_t>(&a - actions_.data());
+    const bool forward = a.kind == Action::Kind::forward;
+    if (!marks_.empty() && u == (forward ? a.first_unit : a.end_unit - 1)) marks_[2 * i].record(stream_);
+    if (forward) {
       if (u == 0) {
         fill_tokens(at, a.micro_batch, inputs_, targets_);
         ctx_->begin(inputs_, targets_, at.normaliser);
@@ -161,6 +197,7 @@ void StepDriver::run_whole(const Attempt& at, ParameterEngine& engine, std::vect
       model_.backward(u, params, *ctx_, grads);
       engine.backward_done(u, a);
     }
+    if (!marks_.empty() && u == (forward ? a.end_unit - 1 : a.first_unit)) marks_[2 * i + 1].record(stream_);
   });
 }
 

@@ -23,7 +23,9 @@
 #include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/kernels/cast.hpp"
+#include "hzp/core/cuda_backing.hpp"
 #include "hzp/schedulers/common/distinct_norm.hpp"
+#include "hzp/schedulers/common/engine_memory.hpp"
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/schedulers/common/gather_scatter.hpp"
 #include "hzp/schedulers/common/shard_layout.hpp"
@@ -40,18 +42,6 @@ namespace hzp::schedulers {
 namespace {
 
 using workloads::ParamLayout;
-
-Allocation zeroed(CachingAllocator& a, std::int64_t n, DType t, AllocationTag tag) {
-  const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(t);
-  Allocation r = a.allocate(bytes, tag);
-  if (r) std::memset(r.data(), 0, bytes);
-  return r;
-}
-
-TensorView at(const Allocation& a, DType t, std::int64_t offset, std::int64_t n) {
-  return TensorView(static_cast<std::byte*>(a.data()) + offset * static_cast<std::int64_t>(dtype_size(t)), Shape{n},
-                    t);
-}
 
 // The scheduler is its own parameter engine; the step's loop is the shared StepDriver's.
 class ZeroScheduler final : public DataParallelScheduler, private ParameterEngine {
@@ -70,6 +60,11 @@ class ZeroScheduler final : public DataParallelScheduler, private ParameterEngin
 
  private:
   bool full_params() const { return stage_ < 3; }
+  // Buffers on the engine's device (the host, or one GPU: engine_memory.hpp), zeroed on its stream.
+  TensorView at(const Allocation& a, DType t, std::int64_t offset, std::int64_t n) const {
+    return view_at(a, t, offset, n, alloc_->device());
+  }
+  Allocation zeroed(std::int64_t n, DType t, AllocationTag tag) const { return zeroed_on(*alloc_, n, t, tag, stream_); }
   // Parameter slice of unit u held by this rank (inside the full buffer for stages 1-2).
   TensorView param_slice(int u) const {
     return full_params() ? at(params_, pdt_, shards_->padded_offset(u) + std::int64_t(idx_) * shards_->slice_numel(u),
@@ -120,6 +115,7 @@ class ZeroScheduler final : public DataParallelScheduler, private ParameterEngin
   const workloads::Workload* model_;
   workloads::TrainConfig train_;
   CachingAllocator* alloc_;
+  StreamRef stream_ = StreamRef::host();  // the compute stream: every kernel and collective is ordered on it
   std::unique_ptr<ProcessGroups> own_groups_;  // when the caller handed none (SchedulerArgs::groups)
   const ProcessGroups* groups_;
   coll::Communicator* world_;  // the data-parallel group
@@ -151,6 +147,7 @@ ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, 
   model_ = args.model;
   train_ = args.train;
   alloc_ = args.allocator;
+  stream_ = args.stream;
   pdt_ = workloads::param_dtype(train_.precision);
   // The mesh's dp_shard groups are contiguous ranks (inside a node when Z = ranks_per_node), its dp_replicate
   // groups strided by Z; with tensor parallelism, among the ranks holding the same pieces.
@@ -181,17 +178,17 @@ ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, 
   shards_ = std::make_unique<ShardLayout>(ShardLayout::per_unit(layout, z_));
   norm_ = std::make_unique<DistinctNorm>(layout, *shards_, idx_, tpx_->size(), tpx_->rank(),
                                          distinct_comm_ ? distinct_comm_.get() : shard_comm_.get());
-  engine_ = std::make_unique<GatherScatter>(*shard_comm_, *shards_, *alloc_);
+  engine_ = std::make_unique<GatherScatter>(*shard_comm_, *shards_, *alloc_, stream_);
   const int units = layout.num_units();
 
-  params_ = zeroed(*alloc_, full_params() ? shards_->padded_total() : shards_->slice_total(), pdt_, AllocationTag::param);
-  grads_ = zeroed(*alloc_, stage_ == 1 ? shards_->padded_total() : shards_->slice_total(), gdt(), AllocationTag::grad);
-  if (stage_ == 1) reduced_ = zeroed(*alloc_, shards_->slice_total(), gdt(), AllocationTag::comm);
+  params_ = zeroed(full_params() ? shards_->padded_total() : shards_->slice_total(), pdt_, AllocationTag::param);
+  grads_ = zeroed(stage_ == 1 ? shards_->padded_total() : shards_->slice_total(), gdt(), AllocationTag::grad);
+  if (stage_ == 1) reduced_ = zeroed(shards_->slice_total(), gdt(), AllocationTag::comm);
 
   std::vector<TensorView> pieces;
   for (int u = 0; u < units; ++u) pieces.push_back(param_slice(u));
   opt_ = std::make_unique<ShardedOptimizer>(train_, std::move(pieces), *alloc_,
-                                            slice_initializer(*model_, *shards_, idx_, train_.seed));
+                                            slice_initializer(*model_, *shards_, idx_, train_.seed), stream_);
   // Stages 1-2 hold full parameters: gather every unit's initial slices once.
   if (full_params())
     for (int u = 0; u < units; ++u)
@@ -199,8 +196,9 @@ ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, 
 
   gathered_.resize(static_cast<std::size_t>(units));
   grad_blocks_.resize(static_cast<std::size_t>(units));
+  engine_->complete();
   driver_ = std::make_unique<StepDriver>(name_, *model_, train_, *alloc_, world_->rank(), world_->size(),
-                                         step_pipeline(args.options, *groups_, units), groups_->context());
+                                         step_pipeline(args.options, *groups_, units), groups_->context(), stream_);
 }
 
 void ZeroScheduler::ensure_gathered(const std::vector<int>& blocks) {
@@ -212,7 +210,7 @@ workloads::UnitParams ZeroScheduler::params_of(int u) const {
   workloads::UnitParams p;
   for (int b : model_->layout().param_blocks(u)) {
     if (full_params())
-      p.set(b, ConstTensorView(full_param_block(b).data(), Shape{shards_->numel(b)}, pdt_));
+      p.set(b, at(params_, pdt_, shards_->padded_offset(b), shards_->numel(b)));
     else
       p.set(b, engine_->real_part(b, gathered_[b], pdt_));
   }
@@ -235,7 +233,7 @@ workloads::UnitGrads ZeroScheduler::unit_grads(int u, const Action& a) {
         grad_blocks_[b] = alloc_->allocate(static_cast<std::size_t>(shards_->padded_numel(b)) * sizeof(float),
                                            AllocationTag::comm);
         const std::int64_t pad = shards_->padded_numel(b) - shards_->numel(b);
-        if (pad > 0) std::memset(grad_blocks_[b].data_as<float>() + shards_->numel(b), 0, std::size_t(pad) * 4);
+        if (pad > 0) zero_bytes(grad_blocks_[b].data_as<float>() + shards_->numel(b), std::size_t(pad) * 4, stream_);
       }
       g.set(b, at(grad_blocks_[b], DType::f32, 0, shards_->numel(b)), !first_writer);
     }
@@ -269,14 +267,18 @@ StepFinish ZeroScheduler::finish_step(std::int64_t step, double lr) {
         engine_->reduce_scatter(u, at(grads_, gdt(), shards_->padded_offset(u), shards_->padded_numel(u)),
                               at(reduced_, gdt(), shards_->slice_offset(u), shards_->slice_numel(u)), false);
   // hsdp: each shard group holds the sum over its own micro-batches; the replicas add theirs.
+  StreamOrderedRequests replica(stream_);
   if (hybrid_ && replica_comm_->size() > 1 && gslice.numel() > 0)
-    replica_comm_->all_reduce(gslice, coll::ReduceOp::sum, StreamRef::host());
+    replica.settle(replica_comm_->start_all_reduce(gslice, coll::ReduceOp::sum, stream_));
   Allocation g32;
   ConstTensorView g = gslice;
   if (fixed_) {
     g32 = converted_slice();
     g = ConstTensorView(g32.data(), Shape{shards_->slice_total()}, DType::f32);
   }
+  // On a GPU the step's reduce-scatters (and hsdp's replica sum) are ordered on the stream; their requests end here.
+  engine_->complete();
+  replica.complete();
   const double sq = norm_->sum_squares(g, *opt_, fixed_.get());
   // The update alone: the collectives around it (reduce-scatters, the norm's all-reduce, the gathers)
   // are the harness's exposed communication, so counting them here too would break the step's closure.
@@ -287,6 +289,7 @@ StepFinish ZeroScheduler::finish_step(std::int64_t step, double lr) {
   if (full_params())
     for (int u = 0; u < units; ++u)
       if (shards_->numel(u) > 0) engine_->gather_into(u, param_slice(u), full_param_block(u));
+  engine_->complete();
   return end;
 }
 
@@ -297,7 +300,7 @@ void ZeroScheduler::fixed_block_done(int b, bool first_micro_batch) {
     // Local integer accumulation over micro-batches (padding stays zero: it is never written).
     fixed_->to_fixed(b, g, at(grads_, DType::i64, shards_->padded_offset(b), n), !first_micro_batch);
   } else {
-    Allocation q = zeroed(*alloc_, shards_->padded_numel(b), DType::i64, AllocationTag::comm);
+    Allocation q = zeroed(shards_->padded_numel(b), DType::i64, AllocationTag::comm);
     fixed_->to_fixed(b, g, at(q, DType::i64, 0, n), false);
     grad_blocks_[b].reset();  // before the collective: the peak holds one block's fp32 or int64, not both
     engine_->reduce_scatter(b, at(q, DType::i64, 0, shards_->padded_numel(b)),
@@ -307,7 +310,7 @@ void ZeroScheduler::fixed_block_done(int b, bool first_micro_batch) {
 }
 
 Allocation ZeroScheduler::converted_slice() const {
-  Allocation out = zeroed(*alloc_, shards_->slice_total(), DType::f32, AllocationTag::comm);
+  Allocation out = zeroed(shards_->slice_total(), DType::f32, AllocationTag::comm);
   const TensorView q = grad_slice();
   for (int u = 0; u < shards_->num_segments(); ++u) {
     const ShardLayout::Range r = shards_->valid_range(u, idx_);
@@ -321,7 +324,11 @@ Allocation ZeroScheduler::converted_slice() const {
 
 ReplicaDigests ZeroScheduler::replicated_state() const {
   ReplicaDigests d;
-  auto add = [&](const char* name, const void* p, std::size_t bytes) { d.digests.emplace_back(name, state_digest(p, bytes)); };
+  auto add = [&](const char* name, const void* p, std::size_t bytes) {
+    const std::vector<std::byte> host = host_copy(ConstTensorView(p, Shape{static_cast<std::int64_t>(bytes)}, DType::u8,
+                                                                  alloc_->device()), stream_);
+    d.digests.emplace_back(name, state_digest(host.data(), bytes));
+  };
   const std::int64_t s = shards_->slice_total();
   if (full_params()) {
     // zero1/zero2: the full working parameters are replicated over the data-parallel group (the world without
@@ -356,17 +363,21 @@ std::vector<float> ZeroScheduler::gather_master_params() {
 
 std::vector<float> ZeroScheduler::gather_working_params() {
   // Each rank's own piece of every segment (the optimizer writes it; zero1/2 then all-gather the full copy).
-  std::vector<float> mine(static_cast<std::size_t>(shards_->slice_total()));
+  const Allocation mine = zeroed(shards_->slice_total(), DType::f32, AllocationTag::comm);
   for (int u = 0; u < shards_->num_segments(); ++u)
-    kernels::cast(TensorView(mine.data() + shards_->slice_offset(u), Shape{shards_->slice_numel(u)}, DType::f32),
-                  param_slice(u), StreamRef::host());
-  return gather_slices(ConstTensorView(mine.data(), Shape{shards_->slice_total()}, DType::f32));
+    if (shards_->slice_numel(u) > 0)
+      kernels::cast(at(mine, DType::f32, shards_->slice_offset(u), shards_->slice_numel(u)), param_slice(u), stream_);
+  return gather_slices(at(mine, DType::f32, 0, shards_->slice_total()));
 }
 
 std::vector<float> ZeroScheduler::gather_slices(ConstTensorView mine) {
   const std::int64_t s = shards_->slice_total();
   std::vector<float> all(static_cast<std::size_t>(s * z_));
-  debug_comm_->all_gather(mine, TensorView(all.data(), Shape{s * z_}, DType::f32), StreamRef::host());
+  // Off the hot path (tests, the state dump): the slice comes to the host first, and a NCCL group stages host
+  // buffers itself.
+  std::vector<float> host = host_floats(mine, stream_);
+  debug_comm_->all_gather(ConstTensorView(host.data(), Shape{s}, DType::f32),
+                          TensorView(all.data(), Shape{s * z_}, DType::f32), StreamRef::host());
   std::vector<float> out(static_cast<std::size_t>(shards_->total_numel()));
   for (int u = 0; u < shards_->num_segments(); ++u)
     for (int r = 0; r < z_; ++r) {

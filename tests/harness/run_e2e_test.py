@@ -20,8 +20,8 @@ Scenarios (one CTest each, see run_tests.cmake):
                    waiting for it through its background threads
   killed           SIGKILL at 5 random moments: the file opens, reads `running` and holds every step printed
                    before the last flush
-  cuda_tiny        (gpu) tiny with `none` on backend = cuda: status ok, device memory recorded, the step-time
-                   closure, and the losses follow a CPU run of the same configuration (fp32, 1e-4 relative)
+  cuda_tiny        (gpu) tiny with `none` and with `zero3` on backend = cuda: status ok, device memory recorded,
+                   the step-time closure, and the losses follow a CPU run of `none` (fp32, 1e-4 relative)
   cuda_no_device   (CUDA build, no visible device) backend = cuda fails with one message naming the fix and
                    leaves the file marked failed
 
@@ -468,28 +468,35 @@ def scenario_cuda_tiny():
         print("SKIP: no CUDA device visible (GPU test)")
         sys.exit(77)
     steps = 5
-    base = TINY + ["--set", "scheduler.name=none", "--set", "train.precision=fp32", "--set", f"train.steps={steps}"]
-    _, _, _, gpu_path = run(base + ["--set", "backend=cuda"], expect_rc=0, timeout=300)
-    _, _, _, cpu_path = run(base, expect_rc=0, timeout=300)
-    with h5py.File(gpu_path, "r") as g, h5py.File(cpu_path, "r") as c:
-        check(attr(g, "status") == "ok", f"status {attr(g, 'status')!r}")
-        check(attr(g, "backend") == "cuda", f"backend {attr(g, 'backend')!r}")
-        check(attr(g, "device.memory") == "cuda:0", f"device.memory {attr(g, 'device.memory')!r}")
-        check(attr(c, "device.memory") == "cpu", f"cpu run's device.memory {attr(c, 'device.memory')!r}")
-        loss_g, loss_c = g["steps/loss"][:], c["steps/loss"][:]
-        check(loss_g.shape == (steps,) and np.isfinite(loss_g).all(), f"gpu losses {loss_g}")
-        rel = np.abs(loss_g - loss_c) / np.abs(loss_c)
-        print(f"  gpu {loss_g}\n  cpu {loss_c}\n  max rel {rel.max():.2e}")
-        check(rel.max() <= 1e-4, f"the GPU run leaves the CPU run: relative difference {rel.max():.2e} > 1e-4")
-        # Device memory statistics: the persistent state (param, grad, m, v; fp32 has no separate master)
-        # is what the CPU run holds, byte for byte, and the peak covers it.
-        state_g, state_c = g["memory/model_state_bytes"][:], c["memory/model_state_bytes"][:]
-        check((state_g == state_c).all(), f"model state bytes: gpu {state_g} cpu {state_c}")
-        check((g["ranks/mem_peak_bytes"][:] >= state_g.sum()).all(), "device peak below the model state")
-        # A GPU step of tiny lasts milliseconds, so the host's own bookkeeping weighs more than on the CPU.
-        closure_check(g, "cuda", tolerance=0.05, first=1)
-        check((g["ranks/forward_s"][:] > 0).all() and (g["ranks/backward_s"][:] > 0).all(),
-              "forward/backward device times missing")
+    common = TINY + ["--set", "train.precision=fp32", "--set", f"train.steps={steps}"]
+    _, _, _, cpu_path = run(common + ["--set", "scheduler.name=none"], expect_rc=0, timeout=300)
+    # none (the reference loop) and zero3 (the step driver over an engine, on a one-rank NCCL world) on the GPU.
+    for name in ["none", "zero3"]:
+        _, _, _, gpu_path = run(common + ["--set", f"scheduler.name={name}", "--set", "backend=cuda"], expect_rc=0,
+                                timeout=300)
+        with h5py.File(gpu_path, "r") as g, h5py.File(cpu_path, "r") as c:
+            check_cuda_follows_cpu(g, c, steps, name)
+
+
+def check_cuda_follows_cpu(g, c, steps, name):
+    check(attr(g, "status") == "ok", f"{name}: status {attr(g, 'status')!r}")
+    check(attr(g, "backend") == "cuda", f"{name}: backend {attr(g, 'backend')!r}")
+    check(attr(g, "device.memory") == "cuda:0", f"{name}: device.memory {attr(g, 'device.memory')!r}")
+    check(attr(c, "device.memory") == "cpu", f"cpu run's device.memory {attr(c, 'device.memory')!r}")
+    loss_g, loss_c = g["steps/loss"][:], c["steps/loss"][:]
+    check(loss_g.shape == (steps,) and np.isfinite(loss_g).all(), f"{name}: gpu losses {loss_g}")
+    rel = np.abs(loss_g - loss_c) / np.abs(loss_c)
+    print(f"  {name} gpu {loss_g}\n  cpu {loss_c}\n  max rel {rel.max():.2e}")
+    check(rel.max() <= 1e-4, f"{name}: the GPU run leaves the CPU run: relative difference {rel.max():.2e} > 1e-4")
+    # Device memory statistics: the persistent state (param, grad, m, v; fp32 has no separate master) is what
+    # the CPU run of none holds, byte for byte (one rank: zero3's shard is the whole model), and the peak covers it.
+    state_g, state_c = g["memory/model_state_bytes"][:], c["memory/model_state_bytes"][:]
+    check((state_g == state_c).all(), f"{name}: model state bytes: gpu {state_g} cpu {state_c}")
+    check((g["ranks/mem_peak_bytes"][:] >= state_g.sum()).all(), f"{name}: device peak below the model state")
+    # A GPU step of tiny lasts milliseconds, so the host's own bookkeeping weighs more than on the CPU.
+    closure_check(g, "cuda", tolerance=0.05, first=1)
+    check((g["ranks/forward_s"][:] > 0).all() and (g["ranks/backward_s"][:] > 0).all(),
+          f"{name}: forward/backward device times missing")
 
 
 def scenario_cuda_no_device():

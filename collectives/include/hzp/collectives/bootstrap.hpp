@@ -18,4 +18,13 @@ class Bootstrap {
   virtual void broadcast(std::span<std::byte> data, int root) = 0;
 };
 
+/// A group of one process: rank 0 of 1, nothing to exchange (a one-rank NCCL communicator without MPI: the GPU
+/// tests and benchmarks).
+class SelfBootstrap final : public Bootstrap {
+ public:
+  int rank() const noexcept override { return 0; }
+  int size() const noexcept override { return 1; }
+  void broadcast(std::span<std::byte>, int) override {}
+};
+
 }  // namespace hzp::coll

@@ -179,6 +179,8 @@ using SchedulerFactory = std::function<std::unique_ptr<Scheduler>(const Schedule
 
 /// Registered names, in registration order (none first).
 std::vector<std::string> scheduler_names();
+/// The registered schedulers that run on a CUDA compute stream (device buffers, NCCL groups; docs/cuda.md).
+std::vector<std::string> cuda_scheduler_names();
 /// The parallel degrees scheduler `name` runs with at `world_size` ranks (step/process_groups.hpp): its process
 /// groups are made from them and results files record them. ConfigError for an unknown name, and naming the key
 /// of a group size (scheduler.group_size, scheduler.z1, scheduler.tp) that does not divide W.

@@ -28,9 +28,11 @@ class BucketedAllReduce {
   static std::vector<Bucket> make_buckets(const workloads::ParamLayout& layout, std::size_t bucket_bytes,
                                           std::size_t elem_bytes);
 
-  /// `grads` (flat [N], fp32, or int64 in deterministic mode) and `group` must outlive this object. overlap: start non-blocking, wait in finish().
+  /// `grads` (flat [N], fp32, or int64 in deterministic mode) and `group` must outlive this object. overlap: start
+  /// non-blocking, wait in finish(). On a CUDA `stream` (device gradients, a NCCL group) every bucket is started
+  /// on it and the host waits only in finish(): the stream is ordered after each reduction either way.
   BucketedAllReduce(coll::Communicator& group, const workloads::ParamLayout& layout, TensorView grads,
-                    std::size_t bucket_bytes, bool overlap);
+                    std::size_t bucket_bytes, bool overlap, StreamRef stream = StreamRef::host());
 
   const std::vector<Bucket>& buckets() const noexcept { return buckets_; }
   /// Starts the reduction window (clears readiness counts).
@@ -46,6 +48,7 @@ class BucketedAllReduce {
   const workloads::ParamLayout* layout_;
   TensorView grads_;
   bool overlap_;
+  StreamRef stream_ = StreamRef::host();
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_unit_;
   std::vector<int> pending_;  // blocks still to finalise, per bucket

@@ -9,17 +9,22 @@
 #include "hzp/collectives/communicator.hpp"
 #include "hzp/core/caching_allocator.hpp"
 #include "hzp/core/tensor.hpp"
+#include "hzp/schedulers/common/engine_memory.hpp"
 #include "hzp/schedulers/common/shard_layout.hpp"
 
 namespace hzp::schedulers {
 
 /// The slice a rank holds is slice group.rank() of every segment (all-gather and reduce-scatter put
 /// block r on rank r), so `layout.num_slices()` must equal group.size(). Blocking calls on the calling
-/// thread (the "synchronous" schedulers); not thread-safe (one communicator, one thread).
+/// thread (the "synchronous" schedulers); not thread-safe (one communicator, one thread). On a CUDA stream
+/// (device buffers, a NCCL group) "blocking" means ordered on the stream: the host does not wait, and
+/// complete() finishes the step's requests (engine_memory.hpp, StreamOrderedRequests).
 class GatherScatter {
  public:
   /// All three must outlive this object. PreconditionError when the slice count differs from the group.
-  GatherScatter(coll::Communicator& group, const ShardLayout& layout, CachingAllocator& alloc);
+  /// Collectives and the accumulating add run on `stream` (the allocator's device).
+  GatherScatter(coll::Communicator& group, const ShardLayout& layout, CachingAllocator& alloc,
+                StreamRef stream = StreamRef::host());
 
   coll::Communicator& group() const noexcept { return *group_; }
   const ShardLayout& layout() const noexcept { return *layout_; }
@@ -38,15 +43,18 @@ class GatherScatter {
 
   /// View of the first numel(seg) elements (the real ones) of a gathered block.
   ConstTensorView real_part(int seg, const Allocation& block, DType dtype) const;
+  /// Completes the collectives a CUDA stream has ordered but the host has not waited for (a no-op on the host).
+  void complete() { requests_.complete(); }
 
  private:
   coll::Communicator* group_;
   const ShardLayout* layout_;
   CachingAllocator* alloc_;
+  StreamOrderedRequests requests_;
 };
 
-/// out[i] += in[i] over fp32 views of equal length (gradient accumulation of reduced slices).
-void add_inplace_f32(TensorView out, ConstTensorView in);
+/// out[i] += in[i] over fp32 views of equal length (gradient accumulation of reduced slices), on `s`.
+void add_inplace_f32(TensorView out, ConstTensorView in, StreamRef s = StreamRef::host());
 /// out[i] += in[i] over int64 views of equal length (fixed-point gradients: exact).
 void add_inplace_i64(TensorView out, ConstTensorView in);
 

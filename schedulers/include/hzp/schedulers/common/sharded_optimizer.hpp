@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hzp/core/caching_allocator.hpp"
+#include "hzp/core/stream.hpp"
 #include "hzp/core/tensor.hpp"
 #include "hzp/schedulers/common/shard_layout.hpp"
 #include "hzp/workloads/train_config.hpp"
@@ -39,9 +40,10 @@ class ShardedOptimizer {
   using InitFn = std::function<void(std::span<float> master)>;
 
   /// Allocates m, v (tags m, v) and, in bf16-mixed, the master (tag master); initialises the master via
-  /// `init` and writes the working pieces from it (bf16 rounding once, as an update would).
+  /// `init` and writes the working pieces from it (bf16 rounding once, as an update would). Every kernel runs on
+  /// `stream`, whose device is the allocator's and the pieces' (on a GPU `init` fills a host staging copy).
   ShardedOptimizer(const workloads::TrainConfig& train, std::vector<TensorView> param_pieces,
-                   CachingAllocator& alloc, const InitFn& init);
+                   CachingAllocator& alloc, const InitFn& init, StreamRef stream = StreamRef::host());
   ~ShardedOptimizer();
   ShardedOptimizer(const ShardedOptimizer&) = delete;
   ShardedOptimizer& operator=(const ShardedOptimizer&) = delete;
@@ -70,8 +72,10 @@ class ShardedOptimizer {
   workloads::TrainConfig train_;
   std::vector<TensorView> pieces_;
   CachingAllocator* alloc_;
+  StreamRef stream_ = StreamRef::host();
   std::int64_t numel_ = 0;
   Allocation master_, m_, v_;
+  TensorView f32(const Allocation& a, std::int64_t begin, std::int64_t n) const;
 };
 
 /// The InitFn of slice `index` of every segment of `layout` (a slice buffer): each slice's real elements

@@ -47,9 +47,12 @@ class StepDriver {
   /// and the losses, which only the last stage computes, are summed over the pipeline group. With `context` (the
   /// context-parallel group, nullptr without one; its size must be the model's context_shard()'s) every micro-batch
   /// is read whole and cut to the rank's share, and the shares of each micro-batch's loss are summed over it.
+  /// On a CUDA `stream` (the allocator's device) the model runs there, each action's forward and backward are
+  /// timed by events on it (StepStats::device_timed), and the step ends with the stream synchronised: its one wait
+  /// for the device besides the values that must reach the host (docs/cuda.md). Pipelines run on the host only.
   StepDriver(std::string scheduler, const workloads::Workload& model, const workloads::TrainConfig& train,
              CachingAllocator& alloc, int rank, int world_size, std::optional<StepPipeline> pipeline = std::nullopt,
-             coll::Communicator* context = nullptr);
+             coll::Communicator* context = nullptr, StreamRef stream = StreamRef::host());
   ~StepDriver();
 
   /// The schedule the driver runs for each step (sequential over the rank's micro-batches, or the stage's).
@@ -100,6 +103,12 @@ class StepDriver {
   std::optional<StepPipeline> pipeline_;
   std::unique_ptr<PipelineStage> stage_;
   coll::Communicator* context_ = nullptr;
+  StreamRef stream_ = StreamRef::host();
+  // On a CUDA stream: an event before and after each action of the schedule, recorded on the stream.
+  std::vector<TimedEvent> marks_;
+  TimedEvent end_mark_;
+  // Forward and backward seconds of the step's actions, from marks_ (after the stream has passed them).
+  std::pair<double, double> device_phase_seconds() const;
 };
 
 }  // namespace hzp::schedulers

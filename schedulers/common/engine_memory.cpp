@@ -1,0 +1,59 @@
+// engine_memory.hpp: zeroed buffers and device-carrying views for the parameter engines, host copies of device
+// state, and stream-ordered collectives.
+#include "hzp/schedulers/common/engine_memory.hpp"
+
+#include <cstring>
+
+#include "hzp/core/cuda_backing.hpp"
+#include "hzp/core/error.hpp"
+
+namespace hzp::schedulers {
+
+Allocation zeroed_on(CachingAllocator& alloc, std::int64_t n, DType t, AllocationTag tag, StreamRef s) {
+  const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(t);
+  Allocation a = alloc.allocate(bytes, tag);
+  if (a && bytes > 0) zero_bytes(a.data(), bytes, s);
+  return a;
+}
+
+TensorView view_at(const Allocation& a, DType t, std::int64_t offset, std::int64_t n, Device device) {
+  return TensorView(static_cast<std::byte*>(a.data()) + offset * static_cast<std::int64_t>(dtype_size(t)), Shape{n}, t,
+                    device);
+}
+
+std::vector<std::byte> host_copy(ConstTensorView v, StreamRef s) {
+  std::vector<std::byte> out(v.bytes());
+  if (v.bytes() == 0) return out;
+  if (v.device().is_cpu()) {
+    std::memcpy(out.data(), v.data(), v.bytes());
+    return out;
+  }
+  copy_bytes(out.data(), Device::cpu(), v.data(), v.device(), v.bytes(), s);
+  s.synchronize();
+  return out;
+}
+
+std::vector<float> host_floats(ConstTensorView v, StreamRef s) {
+  HZP_CHECK(v.dtype() == DType::f32, "host_floats: a ", dtype_name(v.dtype()), " view");
+  const std::vector<std::byte> b = host_copy(v, s);
+  std::vector<float> out(static_cast<std::size_t>(v.numel()));
+  if (!b.empty()) std::memcpy(out.data(), b.data(), b.size());
+  return out;
+}
+
+void StreamOrderedRequests::settle(coll::Request r) {
+  if (stream_.device().is_cpu())
+    r.wait();
+  else
+    kept_.push_back(std::move(r));
+}
+
+void StreamOrderedRequests::complete() {
+  // The host waits for the stream first, so that the device's compute before the collectives is not charged to
+  // them as a communication wait (on a GPU the device-timed phases hold the waits the compute stream made).
+  if (!kept_.empty()) stream_.synchronize();
+  for (coll::Request& r : kept_) r.wait();
+  kept_.clear();
+}
+
+}  // namespace hzp::schedulers

@@ -1,0 +1,44 @@
+// What lets one parameter engine run over host memory or one GPU's memory without two code paths: buffers
+// zeroed on the engine's stream, views at an element offset that carry the buffer's device, copies of device
+// state back to the host for the debugging accessors, and stream-ordered completion of collectives
+// (docs/cuda.md, "Data-parallel engines on the GPU").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "hzp/collectives/communicator.hpp"
+#include "hzp/core/caching_allocator.hpp"
+#include "hzp/core/stream.hpp"
+#include "hzp/core/tensor.hpp"
+
+namespace hzp::schedulers {
+
+/// `n` elements of `t` from `alloc` under `tag`, set to zero on `s` (a memset on the host stream).
+Allocation zeroed_on(CachingAllocator& alloc, std::int64_t n, DType t, AllocationTag tag, StreamRef s);
+/// Elements [offset, offset + n) of `a` as `t`, on `device` (the allocator's).
+TensorView view_at(const Allocation& a, DType t, std::int64_t offset, std::int64_t n, Device device);
+/// `v`'s elements copied to host memory (synchronises `s` when `v` is device memory); a host `v` is copied too,
+/// so the caller always owns what it reads.
+std::vector<std::byte> host_copy(ConstTensorView v, StreamRef s);
+/// host_copy as fp32 values (an fp32 view only).
+std::vector<float> host_floats(ConstTensorView v, StreamRef s);
+
+/// Collectives an engine issues on its stream. On the host stream each is waited for at once (the MPI backend
+/// moves host buffers only inside its waits). On a CUDA stream the NCCL backend has already ordered the stream
+/// after the collective, so the host does not wait: the request is kept and completed (its counters recorded,
+/// its deadline checked) by complete(), once per step: the host waits for the stream, then for each request.
+class StreamOrderedRequests {
+ public:
+  explicit StreamOrderedRequests(StreamRef s = StreamRef::host()) : stream_(s) {}
+  StreamRef stream() const noexcept { return stream_; }
+  void settle(coll::Request r);
+  void complete();
+
+ private:
+  StreamRef stream_;
+  std::vector<coll::Request> kept_;
+};
+
+}  // namespace hzp::schedulers
