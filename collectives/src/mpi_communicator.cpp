@@ -177,6 +177,9 @@ LinkLevel MpiCommunicator::level_to(int peer) const {
 }
 std::size_t MpiCommunicator::scratch_bytes() const { return state_->scratch.capacity_bytes(); }
 Transport MpiCommunicator::transport() const noexcept { return state_->shm ? Transport::shm : Transport::mpi; }
+std::size_t MpiCommunicator::single_copy_bytes() const noexcept {
+  return state_->shm ? state_->shm->single_copy_bytes() : 0;
+}
 bool MpiCommunicator::failed() const noexcept { return state_->failed.load(std::memory_order_acquire); }
 std::string MpiCommunicator::failure_reason() const {
   std::lock_guard<std::mutex> lock(state_->fail_mu);

@@ -20,7 +20,7 @@ namespace hzp::coll::detail {
 struct alignas(64) SlotHeader {
   std::uint64_t seq;
   std::int32_t tag;
-  std::uint32_t first;      // 1 on a message's first chunk (a consistency check)
+  std::uint32_t first;      // kFirst on a message's first chunk (a consistency check), | kDirect for a descriptor
   std::uint64_t msg_bytes;  // the whole message
   std::uint64_t offset;     // of this chunk in the message
   std::uint64_t len;        // bytes of data in this slot (0 for an empty message)
@@ -28,6 +28,18 @@ struct alignas(64) SlotHeader {
   double ready;
 
   std::byte* data() noexcept { return reinterpret_cast<std::byte*>(this + 1); }
+
+  static constexpr std::uint32_t kFirst = 1;
+  /// A single-copy message: the slot holds a DirectDescriptor instead of data (len = 0, msg_bytes = the whole
+  /// message). The consumer reads the bytes from the producer's memory and marks the slot consumed only once it
+  /// has all of them; that release is the producer's signal that its buffer is free again.
+  static constexpr std::uint32_t kDirect = 2;
+};
+
+/// Where a single-copy message's bytes are: the producer's process and the address in it.
+struct DirectDescriptor {
+  std::int64_t pid;
+  std::uint64_t address;
 };
 static_assert(sizeof(SlotHeader) == 64, "a slot header is one cache line");
 static_assert(std::atomic_ref<std::uint64_t>::is_always_lock_free,
@@ -40,7 +52,12 @@ struct SegmentHeader {
   std::uint32_t ranks;
   std::uint32_t slots;
   std::uint64_t slot_bytes;
+  /// Per machine-local rank, written by that rank at setup: where its probe word is, so that every peer can try
+  /// a cross-memory read before single-copy messages are used (ShmTransport::create).
+  static constexpr int kMaxProbes = 240;
+  DirectDescriptor probe[kMaxProbes];
 };
+static_assert(sizeof(SegmentHeader) <= 4096, "the segment header fits its page");
 
 struct ShmLayout {
   static constexpr std::size_t kHeaderBytes = 4096;
@@ -70,6 +87,7 @@ class ShmSegment {
   void unlink() noexcept;
   /// First slot of the ring from machine-local rank `from` to `to`.
   SlotHeader* ring(int from, int to) const noexcept;
+  SegmentHeader* header() const noexcept { return reinterpret_cast<SegmentHeader*>(base_); }
   const ShmLayout& layout() const noexcept { return layout_; }
 
  private:

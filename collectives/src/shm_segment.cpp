@@ -9,12 +9,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 
 #include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
@@ -50,6 +52,26 @@ std::uint64_t machine_key() {
 
 std::string errno_text(const char* what, const std::string& name) {
   return std::string(what) + "(" + name + ") failed: " + std::strerror(errno);
+}
+
+// What a peer reads to learn whether this process's memory can be read across processes (create()).
+constexpr std::uint64_t kProbeWord = 0x6878702d636d6121ull;
+const volatile std::uint64_t probe_word = kProbeWord;
+
+// Whether every machine peer's probe word reads back (process_vm_readv allowed between the job's processes); an
+// error text for the first one that does not.
+std::string probe_peers(const ShmSegment& seg, int me) {
+  const SegmentHeader* head = seg.header();
+  for (int i = 0; i < seg.layout().ranks; ++i) {
+    if (i == me) continue;
+    std::uint64_t got = 0;
+    const std::string e = read_process_memory(head->probe[i].pid, head->probe[i].address,
+                                              reinterpret_cast<std::byte*>(&got), sizeof got);
+    if (!e.empty()) return e + " (reading machine peer " + std::to_string(i) + ", pid " +
+                           std::to_string(head->probe[i].pid) + ")";
+    if (got != kProbeWord) return "a machine peer's probe word read back wrong";
+  }
+  return {};
 }
 
 int all_min(int v, const CommState& st, std::string_view what) {
@@ -196,6 +218,13 @@ std::unique_ptr<ShmTransport> ShmTransport::create(const CommState& st) {
   // Created everywhere (or not) before anyone opens.
   const bool created = all_min(error.empty() ? 1 : 0, st, "shared-memory setup (create)") == 1;
   if (created && local.size() >= 2 && !leader) seg = ShmSegment::map(name, layout, st.channel_id, false, error);
+  // Single copy: each rank says where its probe word is (ordered before the peers' probes by the next all_min).
+  const int me = static_cast<int>(std::find(local.begin(), local.end(), st.rank) - local.begin());
+  const bool single_copy = st.config.single_copy_bytes > 0;  // the same on every rank: the all_min below is collective
+  const bool probe_room = local.size() <= static_cast<std::size_t>(SegmentHeader::kMaxProbes);
+  if (seg && single_copy && probe_room)
+    seg->header()->probe[me] = {static_cast<std::int64_t>(getpid()),
+                                reinterpret_cast<std::uint64_t>(const_cast<std::uint64_t*>(&probe_word))};
   const bool mapped = all_min(error.empty() ? 1 : 0, st, "shared-memory setup (map)") == 1;
   // Mapped by every rank that needs it: the name has served its purpose. Unlinking now leaves nothing
   // behind however the job ends later.
@@ -209,11 +238,29 @@ std::unique_ptr<ShmTransport> ShmTransport::create(const CommState& st) {
                 " (transport = auto falls back to MPI)");
     return nullptr;
   }
+  // Every rank decides alike whether single copy is on (a sender must know the receiver can read it).
+  std::string refused;
+  if (single_copy && !probe_room)
+    refused = std::to_string(local.size()) + " ranks on one machine, more than the segment header's " +
+              std::to_string(SegmentHeader::kMaxProbes) + " probe entries";
+  else if (single_copy && seg && local.size() >= 2)
+    refused = probe_peers(*seg, me);
+  const bool direct = single_copy && all_min(refused.empty() ? 1 : 0, st, "shared-memory setup (single copy)") == 1;
+  if (single_copy && !direct) {
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      std::fprintf(stderr, "hzpbench: single-copy shared memory is off for this job: %s. Messages go through the "
+                   "shared-memory slots (two copies). Fix: allow process_vm_readv between the job's processes "
+                   "(kernel.yama.ptrace_scope = 0, or CAP_SYS_PTRACE), or set collectives.single_copy_bytes = 0 "
+                   "to silence this\n", refused.empty() ? "another rank could not read its peers" : refused.c_str());
+    });
+  }
   if (local.size() < 2) return nullptr;  // alone on this machine: every hop goes through MPI
 
   std::vector<int> local_of(static_cast<std::size_t>(st.size), -1);
   for (std::size_t i = 0; i < local.size(); ++i) local_of[static_cast<std::size_t>(local[i])] = static_cast<int>(i);
-  return std::unique_ptr<ShmTransport>(new ShmTransport(std::move(seg), st, local_of));
+  return std::unique_ptr<ShmTransport>(
+      new ShmTransport(std::move(seg), st, local_of, direct ? st.config.single_copy_bytes : 0));
 }
 
 }  // namespace hzp::coll::detail

@@ -2,9 +2,15 @@
 // shm_layout.hpp for the slot protocol), a queue of messages to send (written chunk by chunk, one
 // message at a time, in posting order), receives matched by tag in posting order, and messages that
 // arrive before their receive kept aside in the process. pump() moves whatever can move, never waits.
+// Single-copy messages (at least single_copy_bytes) travel as a descriptor in one slot; the receiver reads the
+// sender's buffer with process_vm_readv, a piece per pump round, and releases the slot when it has all of it.
 #include "shm_transport.hpp"
 
+#include <sys/uio.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "hzp/core/error.hpp"
@@ -22,9 +28,22 @@ void store_release(SlotHeader* h, std::uint64_t v) noexcept {
 
 }  // namespace
 
+std::string read_process_memory(std::int64_t pid, std::uint64_t address, std::byte* into, std::size_t len) {
+  while (len > 0) {
+    iovec local{into, len};
+    iovec remote{reinterpret_cast<void*>(address), len};
+    const ssize_t n = process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0);
+    if (n <= 0) return std::string("process_vm_readv: ") + (n < 0 ? std::strerror(errno) : "no bytes read");
+    into += n;
+    address += static_cast<std::uint64_t>(n);
+    len -= static_cast<std::size_t>(n);
+  }
+  return {};
+}
+
 ShmTransport::ShmTransport(std::unique_ptr<ShmSegment> segment, const CommState& st,
-                           const std::vector<int>& machine_index)
-    : segment_(std::move(segment)), comm_name_(st.name), rank_(st.rank) {
+                           const std::vector<int>& machine_index, std::size_t single_copy_bytes)
+    : segment_(std::move(segment)), comm_name_(st.name), rank_(st.rank), single_copy_bytes_(single_copy_bytes) {
   const ShmLayout& layout = segment_->layout();
   slot_bytes_ = layout.slot_bytes;
   slot_stride_ = layout.slot_stride();
@@ -118,15 +137,25 @@ void ShmTransport::deliver(ShmRecv& r, const std::byte* src, std::size_t offset,
 bool ShmTransport::send_one(Channel& c) {
   if (c.sends.empty()) return false;
   ShmSend& s = *c.sends.front();
+  if (s.awaiting) {
+    // Acquire pairs with the consumer's release after its last read of `src`: the buffer is the caller's again.
+    // Nothing else is written to the ring meanwhile, so the slot still holds this value when we look.
+    if (load_acquire(slot(c.out, s.ack_chunk)) != 2 * s.ack_chunk + 2) return false;
+    s.awaiting = false;
+    s.done = true;
+    c.sends.pop_front();
+    return true;
+  }
   SlotHeader* h = slot(c.out, c.tx);
   const std::uint64_t k = static_cast<std::uint64_t>(slots_);
   const std::uint64_t free_seq = c.tx < k ? 0 : 2 * (c.tx - k) + 2;
   // Acquire pairs with the consumer's release of the slot's previous chunk: its reads of the slot
   // happen before the writes below.
   if (load_acquire(h) != free_seq) return false;
+  if (single_copy_bytes_ > 0 && s.bytes >= single_copy_bytes_) return send_descriptor(c, s, h);
   const std::size_t len = std::min(slot_bytes_, s.bytes - s.put);
   h->tag = s.tag;
-  h->first = s.put == 0 ? 1 : 0;
+  h->first = s.put == 0 ? SlotHeader::kFirst : 0;
   h->msg_bytes = s.bytes;
   h->offset = s.put;
   h->len = len;
@@ -149,13 +178,65 @@ bool ShmTransport::send_one(Channel& c) {
   return true;
 }
 
+bool ShmTransport::send_descriptor(Channel& c, ShmSend& s, SlotHeader* h) {
+  // The sender's own copy (send_and_copy) is made here, from its buffer, while the receiver reads the same.
+  if (s.copy_to != nullptr) std::memcpy(s.copy_to, s.src, s.bytes);
+  h->tag = s.tag;
+  h->first = SlotHeader::kFirst | SlotHeader::kDirect;
+  h->msg_bytes = s.bytes;
+  h->offset = 0;
+  h->len = 0;
+  h->join = s.header.join;
+  h->ready = s.header.ready;
+  const DirectDescriptor d{static_cast<std::int64_t>(getpid()), reinterpret_cast<std::uint64_t>(s.src)};
+  std::memcpy(h->data(), &d, sizeof d);
+  store_release(h, 2 * c.tx + 1);
+  s.ack_chunk = c.tx++;
+  s.put = s.bytes;
+  s.started = true;
+  s.awaiting = true;  // done once the receiver releases the slot (send_one)
+  return true;
+}
+
+bool ShmTransport::read_direct(Channel& c, const SlotHeader& h) {
+  // One ring's worth per call: pump() goes round the channels between pieces, so a large message does not
+  // hold up the others (nor the opposite direction of an exchange).
+  const std::size_t piece = slot_bytes_ * static_cast<std::size_t>(slots_);
+  const std::size_t total = h.msg_bytes;
+  std::size_t& got = c.cur_recv != nullptr ? c.cur_recv->got : c.cur_unexpected->got;
+  const std::size_t len = std::min(piece, total - got);
+  const bool reduce = c.cur_recv != nullptr && c.cur_recv->reduce;
+  std::byte* into = nullptr;
+  if (reduce) {
+    staging_.resize(piece);
+    into = staging_.data();
+  } else {
+    into = (c.cur_recv != nullptr ? c.cur_recv->dst : c.cur_unexpected->data.get()) + got;
+  }
+  const std::string error = read_process_memory(c.cur_pid, c.cur_address + got, into, len);
+  if (!error.empty())
+    fail("single-copy read of " + std::to_string(len) + " bytes from rank " + std::to_string(c.peer) + " (pid " +
+         std::to_string(c.cur_pid) + ") failed: " + error);
+  if (reduce) deliver(*c.cur_recv, staging_.data(), got, len);  // pieces hold whole elements (pages)
+  got += len;
+  if (got < total) return false;
+  if (c.cur_recv != nullptr) {
+    c.cur_recv->done = true;
+    c.cur_recv = nullptr;
+  } else {
+    c.cur_unexpected = nullptr;
+  }
+  c.cur_direct = false;
+  return true;
+}
+
 bool ShmTransport::recv_one(Channel& c) {
   SlotHeader* h = slot(c.in, c.rx);
   // Acquire pairs with the producer's release: the slot's fields and data are complete.
   if (load_acquire(h) != 2 * c.rx + 1) return false;
   const std::size_t len = h->len, offset = h->offset, total = h->msg_bytes;
   if (c.cur_recv == nullptr && c.cur_unexpected == nullptr) {
-    if (h->first != 1 || offset != 0)
+    if ((h->first & SlotHeader::kFirst) == 0 || offset != 0)
       fail("ring from rank " + std::to_string(c.peer) + " is out of step (chunk " + std::to_string(c.rx) +
            " is not the start of a message)");
     const Header header{h->join, h->ready};
@@ -185,11 +266,25 @@ bool ShmTransport::recv_one(Channel& c) {
       u.data.reset(new std::byte[total]);
       c.cur_unexpected = &u;
     }
-  } else {
+    if ((h->first & SlotHeader::kDirect) != 0) {
+      DirectDescriptor d{};
+      std::memcpy(&d, h->data(), sizeof d);
+      c.cur_direct = true;
+      c.cur_pid = d.pid;
+      c.cur_address = d.address;
+    }
+  } else if (!c.cur_direct) {
     const std::size_t expect = c.cur_recv ? c.cur_recv->got : c.cur_unexpected->got;
     if (h->first != 0 || offset != expect)
       fail("ring from rank " + std::to_string(c.peer) + " is out of step (chunk at offset " +
            std::to_string(offset) + ", expected " + std::to_string(expect) + ")");
+  }
+  if (c.cur_direct) {
+    // The slot stays full until the whole message is read: its release tells the sender its buffer is free.
+    if (!read_direct(c, *h)) return true;
+    store_release(h, 2 * c.rx + 2);
+    ++c.rx;
+    return true;
   }
   bool complete = false;
   if (c.cur_recv != nullptr) {

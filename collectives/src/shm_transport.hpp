@@ -3,6 +3,9 @@
 // shared-memory segment, pumped from the nonblocking progress of the calls (docs/collectives.md
 // "Transports"). Messages are matched by (peer, tag) in posting order, as MPI matches them; one that
 // arrives before its receive waits in the ring, or is kept aside when it blocks an awaited message.
+// Messages of at least collectives.single_copy_bytes go by descriptor: the receiver reads them straight from
+// the sender's buffer with process_vm_readv (one copy instead of two) and releases the descriptor's slot when
+// done, which is when the send completes.
 #pragma once
 
 #include <cstddef>
@@ -24,6 +27,8 @@ struct SlotHeader;
 
 /// transport = shm, or auto without mpi_native.
 bool wants_shm(const MpiCommConfig& config) noexcept;
+/// `len` bytes at `address` in process `pid` into `into` (Linux cross-memory attach); an error text, or empty.
+std::string read_process_memory(std::int64_t pid, std::uint64_t address, std::byte* into, std::size_t len);
 /// Collective over the world's communicator (world constructor): fills ctx.machine_of_world_rank
 /// and ctx.job_uid with one nonblocking allgather; nothing when the config resolves to mpi.
 void discover_machines(WorldContext& ctx, MPI_Comm comm, const MpiCommConfig& config, std::string_view name);
@@ -45,6 +50,8 @@ struct ShmSend {
   std::size_t put = 0;
   bool started = false;
   bool done = false;
+  bool awaiting = false;        // single copy: the descriptor is out, the receiver is reading `src`
+  std::uint64_t ack_chunk = 0;  // the descriptor's chunk number in the ring
 };
 
 /// A receive: copy into dst, or (reduce) dst = red.combine(received, b), rounded once when `finish`.
@@ -97,6 +104,8 @@ class ShmTransport {
 
   std::size_t slot_bytes() const noexcept { return slot_bytes_; }
   int slots() const noexcept { return slots_; }
+  /// The smallest message sent by descriptor (single copy), or 0 when every message goes through the slots.
+  std::size_t single_copy_bytes() const noexcept { return single_copy_bytes_; }
 
  private:
   struct Unexpected {
@@ -117,13 +126,21 @@ class ShmTransport {
     std::list<Unexpected> unexpected;  // arrived before their receive, in arrival order
     ShmRecv* cur_recv = nullptr;       // the message being read from `in`: a receive...
     Unexpected* cur_unexpected = nullptr;  // ...or one kept aside
+    bool cur_direct = false;               // ...by descriptor, from here:
+    std::int64_t cur_pid = 0;
+    std::uint64_t cur_address = 0;
   };
 
   /// machine_index: group rank -> index among the group's ranks on this machine, or -1.
-  ShmTransport(std::unique_ptr<ShmSegment> segment, const CommState& st, const std::vector<int>& machine_index);
+  ShmTransport(std::unique_ptr<ShmSegment> segment, const CommState& st, const std::vector<int>& machine_index,
+               std::size_t single_copy_bytes);
   Channel& channel(int peer) { return channels_[static_cast<std::size_t>(local_of_[peer])]; }
   bool send_one(Channel& c);
+  bool send_descriptor(Channel& c, ShmSend& s, SlotHeader* h);
   bool recv_one(Channel& c);
+  /// The next piece of the single-copy message in `h` into the current receive (or kept-aside message); true
+  /// once the whole message is in.
+  bool read_direct(Channel& c, const SlotHeader& h);
   void deliver(ShmRecv& r, const std::byte* src, std::size_t offset, std::size_t len);
   void take_unexpected(Channel& c, ShmRecv& r, std::list<Unexpected>::iterator it);
   SlotHeader* slot(SlotHeader* ring, std::uint64_t chunk) const noexcept;
@@ -138,6 +155,8 @@ class ShmTransport {
   std::size_t slot_bytes_ = 0;
   std::size_t slot_stride_ = 0;
   int slots_ = 0;
+  std::size_t single_copy_bytes_ = 0;
+  std::vector<std::byte> staging_;  // single-copy reductions: a piece read before it is combined
   // By contract one thread uses a communicator at a time; the lock makes a slip (two threads
   // polling two requests of one communicator) safe rather than corrupting, at ~20 ns per pump.
   mutable std::mutex mu_;

@@ -60,6 +60,14 @@ void register_keys(OptionTable& t) {
                    "through them in chunks of this size")
             .in_range(4096, 67108864)
             .with_unit("bytes"));
+  t.add(S::integer("collectives.single_copy_bytes", 0,
+                   "Messages of at least this many bytes between ranks of one machine are read by the receiver "
+                   "straight from the sender's buffer (process_vm_readv: one copy instead of the slots' two); "
+                   "0 = always through the slots (default: it wins for all-gather up to 16 MiB and loses at "
+                   "64 MiB, measured in docs/collectives.md). Where the kernel refuses cross-process reads, the "
+                   "slots are used and the run says so once")
+            .in_range(0, std::int64_t{1} << 40)
+            .with_unit("bytes"));
   t.add(S::integer("collectives.shm_slots", 4,
                    "Slots per direction of each pair of ranks in the shared-memory rings")
             .in_range(2, 64));

@@ -3,7 +3,9 @@
 // once), messages that arrive before their receive (whole or half-way), counters of virtual nodes,
 // and two duplicates used concurrently from two threads (also built with ThreadSanitizer).
 #include <algorithm>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "mpi_comm_test_util.hpp"
 
@@ -19,14 +21,21 @@ double sum_value(int r, std::int64_t i, int salt = 0) {
 }
 
 // Tiny slots (one page, two per direction): every message of a few pages streams through the ring
-// in many chunks, wrapping it several times.
-MpiCommConfig tiny_rings(std::size_t small_message_bytes) {
+// in many chunks, wrapping it several times. With `single_copy_bytes` = 1 every non-empty message goes by
+// descriptor instead, read from the sender's buffer a ring's worth (two pages) at a time.
+MpiCommConfig tiny_rings(std::size_t small_message_bytes, std::size_t single_copy_bytes = 0) {
   MpiCommConfig c = test_config();
   c.transport = Transport::shm;
   c.shm_slot_bytes = 4096;
   c.shm_slots = 2;
   c.small_message_bytes = small_message_bytes;
+  c.single_copy_bytes = single_copy_bytes;
   return c;
+}
+
+// The two ways a message crosses: through the slots (0), or by descriptor (1: every non-empty message).
+std::string copies_name(const ::testing::TestParamInfo<std::size_t>& info) {
+  return info.param == 0 ? "slots" : "single_copy";
 }
 
 TEST(ShmTransport, ChosenForEveryCommunicatorThatHasMachinePeers) {
@@ -72,10 +81,13 @@ TEST(ShmTransport, VirtualNodesStillShareMemoryAndCountInterBytes) {
   EXPECT_EQ(rec.bytes[1], inter ? sent : 0u);
 }
 
-class ShmChunks : public ::testing::TestWithParam<std::size_t> {};
+// (small_message_bytes, single_copy_bytes)
+class ShmChunks : public ::testing::TestWithParam<std::pair<std::size_t, std::size_t>> {};
 
 TEST_P(ShmChunks, EveryOpExactThroughTinyRings) {
-  auto world = make_world(tiny_rings(GetParam()));
+  auto world = make_world(tiny_rings(GetParam().first, GetParam().second));
+  // This machine's kernel allows the cross-process reads (the containers CI runs in do): the path is exercised.
+  EXPECT_EQ(world->single_copy_bytes(), world->transport() == Transport::shm ? GetParam().second : 0);
   const int p = world->size(), r = world->rank();
   if (p > 1) {
     ASSERT_EQ(world->transport(), Transport::shm);
@@ -137,14 +149,24 @@ TEST_P(ShmChunks, EveryOpExactThroughTinyRings) {
   for (std::int64_t i = 0; i < 9001; ++i) ASSERT_EQ(b.get(i), copy_value(root, i));
 }
 
-INSTANTIATE_TEST_SUITE_P(Algorithms, ShmChunks, ::testing::Values(std::size_t{0}, std::size_t{1} << 40),
-                         [](const ::testing::TestParamInfo<std::size_t>& info) {
-                           return std::string(info.param == 0 ? "ring" : "small");
+INSTANTIATE_TEST_SUITE_P(Algorithms, ShmChunks,
+                         ::testing::Values(std::pair<std::size_t, std::size_t>{0, 0},
+                                           std::pair<std::size_t, std::size_t>{std::size_t{1} << 40, 0},
+                                           std::pair<std::size_t, std::size_t>{0, 1},
+                                           std::pair<std::size_t, std::size_t>{std::size_t{1} << 40, 1}),
+                         [](const auto& info) {
+                           return std::string(info.param.first == 0 ? "ring" : "small") +
+                                  (info.param.second == 0 ? "_slots" : "_single_copy");
                          });
 
-TEST(ShmTransport, MessagesArrivingBeforeTheirReceive) {
+class ShmCopies : public ::testing::TestWithParam<std::size_t> {};
+INSTANTIATE_TEST_SUITE_P(Copies, ShmCopies, ::testing::Values(std::size_t{0}, std::size_t{1}), copies_name);
+
+// Single copy: message 7 is one descriptor instead of ten chunks; the peer keeps it aside by reading the whole
+// message from the sender's buffer (the sender's wait only ends once it has), the rest as through the slots.
+TEST_P(ShmCopies, MessagesArrivingBeforeTheirReceive) {
   HZP_REQUIRE_MIN_RANKS(2);
-  auto world = make_world(tiny_rings(0));
+  auto world = make_world(tiny_rings(0, GetParam()));
   auto c = world->duplicate("p2p");
   const int r = c->rank();
   const std::int64_t n = 10240;  // 40 KiB: ten chunks through a two-slot ring
@@ -189,8 +211,8 @@ TEST(ShmTransport, MessagesArrivingBeforeTheirReceive) {
   }
 }
 
-TEST(ShmTransport, OverlappingCollectivesCompletedInReverseOrder) {
-  auto world = make_world(tiny_rings(0));
+TEST_P(ShmCopies, OverlappingCollectivesCompletedInReverseOrder) {
+  auto world = make_world(tiny_rings(0, GetParam()));
   const int p = world->size(), r = world->rank();
   const std::int64_t n = 4000;
   Buffer in(DType::f32, n), out(DType::f32, n * p), acc(DType::bf16, n * 2);
@@ -211,8 +233,9 @@ TEST(ShmTransport, OverlappingCollectivesCompletedInReverseOrder) {
 
 // Two duplicates, each driven by its own thread at once, with large messages: every result exact
 // (a chunk delivered on the wrong communicator would show), counters kept apart.
-TEST(ShmTransport, TwoDuplicatesFromTwoThreadsConcurrently) {
+TEST_P(ShmCopies, TwoDuplicatesFromTwoThreadsConcurrently) {
   MpiCommConfig cfg = test_config();
+  cfg.single_copy_bytes = GetParam();
   cfg.transport = Transport::shm;
   cfg.shm_slot_bytes = 16384;
   cfg.shm_slots = 3;

@@ -58,6 +58,11 @@ struct MpiCommConfig {
   /// streams through them in slot-sized chunks). Defaults measured in docs/collectives-benchmark.md.
   std::size_t shm_slot_bytes = 256 * 1024;  // collectives.shm_slot_bytes, multiple of 4096
   int shm_slots = 4;                        // collectives.shm_slots, 2..64
+  /// Messages of at least this many bytes between ranks of one machine are read by the receiver straight from
+  /// the sender's buffer (Linux cross-memory attach, process_vm_readv) instead of through the slots: one copy
+  /// instead of two. 0 = never (the default: measured, it wins only in a middle range of sizes and ops;
+  /// docs/collectives.md "Single copy"). Where the kernel refuses it, the slots are kept (and the run says so).
+  std::size_t single_copy_bytes = 0;  // collectives.single_copy_bytes
   LinkEmulationConfig links;          // links.*
 
   void validate() const;
@@ -122,6 +127,9 @@ class MpiCommunicator final : public Communicator {
   /// The transport this communicator's intra-machine hops actually use: shm, or mpi (chosen, or
   /// the fallback of auto when shared memory was unavailable; also when no peer shares the machine).
   Transport transport() const noexcept;
+  /// The smallest intra-machine message read straight from the sender's buffer (collectives.single_copy_bytes),
+  /// or 0 when every message goes through the slots (off, refused by the kernel, or no shared memory).
+  std::size_t single_copy_bytes() const noexcept;
   /// True once a deadline fired on this communicator; failure_reason() says which call.
   bool failed() const noexcept;
   std::string failure_reason() const;
