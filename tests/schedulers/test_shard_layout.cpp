@@ -144,13 +144,20 @@ TEST(SchedulerPlan, NineBillionAtW256MatchesTheForms) {
   const SchedulerPlan z3 = plan_scheduler("zero3", in);
   const std::int64_t m = 512 / 256;
   for (const PlannedCollective& c : z3.collectives) {
-    if (c.op == coll::CollOp::all_gather) EXPECT_EQ(c.calls, 2 * m * layout.num_units());
-    if (c.op == coll::CollOp::reduce_scatter) EXPECT_EQ(c.calls, m * layout.num_units());
+    if (c.op == coll::CollOp::all_gather) {
+      EXPECT_EQ(c.calls, 2 * m * layout.num_units());
+    }
+    if (c.op == coll::CollOp::reduce_scatter) {
+      EXPECT_EQ(c.calls, m * layout.num_units());
+    }
   }
   in.options.group_size = 8;
   const SchedulerPlan hs = plan_scheduler("hsdp", in);
-  for (const PlannedCollective& c : hs.collectives)
-    if (c.group == "shard") EXPECT_EQ(c.bytes[1], 0u) << coll::coll_op_name(c.op) << " crosses nodes";
+  for (const PlannedCollective& c : hs.collectives) {
+    if (c.group == "shard") {
+      EXPECT_EQ(c.bytes[1], 0u) << coll::coll_op_name(c.op) << " crosses nodes";
+    }
+  }
   in.options.group_size = 3;
   EXPECT_THROW(plan_scheduler("hsdp", in), ConfigError);
 }

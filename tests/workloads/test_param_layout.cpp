@@ -271,11 +271,12 @@ TEST(StageLayout, KeepsTheStagesUnitsWithTheWholeModelsValues) {
         EXPECT_EQ(static_cast<std::size_t>(x.absent_tensors) + x.tensors.size(), whole.unit(u).tensors.size());
         held += x.numel;
         absent += x.absent_numel;
-        if (x.numel > 0)  // bitwise the whole model's values
+        if (x.numel > 0) {  // bitwise the whole model's values
           EXPECT_EQ(std::memcmp(mine.data() + st.unit_offset(u), all.data() + whole.unit_offset(u),
                                 static_cast<std::size_t>(x.numel) * sizeof(float)),
                     0)
               << "stage " << stage << " unit " << u;
+        }
       }
       EXPECT_EQ(held, st.total_numel());
       absent_total += absent;
