@@ -85,8 +85,17 @@ std::unique_ptr<Scheduler> make_scheduler(std::string_view name, const Scheduler
         HZP_THROW(UnsupportedError, "scheduler ", name, " runs on the host only; a CUDA compute stream is taken by ",
                   gpu.str(), " (docs/cuda.md). Fix: one of those, or backend = cpu");
       }
-  for (const Entry& e : kEntries)
-    if (name == e.name) return e.make(args);
+  for (const Entry& e : kEntries) {
+    if (name != e.name) continue;
+    if (args.allocator != nullptr && args.stream.device() != args.allocator->device())
+      HZP_THROW(ConfigError, "scheduler ", name, ": the compute stream is on ", to_string(args.stream.device()),
+                " but the allocator hands out memory on ", to_string(args.allocator->device()),
+                "; both must be on the same device");
+    if (name != "none" && args.world == nullptr)
+      HZP_THROW(ConfigError, "scheduler ", name, " is distributed and needs a world communicator (none was given). "
+                "Fix: run it under mpiexec through hzpbench run, or use scheduler none");
+    return e.make(args);
+  }
   std::ostringstream known;
   for (const Entry& e : kEntries) known << (known.tellp() > 0 ? ", " : "") << e.name;
   HZP_THROW(ConfigError, "scheduler.name = \"", name, "\" is not a registered scheduler; registered: ", known.str());

@@ -174,17 +174,22 @@ TEST(Registry, NoneIsRegisteredFirstAndUnknownNamesAreRefused) {
   EXPECT_TRUE(throws_with<ConfigError>([&] { schedulers::make_scheduler("zero9", args); }, {"\"zero9\"", "none"}));
 }
 
-// A CUDA compute stream is refused before any device call (so this runs without a GPU): by every scheduler
-// but none, and by none when its allocator is not on the stream's device.
-TEST(Registry, CudaStreamTakenByNoneAloneAndOnlyWithADeviceAllocator) {
+// A CUDA compute stream is refused before any device call (so this runs without a GPU): by the schedulers that
+// keep host buffers, and by those that run on a GPU when their allocator is not on the stream's device; a
+// distributed scheduler without a world communicator is refused by name.
+TEST(Registry, CudaStreamTakenByGpuSchedulersOnlyWithADeviceAllocator) {
   NoneRun run("tiny");
   run.build();
   schedulers::SchedulerArgs args = run.args();
   args.stream = StreamRef::wrap(Device::cuda(0), nullptr);
-  EXPECT_TRUE(throws_with<UnsupportedError>([&] { schedulers::make_scheduler("zero3", args); },
-                                            {"scheduler zero3 runs on the host only", "scheduler.name = none"}));
-  EXPECT_TRUE(throws_with<ConfigError>([&] { schedulers::make_scheduler("none", args); },
-                                       {"compute stream is on cuda:0", "memory on cpu"}));
+  for (const char* host_only : {"asynchzp", "nd"})
+    EXPECT_TRUE(throws_with<UnsupportedError>([&] { schedulers::make_scheduler(host_only, args); },
+                                              {"runs on the host only", "none, ddp, zero1, zero2, zero3, hsdp"}));
+  for (const char* gpu : {"none", "zero3", "ddp"})
+    EXPECT_TRUE(throws_with<ConfigError>([&] { schedulers::make_scheduler(gpu, args); },
+                                         {"compute stream is on cuda:0", "memory on cpu"}));
+  EXPECT_TRUE(throws_with<ConfigError>([&] { schedulers::make_scheduler("zero3", run.args()); },
+                                       {"scheduler zero3 is distributed", "world communicator"}));
 }
 
 }  // namespace
