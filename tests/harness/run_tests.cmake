@@ -196,6 +196,13 @@ if(Python3_Interpreter_FOUND)
     "results_sigint_np2|sigint|2|90"
     "results_short_file|short_file|1|60"
     "results_default_names|default_names|1|120")
+  # Checkpoints through the run (checkpoint_run_test.py): resume equality, refusals, a signal, a kill.
+  hzp_add_e2e_tests(SCRIPT checkpoint_run_test.py SPECS
+    "checkpoint_run_resume_np1|resume|1|180"
+    "checkpoint_run_resume_np2|resume|2|180"
+    "checkpoint_run_refusals_np2|refusals|2|180"
+    "checkpoint_run_preempt_np2|preempt|2|180"
+    "checkpoint_run_killed|killed|1|180")
   if(HZP_HAVE_CUDA)
     # backend = cuda end to end: on a GPU (label gpu, exit 77 without a device), and the one clear failure
     # on a machine without one (CI; exit 77 where a device is visible).
