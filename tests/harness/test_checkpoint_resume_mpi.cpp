@@ -1,7 +1,7 @@
 // Resume through checkpoints (checkpoint_io.hpp, docs/checkpoints.md), in-process under mpiexec at 2 and 4 ranks on
 // the `tiny` preset. Resume equality: N steps uninterrupted against N/2 steps, a checkpoint, a fresh model and
 // scheduler restored from it and N/2 more: every loss and the final master and working parameters bitwise equal,
-// for none, zero3, hsdp and asynchzp (async), fp32 and bf16-mixed. Resharding in deterministic mode, where every
+// for none, zero3, hsdp and asynchzp (async), fp32 and bf16-mixed, and for tiny-moe (its balancing bias restored). Resharding in deterministic mode, where every
 // layout computes the bits of `none` (docs/deterministic.md): a checkpoint of zero3 over every rank continued by
 // asynchzp over half of them, and one of ddp over half continued by hsdp over all, each bitwise equal to `none`
 // run uninterrupted (the uninterrupted run of any layout). Refusals: changed bytes, a truncated file, another
@@ -87,10 +87,17 @@ struct Layout {
 
 class Trainer {
  public:
-  Trainer(const Layout& l, Precision p, bool deterministic, MPI_Comm comm) : setup_(p), comm_(comm) {
+  /// `moe`: the tiny-moe preset's model (routed experts with the balancing bias) instead of tiny's.
+  Trainer(const Layout& l, Precision p, bool deterministic, MPI_Comm comm, bool moe = false)
+      : setup_(p, moe ? [](workloads::LlamaConfig& c) { c = workloads::model_preset("tiny-moe").model; }
+                      : std::function<void(workloads::LlamaConfig&)>{}),
+        comm_(comm) {
     setup_.train.deterministic = deterministic;
     schedulers::SchedulerArgs a = setup_.args();
     a.options = l.options;
+    // Deterministic mode: a coarse step-0 scale (2^10), so that the later steps' exponents, set from the previous
+    // step's maxima, give other bits than step 0's would: a resume that lost the stored scales shows.
+    a.fixed_point.step0_exponent = 10;
     if (comm != MPI_COMM_NULL) {
       int size = 0, rank = 0;
       MPI_Comm_size(comm, &size);
@@ -126,8 +133,8 @@ class Trainer {
   std::unique_ptr<schedulers::Scheduler> scheduler_;
 };
 
-Outcome uninterrupted(const Layout& l, Precision p, bool det, MPI_Comm comm) {
-  Trainer t(l, p, det, comm);
+Outcome uninterrupted(const Layout& l, Precision p, bool det, MPI_Comm comm, bool moe = false) {
+  Trainer t(l, p, det, comm, moe);
   Outcome o;
   t.steps(0, kSteps, o);
   final_params(t.scheduler(), o);
@@ -149,14 +156,14 @@ void expect_bitwise(const Outcome& got, const Outcome& want, std::int64_t from, 
 
 // Stops after N/2 steps, checkpoints, and continues in `to` (a fresh model and scheduler) from the file.
 Outcome interrupted(const Layout& from, MPI_Comm from_comm, const Layout& to, MPI_Comm to_comm, Precision p, bool det,
-                    const fs::path& file) {
+                    const fs::path& file, bool moe = false) {
   {
-    Trainer a(from, p, det, from_comm);
+    Trainer a(from, p, det, from_comm, moe);
     Outcome ignored;
     a.steps(0, kSteps / 2, ignored);
     a.save(file, kSteps / 2 - 1);
   }
-  Trainer b(to, p, det, to_comm);
+  Trainer b(to, p, det, to_comm, moe);
   Outcome o;
   const std::int64_t next = b.resume(file);
   EXPECT_EQ(next, kSteps / 2);
@@ -196,6 +203,17 @@ TEST_P(Resume, ShardedSchedulersContinueBitwise) {
     const Outcome got = interrupted(l, MPI_COMM_WORLD, l, MPI_COMM_WORLD, GetParam(), false, file);
     expect_bitwise(got, want, kSteps / 2, l.scheduler + " at " + std::to_string(world_size()) + " ranks");
   }
+}
+
+// tiny-moe: the balancing bias is state beside the parameters (Workload::checkpoint_state). Without it restored the
+// resumed run routes tokens as if the bias were zero, and its losses leave the uninterrupted run's.
+TEST(ResumeMoe, BalancingBiasContinuesBitwise) {
+  SharedDir dir;
+  const Layout zero3{"zero3", {}};
+  const fs::path file = dir.path / "moe.ckpt.h5";
+  const Outcome want = uninterrupted(zero3, Precision::fp32, false, MPI_COMM_WORLD, true);
+  const Outcome got = interrupted(zero3, MPI_COMM_WORLD, zero3, MPI_COMM_WORLD, Precision::fp32, false, file, true);
+  expect_bitwise(got, want, kSteps / 2, "tiny-moe zero3");
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, Resume, ::testing::Values(Precision::fp32, Precision::bf16_mixed),
