@@ -1,7 +1,8 @@
 // Resume through checkpoints (checkpoint_io.hpp, docs/checkpoints.md), in-process under mpiexec at 2 and 4 ranks on
 // the `tiny` preset. Resume equality: N steps uninterrupted against N/2 steps, a checkpoint, a fresh model and
 // scheduler restored from it and N/2 more: every loss and the final master and working parameters bitwise equal,
-// for none, zero3, hsdp and asynchzp (async), fp32 and bf16-mixed, and for tiny-moe (its balancing bias restored). Resharding in deterministic mode, where every
+// for none, zero3, hsdp and asynchzp (async) (and zero1, zero2, ddp), fp32 and bf16-mixed, and for tiny-moe (its
+// balancing bias restored). Resharding in deterministic mode, where every
 // layout computes the bits of `none` (docs/deterministic.md): a checkpoint of zero3 over every rank continued by
 // asynchzp over half of them, and one of ddp over half continued by hsdp over all, each bitwise equal to `none`
 // run uninterrupted (the uninterrupted run of any layout). Refusals: changed bytes, a truncated file, another
@@ -180,7 +181,8 @@ std::vector<Layout> resumed_layouts(int w) {
   async.z2 = w / 2;
   async.z3 = std::max(1, w / 4);
   async.async = true;
-  return {{"zero3", {}}, {"hsdp", hsdp}, {"asynchzp", async}};
+  // zero1/zero2 rebuild their full parameter copies by gathers on load, ddp reads the whole model on every rank.
+  return {{"zero3", {}}, {"hsdp", hsdp}, {"asynchzp", async}, {"zero1", {}}, {"zero2", {}}, {"ddp", {}}};
 }
 
 class Resume : public ::testing::TestWithParam<Precision> {};
