@@ -6,6 +6,8 @@ Scenarios (one CTest each, see run_tests.cmake):
              step-4 checkpoint: the resumed file starts at step 4, names what it continues, ends ok, and its
              losses equal the uninterrupted run's steps 5..8 bitwise (the final loss too); checkpoint_keep = 1
              leaves only the newest checkpoint
+  reshard    deterministic mode: zero3 at 2 ranks checkpoints after step 4, `none` on one rank resumes it; its
+             losses equal `none` uninterrupted bitwise (every layout computes none's bits in deterministic mode)
   refusals   --resume of a missing file, a file with a flipped byte, a cut file, another model shape and
              another precision: exit 2, one message naming the file (and the field), no results file
   preempt    SIGTERM to the job with checkpointing on: exit 5, status `preempted: ...` naming the checkpoint
@@ -71,6 +73,21 @@ def scenario_resume():
     check(len(resumed) == 4, f"the resumed file holds {len(resumed)} steps, expected 4 (steps 5..8)")
     check(np.array_equal(resumed, whole[4:]), "the resumed losses differ from the uninterrupted run's")
     check(resumed[-1] == whole[-1], "the final loss differs")
+
+
+def scenario_reshard():
+    det = TINY + ["--set", "train.steps=8", "--set", "train.deterministic=true"]
+    e2e.run(det + ["--set", "scheduler.name=none"], ranks=1, out=path("none.h5"), expect_rc=0)
+    e2e.run(det + ["--set", "scheduler.name=zero3", "--set", "output.checkpoint_every=4"], ranks=2,
+            out=path("zero3.h5"), expect_rc=0)
+    ck = checkpoints("zero3")[0]
+    e2e.run(det + ["--set", "scheduler.name=none", "--resume", ck], ranks=1, out=path("resumed.h5"), expect_rc=0)
+    whole, _, _ = losses(path("none.h5"))
+    resumed, status, a = losses(path("resumed.h5"))
+    print(f"  none uninterrupted {whole[4:]}\n  zero3@2 -> none@1  {resumed}")
+    check(status == "ok" and int(a["resumed_from_world_size"]) == 2, f"{status}, {a.get('resumed_from_world_size')}")
+    check(attr_text(a, "resumed_from_scheduler") == "zero3", f"resumed_from_scheduler {a['resumed_from_scheduler']}")
+    check(np.array_equal(resumed, whole[4:]), "the resumed losses differ from none's uninterrupted run")
 
 
 def attr_text(a, k):

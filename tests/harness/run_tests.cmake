@@ -208,6 +208,7 @@ if(Python3_Interpreter_FOUND)
   hzp_add_e2e_tests(SCRIPT checkpoint_run_test.py SPECS
     "checkpoint_run_resume_np1|resume|1|180"
     "checkpoint_run_resume_np2|resume|2|180"
+    "checkpoint_run_reshard|reshard|0|180"
     "checkpoint_run_refusals_np2|refusals|2|180"
     "checkpoint_run_preempt_np2|preempt|2|180"
     "checkpoint_run_killed|killed|1|180")
