@@ -18,6 +18,10 @@ Command add_run_command(CLI::App& app, std::vector<std::string> argv) {
                   "Write parameters, gradients and optimizer states by name into the results file after these "
                   "steps (comma-separated, counted from 0)")
       ->type_name("STEPS");
+  sub->add_option("--resume", args->resume,
+                  "Continue from this checkpoint (output.checkpoint_every) at its step + 1 through train.steps, into "
+                  "a new results file that names it; any scheduler and world size (docs/checkpoints.md)")
+      ->type_name("CKPT");
   sub->footer(
       "Without --config, an embedded default: model.preset = small on the synthetic source, the scheduler for the "
       "world size (none on one rank), links.profile = h100-dgx; --set model.preset=tiny gets tiny's own defaults.\n"
@@ -25,7 +29,8 @@ Command add_run_command(CLI::App& app, std::vector<std::string> argv) {
       "Exit codes: 0 ok; 2 bad input (configuration, data, output path: nothing ran); 3 diverged (a NaN or "
       "infinite loss; status `diverged`); 4 failed (an error on some rank, the watchdog, or the results file: a "
       "full disk, the file replaced; status `failed: <rank>: <reason>`); 130 / 138 / 143 terminated by SIGINT / "
-      "SIGUSR1 / SIGTERM (status `failed: <rank>: terminated by SIG...`, every completed step kept).");
+      "SIGUSR1 / SIGTERM (status `failed: <rank>: terminated by SIG...`, every completed step kept); 5 preempted (a "
+      "signal with output.checkpoint_every on: checkpoint written after the step in flight, status `preempted: ...`).");
   return {sub, [args, argv = std::move(argv)] { return run_main(*args, argv); }};
 }
 

@@ -20,6 +20,9 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitBadInput = 2;  ///< configuration, data or output path: nothing ran (or set-up failed)
 inline constexpr int kExitDiverged = 3;  ///< a NaN/inf loss stopped the run (status `diverged`)
 inline constexpr int kExitFailed = 4;    ///< an error on some rank during the run (status `failed: ...`)
+/// A caught SIGTERM/SIGINT/SIGUSR1 with checkpointing on: the ranks agreed on a step, wrote a checkpoint after it and
+/// stopped (status `preempted: ...` naming it); `hzpbench run --resume` continues from it.
+inline constexpr int kExitPreempted = 5;
 // A caught termination signal ends the run with 128 + its number (signal_stop.hpp): 130 SIGINT, 138 SIGUSR1,
 // 143 SIGTERM, status `failed: <rank>: terminated by SIG...`.
 

@@ -43,6 +43,8 @@ RunStatus RunStatus::parse(std::string_view text) {
   if (text == "running") return running();
   if (text == "ok") return ok();
   if (text == "diverged") return diverged();
+  constexpr std::string_view kPreempted = "preempted: ";
+  if (text.substr(0, kPreempted.size()) == kPreempted) return preempted(std::string(text.substr(kPreempted.size())));
   constexpr std::string_view kFailed = "failed: ";
   if (text.substr(0, kFailed.size()) == kFailed) {
     std::string_view rest = text.substr(kFailed.size());
@@ -64,6 +66,7 @@ std::string RunStatus::text() const {
     case Kind::running: return "running";
     case Kind::ok: return "ok";
     case Kind::diverged: return "diverged";
+    case Kind::preempted: return "preempted: " + reason_;
     case Kind::failed: return "failed: " + std::to_string(rank_) + ": " + reason_;
     case Kind::unknown: return reason_;
   }

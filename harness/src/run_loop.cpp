@@ -17,6 +17,10 @@
 //      harness communicator, rank 0's results thread appends the rows and prints the progress line;
 //      non-finite losses are skipped (harness.skip_nonfinite) or end the run as `diverged` (exit 3).
 //   8. The end: a barrier (a rank that failed never reaches it), the trace, the summary, status `ok`.
+// Checkpoints (run_checkpoints.hpp): --resume restores the scheduler right after it is built and the loop starts at
+// the stored step + 1; with output.checkpoint_every on, every step ends with the ranks agreeing whether a signal
+// was caught anywhere (one MAX all-reduce), and a checkpoint is written when one is due or a signal asks to stop,
+// after which the run ends as `preempted` (exit 5).
 #include "run_loop.hpp"
 
 #include <time.h>
@@ -50,6 +54,7 @@
 #include "hzp/schedulers/step/step_driver.hpp"
 #include "metrics.hpp"
 #include "progress.hpp"
+#include "run_checkpoints.hpp"
 #include "results_rows.hpp"
 #include "results_thread.hpp"
 #include "run_context.hpp"
@@ -112,10 +117,14 @@ class Run {
  public:
   /// `scheduler_counters` is set to the scheduler's communicators' counters once they exist, for the
   /// watchdog (which prints them) and back to null before they go.
+  /// `resume`: the checkpoint to continue from (nullptr: start at step 0); `stop_signal`: set by the signal thread
+  /// when checkpointing is on (0 = none caught on this rank).
   Run(const RunSetup& setup, RunContext& ctx, ResultsThread* results, Progress& progress,
-      const workloads::DataSource& source, std::atomic<coll::CommCounters*>& scheduler_counters)
+      const workloads::DataSource& source, std::atomic<coll::CommCounters*>& scheduler_counters,
+      ResumeSource* resume, RunCheckpoints& checkpoints, const std::atomic<int>& stop_signal)
       : s_(setup), o_(setup.opt), ctx_(ctx), results_(results), progress_(progress), source_(source),
-        scheduler_counters_(scheduler_counters), root_(ctx.rank == 0) {}
+        scheduler_counters_(scheduler_counters), root_(ctx.rank == 0), resume_(resume), checkpoints_(checkpoints),
+        stop_signal_(stop_signal) {}
 
   ~Run() {
     trace::install(nullptr);
@@ -136,12 +145,25 @@ class Run {
     }
     calibrate();
     build_scheduler();
+    if (resume_ != nullptr) {
+      progress_.beat(-1, "loading the checkpoint");
+      resume_->restore(*scheduler_);
+      first_step_ = resume_->meta().step + 1;
+    }
     write_start_attributes();
     print_header();
 
     bool diverged = false;
-    for (std::int64_t step = 0; step < s_.train.steps && !diverged; ++step) diverged = !step_once(step);
-    return finish(diverged);
+    for (std::int64_t step = first_step_; step < s_.train.steps && !diverged; ++step) {
+      diverged = !step_once(step);
+      if (diverged || !checkpoints_.enabled()) continue;
+      // Every rank learns whether a signal was caught anywhere: all stop after the same step, checkpointed.
+      const int signo = static_cast<int>(all_reduce_max(*ctx_.harness, stop_signal_.load()));
+      if (checkpoints_.due(step) || signo != 0) write_checkpoint_after(step);
+      // A signal during the last step: every step ran, so the run is ok (with its checkpoint).
+      if (signo != 0 && step + 1 < s_.train.steps) return finish(Outcome::preempted, signo, step);
+    }
+    return finish(diverged ? Outcome::diverged : Outcome::ok, 0, s_.train.steps - 1);
   }
 
  private:
@@ -315,6 +337,17 @@ class Run {
     };
     if (mpi_world_) a.emplace_back("collectives.transport_used", std::string(coll::transport_name(mpi_world_->transport())));
     else if (world_) a.emplace_back("collectives.transport_used", std::string("nccl"));
+    // Row i of the steps/* and ranks/* series is step first_step + i: a resumed run's file starts at the stored step
+    // + 1 and names what it continues (a new file: the results of the run it continues are never rewritten).
+    a.emplace_back("first_step", first_step_);
+    if (resume_ != nullptr) {
+      const CheckpointMeta& m = resume_->meta();
+      a.emplace_back("resumed_from", resume_->path().string());
+      a.emplace_back("resumed_from_step", m.step);
+      a.emplace_back("resumed_from_results", m.results_file);
+      a.emplace_back("resumed_from_scheduler", m.scheduler);
+      a.emplace_back("resumed_from_world_size", m.world_size);
+    }
     if (s_.dims.pp > 1) a.emplace_back("parallel.pipeline", pipeline_text());
     if (s_.dims.cp > 1) a.emplace_back("parallel.context", context_text());
     if (gemm_.flops_per_s > 0) {
@@ -373,9 +406,39 @@ class Run {
                 ctx_.threads.ranks_on_machine, ctx_.threads.cores);
     if (s_.dims.pp > 1) std::printf("# pipeline: %s\n", pipeline_text().c_str());
     if (s_.dims.cp > 1) std::printf("# context: %s\n", context_text().c_str());
+    if (resume_ != nullptr)
+      std::printf("# resumed from %s (after step %lld, written by %s at %lld ranks)\n", resume_->path().c_str(),
+                  static_cast<long long>(resume_->meta().step + 1), resume_->meta().scheduler.c_str(),
+                  static_cast<long long>(resume_->meta().world_size));
+    if (checkpoints_.enabled())
+      std::printf("# checkpoints: every %lld steps and on SIGTERM/SIGINT/SIGUSR1 (then exit 5, preempted)\n",
+                  static_cast<long long>(o_.checkpoint_every));
     if (loss_floor_ >= 0) std::printf("# data: loss floor %.6g nats/token (synthetic source)\n", loss_floor_);
     std::printf("# results: %s\n", results_->path().c_str());
     std::fflush(stdout);
+  }
+
+  void write_checkpoint_after(std::int64_t step) {
+    progress_.beat(step, "writing a checkpoint");
+    CheckpointMeta meta;
+    meta.step = step;
+    meta.seed = static_cast<std::int64_t>(s_.train.seed);
+    meta.precision = std::string(workloads::to_string(s_.train.precision));
+    meta.scheduler = std::string(scheduler_->name());
+    meta.world_size = ctx_.world_size;
+    meta.global_batch = s_.train.global_batch;
+    meta.results_file = results_path_;
+    const std::filesystem::path p =
+        checkpoints_.write(MPI_COMM_WORLD, *scheduler_, s_.model->layout(), s_.model->describe(), meta);
+    if (root_) {
+      results_->post([p = p.string(), step](ResultsWriter& w) {
+        w.set_attribute("checkpoint.last", p);
+        w.set_attribute("checkpoint.last_step", step);
+        w.flush();
+      });
+      std::printf("checkpoint: %s (after step %lld)\n", p.c_str(), static_cast<long long>(step + 1));
+      std::fflush(stdout);
+    }
   }
 
   // ---- 7. one step ---------------------------------------------------------------------------------
@@ -402,7 +465,7 @@ class Run {
                              TensorView(all.data(), Shape{static_cast<std::int64_t>(RankSample::kWidth) * ctx_.world_size},
                                         DType::f64),
                              StreamRef::host());
-    if (step == 0) record_model_state();
+    if (step == first_step_) record_model_state();
 
     // Every rank holds every sample, so every rank takes the same decision on a non-finite loss.
     StepRecord rec = aggregate_step(step, all, scale_);
@@ -423,19 +486,20 @@ class Run {
       records_.push_back(rec);
       const std::int64_t total = s_.train.steps;
       const double flush_s = o_.flush_s;
+      const std::int64_t first = first_step_;
       // The model's own per-step series (the MoE load per layer and expert, ...), as rank 0's model saw the step
       // end: its statistics are summed over the data-parallel group (one pipeline stage's layers under pp).
       std::vector<workloads::StepMetric> model_rows = model_->step_metrics();
-      results_->post([rows = rows_, rec, all = std::move(all), total, flush_s,
+      results_->post([rows = rows_, rec, all = std::move(all), total, flush_s, first,
                       model_rows = std::move(model_rows)](ResultsWriter& w) {
         rows->append(w, rec, all);
         for (const workloads::StepMetric& m : model_rows)
           w.append_row(SeriesSpec{"steps/" + m.name, m.units, m.meaning}, m.values);
         // The first step is in the file: the run has started cleanly, and under --force it now takes the
         // place of the file it replaces (written beside it until here).
-        if (flush_s <= 0 || rec.step == 0) w.flush();
+        if (flush_s <= 0 || rec.step == first) w.flush();
         else w.flush_if_due(flush_s);
-        if (rec.step == 0) w.publish();
+        if (rec.step == first) w.publish();
         std::printf("%s\n", format_progress(rec, total).c_str());
         std::fflush(stdout);
       });
@@ -477,7 +541,9 @@ class Run {
   }
 
   // ---- 8. the end ----------------------------------------------------------------------------------
-  int finish(bool diverged) {
+  enum class Outcome { ok, diverged, preempted };
+  int finish(Outcome outcome, int signo, std::int64_t last_step) {
+    const bool diverged = outcome == Outcome::diverged;
     progress_.beat(s_.train.steps, "finishing");
     ctx_.harness->barrier();  // every rank got here: none failed
     if (recorder_) {
@@ -487,11 +553,13 @@ class Run {
       const bool wrote = gather_and_write_trace(*recorder_, *ctx_.harness, origin_s_, path);
       if (wrote) std::printf("trace: %s (%zu events dropped)\n", path.c_str(), recorder_->dropped());
     }
-    if (!root_) return diverged ? kExitDiverged : kExitOk;
+    const int code = outcome == Outcome::preempted ? kExitPreempted : diverged ? kExitDiverged : kExitOk;
+    if (!root_) return code;
 
     SummaryContext sc;
     sc.world_size = ctx_.world_size;
     sc.warmup_steps = o_.warmup_steps;
+    sc.first_step = first_step_;
     sc.peak_text = peak_text_;
     sc.active_only = scale_.active_only;
     sc.loss_floor = loss_floor_;
@@ -500,11 +568,16 @@ class Run {
     sc.spike_threshold = o_.spike_threshold;
     const std::string summary = format_summary(records_, sc);
     results_->post(summary_attributes_job());
-    results_->finish(diverged ? RunStatus::diverged() : RunStatus::ok());
+    const RunStatus status =
+        outcome == Outcome::preempted
+            ? RunStatus::preempted(signal_name(signo) + " after step " + std::to_string(last_step + 1) + "; checkpoint " +
+                                   checkpoints_.last().string() + " (hzpbench run --resume it)")
+            : diverged ? RunStatus::diverged() : RunStatus::ok();
+    results_->finish(status);
     std::printf("%s", summary.c_str());
-    std::printf("status: %s\nresults: %s\n", diverged ? "diverged" : "ok", results_->path().c_str());
+    std::printf("status: %s\nresults: %s\n", status.text().c_str(), results_->path().c_str());
     std::fflush(stdout);
-    return diverged ? kExitDiverged : kExitOk;
+    return code;
   }
 
   ResultsThread::Job summary_attributes_job() const {
@@ -513,7 +586,7 @@ class Run {
     for (const StepRecord& r : records_) {
       spikes += r.loss_spike;
       gspikes += r.grad_norm_spike;
-      if (r.step < o_.warmup_steps || r.skipped) continue;
+      if (r.step < first_step_ + o_.warmup_steps || r.skipped) continue;
       t.push_back(r.step_time_s);
       tps.push_back(r.tokens_per_s);
       mfu.push_back(r.mfu);
@@ -580,6 +653,14 @@ class Run {
   SpikeDetector grad_spikes_{o_.spike_window, o_.spike_threshold};
   std::int64_t skipped_ = 0;
   std::vector<StepRecord> records_;  // rank 0
+  ResumeSource* resume_;
+  RunCheckpoints& checkpoints_;
+  const std::atomic<int>& stop_signal_;
+  std::int64_t first_step_ = 0;  // the stored step + 1 when resumed
+  std::string results_path_;     // every rank's copy (the checkpoints name it)
+
+ public:
+  void set_results_path(std::string p) { results_path_ = std::move(p); }
 };
 
 // A bad input every rank sees alike: rank 0 prints it once, every rank exits 2.
@@ -610,6 +691,24 @@ int run_main(const RunCliArgs& args, const std::vector<std::string>& argv) {
                 world == 1 ? "" : "s", cfg->to_toml(true).c_str());
     for (const std::string& n : setup->notes) std::printf("# note: %s\n", n.c_str());
     std::fflush(stdout);
+  }
+
+  // ---- 1b. the checkpoint to resume from: opened and checked (format, model, tensor table, checksums, precision)
+  // before anything is created, so that a bad one is bad input (exit 2, no results file).
+  std::unique_ptr<ResumeSource> resume;
+  try {
+    if (!args.resume.empty()) {
+      check_checkpoint_support(*setup, "--resume " + args.resume);
+      resume = std::make_unique<ResumeSource>(MPI_COMM_WORLD, args.resume, setup->model->layout(),
+                                              setup->model->describe(),
+                                              std::string(workloads::to_string(setup->train.precision)));
+      if (resume->meta().step + 1 >= setup->train.steps)
+        HZP_THROW(ConfigError, "--resume ", args.resume, ": the checkpoint is after step ", resume->meta().step + 1,
+                  " and train.steps = ", setup->train.steps, ", so nothing is left to run. Fix: --set train.steps=N "
+                  "with N > ", resume->meta().step + 1);
+    }
+  } catch (const Error& e) {
+    bad_input(e, root);
   }
 
   // ---- 2. data ----------------------------------------------------------------------------------------
@@ -678,7 +777,17 @@ int run_main(const RunCliArgs& args, const std::vector<std::string>& argv) {
     wait_for_abort(kExitFailed);
   };
   Watchdog watchdog(opt.watchdog_s, progress, on_stall);
+  // With checkpointing on, a signal only asks the loop to stop: the ranks agree on it after the step in flight,
+  // checkpoint and end as preempted. The step's time bounds the delay; a second signal still ends at once.
+  std::atomic<int> stop_signal{0};
   auto on_signal = [&](int signo) {
+    if (opt.checkpoint_every > 0) {
+      stop_signal.store(signo);
+      std::fprintf(stderr, "hzpbench: rank %d: %s caught during step %lld: checkpointing after the step in flight, "
+                   "then stopping (a second signal ends at once)\n", rank, signal_name(signo).c_str(),
+                   static_cast<long long>(progress.step()));
+      return;
+    }
     FailureReport rep;
     rep.rank = rank;
     rep.exit_code = exit_code_for_signal(signo);
@@ -700,8 +809,20 @@ int run_main(const RunCliArgs& args, const std::vector<std::string>& argv) {
     ~ObserveCommWaits() { coll::observe_comm_waits(nullptr); }
   } observe(progress.comm_wait_counter());
   try {
-    Run run(*setup, ctx, results.get(), progress, *source, scheduler_counters);
+    RunCheckpoints checkpoints(opt, path, root);
+    Run run(*setup, ctx, results.get(), progress, *source, scheduler_counters, resume.get(), checkpoints, stop_signal);
+    run.set_results_path(path);
     const int code = run.execute();
+    if (code == kExitPreempted && world > 1) {
+      // mpiexec (MPICH's hydra, measured) exits 0 after forwarding a signal to ranks that then end normally, so
+      // the preempted code is delivered as the failure path delivers its codes: an abort, once every rank is done
+      // and rank 0 has closed the results file (finish() joined its thread). The watchdog still guards the barrier.
+      progress.beat(setup->train.steps, "agreeing on the preempted exit");
+      ctx.harness->barrier();
+      watchdog.stop();
+      if (root) abort_job(code);
+      wait_for_abort(code);
+    }
     watchdog.stop();
     return code;
   } catch (const RunExit&) {

@@ -83,6 +83,19 @@ void register_run_keys(OptionTable& t) {
                    "Also write a Chrome/Perfetto trace beside the results file (<results>.trace.json): per "
                    "rank and thread, every unit's compute and every collective"));
   t.add(S::boolean("output.force", false, "Overwrite an existing results file (same as --force)"));
+  // ---- output: checkpoints (checkpoint_io.cpp, run_checkpoints.cpp; docs/checkpoints.md) ----------
+  t.add(S::integer("output.checkpoint_every", 0,
+                   "Write a checkpoint after every this many steps (and after the step a caught SIGTERM, SIGINT or "
+                   "SIGUSR1 stopped the run at: status preempted, exit 5); 0 = off. hzpbench run --resume continues "
+                   "from one")
+            .non_negative()
+            .with_unit("steps"));
+  t.add(S::string("output.checkpoint_dir", "",
+                  "Folder of the checkpoints, <results stem>.step<N>.ckpt.h5; empty = beside the results file"));
+  t.add(S::integer("output.checkpoint_keep", 2,
+                   "Checkpoints of this run kept: after a new one is complete, rank 0 removes this run's older ones "
+                   "beyond the most recent K; 0 = keep every one")
+            .non_negative());
 
   // ---- harness: run-loop policies (run_loop.cpp, watchdog.cpp, metrics.cpp) -----------------------
   t.add(S::real("harness.watchdog_s", 900,
@@ -143,6 +156,9 @@ RunOptions run_options_from(const ResolvedConfig& c) {
   o.flush_s = c.get_double("output.flush_s");
   o.trace = c.get_bool("output.trace");
   o.force = c.get_bool("output.force");
+  o.checkpoint_every = c.get_int("output.checkpoint_every");
+  o.checkpoint_dir = c.get_string("output.checkpoint_dir");
+  o.checkpoint_keep = c.get_int("output.checkpoint_keep");
   o.watchdog_s = c.get_double("harness.watchdog_s");
   o.warmup_steps = c.get_int("harness.warmup_steps");
   o.skip_nonfinite = c.get_int("harness.skip_nonfinite");

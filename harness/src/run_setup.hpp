@@ -28,6 +28,7 @@ struct RunCliArgs {
   std::string out;           ///< --out PATH ("" = output.path)
   bool force = false;        ///< --force
   std::string dump_tensors;  ///< --dump-tensors STEPS ("0,5,9"; "" = none)
+  std::string resume;        ///< --resume CKPT ("" = start at step 0)
 };
 
 /// Layers: key defaults < presets < (the embedded default for `world_size`, or --config FILE) < --set <

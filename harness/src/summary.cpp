@@ -109,7 +109,7 @@ std::string format_summary(std::span<const StepRecord> steps, const SummaryConte
     if (s.skipped) ++skipped;
     loss_spikes += s.loss_spike;
     grad_spikes += s.grad_norm_spike;
-    if (s.step >= ctx.warmup_steps && !s.skipped) measured.push_back(&s);
+    if (s.step >= ctx.first_step + ctx.warmup_steps && !s.skipped) measured.push_back(&s);
   }
   os << "summary: " << steps.size() << " steps run; ";
   if (measured.empty()) {

@@ -68,6 +68,7 @@ double percentile(std::vector<double> values, double q);
 struct SummaryContext {
   int world_size = 1;
   std::int64_t warmup_steps = 0;
+  std::int64_t first_step = 0;     ///< the run's first step (the stored step + 1 when resumed): warm-up counts from it
   std::string peak_text;           ///< "61.2 GFLOP/s per rank (measured: sgemm 512x512x256, 1 thread)"
   bool active_only = false;        ///< the model FLOPs count only each token's active parameters (MoE)
   double loss_floor = -1;          ///< the synthetic source's floor (nats/token), < 0 when unknown

@@ -35,6 +35,7 @@
 #include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/kernels/cast.hpp"
+#include "hzp/schedulers/common/checkpoint_state.hpp"
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/schedulers/common/gather_scatter.hpp"
 #include "hzp/schedulers/common/nested_groups.hpp"
@@ -89,6 +90,7 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
     visit_gathered_state(*this, model_->layout(), train_.precision, world_->rank() == 0, nullptr, visitor);
   }
   RingPool* ring_pool() noexcept override { return async_ ? async_->pool() : nullptr; }
+  void checkpoint(StateArchive& archive) override;
 
  private:
   TensorView param_shard(int s) const { return at(params_, pdt_, l3().slice_offset(s), l3().slice_numel(s)); }
@@ -283,6 +285,24 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
   driver_ = std::make_unique<StepDriver>("asynchzp", *model_, train_, *alloc_, dp.rank(), dp.size(),
                                          step_pipeline(opts_, groups, layout.num_units()), groups.context());
   micro_batches_ = static_cast<int>(train_.micro_batches() / dp.size());
+}
+
+// The z1 optimizer slice as flat runs (replica 0 of each slice writes); on load the parameter shards are refreshed
+// from the restored slices as the constructor refreshes them from the initial ones (now, or before step's gathers).
+void AsyncHzp::checkpoint(StateArchive& archive) {
+  ParallelDims dims;
+  dims.pp = staged_ ? 2 : 1;
+  dims.cp = model_->context_shard() != nullptr ? model_->context_shard()->cp() : 1;
+  check_checkpoint_layout("asynchzp", dims);
+  opt_->checkpoint(archive, l1().flat_runs(o_), opt_replica_comm_->rank() == 0);
+  if (archive.loading()) {
+    if (opts_.async)
+      refresh_due_ = true;
+    else
+      refresh_params(end_inline_);
+    driver_->resume_at(archive.next_step());
+  }
+  checkpoint_side_state(archive, *model_, fixed_.get());
 }
 
 // A step leaves nothing queued on the background threads (it waits for its exchanges and refreshes), so

@@ -20,6 +20,7 @@
 #include "hzp/core/stream.hpp"
 #include "hzp/kernels/cast.hpp"
 #include "hzp/schedulers/common/bucketed_all_reduce.hpp"
+#include "hzp/schedulers/common/checkpoint_state.hpp"
 #include "hzp/schedulers/common/distinct_norm.hpp"
 #include "hzp/schedulers/common/engine_memory.hpp"
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
@@ -48,6 +49,13 @@ class DdpScheduler final : public DataParallelScheduler, private ParameterEngine
   std::vector<float> gather_moment(bool second) override;
   void visit_state(StateVisitor& visitor) override {
     visit_gathered_state(*this, model_->layout(), train_.precision, groups_->rank() == 0, tpx_->debug(), visitor);
+  }
+  // Whole replicas: the data-parallel rank 0 writes everything, every rank reads everything.
+  void checkpoint(StateArchive& archive) override {
+    check_checkpoint_layout(name_, groups_->dims());
+    opt_->checkpoint(archive, whole_model_runs(n_), world_->rank() == 0);
+    if (archive.loading()) driver_->resume_at(archive.next_step());
+    checkpoint_side_state(archive, *model_, fixed_.get());
   }
 
  private:

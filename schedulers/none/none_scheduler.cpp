@@ -17,6 +17,7 @@
 #include "hzp/kernels/adamw.hpp"
 #include "hzp/kernels/cast.hpp"
 #include "hzp/kernels/grad_norm.hpp"
+#include "hzp/schedulers/common/checkpoint_state.hpp"
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/schedulers/common/state_dump.hpp"
 #include "hzp/workloads/batch_plan.hpp"
@@ -295,6 +296,25 @@ void NoneScheduler::visit_state(StateVisitor& visitor) {
     s.stream.synchronize();
   }
   for (const Component& c : comps) visit_flat_component(layout, c.name, c.flat, visitor);
+}
+
+void NoneScheduler::checkpoint(StateArchive& archive) {
+  State& s = *state_;
+  if (s.stream.device().is_cuda())
+    HZP_THROW(UnsupportedError, "backend = cuda: checkpoints of device state are not written yet. Fix: "
+              "output.checkpoint_every = 0 (and no --resume), or backend = cpu");
+  // One rank holds everything: one run of the whole model, in the master's dtype (f64 in fp64 mode).
+  const std::vector<StateArchive::Run> runs = whole_model_runs(s.n);
+  const DType md = workloads::master_dtype(s.precision());
+  archive.array("master", md, runs, s.master_view().data());
+  archive.array("m", md, runs, s.m.data());
+  archive.array("v", md, runs, s.v.data());
+  if (archive.loading()) {
+    // The working copy from the master, rounded once as the constructor and every update do.
+    if (workloads::has_separate_master(s.precision())) kernels::cast(s.params_view(), s.master_view(), s.stream);
+    s.steps_done = archive.next_step();
+  }
+  checkpoint_side_state(archive, *s.model, s.fixed.get());
 }
 
 ConstTensorView NoneScheduler::master_params() const { return state_->master_view(); }

@@ -24,6 +24,7 @@
 #include "hzp/core/stream.hpp"
 #include "hzp/kernels/cast.hpp"
 #include "hzp/core/cuda_backing.hpp"
+#include "hzp/schedulers/common/checkpoint_state.hpp"
 #include "hzp/schedulers/common/distinct_norm.hpp"
 #include "hzp/schedulers/common/engine_memory.hpp"
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
@@ -57,6 +58,7 @@ class ZeroScheduler final : public DataParallelScheduler, private ParameterEngin
   void visit_state(StateVisitor& visitor) override {
     visit_gathered_state(*this, model_->layout(), train_.precision, groups_->rank() == 0, tpx_->debug(), visitor);
   }
+  void checkpoint(StateArchive& archive) override;
 
  private:
   bool full_params() const { return stage_ < 3; }
@@ -199,6 +201,20 @@ ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, 
   engine_->complete();
   driver_ = std::make_unique<StepDriver>(name_, *model_, train_, *alloc_, world_->rank(), world_->size(),
                                          step_pipeline(args.options, *groups_, units), groups_->context(), stream_);
+}
+
+// This rank's optimizer slice as flat runs (hsdp: replica 0 writes); on load, zero1/2's full parameters gathered
+// from the restored slices as the constructor gathers the initial ones.
+void ZeroScheduler::checkpoint(StateArchive& archive) {
+  check_checkpoint_layout(name_, groups_->dims());
+  opt_->checkpoint(archive, shards_->flat_runs(idx_), !hybrid_ || replica_comm_->rank() == 0);
+  if (archive.loading()) {
+    if (full_params())
+      for (int u = 0; u < model_->layout().num_units(); ++u)
+        if (shards_->numel(u) > 0) engine_->gather_into(u, param_slice(u), full_param_block(u));
+    driver_->resume_at(archive.next_step());
+  }
+  checkpoint_side_state(archive, *model_, fixed_.get());
 }
 
 void ZeroScheduler::ensure_gathered(const std::vector<int>& blocks) {

@@ -3,7 +3,7 @@
     slurm/sweep plan SPEC                 expand, validate every task, print the plan (writes nothing)
     slurm/sweep submit SPEC [--dry-run]   ... then write results/<sweep>/ and submit one job array per shape
     slurm/sweep run-local SPEC            ... then run the tasks one after another here, without Slurm
-    slurm/sweep status SWEEP              per task: ok, failed (reason), diverged, killed, running, pending, never ran
+    slurm/sweep status SWEEP              per task: ok, failed (reason), diverged, killed, preempted, running, pending, never ran
     slurm/sweep resubmit SWEEP [--local]  submit (or run) again only the tasks that need it
 
 SWEEP is the sweep's folder (results/<name>) or its spec file. Exit codes: 0 done (status: every task ok),

@@ -3,8 +3,9 @@ attempt (Slurm, or the local runner).
 
 States: ok, diverged, failed (with the reason), killed (stopped from outside: a results file left at `running`
 with no live job, or one the run itself marked `failed: <rank>: terminated by SIG...` when Slurm's time limit,
-scancel or preemption signalled it; docs/results-schema.md), running, pending, never ran. `needs_rerun` says
-which resubmit takes.
+scancel or preemption signalled it; docs/results-schema.md), preempted (the same signal with output.checkpoint_every
+on: the run stopped after a checkpoint, which the status names; resubmit reruns the task from step 0 for now, resuming
+it is not built yet), running, pending, never ran. `needs_rerun` says which resubmit takes.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from . import hzpbench, slurm_client, sweep_dir
 
-STATES = ("ok", "diverged", "failed", "killed", "running", "pending", "never ran")
+STATES = ("ok", "diverged", "failed", "killed", "preempted", "running", "pending", "never ran")
 
 
 @dataclasses.dataclass
@@ -28,7 +29,7 @@ class TaskStatus:
     job: str = ""            # "<array job>_<index>" or "local"
 
     def needs_rerun(self, include_diverged: bool) -> bool:
-        return self.state in ("failed", "killed", "never ran") or (include_diverged and self.state == "diverged")
+        return self.state in ("failed", "killed", "preempted", "never ran") or (include_diverged and self.state == "diverged")
 
 
 def _local_runner_alive(a: dict) -> bool:
@@ -128,6 +129,11 @@ def collect(d: Path, m: dict, query_slurm: bool = True) -> list[TaskStatus]:
                 st.detail = f"{s[len('failed'):].lstrip(': ')}{why}; {n} step{'' if n == 1 else 's'} in the file"
             elif s.startswith("failed"):
                 st.state, st.detail = "failed", s[len("failed"):].lstrip(": ")
+            elif s.startswith("preempted: "):
+                # Stopped by a signal after writing a checkpoint (docs/checkpoints.md): the reason names it.
+                n = info.get("completed_steps", "?")
+                st.state = "preempted"
+                st.detail = f"{s[len('preempted: '):]}; {n} step{'' if n == 1 else 's'} in the file"
             elif s == "running":
                 st.state = "killed"
                 why = _fin_text(fin) if fin else "no live job"

@@ -90,6 +90,14 @@ hzp_add_cli_test(NAME run_bad_output_unwritable ARGS run ${hzp_run_small} --out 
   RC 2 MATCH "README\\.md' is not a directory")
 hzp_add_cli_test(NAME run_bad_output_is_directory ARGS run ${hzp_run_small} --out ${hzp_run_dir}
   RC 2 MATCH "output\\.path = '.*' is a directory\\. Fix: name a file")
+# --- checkpoints (docs/checkpoints.md): layouts not written yet, a missing folder, a missing checkpoint
+hzp_add_cli_test(NAME validate_bad_checkpoint_nd ARGS validate --set model.preset=tiny --set topology.world_size=2
+  --set scheduler.name=nd --set output.checkpoint_every=5 RC 2
+  MATCH "output\\.checkpoint_every = 5 with scheduler\\.name = nd .*not written yet\\. Fix: a data-parallel layout")
+hzp_add_bad_run(NAME run_bad_checkpoint_dir ARGS --set output.checkpoint_every=1 --set output.checkpoint_dir=${hzp_run_dir}/no_such_dir
+  MATCH "output\\.checkpoint_dir = \"[^\"]*no_such_dir\" is not a folder\\. Fix: create it")
+hzp_add_bad_run(NAME run_bad_resume_missing ARGS --resume ${hzp_run_dir}/no_such.ckpt.h5
+  MATCH "checkpoint '[^']*no_such\\.ckpt\\.h5': no such file")
 # --- world size: `none` is one rank only; the message names the registered schedulers
 add_test(NAME run_bad_none_at_two_ranks
          COMMAND ${CMAKE_COMMAND} -DPROGRAM=${MPIEXEC_EXECUTABLE}
@@ -196,6 +204,14 @@ if(Python3_Interpreter_FOUND)
     "results_sigint_np2|sigint|2|90"
     "results_short_file|short_file|1|60"
     "results_default_names|default_names|1|120")
+  # Checkpoints through the run (checkpoint_run_test.py): resume equality, refusals, a signal, a kill.
+  hzp_add_e2e_tests(SCRIPT checkpoint_run_test.py SPECS
+    "checkpoint_run_resume_np1|resume|1|180"
+    "checkpoint_run_resume_np2|resume|2|180"
+    "checkpoint_run_reshard|reshard|0|180"
+    "checkpoint_run_refusals_np2|refusals|2|180"
+    "checkpoint_run_preempt_np2|preempt|2|180"
+    "checkpoint_run_killed|killed|1|180")
   if(HZP_HAVE_CUDA)
     # backend = cuda end to end: on a GPU (label gpu, exit 77 without a device), and the one clear failure
     # on a machine without one (CI; exit 77 where a device is visible).

@@ -272,3 +272,10 @@ def test_without_squeue_a_running_file_is_not_called_killed(tmp_path, monkeypatc
     assert "Slurm not reachable" in rows["nan_at--1_throw_at-_steps-1000000"].detail
     assert rows["nan_at--1_throw_at-_steps-8"].state == "ok"     # a finished file needs no Slurm
     assert not rows["nan_at--1_throw_at-_steps-1000000"].needs_rerun(include_diverged=True)
+    # A run that checkpointed on the signal says `preempted: ...` (docs/checkpoints.md): its own state, rerun by
+    # resubmit, the checkpoint named in the detail.
+    with h5py.File(d / "nan_at--1_throw_at-_steps-1000000.h5", "r+") as f:
+        f.attrs["status"] = "preempted: SIGTERM after step 3; checkpoint /x/t.step3.ckpt.h5 (hzpbench run --resume it)"
+    rows = {r.name: r for r in task_status.collect(d, m)}
+    pre = rows["nan_at--1_throw_at-_steps-1000000"]
+    assert pre.state == "preempted" and "/x/t.step3.ckpt.h5" in pre.detail and pre.needs_rerun(include_diverged=False)

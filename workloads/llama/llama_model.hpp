@@ -54,6 +54,9 @@ class MoeBalanceState {
   void end_step(std::span<const double> global);
   std::vector<double> last_step() const;
   std::int64_t layers() const noexcept { return layers_; }
+  /// The bias for a checkpoint ([layers × experts]; empty under aux_loss), and its restore.
+  std::vector<double> saved_bias() const;
+  void restore_bias(std::span<const double> bias);
 
  private:
   MoeConfig config_;
@@ -112,6 +115,8 @@ class LlamaModel final : public Workload {
   std::vector<double> take_step_statistics() const override;
   void end_step(std::span<const double> global) const override;
   std::vector<StepMetric> step_metrics() const override;
+  std::vector<double> checkpoint_state() const override;
+  void restore_checkpoint_state(std::span<const double> state) const override;
 
  protected:
   std::unique_ptr<MicroBatchContext> new_context(CachingAllocator& allocator, const ContextOptions& options) const override;

@@ -69,6 +69,31 @@ std::vector<double> MoeBalanceState::last_step() const {
   return out;
 }
 
+std::vector<double> MoeBalanceState::saved_bias() const {
+  if (config_.balance != MoeBalance::bias) return {};
+  const std::lock_guard lock(mutex_);
+  return bias_;
+}
+
+void MoeBalanceState::restore_bias(std::span<const double> bias) {
+  const std::size_t want = config_.balance == MoeBalance::bias ? bias_.size() : 0;
+  if (bias.size() != want)
+    HZP_THROW(DataError, "model.state (the MoE balancing bias) holds ", bias.size(), " numbers but this model's ",
+              layers_, " MoE layers of ", config_.experts, " experts under model.balance = ", to_string(config_.balance),
+              " need ", want, " (a checkpoint of another model or balancing rule)");
+  const std::lock_guard lock(mutex_);
+  std::copy(bias.begin(), bias.end(), bias_.begin());
+}
+
+std::vector<double> LlamaModel::checkpoint_state() const {
+  return config_.moe.enabled() ? balance_.saved_bias() : std::vector<double>{};
+}
+
+void LlamaModel::restore_checkpoint_state(std::span<const double> state) const {
+  if (config_.moe.enabled()) balance_.restore_bias(state);
+  else Workload::restore_checkpoint_state(state);
+}
+
 std::vector<double> LlamaModel::take_step_statistics() const {
   return config_.moe.enabled() ? balance_.take() : std::vector<double>{};
 }

@@ -178,6 +178,12 @@ double MicroBatchContext::loss_sum() const {
 Workload::Workload(ParamLayout layout, Precision precision, std::int64_t seq_len, std::int64_t vocab)
     : layout_(std::move(layout)), precision_(precision), seq_len_(seq_len), vocab_(vocab) {}
 
+void Workload::restore_checkpoint_state(std::span<const double> state) const {
+  if (!state.empty())
+    HZP_THROW(DataError, "model.state holds ", state.size(), " numbers but this model (", describe(),
+              ") keeps no state beside its parameters (a checkpoint of another model)");
+}
+
 std::unique_ptr<MicroBatchContext> Workload::make_context(CachingAllocator& allocator,
                                                           const ContextOptions& options) const {
   return new_context(allocator, options);

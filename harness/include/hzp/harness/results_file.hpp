@@ -25,15 +25,17 @@ inline constexpr std::int64_t kResultsSchemaVersion = 1;
 /// A root or dataset attribute: int64, float64, a UTF-8 string or a 1-D list of strings.
 using AttrValue = std::variant<std::int64_t, double, std::string, std::vector<std::string>>;
 
-/// The run's `status` attribute: `running` from creation, then `ok`, `failed: <rank>: <reason>` or
-/// `diverged`. A file still at `running` with no live job was killed.
+/// The run's `status` attribute: `running` from creation, then `ok`, `failed: <rank>: <reason>`, `diverged`, or
+/// `preempted: <reason>` (stopped by a signal after a checkpoint was written: the reason names the signal, the
+/// step and the checkpoint to resume from). A file still at `running` with no live job was killed.
 class RunStatus {
  public:
-  enum class Kind { running, ok, failed, diverged, unknown };
+  enum class Kind { running, ok, failed, diverged, preempted, unknown };
 
   static RunStatus running() { return RunStatus(Kind::running, -1, {}); }
   static RunStatus ok() { return RunStatus(Kind::ok, -1, {}); }
   static RunStatus diverged() { return RunStatus(Kind::diverged, -1, {}); }
+  static RunStatus preempted(std::string reason) { return RunStatus(Kind::preempted, -1, std::move(reason)); }
   /// `failed: <rank>: <reason>`; rank is the rank that raised the error (-1 if not known).
   static RunStatus failed(int rank, std::string reason) {
     return RunStatus(Kind::failed, rank, std::move(reason));

@@ -40,6 +40,9 @@ struct RunOptions {
   double flush_s = 5;             ///< output.flush_s (0 = after every step)
   bool trace = false;             ///< output.trace
   bool force = false;             ///< output.force (or --force)
+  std::int64_t checkpoint_every = 0;  ///< output.checkpoint_every (0 = off)
+  std::string checkpoint_dir;         ///< output.checkpoint_dir ("" = beside the results file)
+  std::int64_t checkpoint_keep = 2;   ///< output.checkpoint_keep (0 = every one kept)
   double watchdog_s = 0;          ///< harness.watchdog_s (0 = off)
   std::int64_t warmup_steps = 0;  ///< harness.warmup_steps
   std::int64_t skip_nonfinite = 0;  ///< harness.skip_nonfinite

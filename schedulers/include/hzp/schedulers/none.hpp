@@ -27,6 +27,8 @@ class NoneScheduler final : public Scheduler {
   /// Every tensor of the flat buffers by name: param, master (bf16-mixed), grad (of the last step,
   /// before clipping), m, v. One rank, so no gathering.
   void visit_state(StateVisitor& visitor) override;
+  /// The whole state (one rank writes it all): master, m, v, deterministic mode's scales, the model's own state.
+  void checkpoint(StateArchive& archive) override;
 
   /// Flat views [N] for tests and parity checks: the master parameters (what AdamW updates), the
   /// working parameters forward reads (== master outside bf16-mixed), and the gradient accumulated

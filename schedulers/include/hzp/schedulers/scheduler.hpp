@@ -32,6 +32,8 @@ class Topology;
 
 namespace hzp::schedulers {
 
+class StateArchive;  // state_archive.hpp
+
 /// What one optimizer step reports (the per-step rows of the results file, docs/results-schema.md).
 struct StepStats {
   std::int64_t step = 0;        ///< 0-based index of the step just taken
@@ -169,6 +171,11 @@ class Scheduler {
     (void)visitor;
     HZP_THROW(UnsupportedError, "scheduler ", name(), " cannot dump its tensors yet (--dump-tensors)");
   }
+  /// Checkpoints (state_archive.hpp, docs/checkpoints.md): saves this rank's share of the training state into
+  /// `archive`, or, when archive.loading(), restores it right after construction and before any step, so that the
+  /// next step is archive.next_step(). Collective over the scheduler's ranks. The default throws UnsupportedError
+  /// naming the scheduler.
+  virtual void checkpoint(StateArchive& archive);
   /// The scheduler's communication ring pool, whose occupancy and stalls the harness records; nullptr
   /// when it keeps none.
   virtual RingPool* ring_pool() noexcept { return nullptr; }

@@ -228,6 +228,11 @@ class Workload {
   virtual void end_step(std::span<const double> global) const { (void)global; }
   /// What the last end_step saw, as named series for the results file (empty when the model has none).
   virtual std::vector<StepMetric> step_metrics() const { return {}; }
+  /// That non-gradient state as numbers for a checkpoint (docs/checkpoints.md; empty when there is none), and its
+  /// restore on resume, between steps. restore_checkpoint_state throws DataError when `state` is not what
+  /// checkpoint_state() of this model would hold (another length).
+  virtual std::vector<double> checkpoint_state() const { return {}; }
+  virtual void restore_checkpoint_state(std::span<const double> state) const;
 
   /// See init_params in param_layout.hpp (std per tensor as the model declares it).
   void init_params(std::int64_t global_begin, std::span<float> out, std::uint64_t seed) const {

@@ -76,6 +76,11 @@ class FixedPointGrads {
   /// Retries of the current (or last) step.
   std::int64_t retries() const noexcept { return retries_; }
 
+  /// The scale state a checkpoint keeps (the last step, its exponents and accepted maxima), as exact doubles, and
+  /// its restore (checkpoint_state.cpp). The same on every rank. DataError when `state` has another tensor count.
+  std::vector<double> saved_state() const;
+  void restore_state(std::span<const double> state);
+
   /// The grid of the norm's squares: 2^−S with S = 1 + 2·min_t(e_t) − ceil(log2 N), so that N squares of
   /// gradients converted from these exponents (each < 2^(126 − 2e)) sum below 2^127.
   int square_exponent() const;

@@ -23,6 +23,8 @@ class Communicator;
 
 namespace hzp::schedulers {
 
+class StateArchive;
+
 struct OptimizerStepResult {
   double grad_norm = 0;         ///< global L2 norm of the (reduced) gradient, before clipping
   double clip_coefficient = 1;  ///< what the update scaled gradients by
@@ -60,6 +62,11 @@ class ShardedOptimizer {
   /// and the norm from global_sum_squares: computes the clip coefficient, runs AdamW on every piece and
   /// refreshes the working pieces. Gradients are not modified (the clip is AdamW's gradient scale).
   OptimizerStepResult step(ConstTensorView grads, double sum_squares, std::int64_t step, double lr);
+
+  /// Checkpoints (checkpoint_state.cpp): master (in fp32 the pieces), m and v of the slice, whose real elements are
+  /// `runs` (ShardLayout::flat_runs; local offsets into the slice), saved when `writer` (one replica of each slice)
+  /// or loaded; loading rewrites the working pieces from the master (bf16 rounds once, as an update does).
+  void checkpoint(StateArchive& archive, std::span<const ShardLayout::FlatSliceRun> runs, bool writer);
 
   /// Whether a separate fp32 master exists (bf16-mixed); in fp32 the pieces are the master.
   bool has_master() const noexcept { return static_cast<bool>(master_); }

@@ -57,6 +57,8 @@ class StepDriver {
 
   /// The schedule the driver runs for each step (sequential over the rank's micro-batches, or the stage's).
   const std::vector<Action>& schedule() const noexcept { return actions_; }
+  /// A resumed run (Scheduler::checkpoint): the next step() is `next_step` instead of 0.
+  void resume_at(std::int64_t next_step) { steps_done_ = next_step; }
   /// Runs step `batch.step` over `engine`. Steps run in order 0, 1, 2, ... (PreconditionError otherwise).
   StepStats step(const StepBatch& batch, ParameterEngine& engine);
 

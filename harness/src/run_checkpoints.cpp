@@ -1,0 +1,52 @@
+// The run's checkpoints (run_checkpoints.hpp): naming, the keep-K rule and the refusals made before anything runs.
+#include "run_checkpoints.hpp"
+
+#include <cstdio>
+#include <system_error>
+
+#include "hzp/core/error.hpp"
+
+namespace hzp::harness {
+
+void check_checkpoint_support(const RunSetup& s, std::string_view why) {
+  const char* off = " (and no --resume)";
+  if (s.opt.backend == "cuda")
+    HZP_THROW(ConfigError, why, " with backend = cuda: checkpoints of device state are not written yet (the CUDA "
+              "engines are being built). Fix: backend = cpu, or output.checkpoint_every = 0", off);
+  if (s.opt.collective_only)
+    HZP_THROW(ConfigError, why, " with debug.collective_only = true: the stand-in scheduler has no training state. "
+              "Fix: debug.collective_only = false, or output.checkpoint_every = 0", off);
+  if (s.opt.scheduler == "nd" || s.dims.tp > 1 || s.dims.pp > 1 || s.dims.cp > 1)
+    HZP_THROW(ConfigError, why, " with scheduler.name = ", s.opt.scheduler, " (tp = ", s.dims.tp, ", pp = ", s.dims.pp,
+              ", cp = ", s.dims.cp, "): checkpoints of tensor-parallel pieces, pipeline stages and context-parallel "
+              "groups are not written yet. Fix: a data-parallel layout (none, ddp, zero1, zero2, zero3, hsdp, asynchzp "
+              "with scheduler.pp = scheduler.cp = 1), or output.checkpoint_every = 0", off);
+}
+
+RunCheckpoints::RunCheckpoints(const RunOptions& o, const std::filesystem::path& results, bool root)
+    : every_(o.checkpoint_every), keep_(o.checkpoint_keep), results_(results), root_(root) {
+  dir_ = o.checkpoint_dir.empty() ? results.parent_path() : std::filesystem::path(o.checkpoint_dir);
+  if (dir_.empty()) dir_ = ".";
+}
+
+std::filesystem::path RunCheckpoints::write(MPI_Comm comm, schedulers::Scheduler& scheduler,
+                                            const workloads::ParamLayout& layout, const std::string& model,
+                                            const CheckpointMeta& meta) {
+  const std::filesystem::path path = checkpoint_path_for(dir_, results_, meta.step);
+  write_checkpoint(comm, path, scheduler, layout, model, meta);
+  last_ = path;
+  if (!root_) return path;
+  // Only this run's own files, only after the newer one is whole: a kill at any moment leaves one loadable.
+  if (written_.empty() || written_.back() != path) written_.push_back(path);
+  while (keep_ > 0 && static_cast<std::int64_t>(written_.size()) > keep_) {
+    std::error_code ec;
+    std::filesystem::remove(written_.front(), ec);
+    if (ec)
+      std::fprintf(stderr, "hzpbench: could not remove the older checkpoint %s (%s); it is left in place\n",
+                   written_.front().c_str(), ec.message().c_str());
+    written_.pop_front();
+  }
+  return path;
+}
+
+}  // namespace hzp::harness

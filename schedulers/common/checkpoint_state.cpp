@@ -1,0 +1,104 @@
+// Checkpoint state shared by the schedulers (common/checkpoint_state.hpp, state_archive.hpp): the interface's
+// default refusal, the optimizer slice's arrays (ShardedOptimizer::checkpoint), deterministic mode's scale state
+// (FixedPointGrads::saved_state), the model's non-gradient state, and the layouts refused for now. Kept in one
+// file apart from the schedulers' step code, which others are changing for the CUDA backend.
+#include "hzp/schedulers/common/checkpoint_state.hpp"
+
+#include <cstring>
+
+#include "hzp/core/error.hpp"
+#include "hzp/core/stream.hpp"
+#include "hzp/kernels/cast.hpp"
+#include "hzp/schedulers/common/sharded_optimizer.hpp"
+#include "hzp/schedulers/scheduler.hpp"
+
+namespace hzp::schedulers {
+
+void Scheduler::checkpoint(StateArchive& archive) {
+  (void)archive;
+  HZP_THROW(UnsupportedError, "scheduler ", name(), " cannot write or read checkpoints yet. Fix: "
+            "output.checkpoint_every = 0 (and no --resume), or one of none, ddp, zero1, zero2, zero3, hsdp, asynchzp");
+}
+
+// ---- deterministic mode's scales -------------------------------------------------------------------------------
+// [step, have_accepted, retries, exponents..., accepted maxima...]: every value an integer or a maximum that a
+// double holds exactly, so the next step picks the same exponents as a run that never stopped.
+std::vector<double> FixedPointGrads::saved_state() const {
+  std::vector<double> s = {static_cast<double>(step_), have_accepted_ ? 1.0 : 0.0, static_cast<double>(retries_)};
+  for (int e : exponents_) s.push_back(e);
+  s.insert(s.end(), accepted_max_.begin(), accepted_max_.end());
+  return s;
+}
+
+void FixedPointGrads::restore_state(std::span<const double> s) {
+  const std::size_t t = exponents_.size();
+  if (s.size() != 3 + 2 * t)
+    HZP_THROW(DataError, "deterministic.scales holds ", s.size(), " numbers but this model's ", t,
+              " tensors need ", 3 + 2 * t, " (a checkpoint of another model or without train.deterministic)");
+  step_ = static_cast<std::int64_t>(s[0]);
+  have_accepted_ = s[1] != 0;
+  retries_ = static_cast<std::int64_t>(s[2]);
+  for (std::size_t i = 0; i < t; ++i) exponents_[i] = static_cast<int>(s[3 + i]);
+  accepted_max_.assign(s.begin() + static_cast<std::ptrdiff_t>(3 + t), s.end());
+}
+
+// ---- the optimizer slice ---------------------------------------------------------------------------------------
+void ShardedOptimizer::checkpoint(StateArchive& archive, std::span<const ShardLayout::FlatSliceRun> runs, bool writer) {
+  const bool load = archive.loading();
+  const std::span<const ShardLayout::FlatSliceRun> mine = load || writer ? runs : std::span<const ShardLayout::FlatSliceRun>{};
+  // fp32 keeps no separate master: the pieces are it, staged contiguously so the runs' local offsets apply.
+  std::vector<float> staged;
+  float* master = master_ ? master_.data_as<float>() : nullptr;
+  if (!master_) {
+    staged.assign(static_cast<std::size_t>(numel_), 0.0f);
+    std::int64_t off = 0;
+    for (const TensorView& p : pieces_) {
+      if (!load && p.numel() > 0) std::memcpy(staged.data() + off, p.data(), p.bytes());
+      off += p.numel();
+    }
+    master = staged.data();
+  }
+  archive.array("master", DType::f32, mine, master);
+  archive.array("m", DType::f32, mine, m_.data());
+  archive.array("v", DType::f32, mine, v_.data());
+  if (!load) return;
+  // The working pieces from the master, as the constructor and every update write them.
+  std::int64_t off = 0;
+  for (const TensorView& p : pieces_) {
+    if (p.numel() > 0) {
+      if (master_)
+        kernels::cast(p, TensorView(master + off, Shape{p.numel()}, DType::f32), StreamRef::host());
+      else
+        std::memcpy(p.data(), master + off, p.bytes());
+    }
+    off += p.numel();
+  }
+}
+
+// ---- beside the arrays -----------------------------------------------------------------------------------------
+void checkpoint_side_state(StateArchive& archive, const workloads::Workload& model, FixedPointGrads* fixed) {
+  std::vector<double> model_state = archive.loading() ? std::vector<double>{} : model.checkpoint_state();
+  archive.numbers("model.state", model_state);
+  if (archive.loading()) model.restore_checkpoint_state(model_state);
+  if (fixed != nullptr) {
+    std::vector<double> scales = archive.loading() ? std::vector<double>{} : fixed->saved_state();
+    archive.numbers("deterministic.scales", scales);
+    // A checkpoint of a run without deterministic mode has none: its first step starts from step 0's exponents
+    // (its numerics differ from a deterministic run's anyway).
+    if (archive.loading() && !scales.empty()) fixed->restore_state(scales);
+  }
+}
+
+std::vector<StateArchive::Run> whole_model_runs(std::int64_t numel) {
+  return {StateArchive::Run{.global = 0, .local = 0, .count = numel}};
+}
+
+void check_checkpoint_layout(std::string_view scheduler, const ParallelDims& dims) {
+  if (dims.tp > 1 || dims.pp > 1 || dims.cp > 1)
+    HZP_THROW(UnsupportedError, "scheduler ", scheduler, " with scheduler.tp = ", dims.tp, ", scheduler.pp = ",
+              dims.pp, " and scheduler.cp = ", dims.cp, ": checkpoints of tensor-parallel pieces, pipeline stages and "
+              "context-parallel groups are not written yet. Fix: output.checkpoint_every = 0 (and no --resume), or "
+              "scheduler.tp = scheduler.pp = scheduler.cp = 1");
+}
+
+}  // namespace hzp::schedulers

@@ -1,0 +1,28 @@
+// The parts of a checkpoint every scheduler shares (docs/checkpoints.md): the state beside the optimizer's arrays
+// (deterministic mode's scales, the model's non-gradient state such as the MoE balancing bias), the whole-model
+// run of a replicated scheduler, and the refusal of layouts whose pieces are not flat runs yet.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "hzp/schedulers/common/fixed_point_grads.hpp"
+#include "hzp/schedulers/state_archive.hpp"
+#include "hzp/schedulers/step/process_groups.hpp"
+#include "hzp/workloads/workload.hpp"
+
+namespace hzp::schedulers {
+
+/// Saves or restores what is not a flat array: the model's checkpoint_state() and, in deterministic mode,
+/// `fixed`'s scales (nullptr otherwise). Collective (StateArchive::numbers).
+void checkpoint_side_state(StateArchive& archive, const workloads::Workload& model, FixedPointGrads* fixed);
+
+/// The one run of a whole, unpadded flat buffer of `numel` elements.
+std::vector<StateArchive::Run> whole_model_runs(std::int64_t numel);
+
+/// UnsupportedError naming the scheduler and the fix when `dims` has tensor-parallel, pipeline or context-parallel
+/// groups: nd's strided pieces and a stage's units are not ShardLayout slices of the whole model, and the writers
+/// of a context-parallel group are not chosen yet.
+void check_checkpoint_layout(std::string_view scheduler, const ParallelDims& dims);
+
+}  // namespace hzp::schedulers

@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Checkpoints through `hzpbench run` (docs/checkpoints.md): written, kept, resumed, refused, signalled.
+
+Scenarios (one CTest each, see run_tests.cmake):
+  resume     a run of 8 steps with output.checkpoint_every = 4 against the same run resumed (--resume) from its
+             step-4 checkpoint: the resumed file starts at step 4, names what it continues, ends ok, and its
+             losses equal the uninterrupted run's steps 5..8 bitwise (the final loss too); checkpoint_keep = 1
+             leaves only the newest checkpoint
+  reshard    deterministic mode: zero3 at 2 ranks checkpoints after step 4, `none` on one rank resumes it; its
+             losses equal `none` uninterrupted bitwise (every layout computes none's bits in deterministic mode)
+  refusals   --resume of a missing file, a file with a flipped byte, a cut file, another model shape and
+             another precision: exit 2, one message naming the file (and the field), no results file
+  preempt    SIGTERM to the job with checkpointing on: exit 5, status `preempted: ...` naming the checkpoint
+             written after the step in flight, which resumes and ends ok
+  killed     SIGKILL at a random moment while checkpointing after every step: every complete checkpoint left
+             (never a .partial) resumes and ends ok
+
+usage: checkpoint_run_test.py SCENARIO --hzpbench PATH --mpiexec PATH --ranks N --workdir DIR
+"""
+import glob
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import run_e2e_test as e2e  # noqa: E402  (h5py/numpy import and the skip live there)
+from run_e2e_test import attr, check  # noqa: E402
+import results_durability_test as dur  # noqa: E402
+
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
+
+# No link emulation: the numbers are what is compared, and sleeps only slow the test.
+TINY = ["--set", "model.preset=tiny", "--set", "train.warmup_steps=1", "--set", "links.emulate=false"]
+
+
+def path(name):
+    return os.path.join(e2e.ARGS.workdir, name)
+
+
+def losses(p):
+    with h5py.File(p, "r", locking=False) as f:
+        return np.array(f["steps/loss"][:]), attr(f, "status"), dict(f.attrs)
+
+
+def checkpoints(prefix):
+    return sorted(glob.glob(path(prefix + ".step*.ckpt.h5")), key=lambda s: int(s.split(".step")[1].split(".")[0]))
+
+
+def scenario_resume():
+    w = e2e.ARGS.ranks
+    base = TINY + ["--set", "train.steps=8"]
+    e2e.run(base, ranks=w, out=path("whole.h5"), expect_rc=0)
+    e2e.run(base + ["--set", "output.checkpoint_every=4", "--set", "output.checkpoint_keep=1"], ranks=w,
+            out=path("first.h5"), expect_rc=0)
+    kept = checkpoints("first")
+    check([os.path.basename(k) for k in kept] == ["first.step8.ckpt.h5"], f"checkpoint_keep = 1 kept {kept}")
+    # The step-4 checkpoint was removed once step 8's was whole: write it again with keep = 2.
+    e2e.run(base + ["--set", "output.checkpoint_every=4"], ranks=w, out=path("second.h5"), expect_rc=0)
+    kept = checkpoints("second")
+    check(len(kept) == 2 and kept[0].endswith("second.step4.ckpt.h5"), f"checkpoints {kept}")
+    rc, out, err, _ = e2e.run(base + ["--resume", kept[0]], ranks=w, out=path("resumed.h5"), expect_rc=0)
+    whole, status_w, _ = losses(path("whole.h5"))
+    resumed, status_r, a = losses(path("resumed.h5"))
+    print(f"  uninterrupted {whole}\n  resumed        {resumed}")
+    check(status_r == "ok" and status_w == "ok", f"status {status_w}, {status_r}")
+    check(int(a["first_step"]) == 4 and int(a["resumed_from_step"]) == 3, f"first_step {a['first_step']}")
+    check(attr_text(a, "resumed_from") == kept[0], f"resumed_from {a['resumed_from']}")
+    check(attr_text(a, "resumed_from_results").endswith("second.h5"), f"resumed_from_results {a['resumed_from_results']}")
+    check(len(resumed) == 4, f"the resumed file holds {len(resumed)} steps, expected 4 (steps 5..8)")
+    check(np.array_equal(resumed, whole[4:]), "the resumed losses differ from the uninterrupted run's")
+    check(resumed[-1] == whole[-1], "the final loss differs")
+
+
+def scenario_reshard():
+    det = TINY + ["--set", "train.steps=8", "--set", "train.deterministic=true"]
+    e2e.run(det + ["--set", "scheduler.name=none"], ranks=1, out=path("none.h5"), expect_rc=0)
+    e2e.run(det + ["--set", "scheduler.name=zero3", "--set", "output.checkpoint_every=4"], ranks=2,
+            out=path("zero3.h5"), expect_rc=0)
+    ck = checkpoints("zero3")[0]
+    e2e.run(det + ["--set", "scheduler.name=none", "--resume", ck], ranks=1, out=path("resumed.h5"), expect_rc=0)
+    whole, _, _ = losses(path("none.h5"))
+    resumed, status, a = losses(path("resumed.h5"))
+    print(f"  none uninterrupted {whole[4:]}\n  zero3@2 -> none@1  {resumed}")
+    check(status == "ok" and int(a["resumed_from_world_size"]) == 2, f"{status}, {a.get('resumed_from_world_size')}")
+    check(attr_text(a, "resumed_from_scheduler") == "zero3", f"resumed_from_scheduler {a['resumed_from_scheduler']}")
+    check(np.array_equal(resumed, whole[4:]), "the resumed losses differ from none's uninterrupted run")
+
+
+def attr_text(a, k):
+    v = a[k]
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def expect_refused(extra, needles, label):
+    out = path(f"refused_{label}.h5")
+    rc, _, err, _ = e2e.run(TINY + ["--set", "train.steps=8"] + extra, ranks=e2e.ARGS.ranks, out=out)
+    print(f"  {label}: {err.strip()[:300]}")
+    check(rc == 2, f"{label}: exit {rc}, expected 2\n{err}")
+    for n in needles:
+        check(n in err, f"{label}: the message does not name {n!r}:\n{err}")
+    check(not os.path.exists(out), f"{label}: a results file was left")
+
+
+def scenario_refusals():
+    w = e2e.ARGS.ranks
+    e2e.run(TINY + ["--set", "train.steps=8", "--set", "output.checkpoint_every=2"], ranks=w, out=path("src.h5"),
+            expect_rc=0)
+    good = checkpoints("src")[0]
+    data = open(good, "rb").read()
+    flipped, cut = path("flipped.ckpt.h5"), path("cut.ckpt.h5")
+    # A byte late in the file (array data, written after the metadata), and the first half only.
+    at = len(data) * 3 // 4
+    open(flipped, "wb").write(data[:at] + bytes([data[at] ^ 0x5A]) + data[at + 1:])
+    open(cut, "wb").write(data[: len(data) // 2])
+    expect_refused(["--resume", path("none.ckpt.h5")], ["none.ckpt.h5"], "missing")
+    expect_refused(["--resume", flipped], ["flipped.ckpt.h5"], "flipped")
+    expect_refused(["--resume", cut], ["cut.ckpt.h5"], "cut")
+    expect_refused(["--resume", good, "--set", "model.hidden=96"], [os.path.basename(good), "model"], "shape")
+    expect_refused(["--resume", good, "--set", "train.precision=bf16-mixed"],
+                   [os.path.basename(good), "train.precision"], "precision")
+
+
+def scenario_preempt():
+    out = path("preempted.h5")
+    proc, printed, err, threads = dur.launch(TINY + ["--set", "train.steps=5000", "--set",
+                                                     "output.checkpoint_every=100000"], out)
+    dur.wait_for_step(printed, proc, 3)
+    proc.send_signal(signal.SIGTERM)
+    rc = dur.finish(proc, threads, timeout=120)
+    text = "".join(err)
+    print(f"  exit {rc}: {text.strip()[-300:]}")
+    check(rc == 5, f"exit {rc}, expected 5 (preempted):\n{text}")
+    _, status, a = losses(out)
+    print(f"  status: {status}")
+    check(status.startswith("preempted: SIGTERM after step "), f"status {status!r}")
+    ck = checkpoints("preempted")
+    check(len(ck) == 1 and ck[0] in status, f"checkpoints {ck}, status {status!r}")
+    with h5py.File(ck[0], "r", locking=False) as f:
+        step = int(f.attrs["step"])
+    n = len(losses(out)[0])
+    check(step == n - 1, f"the checkpoint is after step {step + 1}, the file holds {n} steps")
+    e2e.run(TINY + ["--set", f"train.steps={step + 3}", "--resume", ck[0]],
+            ranks=e2e.ARGS.ranks, out=path("after.h5"), expect_rc=0)
+    resumed, status, a = losses(path("after.h5"))
+    check(status == "ok" and len(resumed) == 2 and int(a["first_step"]) == step + 1, f"{status}, {len(resumed)} rows")
+
+
+def scenario_killed():
+    out = path("killed.h5")
+    proc, printed, err, threads = dur.launch(TINY + ["--set", "train.steps=5000", "--set",
+                                                     "output.checkpoint_every=1", "--set",
+                                                     "output.checkpoint_keep=3"], out)
+    dur.wait_for_step(printed, proc, 3)
+    time.sleep(random.uniform(0, 0.5))
+    # One rank (CTest runs this at W = 1): SIGKILL of mpiexec would leave its ranks behind.
+    proc.kill()
+    dur.finish(proc, threads, timeout=60)
+    time.sleep(0.5)
+    ck = checkpoints("killed")
+    print(f"  complete checkpoints left: {[os.path.basename(c) for c in ck]}; partial: "
+          f"{[os.path.basename(p) for p in glob.glob(path('*.partial'))]}")
+    check(ck, "no complete checkpoint left")
+    for c in ck[-2:]:
+        with h5py.File(c, "r", locking=False) as f:
+            step = int(f.attrs["step"])
+        e2e.run(TINY + ["--set", f"train.steps={step + 2}", "--resume", c], ranks=e2e.ARGS.ranks,
+                out=path(f"after{step}.h5"), expect_rc=0)
+
+
+if __name__ == "__main__":
+    sys.exit(e2e.main(globals()))
