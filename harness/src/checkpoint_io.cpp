@@ -3,10 +3,12 @@
 #include "hzp/harness/checkpoint_io.hpp"
 
 #include <cstdio>
+#include <mutex>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 
+#include "h5_handle.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/schedulers/state_archive.hpp"
 
@@ -155,7 +157,8 @@ void write_checkpoint(MPI_Comm comm, const std::filesystem::path& path, schedule
 }
 
 ResumeSource::ResumeSource(MPI_Comm comm, const std::filesystem::path& path, const workloads::ParamLayout& layout,
-                           const std::string& model, const std::string& precision) {
+                           const std::string& model, const std::string& precision)
+    : path_(path) {
   reader_ = std::make_unique<CheckpointReader>(comm, path, checkpoint_tensor_table(layout), model);
   const CheckpointReader& r = *reader_;
   meta_.step = int_attr(r, "step");
@@ -172,8 +175,13 @@ ResumeSource::ResumeSource(MPI_Comm comm, const std::filesystem::path& path, con
 }
 
 void ResumeSource::restore(schedulers::Scheduler& scheduler) {
-  LoadArchive archive(*reader_, meta_.step + 1);
-  scheduler.checkpoint(archive);
+  // The results thread may be writing the results file meanwhile (h5_handle.hpp, calls_mutex).
+  const std::lock_guard<std::timed_mutex> lock(h5::calls_mutex());
+  {
+    LoadArchive archive(*reader_, meta_.step + 1);
+    scheduler.checkpoint(archive);
+  }
+  reader_.reset();
 }
 
 std::filesystem::path checkpoint_path_for(const std::filesystem::path& dir, const std::filesystem::path& results,

@@ -5,6 +5,11 @@
 #include <mutex>
 
 namespace hzp::harness::h5 {
+
+std::timed_mutex& calls_mutex() noexcept {
+  static std::timed_mutex m;
+  return m;
+}
 namespace {
 
 herr_t collect_entry(unsigned /*n*/, const H5E_error2_t* e, void* client) {

@@ -7,6 +7,7 @@
 
 #include <hdf5.h>
 
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -15,6 +16,12 @@
 #include "hzp/core/error.hpp"
 
 namespace hzp::harness::h5 {
+
+/// Held around every HDF5 call of the process: HDF5 is not built thread-safe here, and two threads make HDF5
+/// calls in a run (rank 0's results thread, the results file; the main thread, checkpoints). A lock on each side
+/// instead of moving checkpoints to the results thread, because checkpoint I/O is collective over every rank and
+/// only rank 0 has that thread.
+std::timed_mutex& calls_mutex() noexcept;
 
 /// Switches HDF5's automatic error-stack printing off, process-wide and once: our errors carry the
 /// stack's text instead, so a failure prints one message rather than a 20-line trace per call.

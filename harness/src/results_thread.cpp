@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "h5_handle.hpp"
 #include "hzp/core/clock.hpp"
 
 namespace hzp::harness {
@@ -80,8 +81,23 @@ bool ResultsThread::reported_own_failure() const {
   return own_failure_;
 }
 
+namespace {
+
+// This thread's HDF5 calls wait while the main thread is inside a checkpoint (h5_handle.hpp, calls_mutex). The
+// failure path waits at most a few seconds: past that the main thread is stuck in a collective checkpoint write
+// with the failed rank, the job is about to be aborted, and the status is written regardless.
+std::unique_lock<std::timed_mutex> hdf5_turn() { return std::unique_lock<std::timed_mutex>(h5::calls_mutex()); }
+std::unique_lock<std::timed_mutex> hdf5_turn_on_failure() {
+  std::unique_lock<std::timed_mutex> lock(h5::calls_mutex(), std::defer_lock);
+  (void)lock.try_lock_for(std::chrono::seconds(5));
+  return lock;
+}
+
+}  // namespace
+
 void ResultsThread::loop(RunInfo info, bool force) {
   try {
+    const auto turn = hdf5_turn();
     writer_.emplace(ResultsWriter::create(path_, info, force));
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -96,7 +112,10 @@ void ResultsThread::loop(RunInfo info, bool force) {
   cv_.notify_all();
   run_jobs();
   // Closed here: the writer's destructor makes HDF5 calls, which belong to this thread alone.
-  writer_.reset();
+  {
+    const auto turn = hdf5_turn_on_failure();
+    writer_.reset();
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     exited_ = true;
@@ -157,6 +176,7 @@ void ResultsThread::run_jobs() {
     bool write_failed = false;
     if (job) {
       try {
+        const auto turn = hdf5_turn();
         if (!failure_written_) job(*writer_);
       } catch (...) {
         write_failed = true;
@@ -170,6 +190,7 @@ void ResultsThread::run_jobs() {
       cv_.notify_all();
     } else if (dirty_ && !failure_written_ && !fin) {
       try {
+        const auto turn = hdf5_turn();
         if (writer_->flush_if_due(flush_s_)) dirty_ = false;
       } catch (...) {
         write_failed = true;
@@ -183,6 +204,7 @@ void ResultsThread::run_jobs() {
     }
     if (fin) {
       try {
+        const auto turn = hdf5_turn();
         if (!failure_written_) writer_->finish(*fin);
       } catch (...) {
         writer_failed();
@@ -213,6 +235,7 @@ std::optional<FailureReport> ResultsThread::collect_better_reports(FailureReport
 
 void ResultsThread::handle_failure(FailureReport report, bool abort) {
   if (failure_written_) return;
+  const auto turn = hdf5_turn_on_failure();
   // Rows queued before the failure still belong in the file.
   for (;;) {
     Job job;

@@ -1,7 +1,10 @@
 // The run's checkpoints (run_checkpoints.hpp): naming, the keep-K rule and the refusals made before anything runs.
 #include "run_checkpoints.hpp"
 
+#include "h5_handle.hpp"
+
 #include <cstdio>
+#include <mutex>
 #include <system_error>
 
 #include "hzp/core/error.hpp"
@@ -11,8 +14,8 @@ namespace hzp::harness {
 void check_checkpoint_support(const RunSetup& s, std::string_view why) {
   const char* off = " (and no --resume)";
   if (s.opt.backend == "cuda")
-    HZP_THROW(ConfigError, why, " with backend = cuda: checkpoints of device state are not written yet (the CUDA "
-              "engines are being built). Fix: backend = cpu, or output.checkpoint_every = 0", off);
+    HZP_THROW(ConfigError, why, " with backend = cuda: checkpoints of device state are not written yet (the "
+              "engines' state is not staged to the host for them). Fix: backend = cpu, or output.checkpoint_every = 0", off);
   if (s.opt.collective_only)
     HZP_THROW(ConfigError, why, " with debug.collective_only = true: the stand-in scheduler has no training state. "
               "Fix: debug.collective_only = false, or output.checkpoint_every = 0", off);
@@ -33,7 +36,11 @@ std::filesystem::path RunCheckpoints::write(MPI_Comm comm, schedulers::Scheduler
                                             const workloads::ParamLayout& layout, const std::string& model,
                                             const CheckpointMeta& meta) {
   const std::filesystem::path path = checkpoint_path_for(dir_, results_, meta.step);
-  write_checkpoint(comm, path, scheduler, layout, model, meta);
+  {
+    // The results thread may be writing the results file meanwhile (h5_handle.hpp, calls_mutex).
+    const std::lock_guard<std::timed_mutex> lock(h5::calls_mutex());
+    write_checkpoint(comm, path, scheduler, layout, model, meta);
+  }
   last_ = path;
   if (!root_) return path;
   // Only this run's own files, only after the newer one is whole: a kill at any moment leaves one loadable.

@@ -46,11 +46,13 @@ class ResumeSource {
   ResumeSource(MPI_Comm comm, const std::filesystem::path& path, const workloads::ParamLayout& layout,
                const std::string& model, const std::string& precision);
   const CheckpointMeta& meta() const noexcept { return meta_; }
-  const std::filesystem::path& path() const noexcept { return reader_->path(); }
-  /// Collective: restores `scheduler` (right after its construction) so that its next step is meta().step + 1.
+  const std::filesystem::path& path() const noexcept { return path_; }
+  /// Collective: restores `scheduler` (right after its construction) so that its next step is meta().step + 1,
+  /// then closes the file.
   void restore(schedulers::Scheduler& scheduler);
 
  private:
+  std::filesystem::path path_;
   std::unique_ptr<CheckpointReader> reader_;
   CheckpointMeta meta_;
 };
