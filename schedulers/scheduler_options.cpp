@@ -173,6 +173,12 @@ std::vector<SchedulerOptionDecl> declare() {
                               "asynchzp lays its z-groups over the dp · cp ranks, cp innermost: z3 = cp puts the "
                               "parameter groups on exactly the cp groups, and z1 must be a multiple of cp"),
                    [](S& s) { s.positive(); }));
+  v.push_back(with(int_option("scheduler.ep", &O::ep,
+                              "nd: expert-parallel degree: every MoE block's routed experts split over ep consecutive "
+                              "ranks of the data-parallel group (model.experts / ep each), tokens sent to their experts' "
+                              "ranks and back by all-to-all-v; those ranks stay data-parallel for every other weight; "
+                              "ep must divide dp = W / (tp · cp · pp) and model.experts"),
+                   [](S& s) { s.positive(); }));
   {
     S spec = S::real("scheduler.debug_unit_sleep_ms", kDefaults.debug_unit_sleep_ms,
                      "benchmark hook (pp > 1): sleep this long after every block's forward and backward (the ends take "

@@ -278,13 +278,13 @@ class Run {
       // built first served the calibration, whose rate (FLOP/s) and micro-batch time set the emulated links
       // identically for every scheduler compared.
       groups_ = std::make_unique<schedulers::ProcessGroups>(*world_, s_.dims, ctx_.topology);
-      if (s_.dims.tp > 1 || s_.dims.pp > 1 || s_.dims.cp > 1) {
+      if (s_.dims.tp > 1 || s_.dims.pp > 1 || s_.dims.cp > 1 || s_.dims.ep > 1) {
         const workloads::StageCut cut =
             s_.dims.pp > 1 ? schedulers::pipeline_layout_from(s_.sched, model_->layout().num_units())
                                  .cut(groups_->pipeline()->rank())
                            : workloads::StageCut{};
         model_ = s_.model->build(s_.train.precision, {groups_->tensor(), s_.sched.sequence_parallel}, cut,
-                                 {groups_->context()});
+                                 {groups_->context()}, {groups_->expert()});
       }
     }
     schedulers::SchedulerArgs args;

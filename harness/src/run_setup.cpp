@@ -204,6 +204,10 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
   if (s.opt.scheduler != "nd" && s.opt.scheduler != "asynchzp" && s.sched.cp != 1)
     HZP_THROW(ConfigError, "scheduler.cp = ", s.sched.cp, " is the context-parallel degree of nd and asynchzp, but "
               "scheduler.name = ", s.opt.scheduler, ". Fix: scheduler.name = nd or asynchzp, or scheduler.cp = 1");
+  if (s.opt.scheduler != "nd" && s.sched.ep != 1)
+    HZP_THROW(ConfigError, "scheduler.ep = ", s.sched.ep, " is the expert-parallel degree of nd, but scheduler.name = ",
+              s.opt.scheduler, " (the data-parallel engines shard and gather expert weights like dense ones). Fix: "
+              "scheduler.name = nd, or scheduler.ep = 1");
   if (!s.opt.collective_only) {
     // The scheduler's own checks (group sizes dividing the world, ...) without building it.
     const workloads::ParamLayout layout = s.model->layout();

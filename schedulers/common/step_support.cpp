@@ -70,7 +70,7 @@ void check_tensor_parallel_model(std::string_view scheduler, const ProcessGroups
   int pieces = 0;
   for (const workloads::Unit& u : model.layout().units())
     for (const workloads::ParamTensor& t : u.tensors) {
-      if (!t.shard.sharded()) continue;
+      if (!t.shard.sharded() || t.shard.group == "ep") continue;  // expert pieces: ExpertDataParallel checks them
       if (t.shard.count != tp || t.shard.index != tp_rank || t.shard.group != "tp")
         HZP_THROW(ConfigError, "scheduler ", scheduler, " runs tp = ", tp, " but the model's ", t.name, " is piece ",
                   t.shard.index, " of ", t.shard.count, " over group '", t.shard.group, "' on tensor-parallel rank ",

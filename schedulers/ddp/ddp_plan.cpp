@@ -29,6 +29,12 @@ class DdpPlan final : public EnginePlan {
     } else if (dims.tp > 1) {
       tp_ = {"tp", mesh.group(kAxisTensor, in.rank)};
     }
+    if (dims.ep > 1) {  // expert parallelism (nd): buckets over the ranks holding the same experts, the norm over ep
+      for (const std::vector<int>& g : dims.expert_data_groups(mesh))
+        if (std::find(g.begin(), g.end(), in.rank) != g.end()) dp_ = {"dp", g};
+      for (const std::vector<int>& g : dims.expert_distinct_groups(mesh))
+        if (std::find(g.begin(), g.end(), in.rank) != g.end()) tp_ = {"distinct", g};
+    }
     if (verdict_over_world(dims) && in.train.deterministic)
       verdict_group = world_plan_group("verdict", in.world_size);
     const auto n = static_cast<std::uint64_t>(layout.total_numel());

@@ -23,6 +23,7 @@
 #include "hzp/schedulers/common/checkpoint_state.hpp"
 #include "hzp/schedulers/common/distinct_norm.hpp"
 #include "hzp/schedulers/common/engine_memory.hpp"
+#include "hzp/schedulers/common/expert_data_parallel.hpp"
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/schedulers/common/shared_stage_grads.hpp"
 #include "hzp/schedulers/common/sharded_optimizer.hpp"
@@ -48,7 +49,8 @@ class DdpScheduler final : public DataParallelScheduler, private ParameterEngine
   std::vector<float> gather_working_params() override;
   std::vector<float> gather_moment(bool second) override;
   void visit_state(StateVisitor& visitor) override {
-    visit_gathered_state(*this, model_->layout(), train_.precision, groups_->rank() == 0, tpx_->debug(), visitor);
+    visit_gathered_state(*this, model_->layout(), train_.precision, groups_->rank() == 0,
+                         expert_ ? expert_->debug() : tpx_->debug(), visitor);
   }
   // Whole replicas: the data-parallel rank 0 writes everything, every rank reads everything.
   void checkpoint(StateArchive& archive) override {
@@ -71,6 +73,7 @@ class DdpScheduler final : public DataParallelScheduler, private ParameterEngine
   std::unique_ptr<coll::Communicator> distinct_comm_;  // pipeline: the stages × tensor-parallel pieces, for the norm
   std::unique_ptr<SharedStageGrads> shared_;
   std::unique_ptr<DistinctNorm> norm_;
+  std::unique_ptr<ExpertDataParallel> expert_;  // nd with scheduler.ep > 1: expert and dense gradients' groups
   DType pdt_;
   std::int64_t n_;
   std::unique_ptr<coll::Communicator> dp_comm_, scalars_comm_;
@@ -97,7 +100,10 @@ class DdpScheduler final : public DataParallelScheduler, private ParameterEngine
   void forward_done(int, const Action&) override {}
   workloads::UnitGrads unit_grads(int u, const Action& a) override;
   void backward_done(int u, const Action& a) override;
-  void attempt_done() override { buckets_->finish(); }
+  void attempt_done() override {
+    buckets_->finish();
+    if (expert_) expert_->reduce_dense(grads());  // the dense ranges' second level: over the ep group
+  }
   FixedPointGrads* fixed_point() noexcept override { return fixed_.get(); }
   coll::Communicator& scalars() noexcept override { return *scalars_comm_; }
   coll::Communicator& verdict_group() noexcept override { return tpx_->verdict_or(*scalars_comm_); }
@@ -122,11 +128,19 @@ DdpScheduler::DdpScheduler(const SchedulerArgs& args, std::string name) : name_(
   shared_ = std::make_unique<SharedStageGrads>(*groups_, model_->layout());
   norm_ = std::make_unique<DistinctNorm>(model_->layout(), ShardLayout::per_unit(model_->layout(), 1), 0, tpx_->size(),
                                          tpx_->rank(), distinct_comm_ ? distinct_comm_.get() : tpx_->group());
+  // Expert parallelism (no tensor parallelism beside it): the ep ranks hold distinct experts, whole tensors count on
+  // the group's first rank, the norm sums over the ep group × the stages.
+  expert_ = ExpertDataParallel::make(*groups_, model_->layout());
+  if (expert_)
+    norm_ = std::make_unique<DistinctNorm>(model_->layout(), ShardLayout::per_unit(model_->layout(), 1), 0,
+                                           expert_->ep_size(), expert_->ep_rank(), expert_->distinct());
   pdt_ = workloads::param_dtype(train_.precision);
   n_ = model_->layout().total_numel();
   // Gradients are summed over the ranks with the same pieces: the data-parallel group, times the context-parallel
   // group when the sequences are split (each of its ranks contributes its own tokens' share).
-  dp_comm_ = groups_->data_context().duplicate("dp");
+  // With expert parallelism the buckets sum over the ranks holding the same experts, and attempt_done adds the
+  // dense ranges' sum over the ep group (expert_data_parallel.hpp).
+  dp_comm_ = expert_ ? expert_->expert_data().duplicate("dp") : groups_->data_context().duplicate("dp");
   scalars_comm_ = world_->duplicate("scalars");
   params_ = alloc_->allocate(static_cast<std::size_t>(n_) * dtype_size(pdt_), AllocationTag::param);
   if (train_.deterministic) {
@@ -205,7 +219,7 @@ Allocation DdpScheduler::converted_gradient() const {
 
 ReplicaDigests DdpScheduler::replicated_state() const {
   ReplicaDigests d;  // everything is replicated over the data-parallel group (the world without tensor parallelism)
-  d.replica_key = tpx_->rank();
+  d.replica_key = expert_ ? expert_->ep_rank() : tpx_->rank();  // expert pieces differ across the ep group
   const auto add = [&](const char* name, ConstTensorView v) {
     const std::vector<std::byte> host = host_copy(v, stream_);  // device state is read on the host
     d.digests.emplace_back(name, state_digest(host.data(), host.size()));

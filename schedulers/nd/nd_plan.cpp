@@ -7,7 +7,10 @@
 // the pipeline group. With context parallelism each block's ring attention sends its K and V blocks (and in
 // backward their gradients) around the cp group, as the model declares them (ModelSpec::context_parallel_messages),
 // the gradients are summed over data × context, and each micro-batch's loss shares are summed over cp.
+#include <algorithm>
+
 #include "hzp/core/error.hpp"
+#include "hzp/schedulers/common/expert_data_parallel.hpp"
 #include "hzp/schedulers/common/shared_stage_grads.hpp"
 #include "hzp/schedulers/nd.hpp"
 #include "hzp/schedulers/step/step_driver.hpp"
@@ -28,14 +31,28 @@ class NdPlan final : public EnginePlan {
                 "ring attention's messages, its activations between stages), not only its layout");
     const coll::RankMesh mesh = dims_.mesh(plan_topology(in));  // refuses tp across nodes unless allowed
     tp_ = {"tp", mesh.group(kAxisTensor, in.rank)};
+    if (dims_.ep > 1) {
+      if (in.model == nullptr)
+        HZP_THROW(ConfigError, "the plan of scheduler nd at scheduler.ep = ", dims_.ep, " needs the model (its "
+                  "expert pieces and all-to-alls), not only its layout");
+      for (const std::vector<int>& g : dims_.expert_groups(mesh))
+        if (std::find(g.begin(), g.end(), in.rank) != g.end()) ep_ = {"ep", g};
+    }
     cp_ = std::make_unique<ContextParallelPlan>(in, dims_, mesh);
     const int tp_rank = mesh.position(kAxisTensor, in.rank);
     // tp = 1: the whole layout, and the model issues no collective of its own.
-    const workloads::ParamLayout pieces = in.model ? in.model->tensor_parallel_layout(dims_.tp, tp_rank) : *in.layout;
+    // ep > 1: the rank's experts (ConfigError naming scheduler.ep when the model has none, or ep does not divide them).
+    const int ep_rank = dims_.ep > 1 ? static_cast<int>(std::find(ep_.members.begin(), ep_.members.end(), in.rank) -
+                                                        ep_.members.begin())
+                                     : 0;
+    const workloads::ParamLayout pieces = !in.model ? *in.layout
+                                          : dims_.ep > 1 ? in.model->expert_parallel_layout(dims_.ep, ep_rank)
+                                                         : in.model->tensor_parallel_layout(dims_.tp, tp_rank);
     pipeline_ = std::make_unique<PipelinePlan>(in, dims_, mesh, pieces);
     PlanInputs mine = in;
     mine.layout = &pipeline_->layout();
     inner_ = in.options.distributed_optimizer ? plan_zero_engine(mine, 1, false, "nd") : plan_ddp_engine(mine, "nd");
+    if (dims_.ep > 1) dense_ = dense_ranges(pipeline_->layout());
     state_bytes = inner_->state_bytes;
     micro_batches_per_rank = inner_->micro_batches_per_rank;
     driver_group = inner_->driver_group;
@@ -63,6 +80,17 @@ class NdPlan final : public EnginePlan {
         default: HZP_THROW(PreconditionError, "nd plan: the model declared a collective the plan cannot count");
       }
     }
+    // Expert parallelism: each MoE block's all-to-alls on the ep group (the all-to-all-v at the balanced expectation).
+    if (dims_.ep > 1) {
+      workloads::ExpertParallelRun run;
+      run.ep = dims_.ep;
+      run.recompute = run_.recompute;
+      run.micro_batch_size = run_.micro_batch_size;
+      run.precision = run_.precision;
+      for (const workloads::ExpertParallelCall& c : spec_->expert_parallel_calls(u, a.kind == Action::Kind::backward, run))
+        out.all_to_all(ep_, c.op, c.elements, c.dtype, c.times,
+                       "per micro-batch (" + c.what + (c.expected ? "; balanced expectation: the routing sets it)" : ")"));
+    }
     cp_->unit(a, u, out);
     inner_->unit(a, u, micro_batches, out);
     pipeline_->unit(a, u, out);
@@ -73,12 +101,17 @@ class NdPlan final : public EnginePlan {
       out.all_reduce(pipeline_->embedding(), stage.unit_numel(u), wire_, 1, "per step (tied table, its two stages)");
     pipeline_->step_end(micro_batches_per_rank, out);
     cp_->step_end(micro_batches_per_rank, out);
+    // Expert parallelism: after the buckets (over the ranks holding the same experts) the dense ranges over ep.
+    const PlanGroup ep_grads{"ep_grads", ep_.members};
+    for (const SliceRange& r : dense_)
+      out.all_reduce(ep_grads, r.count, wire_, 1, "per step (dense gradients over ep, after the buckets)");
     inner_->step_end(out);
   }
 
  private:
   ParallelDims dims_;
-  PlanGroup tp_;
+  PlanGroup tp_, ep_;
+  std::vector<SliceRange> dense_;  // ep > 1: the ranges summed over the ep group at the step's end
   std::unique_ptr<ContextParallelPlan> cp_;
   std::unique_ptr<PipelinePlan> pipeline_;
   DType wire_ = DType::f32;

@@ -17,11 +17,32 @@ ParallelDims nd_parallel_dims(const SchedulerOptions& o, int w) {
   if (o.sequence_parallel && o.tp == 1)
     HZP_THROW(ConfigError, "scheduler nd: scheduler.sequence_parallel = true splits the sequence over the "
               "tensor-parallel group, but scheduler.tp = 1. Fix: scheduler.tp > 1, or sequence_parallel = false");
+  const int dp = static_cast<int>(w / split);
+  if (o.ep != 1) {
+    // The expert groups are carved out of the data-parallel ranks (ParallelDims::expert_groups), which stay
+    // data-parallel for every weight but their experts.
+    if (o.ep < 1 || dp % o.ep != 0)
+      HZP_THROW(ConfigError, "scheduler nd: scheduler.ep = ", o.ep, " does not divide the data-parallel degree dp = W / "
+                "(tp · cp · pp) = ", w, " / ", split, " = ", dp, " (an ep group is ep consecutive data-parallel ranks). "
+                "Fix: an ep that divides ", dp, ", or a world of a multiple of ep · tp · cp · pp ranks");
+    if (o.tp > 1)
+      HZP_THROW(ConfigError, "scheduler nd: scheduler.ep = ", o.ep, " with scheduler.tp = ", o.tp, ": expert "
+                "parallelism beside tensor parallelism is not implemented (the MoE model is not split over a "
+                "tensor-parallel group). Fix: scheduler.tp = 1, or scheduler.ep = 1");
+    if (o.cp > 1)
+      HZP_THROW(ConfigError, "scheduler nd: scheduler.ep = ", o.ep, " with scheduler.cp = ", o.cp, ": the MoE model "
+                "does not run under context parallelism. Fix: scheduler.cp = 1, or scheduler.ep = 1");
+    if (o.distributed_optimizer)
+      HZP_THROW(ConfigError, "scheduler nd: scheduler.ep = ", o.ep, " with scheduler.distributed_optimizer = true is "
+                "not implemented (the optimizer would shard expert weights over their own data-parallel group, dp / ep "
+                "ranks). Fix: scheduler.distributed_optimizer = false, or scheduler.ep = 1");
+  }
   ParallelDims d;
+  d.ep = o.ep;
   d.tp = o.tp;
   d.cp = o.cp;
   d.pp = o.pp;
-  (o.distributed_optimizer ? d.dp_shard : d.dp_replicate) = static_cast<int>(w / split);
+  (o.distributed_optimizer ? d.dp_shard : d.dp_replicate) = dp;
   d.tp_across_nodes = o.tp_across_nodes;
   return d;
 }

@@ -13,6 +13,7 @@
 #include "hzp/core/json_text.hpp"
 #include "hzp/schedulers/step/engine_plan.hpp"
 #include "hzp/schedulers/step/step_driver.hpp"
+#include "hzp/workloads/model_factory.hpp"
 #include "plan/activation_plan.hpp"
 
 namespace hzp::schedulers {
@@ -57,6 +58,20 @@ class Builder final : public CollectiveLedger {
   }
   void all_reduce(const PlanGroup& g, std::int64_t count, DType t, std::int64_t times, std::string_view when) override {
     all_reduce(g.name, geometry(g.members, rank_, rpn_), count, t, times, std::string(when));
+  }
+
+  // Pairwise exchange: count / p elements to every other member (the counters' element count includes the own share).
+  void all_to_all(const PlanGroup& g, CollOp op, std::int64_t count, DType t, std::int64_t times,
+                  std::string_view when) override {
+    HZP_CHECK(op == CollOp::all_to_all || op == CollOp::all_to_allv, "plan: all_to_all takes all_to_all or all_to_allv");
+    const Geometry geo = geometry(g.members, rank_, rpn_);
+    PlannedCollective& c = entry(op, g.name, geo, t, std::string(when));
+    c.calls += times;
+    c.elements += count * times;
+    const int p = geo.size();
+    if (p <= 1 || count == 0) return;
+    for (int q = 0; q < p; ++q)
+      if (q != geo.pos) c.bytes[geo.level_to(q)] += static_cast<std::uint64_t>(count / p) * dtype_size(t) * times;
   }
 
   void send(const PlanGroup& g, int peer, std::int64_t count, DType t, std::int64_t times, std::string_view when) override {
@@ -293,6 +308,9 @@ SchedulerPlan plan_from_engine(std::string scheduler, const PlanInputs& in, Engi
     StepDriver::plan_collectives(in.train, *in.layout, e.driver_group,
                                  e.verdict_group.members.empty() ? e.driver_group : e.verdict_group,
                                  e.micro_batches_per_rank, b);
+  // StepDriver::end_model_step: the model's step statistics (the MoE load) summed over the engine's scalars group.
+  if (!e.driver_group.members.empty() && in.model != nullptr && in.model->step_statistics() > 0)
+    b.all_reduce(e.driver_group, in.model->step_statistics(), DType::f64, 1, "per step (model statistics: MoE load)");
   return p;
 }
 

@@ -2,6 +2,7 @@
 // world along the mesh's axes): process_groups.hpp.
 #include "hzp/schedulers/step/process_groups.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 #include "hzp/collectives/mesh_comm.hpp"
@@ -68,6 +69,33 @@ coll::RankGroups ParallelDims::expert_groups(const coll::RankMesh& mesh) const {
   for (const std::vector<int>& g : mesh.groups(dc))
     for (std::size_t i = 0; i < g.size(); i += static_cast<std::size_t>(ep))
       out.emplace_back(g.begin() + static_cast<std::ptrdiff_t>(i), g.begin() + static_cast<std::ptrdiff_t>(i) + ep);
+  return out;
+}
+
+coll::RankGroups ParallelDims::expert_data_groups(const coll::RankMesh& mesh) const {
+  const std::string_view dc[] = {kAxisReplicate, kAxisShard, kAxisContext};
+  coll::RankGroups out;
+  for (const std::vector<int>& g : mesh.groups(dc))
+    for (std::size_t i = 0; i < static_cast<std::size_t>(ep); ++i) {
+      std::vector<int> same;
+      for (std::size_t j = i; j < g.size(); j += static_cast<std::size_t>(ep)) same.push_back(g[j]);
+      out.push_back(std::move(same));
+    }
+  return out;
+}
+
+coll::RankGroups ParallelDims::expert_distinct_groups(const coll::RankMesh& mesh) const {
+  // Every data × context group lists its members in the same position order, so the j-th expert group of each
+  // (one per pipeline stage and tensor coordinate) joins the j-th of the others.
+  const std::string_view dc[] = {kAxisReplicate, kAxisShard, kAxisContext};
+  const coll::RankGroups groups = mesh.groups(dc);
+  const std::size_t per = groups.empty() ? 0 : groups.front().size() / static_cast<std::size_t>(ep);
+  coll::RankGroups out(per);
+  for (const std::vector<int>& g : groups)
+    for (std::size_t j = 0; j < per; ++j)
+      out[j].insert(out[j].end(), g.begin() + static_cast<std::ptrdiff_t>(j) * ep,
+                    g.begin() + static_cast<std::ptrdiff_t>(j + 1) * ep);
+  for (std::vector<int>& g : out) std::sort(g.begin(), g.end());
   return out;
 }
 

@@ -68,7 +68,7 @@ struct NdRun {
         o.pp > 1 ? schedulers::pipeline_layout_from(o, setup.model->layout().num_units()).cut(groups->pipeline()->rank())
                  : workloads::StageCut{};
     setup.model = workloads::make_llama(setup.model_config, spec.precision, {groups->tensor(), o.sequence_parallel}, cut,
-                                        {groups->context()});
+                                        {groups->context()}, {groups->expert()});
     schedulers::SchedulerArgs a = setup.args();
     a.world = &world;
     a.topology = &topology;

@@ -65,19 +65,24 @@ void LlamaContext::release_all() {
 }
 
 namespace {
-ParamLayout layout_of(const LlamaConfig& config, const TensorParallel& tp, const StageCut& stage) {
-  ParamLayout whole = llama_layout(config, tp.group ? tp.group->size() : 1, tp.group ? tp.group->rank() : 0);
+ParamLayout layout_of(const LlamaConfig& config, const TensorParallel& tp, const StageCut& stage,
+                      const ExpertParallel& ep) {
+  const int tp_size = tp.group ? tp.group->size() : 1, ep_size = ep.group ? ep.group->size() : 1;
+  check_expert_parallel(config, ep_size, tp_size);
+  ParamLayout whole = ep_size > 1 ? llama_expert_parallel_layout(config, ep_size, ep.group->rank())
+                                  : llama_layout(config, tp_size, tp.group ? tp.group->rank() : 0);
   return stage.empty() ? whole : stage_layout(whole, stage);
 }
 }  // namespace
 
 LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, const TensorParallel& tp,
-                       const StageCut& stage, const ContextParallel& cp)
-    : Workload(layout_of(config, tp, stage), precision, config.seq_len, config.vocab),
+                       const StageCut& stage, const ContextParallel& cp, const ExpertParallel& ep)
+    : Workload(layout_of(config, tp, stage, ep), precision, config.seq_len, config.vocab),
       config_(config),
       balance_(config.moe, config.moe.enabled() ? config.layers - config.moe.dense_layers : 0),
       cp_(cp.group && cp.group->size() > 1 ? cp.group : nullptr),
       tp_(tp.group && tp.group->size() > 1 ? tp.group : nullptr),
+      ep_(ep.group && ep.group->size() > 1 ? ep.group : nullptr),
       tp_size_(tp_ ? tp_->size() : 1),
       tp_rank_(tp_ ? tp_->rank() : 0),
       sp_(tp_ != nullptr && tp.sequence_parallel) {
@@ -221,8 +226,8 @@ void LlamaModel::backward_unit(int unit, const UnitParams& params, MicroBatchCon
 namespace hzp::workloads {
 
 std::unique_ptr<Workload> make_llama(const LlamaConfig& config, Precision precision, const TensorParallel& tp,
-                                     const StageCut& stage, const ContextParallel& cp) {
-  return std::make_unique<llama::LlamaModel>(config, precision, tp, stage, cp);
+                                     const StageCut& stage, const ContextParallel& cp, const ExpertParallel& ep) {
+  return std::make_unique<llama::LlamaModel>(config, precision, tp, stage, cp, ep);
 }
 
 }  // namespace hzp::workloads

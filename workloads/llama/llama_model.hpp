@@ -108,7 +108,7 @@ struct Dims {
 class LlamaModel final : public Workload {
  public:
   LlamaModel(const LlamaConfig& config, Precision precision, const TensorParallel& tp, const StageCut& stage,
-             const ContextParallel& cp);
+             const ContextParallel& cp, const ExpertParallel& ep);
   std::string describe() const override { return config_.describe(); }
   FlopsPerToken flops_per_token() const override { return config_.flops_per_token(); }
   const LlamaConfig& config() const noexcept { return config_; }
@@ -189,6 +189,7 @@ class LlamaModel final : public Workload {
   mutable MoeBalanceState balance_;  // non-gradient state, changed by end_step only
   coll::Communicator* cp_;  // nullptr: whole sequences on this rank
   coll::Communicator* tp_;  // nullptr: the whole model on this rank
+  coll::Communicator* ep_;  // nullptr: every routed expert on this rank
   int tp_size_, tp_rank_;
   bool sp_;
 };

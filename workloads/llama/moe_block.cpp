@@ -142,7 +142,7 @@ void LlamaModel::moe_forward(int unit, const UnitParams& params, LlamaContext& c
   const double aux_weight =
       config_.moe.balance == MoeBalance::aux_loss ? static_cast<double>(ctx.tokens()) / ctx.normaliser() : 0.0;
   moe_experts_forward(config_.moe, s.h2.view, {w(0), w(1), w(2), w(3)}, balance_.bias(layer), aux_weight, y, s.moe,
-                      ctx.allocator(), ctx.stream());
+                      ctx.allocator(), ctx.stream(), ep_);
   if (y.data() != nullptr) balance_.record(layer, s.moe.routing, s.moe.aux * aux_weight);
 }
 
@@ -154,7 +154,7 @@ void LlamaModel::moe_backward(int unit, const UnitParams& params, LlamaContext& 
   auto w = [&](int t) { return tensor_in_block(layout(), unit, first + t, block); };
   auto dw = [&](int t) { return tensor_in_block(layout(), unit, first + t, gb.view); };
   moe_experts_backward(config_.moe, dy, s.h2.view, {w(0), w(1), w(2), w(3)}, {dw(0), dw(1), dw(2), dw(3), gb.accumulate},
-                       dh2, s.moe, ctx.allocator(), ctx.stream());
+                       dh2, s.moe, ctx.allocator(), ctx.stream(), ep_);
 }
 
 }  // namespace hzp::workloads::llama

@@ -10,7 +10,10 @@
 #include "hzp/kernels/scalar.hpp"
 #include "hzp/kernels/swiglu.hpp"
 #include "hzp/workloads/moe.hpp"
+#include "hzp/collectives/communicator.hpp"
 #include "llama/llama_ops.hpp"
+#include "llama/moe_expert_gemms.hpp"
+#include "llama/moe_rows.hpp"
 
 namespace hzp::workloads {
 namespace {
@@ -19,24 +22,9 @@ using llama::linear_bwd_data;
 using llama::linear_bwd_weight;
 using llama::linear_fwd;
 
-// Rows [begin, begin + n) of a [rows, width] buffer (or of expert e's [a, b] matrix inside [E, a, b]).
-template <typename View, typename Ptr>
-View rows_of(Ptr base, std::int64_t begin, std::int64_t n, std::int64_t width, DType dt, Device dev) {
-  using Byte = std::conditional_t<std::is_const_v<std::remove_pointer_t<Ptr>>, const std::byte, std::byte>;
-  return View(static_cast<Byte*>(static_cast<Ptr>(base)) + begin * width * static_cast<std::int64_t>(dtype_size(dt)),
-              Shape{n, width}, dt, dev);
-}
-TensorView rows(Allocation& a, std::int64_t begin, std::int64_t n, std::int64_t width, DType dt, Device dev) {
-  return rows_of<TensorView, void*>(a.data(), begin, n, width, dt, dev);
-}
-ConstTensorView expert_matrix(ConstTensorView w, std::int64_t e) {
-  const std::int64_t a = w.shape()[1], b = w.shape()[2];
-  return rows_of<ConstTensorView, const void*>(w.data(), e * a, a, b, w.dtype(), w.device());
-}
-TensorView expert_matrix(TensorView w, std::int64_t e) {
-  const std::int64_t a = w.shape()[1], b = w.shape()[2];
-  return rows_of<TensorView, void*>(w.data(), e * a, a, b, w.dtype(), w.device());
-}
+using moe_rows::expert_matrix;
+using moe_rows::gather_kept_rows;
+using moe_rows::rows;
 
 std::vector<double> to_doubles(ConstTensorView v) {
   std::vector<double> out(static_cast<std::size_t>(v.numel()));
@@ -56,8 +44,9 @@ void check_host(ConstTensorView h, StreamRef s) {
 }  // namespace
 
 void MoeSaved::reset() noexcept {
-  for (Allocation* m : {&g, &u, &a, &o}) m->reset();
+  for (Allocation* m : {&g, &u, &a, &o, &x}) m->reset();
   routing = MoeRouting{};
+  exchange = Exchange{};
   aux = aux_weight = 0;
 }
 
@@ -68,8 +57,9 @@ std::int64_t moe_saved_bytes(const MoeConfig& c, std::int64_t tokens, std::int64
 
 void moe_experts_forward(const MoeConfig& c, ConstTensorView h, const MoeExpertWeights& w,
                          std::span<const double> bias, double aux_weight, TensorView y, MoeSaved& saved,
-                         CachingAllocator& alloc, StreamRef s) {
+                         CachingAllocator& alloc, StreamRef s, coll::Communicator* ep) {
   check_host(h, s);
+  if (ep != nullptr && ep->size() == 1) ep = nullptr;
   const std::int64_t N = h.shape()[0], d = h.shape()[1], E = c.experts, F = c.expert_ffn, k = c.top_k;
   const DType at = h.dtype();
   const Device dev = h.device();
@@ -85,30 +75,18 @@ void moe_experts_forward(const MoeConfig& c, ConstTensorView h, const MoeExpertW
   saved.aux_weight = aux_weight;
 
   const std::size_t esz = dtype_size(at);
-  const std::int64_t rows_all = N * k, kept = r.kept();
-  saved.g = alloc.allocate(static_cast<std::size_t>(rows_all * F) * esz, AllocationTag::activation);
-  saved.u = alloc.allocate(static_cast<std::size_t>(rows_all * F) * esz, AllocationTag::activation);
-  saved.a = alloc.allocate(static_cast<std::size_t>(rows_all * F) * esz, AllocationTag::activation);
-  saved.o = alloc.allocate(static_cast<std::size_t>(rows_all * d) * esz, AllocationTag::activation);
-  Allocation x = alloc.allocate(static_cast<std::size_t>(rows_all * d) * esz, AllocationTag::workspace);
-  for (std::int64_t a = 0; a < rows_all; ++a)
-    if (const std::int64_t slot = r.slot[static_cast<std::size_t>(a)]; slot >= 0)
-      std::memcpy(static_cast<std::byte*>(x.data()) + slot * d * esz,
-                  static_cast<const std::byte*>(h.data()) + (a / k) * d * esz, static_cast<std::size_t>(d) * esz);
-  for (std::int64_t e = 0; e < E; ++e) {
-    const std::int64_t b = r.offsets[static_cast<std::size_t>(e)], n = r.offsets[static_cast<std::size_t>(e + 1)] - b;
-    if (n == 0) continue;
-    const TensorView xe = rows(x, b, n, d, at, dev);
-    linear_fwd(rows(saved.g, b, n, F, at, dev), xe, expert_matrix(w.w_gate, e), alloc, s);
-    linear_fwd(rows(saved.u, b, n, F, at, dev), xe, expert_matrix(w.w_up, e), alloc, s);
-  }
-  if (kept > 0) {
-    kernels::swiglu_fwd(rows(saved.a, 0, kept, F, at, dev), rows(saved.g, 0, kept, F, at, dev),
-                        rows(saved.u, 0, kept, F, at, dev), s);
-    for (std::int64_t e = 0; e < E; ++e) {
-      const std::int64_t b = r.offsets[static_cast<std::size_t>(e)], n = r.offsets[static_cast<std::size_t>(e + 1)] - b;
-      if (n > 0) linear_fwd(rows(saved.o, b, n, d, at, dev), rows(saved.a, b, n, F, at, dev), expert_matrix(w.w_down, e), alloc, s);
-    }
+  const std::int64_t rows_all = N * k;
+  if (ep != nullptr) {
+    // The experts run on their own ranks; saved.o comes back with their outputs in this rank's slots.
+    moe_expert_parallel_forward(c, h, w, saved, alloc, s, *ep);
+  } else {
+    saved.g = alloc.allocate(static_cast<std::size_t>(rows_all * F) * esz, AllocationTag::activation);
+    saved.u = alloc.allocate(static_cast<std::size_t>(rows_all * F) * esz, AllocationTag::activation);
+    saved.a = alloc.allocate(static_cast<std::size_t>(rows_all * F) * esz, AllocationTag::activation);
+    saved.o = alloc.allocate(static_cast<std::size_t>(rows_all * d) * esz, AllocationTag::activation);
+    Allocation x = alloc.allocate(static_cast<std::size_t>(rows_all * d) * esz, AllocationTag::workspace);
+    gather_kept_rows(x, h, r);
+    moe_gemms::forward(w, r.offsets, x, saved.g, saved.u, saved.a, saved.o, alloc, s);
   }
   if (y.data() == nullptr) return;
   kernels::dispatch_float(at, [&](auto tag) {
@@ -130,10 +108,11 @@ void moe_experts_forward(const MoeConfig& c, ConstTensorView h, const MoeExpertW
 
 void moe_experts_backward(const MoeConfig& c, ConstTensorView dy, ConstTensorView h, const MoeExpertWeights& w,
                           const MoeExpertGrads& g, TensorView dh, MoeSaved& saved, CachingAllocator& alloc,
-                          StreamRef s) {
+                          StreamRef s, coll::Communicator* ep) {
   check_host(h, s);
+  if (ep != nullptr && ep->size() == 1) ep = nullptr;
   HZP_CHECK(saved.held(), "MoE backward: its forward state is missing");
-  const std::int64_t N = h.shape()[0], d = h.shape()[1], E = c.experts, F = c.expert_ffn, k = c.top_k;
+  const std::int64_t N = h.shape()[0], d = h.shape()[1], E = c.experts, k = c.top_k;
   const DType at = h.dtype();
   const Device dev = h.device();
   const std::size_t esz = dtype_size(at);
@@ -164,39 +143,19 @@ void moe_experts_backward(const MoeConfig& c, ConstTensorView dy, ConstTensorVie
   saved.o.reset();
 
   // --- the experts, each over its rows; an expert without rows still has its gradient written ---
-  const DType gt = g.w_gate.dtype();
-  if (!g.accumulate)
-    for (const TensorView& t : {g.w_gate, g.w_up, g.w_down})
-      std::memset(t.data(), 0, static_cast<std::size_t>(t.numel()) * dtype_size(gt));
-  Allocation x = alloc.allocate(static_cast<std::size_t>(rows_all * d) * esz, AllocationTag::workspace);
-  for (std::int64_t a = 0; a < rows_all; ++a)
-    if (const std::int64_t slot = r.slot[static_cast<std::size_t>(a)]; slot >= 0)
-      std::memcpy(static_cast<std::byte*>(x.data()) + slot * d * esz,
-                  static_cast<const std::byte*>(h.data()) + (a / k) * d * esz, static_cast<std::size_t>(d) * esz);
   Allocation dx = alloc.allocate(static_cast<std::size_t>(rows_all * d) * esz, AllocationTag::workspace);
-  if (kept > 0) {
-    Allocation da = alloc.allocate(static_cast<std::size_t>(rows_all * F) * esz, AllocationTag::workspace);
-    for (std::int64_t e = 0; e < E; ++e) {
-      const std::int64_t b = r.offsets[static_cast<std::size_t>(e)], n = r.offsets[static_cast<std::size_t>(e + 1)] - b;
-      if (n == 0) continue;
-      const TensorView doe = rows(dout, b, n, d, at, dev);
-      linear_bwd_weight(expert_matrix(g.w_down, e), doe, rows(saved.a, b, n, F, at, dev), true, alloc, s);
-      linear_bwd_data(rows(da, b, n, F, at, dev), doe, expert_matrix(w.w_down, e), false, alloc, s);
-    }
-    saved.a.reset();
-    // dgate and dup overwrite gate and up (the kernel reads each element before writing it).
-    const TensorView gv = rows(saved.g, 0, kept, F, at, dev), uv = rows(saved.u, 0, kept, F, at, dev);
-    kernels::swiglu_bwd(gv, uv, rows(da, 0, kept, F, at, dev), gv, uv, s);
-    for (std::int64_t e = 0; e < E; ++e) {
-      const std::int64_t b = r.offsets[static_cast<std::size_t>(e)], n = r.offsets[static_cast<std::size_t>(e + 1)] - b;
-      if (n == 0) continue;
-      const TensorView dge = rows(saved.g, b, n, F, at, dev), due = rows(saved.u, b, n, F, at, dev);
-      const TensorView xe = rows(x, b, n, d, at, dev), dxe = rows(dx, b, n, d, at, dev);
-      linear_bwd_weight(expert_matrix(g.w_gate, e), dge, xe, true, alloc, s);
-      linear_bwd_weight(expert_matrix(g.w_up, e), due, xe, true, alloc, s);
-      linear_bwd_data(dxe, dge, expert_matrix(w.w_gate, e), false, alloc, s);
-      linear_bwd_data(dxe, due, expert_matrix(w.w_up, e), true, alloc, s);
-    }
+  Allocation x;
+  if (ep != nullptr) {
+    moe_expert_parallel_backward(c, w, g, ConstTensorView(dout.data(), Shape{kept, d}, at, dev),
+                                 TensorView(dx.data(), Shape{kept, d}, at, dev), saved, alloc, s, *ep);
+  } else {
+    const DType gt = g.w_gate.dtype();
+    if (!g.accumulate)
+      for (const TensorView& t : {g.w_gate, g.w_up, g.w_down})
+        std::memset(t.data(), 0, static_cast<std::size_t>(t.numel()) * dtype_size(gt));
+    x = alloc.allocate(static_cast<std::size_t>(rows_all * d) * esz, AllocationTag::workspace);
+    gather_kept_rows(x, h, r);
+    moe_gemms::backward(w, g, r.offsets, dout, x, saved.g, saved.u, saved.a, dx, alloc, s);
   }
   // Back to token order: dh_t += Σ_j dx_slot(t, j), in choice order.
   kernels::dispatch_float(at, [&](auto tag) {

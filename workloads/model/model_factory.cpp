@@ -127,6 +127,16 @@ class LlamaSpec final : public ModelSpec {
   FlopsPerToken flops_per_token() const override { return c_.flops_per_token(); }
   ParamLayout layout() const override { return llama_layout(c_); }
   ParamLayout tensor_parallel_layout(int tp, int tp_rank) const override { return llama_layout(c_, tp, tp_rank); }
+  ParamLayout expert_parallel_layout(int ep, int ep_rank) const override {
+    return llama_expert_parallel_layout(c_, ep, ep_rank);
+  }
+  std::int64_t step_statistics() const override {  // MoeBalanceState's [load][dropped][aux] over every MoE block
+    return c_.moe.enabled() ? (c_.layers - c_.moe.dense_layers) * (c_.moe.experts + 2) : 0;
+  }
+  std::vector<ExpertParallelCall> expert_parallel_calls(int unit, bool backward,
+                                                        const ExpertParallelRun& run) const override {
+    return llama_expert_parallel_calls(c_, unit, backward, run);
+  }
   std::vector<TensorParallelCall> tensor_parallel_calls(int unit, bool backward,
                                                         const TensorParallelRun& run) const override {
     return llama_tensor_parallel_calls(c_, unit, backward, run);
@@ -144,8 +154,8 @@ class LlamaSpec final : public ModelSpec {
     return micro_batch_size * c_.seq_len / cp / (sequence_parallel ? tp : 1) * c_.hidden;
   }
   std::unique_ptr<Workload> build(Precision precision, const TensorParallel& tp, const StageCut& stage,
-                                  const ContextParallel& cp) const override {
-    return make_llama(c_, precision, tp, stage, cp);
+                                  const ContextParallel& cp, const ExpertParallel& ep) const override {
+    return make_llama(c_, precision, tp, stage, cp, ep);
   }
 
  private:

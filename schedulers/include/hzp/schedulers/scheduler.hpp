@@ -125,6 +125,10 @@ struct SchedulerOptions {
   // --- nd: context parallelism (docs/nd-parallel.md "Context parallelism") ---
   /// Ranks every sequence is split over (ring attention); inside pp, outside tp; dp = W / (tp · cp · pp).
   int cp = 1;
+  // --- nd: expert parallelism (docs/nd-parallel.md "Expert parallelism") ---
+  /// Ranks every MoE block's routed experts are split over (E/ep consecutive experts each); ep consecutive ranks of
+  /// the data-parallel group, which stay data-parallel for every other weight; must divide dp = W / (tp · cp · pp).
+  int ep = 1;
 };
 
 /// Everything a scheduler is built from. The model, allocator and communicator must outlive it.

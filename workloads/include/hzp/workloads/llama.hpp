@@ -15,6 +15,7 @@
 
 #include "hzp/kernels/attention.hpp"
 #include "hzp/workloads/context_parallel.hpp"
+#include "hzp/workloads/expert_parallel.hpp"
 #include "hzp/workloads/moe.hpp"
 #include "hzp/workloads/param_layout.hpp"
 #include "hzp/workloads/precision.hpp"
@@ -95,6 +96,23 @@ ParamLayout llama_layout(const LlamaConfig& config, int tp_size = 1, int tp_rank
 /// all four (the vocabulary is not padded).
 void check_tensor_parallel(const LlamaConfig& config, int tp);
 
+/// The layout of rank `ep_rank` of an expert-parallel group of `ep` over `whole` (a llama_layout at tp = 1): every
+/// MoE block's moe.w_gate, moe.w_up and moe.w_down cut along the expert dimension into ep pieces, this rank's E/ep
+/// consecutive experts (shard group "ep"), each piece initialised to its slice of the unsharded tensor; every other
+/// tensor whole. check_expert_parallel first.
+ParamLayout llama_expert_parallel_layout(const LlamaConfig& config, int ep, int ep_rank);
+
+/// ConfigError naming the key, the value and the fix unless expert parallelism over `ep` ranks fits `config`: the
+/// model has experts (model.experts > 0), ep divides model.experts, and there is no tensor parallelism beside it.
+void check_expert_parallel(const LlamaConfig& config, int ep, int tp = 1);
+
+/// The expert-parallel collectives one micro-batch issues in unit `unit`'s forward or backward (recompute's repeated
+/// forward included), for the plan (llama_tp_calls.cpp): per MoE block and pass, an all-to-all of the row counts
+/// (forward only) and two all-to-all-v of rows (dispatch and combine), the all-to-all-v at the balanced
+/// expectation. Empty at ep = 1 and outside MoE blocks.
+std::vector<ExpertParallelCall> llama_expert_parallel_calls(const LlamaConfig& config, int unit, bool backward,
+                                                            const ExpertParallelRun& run);
+
 /// The tensor-parallel collectives one micro-batch of the model issues in unit `unit`'s forward (`backward`
 /// false) or backward (recompute included), for the plan; what the model's code calls, written beside it
 /// (llama_tp_calls.cpp). Empty at tp = 1.
@@ -124,7 +142,11 @@ RingAttentionMessages llama_context_parallel_messages(const LlamaConfig& config,
 /// context takes local_seq_len() tokens per sequence, host backend only): RoPE at the shard's global positions
 /// and ring attention over the group in every block (forward, backward, and again in a recompute); every other
 /// layer is per token. The loss it reports is its tokens' share; the group's shares add up to the micro-batch's.
+/// With an expert-parallel group `ep` the model holds llama_expert_parallel_layout's pieces and its MoE layers send
+/// their kept rows to the experts' ranks and take the outputs back (moe_experts_forward's exchanges), forward,
+/// backward and recompute; every rank of the group must run the same MoE layers' micro-batches in the same order.
 std::unique_ptr<Workload> make_llama(const LlamaConfig& config, Precision precision, const TensorParallel& tp = {},
-                                     const StageCut& stage = {}, const ContextParallel& cp = {});
+                                     const StageCut& stage = {}, const ContextParallel& cp = {},
+                                     const ExpertParallel& ep = {});
 
 }  // namespace hzp::workloads

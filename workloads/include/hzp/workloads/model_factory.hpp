@@ -38,6 +38,16 @@ class ModelSpec {
   /// The layout of rank `tp_rank` of a tensor-parallel group of `tp` (layout() at tp = 1): its pieces.
   /// ConfigError naming the sizes tp must divide.
   virtual ParamLayout tensor_parallel_layout(int tp, int tp_rank) const = 0;
+  /// The layout of rank `ep_rank` of an expert-parallel group of `ep` (layout() at ep = 1): its experts' pieces.
+  /// ConfigError naming the key when the model cannot be split so (no experts, ep not dividing them).
+  virtual ParamLayout expert_parallel_layout(int ep, int ep_rank) const = 0;
+  /// Elements (f64) of the model's per-step statistics (Workload::take_step_statistics: the MoE load, dropped
+  /// assignments and auxiliary losses per MoE block), which the step driver all-reduces once per step; 0 for none.
+  virtual std::int64_t step_statistics() const { return 0; }
+  /// The expert-parallel collectives one micro-batch issues in unit `unit`'s forward or backward (for the plan; the
+  /// all-to-all-v at the balanced expectation).
+  virtual std::vector<ExpertParallelCall> expert_parallel_calls(int unit, bool backward,
+                                                                const ExpertParallelRun& run) const = 0;
   /// The tensor-parallel collectives one micro-batch issues in unit `unit`'s forward or backward (for the plan).
   virtual std::vector<TensorParallelCall> tensor_parallel_calls(int unit, bool backward,
                                                                 const TensorParallelRun& run) const = 0;
@@ -60,9 +70,10 @@ class ModelSpec {
   virtual Linear widest_linear() const = 0;
   /// The model, for `precision`, split over `tp`'s group when it has one, holding only the units of a
   /// pipeline stage when `stage` cuts it (see stage_layout), and running its share of every sequence over
-  /// `cp`'s group when it has one.
+  /// `cp`'s group when it has one, and holding its share of the routed experts over `ep`'s group when it has one.
   virtual std::unique_ptr<Workload> build(Precision precision, const TensorParallel& tp = {},
-                                          const StageCut& stage = {}, const ContextParallel& cp = {}) const = 0;
+                                          const StageCut& stage = {}, const ContextParallel& cp = {},
+                                          const ExpertParallel& ep = {}) const = 0;
 };
 
 /// Registered model kinds, in registration order ("llama" first).

@@ -16,6 +16,10 @@
 #include "hzp/core/stream.hpp"
 #include "hzp/core/tensor.hpp"
 
+namespace hzp::coll {
+class Communicator;
+}
+
 namespace hzp::workloads {
 
 enum class RouterScore { sigmoid, softmax };
@@ -102,6 +106,13 @@ struct MoeSaved {
   MoeRouting routing;
   Allocation g, u, a;  // [tokens·top_k, F] expert-sorted gate and up projections, SwiGLU output
   Allocation o;        // [tokens·top_k, d] expert outputs before their gates
+  // Expert parallelism (moe_expert_parallel.cpp): g, u and a then hold the rows this rank's experts received from
+  // the group ([received, F], expert-major), x those rows' inputs, and `exchange` how many rows went where.
+  Allocation x;
+  struct Exchange {
+    std::vector<std::int64_t> sent;      ///< [ep · local experts] rows this rank sent to each rank's each expert
+    std::vector<std::int64_t> received;  ///< [ep · local experts] rows each source sent to each of this rank's experts
+  } exchange;
   double aux = 0;         // this micro-batch's auxiliary loss, unweighted (aux_loss_of)
   double aux_weight = 0;  // its weight in the objective (moe_experts_forward's aux_weight)
   void reset() noexcept;
@@ -115,15 +126,33 @@ std::int64_t moe_saved_bytes(const MoeConfig& c, std::int64_t tokens, std::int64
 /// on its rows and, when y is given, adds Σ_j gate_j·expert_j(h_t) to y [tokens, d] (in the activation dtype,
 /// rounded once per element). bias as in route_tokens. `aux_weight` scales the auxiliary loss this micro-batch
 /// adds to the objective (its tokens / the global normaliser; 0 under bias balancing). Fills `saved`.
+/// Expert parallelism (`ep`, a group of P > 1 ranks): w.w_gate, w.w_up and w.w_down are this rank's E/P
+/// consecutive experts (rank r holds experts r·E/P ..), the router is whole. Routing and capacity run on this
+/// rank's tokens exactly as on one rank; the kept rows travel to their experts' ranks and the outputs back by
+/// all-to-all-v (the counts first, by an all-to-all), so every rank of the group must call this for the same
+/// layer in the same order.
 void moe_experts_forward(const MoeConfig& c, ConstTensorView h, const MoeExpertWeights& w,
                          std::span<const double> bias, double aux_weight, TensorView y, MoeSaved& saved,
-                         CachingAllocator& alloc, StreamRef s);
+                         CachingAllocator& alloc, StreamRef s, coll::Communicator* ep = nullptr);
 /// Backward: from dy [tokens, d] (the gradient of the layer's output) adds the routed half's input gradient to
 /// dh [tokens, d] and writes (or accumulates) every expert's and the router's weight gradient, an expert that got
 /// no rows included (zero, or left as it was). Includes the auxiliary loss's gradient (weighted as in forward).
-/// Frees `saved`.
+/// Frees `saved`. With `ep` (the forward's group) g's expert tensors are this rank's experts' and receive the
+/// gradient of every row the group sent them; the output gradients go to the experts' ranks and the input
+/// gradients come back by all-to-all-v, the forward's exchanges mirrored.
 void moe_experts_backward(const MoeConfig& c, ConstTensorView dy, ConstTensorView h, const MoeExpertWeights& w,
                           const MoeExpertGrads& g, TensorView dh, MoeSaved& saved,
-                          CachingAllocator& alloc, StreamRef s);
+                          CachingAllocator& alloc, StreamRef s, coll::Communicator* ep = nullptr);
+
+/// The expert-parallel exchanges inside moe_experts_forward / _backward (moe_expert_parallel.cpp). Forward: from
+/// the routing in `saved` and h, sends the kept rows to their experts' ranks, runs this rank's experts on what
+/// arrived (saved.x, g, u, a) and brings their outputs back into saved.o's slots. Backward: sends dout (the
+/// outputs' gradients, [kept, d] in slot order) to the experts' ranks, writes or accumulates the experts' weight
+/// gradients there, and brings the inputs' gradients back into dx's slots.
+void moe_expert_parallel_forward(const MoeConfig& c, ConstTensorView h, const MoeExpertWeights& w, MoeSaved& saved,
+                                 CachingAllocator& alloc, StreamRef s, coll::Communicator& ep);
+void moe_expert_parallel_backward(const MoeConfig& c, const MoeExpertWeights& w, const MoeExpertGrads& g,
+                                  ConstTensorView dout, TensorView dx, MoeSaved& saved, CachingAllocator& alloc,
+                                  StreamRef s, coll::Communicator& ep);
 
 }  // namespace hzp::workloads

@@ -36,6 +36,10 @@ class CollectiveLedger {
   virtual void reduce_scatter(const PlanGroup& g, std::int64_t full, DType t, std::int64_t times,
                               std::string_view when) = 0;
   virtual void all_reduce(const PlanGroup& g, std::int64_t count, DType t, std::int64_t times, std::string_view when) = 0;
+  /// All-to-all (op all_to_all) or all-to-all-v (all_to_allv) of `count` elements sent per call, the rank's own share
+  /// included, spread evenly over the group's members (for all_to_allv: the balanced expectation, which `when` says).
+  virtual void all_to_all(const PlanGroup& g, coll::CollOp op, std::int64_t count, DType t, std::int64_t times,
+                          std::string_view when) = 0;
   /// Point-to-point: `count` elements to (send) or from (recv) the member at position `peer` of g.
   virtual void send(const PlanGroup& g, int peer, std::int64_t count, DType t, std::int64_t times,
                     std::string_view when) = 0;

@@ -44,6 +44,14 @@ struct ParallelDims {
   coll::RankMesh mesh(const coll::Topology& topology) const;
   /// The expert-parallel groups: each run of ep consecutive members of a data × context group.
   coll::RankGroups expert_groups(const coll::RankMesh& mesh) const;
+  /// The expert-data-parallel groups: the members of a data × context group that hold the same experts (the same
+  /// position in their expert group), {g[i], g[i + ep], g[i + 2·ep], ...}: where expert weights' gradients are
+  /// summed (dp · cp / ep ranks).
+  coll::RankGroups expert_data_groups(const coll::RankMesh& mesh) const;
+  /// The ranks whose expert pieces and pipeline stages together hold the model once: for each expert-data position
+  /// j, the expert group at j of every pipeline stage (and every tensor and context coordinate): where the norm of an
+  /// expert-parallel model is summed.
+  coll::RankGroups expert_distinct_groups(const coll::RankMesh& mesh) const;
 };
 
 /// The mesh's axis names, outermost first.
