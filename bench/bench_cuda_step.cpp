@@ -55,7 +55,9 @@ void run_step(benchmark::State& state, std::int64_t micro_batches, kernels::Atte
   coll::SelfBootstrap solo;
   std::unique_ptr<coll::NcclCommunicator> world;
   if (std::string_view(engine) != "none") {
-    world = std::make_unique<coll::NcclCommunicator>(solo, coll::NcclCommConfig{.name = "world", .device = 0});
+    coll::NcclCommConfig config;  // cuda:0, no link emulation
+    config.device = 0;
+    world = std::make_unique<coll::NcclCommunicator>(solo, config);
     args.world = world.get();
   }
   const auto trainer = schedulers::make_scheduler(engine, args);

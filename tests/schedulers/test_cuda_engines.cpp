@@ -23,6 +23,14 @@
 namespace hzp::test {
 namespace {
 
+/// cuda:0 as "world" (the defaults otherwise: no link emulation, one node).
+coll::NcclCommConfig world_config() {
+  coll::NcclCommConfig c;
+  c.name = "world";
+  c.device = 0;
+  return c;
+}
+
 /// What `hzpbench run --set backend=cuda` hands an engine: the model, the GPU's allocator and stream, a world.
 schedulers::SchedulerArgs gpu_args(const NoneRun& cpu, Gpu& gpu, coll::Communicator& world) {
   schedulers::SchedulerArgs args;
@@ -72,7 +80,7 @@ Curves train_both(const std::string& engine, workloads::Precision precision, std
   cpu.build();
   Gpu gpu;
   coll::SelfBootstrap solo;
-  coll::NcclCommunicator world(solo, {.name = "world", .device = 0});
+  coll::NcclCommunicator world(solo, world_config());
   schedulers::SchedulerArgs args = gpu_args(cpu, gpu, world);
   args.options.bucket_mb = 0.05;  // several buckets: ddp's readiness counting runs on the device path too
   args.options.group_size = 1;    // hsdp: shards of one rank, replicated (the replica all-reduce runs)
@@ -127,7 +135,7 @@ TEST(CudaEngineRefusals, HostOnlySchedulersRefuseACudaStream) {
   cpu.build();
   Gpu gpu;
   coll::SelfBootstrap solo;
-  coll::NcclCommunicator world(solo, {.name = "world", .device = 0});
+  coll::NcclCommunicator world(solo, world_config());
   const schedulers::SchedulerArgs args = gpu_args(cpu, gpu, world);
   for (const char* name : {"asynchzp", "nd"}) {
     try {
