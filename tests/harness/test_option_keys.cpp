@@ -39,7 +39,7 @@ TEST(OptionKeys, SchedulerKeysReachTheirFieldsAndDefaultToTheStruct) {
                         "scheduler.distributed_optimizer=true", "scheduler.tp_across_nodes=true", "scheduler.pp=4",
                         "scheduler.schedule=interleaved", "scheduler.virtual_stages=3", "scheduler.pp_layers=1,2,3,2",
                         "scheduler.debug_unit_sleep_ms=2.5", "scheduler.cp=4", "scheduler.pp_reuse=false",
-                        "scheduler.rs_merge=false"})
+                        "scheduler.rs_merge=false", "scheduler.ep=2"})
     r.add_set(s);
   const O o = schedulers::scheduler_options_from(r.resolve());
   EXPECT_EQ(o.bucket_mb, 7);
@@ -64,18 +64,21 @@ TEST(OptionKeys, SchedulerKeysReachTheirFieldsAndDefaultToTheStruct) {
   EXPECT_EQ(o.virtual_stages, 3);
   EXPECT_EQ(o.pp_layers, (std::vector<int>{1, 2, 3, 2}));
   EXPECT_EQ(o.debug_unit_sleep_ms, 2.5);
+  EXPECT_EQ(o.ep, 2);
   EXPECT_EQ(d.tp, want.tp);
   EXPECT_EQ(d.distributed_optimizer, want.distributed_optimizer);
   EXPECT_EQ(d.pp, want.pp);
   EXPECT_EQ(d.schedule, want.schedule);
   EXPECT_TRUE(d.pp_layers.empty());
   EXPECT_EQ(d.cp, want.cp);
+  EXPECT_EQ(d.ep, want.ep);
+  EXPECT_EQ(d.ep, 1);
   EXPECT_EQ(d.pp_reuse, want.pp_reuse);
   EXPECT_EQ(d.rs_merge, want.rs_merge);
   EXPECT_TRUE(d.pp_reuse && d.rs_merge);
   EXPECT_FALSE(o.pp_reuse);
   EXPECT_FALSE(o.rs_merge);
-  EXPECT_EQ(schedulers::scheduler_option_decls().size(), 24u);  // a new key is declared there, and tested here
+  EXPECT_EQ(schedulers::scheduler_option_decls().size(), 25u);  // a new key is declared there, and tested here
 }
 
 TEST(OptionKeys, FoundationKeysAreRegistered) {
