@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -314,21 +315,30 @@ namespace {
 bool host_call(ConstTensorView a, StreamRef s) { return a.device().is_cpu() && s.device().is_cpu(); }
 constexpr std::size_t kStageAlign = 256;
 std::size_t aligned(std::size_t n) { return (n + kStageAlign - 1) / kStageAlign * kStageAlign; }
+
+/// `in` copied to device staging, `op(device in, device out, communication stream)` run and waited for, and the
+/// device out copied back into `out`. When `out` starts where `in` does (an all-reduce's one buffer), one staging
+/// region serves both, as NCCL's in-place forms expect.
+template <typename Op>
+Request staged(NcclCommunicator::State& st, ConstTensorView in, TensorView out, Op&& op) {
+  const bool in_place = out.data() == in.data();
+  std::byte* d = st.stage(in_place ? std::max(in.bytes(), out.bytes()) : aligned(in.bytes()) + out.bytes());
+  std::byte* d_out = in_place ? d : d + aligned(in.bytes());
+  const StreamRef cs = st.stream.ref();
+  copy_bytes(d, st.device(), in.data(), Device::cpu(), in.bytes(), cs);
+  op(ConstTensorView(d, in.shape(), in.dtype(), st.device()), TensorView(d_out, out.shape(), out.dtype(), st.device()),
+     cs)
+      .wait();
+  copy_bytes(out.data(), Device::cpu(), d_out, st.device(), out.bytes(), cs);
+  cs.synchronize();
+  return Request();
+}
 }  // namespace
 
 Request NcclCommunicator::start_all_gather(ConstTensorView in, TensorView out, StreamRef s) {
   State& st = *s_;
-  if (host_call(in, s) && out.device().is_cpu()) {
-    std::byte* d = st.stage(aligned(in.bytes()) + out.bytes());
-    const StreamRef cs = st.stream.ref();
-    copy_bytes(d, st.device(), in.data(), Device::cpu(), in.bytes(), cs);
-    start_all_gather(ConstTensorView(d, in.shape(), in.dtype(), st.device()),
-                     TensorView(d + aligned(in.bytes()), out.shape(), out.dtype(), st.device()), cs)
-        .wait();
-    copy_bytes(out.data(), Device::cpu(), d + aligned(in.bytes()), st.device(), out.bytes(), cs);
-    cs.synchronize();
-    return Request();
-  }
+  if (host_call(in, s) && out.device().is_cpu())
+    return staged(st, in, out, [&](ConstTensorView i, TensorView o, StreamRef cs) { return start_all_gather(i, o, cs); });
   check_on(st, "in", in.device());
   check_on(st, "out", out.device());
   HZP_CHECK(in.dtype() == out.dtype() && out.numel() == in.numel() * st.size, "nccl all_gather on '", st.config.name,
@@ -358,15 +368,8 @@ Request NcclCommunicator::start_reduce_scatter(ConstTensorView in, TensorView ou
 
 Request NcclCommunicator::start_all_reduce(TensorView buf, ReduceOp op, StreamRef s) {
   State& st = *s_;
-  if (host_call(buf, s)) {
-    std::byte* d = st.stage(buf.bytes());
-    const StreamRef cs = st.stream.ref();
-    copy_bytes(d, st.device(), buf.data(), Device::cpu(), buf.bytes(), cs);
-    start_all_reduce(TensorView(d, buf.shape(), buf.dtype(), st.device()), op, cs).wait();
-    copy_bytes(buf.data(), Device::cpu(), d, st.device(), buf.bytes(), cs);
-    cs.synchronize();
-    return Request();
-  }
+  if (host_call(buf, s))
+    return staged(st, buf, buf, [&](ConstTensorView, TensorView o, StreamRef cs) { return start_all_reduce(o, op, cs); });
   check_on(st, "buf", buf.device());
   const std::int64_t n = buf.numel();
   // Ring all-reduce: a reduce-scatter and an all-gather, each sending (W-1)/W of the buffer.

@@ -18,6 +18,7 @@
 #include "hzp/kernels/cast.hpp"
 #include "hzp/kernels/grad_norm.hpp"
 #include "hzp/schedulers/common/checkpoint_state.hpp"
+#include "hzp/schedulers/common/engine_memory.hpp"
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/schedulers/common/state_dump.hpp"
 #include "hzp/workloads/batch_plan.hpp"
@@ -60,13 +61,6 @@ struct NoneScheduler::State {
 };
 
 namespace {
-
-Allocation zeroed(CachingAllocator& alloc, std::int64_t n, DType t, AllocationTag tag, StreamRef stream) {
-  const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(t);
-  Allocation a = alloc.allocate(bytes, tag);
-  if (a) zero_bytes(a.data(), bytes, stream);
-  return a;
-}
 
 /// The counter-based initial values (in `master`'s dtype) written into `master`: directly on the host,
 /// through a host staging copy on a device (the initialiser is host code; this runs once, before step 0).
@@ -132,13 +126,13 @@ NoneScheduler::NoneScheduler(const SchedulerArgs& args) : state_(std::make_uniqu
   init_master(*s.model, s.train.seed, master, s.stream);
   if (workloads::has_separate_master(p)) kernels::cast(s.params_view(), master, s.stream);
 
-  s.grads = zeroed(*s.alloc, s.n, workloads::grad_dtype(p), AllocationTag::grad, s.stream);
-  s.m = zeroed(*s.alloc, s.n, md, AllocationTag::adam_m, s.stream);
-  s.v = zeroed(*s.alloc, s.n, md, AllocationTag::adam_v, s.stream);
+  s.grads = zeroed_on(*s.alloc, s.n, workloads::grad_dtype(p), AllocationTag::grad, s.stream);
+  s.m = zeroed_on(*s.alloc, s.n, md, AllocationTag::adam_m, s.stream);
+  s.v = zeroed_on(*s.alloc, s.n, md, AllocationTag::adam_v, s.stream);
 
   if (s.train.deterministic) {
     s.fixed = std::make_unique<FixedPointGrads>(s.model->layout(), s.train.micro_batches(), args.fixed_point);
-    s.fixed_sum = zeroed(*s.alloc, s.n, DType::i64, AllocationTag::grad, s.stream);
+    s.fixed_sum = zeroed_on(*s.alloc, s.n, DType::i64, AllocationTag::grad, s.stream);
   }
 
   s.ctx = s.model->make_context(*s.alloc, {.micro_batch_size = s.train.micro_batch_size,

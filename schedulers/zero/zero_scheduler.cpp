@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "hzp/core/clock.hpp"
+#include "hzp/core/cuda_backing.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/kernels/cast.hpp"
-#include "hzp/core/cuda_backing.hpp"
 #include "hzp/schedulers/common/checkpoint_state.hpp"
 #include "hzp/schedulers/common/distinct_norm.hpp"
 #include "hzp/schedulers/common/engine_memory.hpp"
@@ -86,6 +86,9 @@ class ZeroScheduler final : public DataParallelScheduler, private ParameterEngin
   Allocation converted_slice() const;
   // One micro-batch's final fp32 gradient block `b` (deterministic mode): to fixed point, then summed.
   void fixed_block_done(int b, bool first_micro_batch);
+  // zero1/zero2: every unit's full block all-gathered from the slices (after construction, an update, or a restored
+  // checkpoint); nothing for zero3/hsdp, which gather per unit as they go.
+  void gather_full_params();
   // zero3/hsdp: makes sure the full blocks `blocks` are gathered.
   void ensure_gathered(const std::vector<int>& blocks);
   workloads::UnitParams params_of(int u) const;
@@ -192,13 +195,10 @@ ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, 
   opt_ = std::make_unique<ShardedOptimizer>(train_, std::move(pieces), *alloc_,
                                             slice_initializer(*model_, *shards_, idx_, train_.seed), stream_);
   // Stages 1-2 hold full parameters: gather every unit's initial slices once.
-  if (full_params())
-    for (int u = 0; u < units; ++u)
-      if (shards_->numel(u) > 0) engine_->gather_into(u, param_slice(u), full_param_block(u));
+  gather_full_params();
 
   gathered_.resize(static_cast<std::size_t>(units));
   grad_blocks_.resize(static_cast<std::size_t>(units));
-  engine_->complete();
   driver_ = std::make_unique<StepDriver>(name_, *model_, train_, *alloc_, world_->rank(), world_->size(),
                                          step_pipeline(args.options, *groups_, units), groups_->context(), stream_);
 }
@@ -209,12 +209,17 @@ void ZeroScheduler::checkpoint(StateArchive& archive) {
   check_checkpoint_layout(name_, groups_->dims());
   opt_->checkpoint(archive, shards_->flat_runs(idx_), !hybrid_ || replica_comm_->rank() == 0);
   if (archive.loading()) {
-    if (full_params())
-      for (int u = 0; u < model_->layout().num_units(); ++u)
-        if (shards_->numel(u) > 0) engine_->gather_into(u, param_slice(u), full_param_block(u));
+    gather_full_params();
     driver_->resume_at(archive.next_step());
   }
   checkpoint_side_state(archive, *model_, fixed_.get());
+}
+
+void ZeroScheduler::gather_full_params() {
+  if (!full_params()) return;
+  for (int u = 0; u < model_->layout().num_units(); ++u)
+    if (shards_->numel(u) > 0) engine_->gather_into(u, param_slice(u), full_param_block(u));
+  engine_->complete();
 }
 
 void ZeroScheduler::ensure_gathered(const std::vector<int>& blocks) {
@@ -302,10 +307,7 @@ StepFinish ZeroScheduler::finish_step(std::int64_t step, double lr) {
   StepFinish end;
   end.update = opt_->step(g, sq, step, lr);
   end.optimizer_seconds = update.wall();
-  if (full_params())
-    for (int u = 0; u < units; ++u)
-      if (shards_->numel(u) > 0) engine_->gather_into(u, param_slice(u), full_param_block(u));
-  engine_->complete();
+  gather_full_params();
   return end;
 }
 
