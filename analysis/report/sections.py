@@ -87,7 +87,7 @@ def provenance(res: Results) -> Bullets:
     items = [f"hzpbench {vals('hzpbench_version')}, git {_join(shas)}; build: {vals('build_options')}",
              f"machine: host {vals('host')}; CPU {vals('cpu_model')}; GPU {vals('gpu_model')}; backend {vals('backend')}",
              f"libraries: MPI {vals('lib.mpi')}; HDF5 {vals('lib.hdf5')}; OpenBLAS {vals('lib.openblas')} "
-             f"({vals('threads.openblas')} thread(s) per rank)",
+             f"({vals('threads.openblas')} thread(s) per rank; intra-op pool {vals('threads.intra_op')})",
              f"runs from {starts[0] if starts else '?'} to {ends[-1] if ends else '?'} (UTC)"]
     for m in res.manifests:
         items.append(f"sweep `{m.get('name')}` from spec `{m.get('spec')}` (SHA-256 {str(m.get('spec_sha256'))[:12]}…), "

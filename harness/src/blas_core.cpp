@@ -5,6 +5,7 @@
 #include <cpuid.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
@@ -48,6 +49,18 @@ std::string better_blas_core() {
   if (f.avx512 && f.fma) return "SkylakeX";
   if (f.avx2 && f.fma) return "Haswell";
   return "";
+}
+
+std::string narrower_blas_core_note() {
+  const char* env = std::getenv("OPENBLAS_CORETYPE");
+  if (env == nullptr) return "";
+  std::string core = blas_core_name();
+  for (char& ch : core) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const CpuFeatures f = cpu_features();
+  if (!f.avx512 || !f.fma || core == "skylakex" || core == "cooperlake" || core == "sapphirerapids") return "";
+  return std::string("OPENBLAS_CORETYPE=") + env + " from the environment keeps OpenBLAS off this CPU's AVX-512 "
+         "kernels (about half the sgemm rate on the machines measured; docs/environment.md): unset it, or set "
+         "SkylakeX";
 }
 
 void restart_with_better_blas_core(char** argv) {

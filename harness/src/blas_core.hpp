@@ -19,6 +19,10 @@ std::string better_blas_core();
 /// generic kernels and the results file's threads.openblas_core says which). HZP_KEEP_BLAS_CORE=1 turns it off.
 void restart_with_better_blas_core(char** argv);
 
+/// A warning for the run's header when the environment's OPENBLAS_CORETYPE names a core without AVX-512 on a CPU
+/// that has it (machine images pin one); empty otherwise. hzpbench keeps a core the user named either way.
+std::string narrower_blas_core_note();
+
 /// The core OpenBLAS runs with (openblas_get_corename), for the results file.
 std::string blas_core_name();
 

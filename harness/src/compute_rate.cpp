@@ -11,6 +11,7 @@
 #include "hzp/core/caching_allocator.hpp"
 #include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
+#include "hzp/core/intra_op.hpp"
 #include "hzp/core/memory_backing.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/kernels/cast.hpp"
@@ -41,6 +42,19 @@ std::string GemmPeak::shape_text() const {
   return "sgemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
 }
 
+std::string GemmPeak::threads_text() const {
+  return intra_op_threads > 1 ? std::to_string(intra_op_threads) + " intra-op thread(s)"
+                              : std::to_string(openblas_threads) + " OpenBLAS thread(s)";
+}
+
+namespace {
+
+// Thread CPU time leaves out descheduling on oversubscribed cores, but it also leaves out the work of every
+// other thread: it is the measure only when the calling thread is the only one computing.
+bool one_compute_thread() { return openblas_get_num_threads() == 1 && core::intra_op_threads() == 1; }
+
+}  // namespace
+
 GemmShape model_like_gemm_shape(std::int64_t tokens, std::int64_t hidden, std::int64_t ffn_hidden) {
   return {clamp_dim(tokens), clamp_dim(ffn_hidden), clamp_dim(hidden)};
 }
@@ -51,6 +65,7 @@ GemmPeak measure_gemm_peak(const GemmShape& shape) {
   r.n = shape.n;
   r.k = shape.k;
   r.openblas_threads = openblas_get_num_threads();
+  r.intra_op_threads = core::intra_op_threads();
   std::vector<float> a(static_cast<std::size_t>(shape.m * shape.k)), b(static_cast<std::size_t>(shape.n * shape.k)),
       c(static_cast<std::size_t>(shape.m * shape.n));
   // Values do not matter for the rate, but denormals or NaNs could: small, ordinary numbers.
@@ -60,7 +75,7 @@ GemmPeak measure_gemm_peak(const GemmShape& shape) {
   const ConstTensorView av(a.data(), Shape{shape.m, shape.k}, DType::f32);
   const ConstTensorView bv(b.data(), Shape{shape.n, shape.k}, DType::f32);
   const double flops = 2.0 * static_cast<double>(shape.m) * static_cast<double>(shape.n) * static_cast<double>(shape.k);
-  const bool cpu_time = r.openblas_threads == 1;
+  const bool cpu_time = one_compute_thread();
   double best = 0, spent = 0;
   for (int i = 0; i < 50 && (i < 3 || spent < 0.15); ++i) {
     const Stopwatch sw;
@@ -105,8 +120,7 @@ ModelRate measure_model_rate(const workloads::Workload& model, const workloads::
   const int units = layout.num_units();
 
   ModelRate r;
-  // Thread CPU time leaves out descheduling on oversubscribed cores, but also OpenBLAS's own workers.
-  const bool by_cpu = openblas_get_num_threads() == 1;
+  const bool by_cpu = one_compute_thread();
   double cpu = 0, wall = 0;
   for (int i = 0; i <= timed; ++i) {
     const std::int64_t j = i % plan.micro_batches_per_step();

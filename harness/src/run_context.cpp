@@ -11,6 +11,7 @@
 #include "blas_core.hpp"
 #include "hzp/collectives/topology_mpi.hpp"
 #include "hzp/core/error.hpp"
+#include "hzp/core/intra_op.hpp"
 
 namespace hzp::harness {
 
@@ -65,6 +66,14 @@ RunContext RunContext::create(const RunSetup& setup, int ranks_per_node) {
     c.threads.openblas_set = true;
   }
   c.threads.openblas = openblas_get_num_threads();
+  // The pool takes the rank's threads over from OpenBLAS: one set of threads for GEMMs and the other kernels,
+  // instead of OpenBLAS's workers spinning while the compute thread runs attention or the optimizer alone.
+  if (setup.opt.intra_op_pool && c.threads.openblas > 1) {
+    core::set_intra_op_threads(c.threads.openblas);
+    openblas_set_num_threads(1);
+    c.threads.openblas = 1;
+  }
+  c.threads.intra_op = core::intra_op_threads();
   return c;
 }
 
@@ -84,6 +93,7 @@ RunInfo make_run_info(const std::vector<std::string>& argv, const ResolvedConfig
   info.topology = ctx.topology.describe();
   info.backend = setup.opt.backend;
   info.threads = {{"openblas", std::int64_t{ctx.threads.openblas}},
+                  {"intra_op", std::int64_t{ctx.threads.intra_op}},
                   {"openblas_set_by_harness", std::int64_t{ctx.threads.openblas_set}},
                   {"openblas_core", blas_core_name()},
                   {"openblas_one_thread_deterministic", std::int64_t{setup.train.deterministic}},

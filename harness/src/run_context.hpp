@@ -40,7 +40,8 @@ struct ThreadSettings {
   int cores = 1;              ///< CPUs this process may run on (sched_getaffinity)
   int ranks_on_machine = 1;   ///< ranks sharing this machine (MPI shared-memory split)
   int machine_rank = 0;       ///< this rank's index among them (backend = cuda: its GPU)
-  int openblas = 1;           ///< OpenBLAS threads after the harness's decision
+  int openblas = 1;           ///< OpenBLAS threads after the harness's decision (1 when the pool has them)
+  int intra_op = 1;           ///< threads of the intra-op pool (harness.cpu_threads = pool), the caller included
   bool openblas_set = false;  ///< whether the harness set them (see openblas_threads_for)
 };
 

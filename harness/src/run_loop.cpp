@@ -213,8 +213,7 @@ class Run {
       const workloads::ModelSpec::Linear widest = s_.model->widest_linear();
       gemm_ = measure_gemm_peak(model_like_gemm_shape(static_cast<std::int64_t>(tokens), widest.in, widest.out));
       peak_flops_ = all_reduce_sum(*ctx_.harness, gemm_.flops_per_s) / ctx_.world_size;
-      peak_source_ = "measured " + gemm_.shape_text() + ", " + std::to_string(gemm_.openblas_threads) +
-                     " OpenBLAS thread(s), mean over ranks";
+      peak_source_ = "measured " + gemm_.shape_text() + ", " + gemm_.threads_text() + ", mean over ranks";
       peak_text_ = fmt_rate(peak_flops_) + " per rank (" + peak_source_ + ")";
     }
 
@@ -401,9 +400,15 @@ class Run {
                 static_cast<long long>(s_.model->num_params()), std::string(scheduler_->name()).c_str(),
                 ctx_.topology.summary().c_str());
     std::printf("# peak %s\n# links: %s\n", peak_text_.c_str(), links_.how.c_str());
-    std::printf("# threads: OpenBLAS %d per rank%s, %s kernels (%d ranks on %d cores)\n", ctx_.threads.openblas,
-                ctx_.threads.openblas_set ? ", set by hzpbench" : "", blas_core_name().c_str(),
-                ctx_.threads.ranks_on_machine, ctx_.threads.cores);
+    if (ctx_.threads.intra_op > 1)
+      std::printf("# threads: %d per rank in the intra-op pool (harness.cpu_threads; OpenBLAS single-threaded in each "
+                  "range), %s kernels (%d ranks on %d cores)\n",
+                  ctx_.threads.intra_op, blas_core_name().c_str(), ctx_.threads.ranks_on_machine, ctx_.threads.cores);
+    else
+      std::printf("# threads: OpenBLAS %d per rank%s, %s kernels (%d ranks on %d cores)\n", ctx_.threads.openblas,
+                  ctx_.threads.openblas_set ? ", set by hzpbench" : "", blas_core_name().c_str(),
+                  ctx_.threads.ranks_on_machine, ctx_.threads.cores);
+    if (const std::string note = narrower_blas_core_note(); !note.empty()) std::printf("# note: %s\n", note.c_str());
     if (s_.dims.pp > 1) std::printf("# pipeline: %s\n", pipeline_text().c_str());
     if (s_.dims.cp > 1) std::printf("# context: %s\n", context_text().c_str());
     if (resume_ != nullptr)

@@ -119,6 +119,11 @@ void register_run_keys(OptionTable& t) {
                 "A loss or gradient norm more than this many standard deviations above the mean of the "
                 "trailing window counts as a spike")
             .positive());
+  t.add(S::enumeration("harness.cpu_threads", {"pool", "openblas"}, "pool",
+                       "How a rank's CPU threads share its kernels: pool = hzpbench's intra-op pool splits every "
+                       "GEMM by column blocks (OpenBLAS single-threaded in each) and the element-wise, row and "
+                       "attention kernels; openblas = OpenBLAS threads its GEMMs and every other kernel runs on "
+                       "the compute thread. Deterministic mode runs one thread either way"));
 
   // ---- debug: fault injection for the harness's own tests (documented here, hidden from list) -----
   t.add(S::string("debug.throw_at", "", "Test hook: rank R throws an error before step S (\"R:S\")").hide());
@@ -164,6 +169,7 @@ RunOptions run_options_from(const ResolvedConfig& c) {
   o.skip_nonfinite = c.get_int("harness.skip_nonfinite");
   o.spike_window = c.get_int("harness.spike_window");
   o.spike_threshold = c.get_double("harness.spike_threshold");
+  o.intra_op_pool = c.get_string("harness.cpu_threads") == "pool";
   o.throw_at = parse_fault_spec("debug.throw_at", c.get_string("debug.throw_at"));
   o.stall_at = parse_fault_spec("debug.stall_at", c.get_string("debug.stall_at"));
   o.nan_at = c.get_int("debug.nan_at");

@@ -10,6 +10,7 @@
 
 #include "adamw/adamw_ref.hpp"
 #include "common/cuda_twins.hpp"
+#include "common/cpu_parallel.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/checks.hpp"
 
@@ -53,8 +54,11 @@ void check_all(TensorView params, TensorView m, TensorView v, ConstTensorView gr
 
 template <typename T>
 void run(TensorView params, TensorView m, TensorView v, ConstTensorView grads, const AdamWHyper& hyper, bf16* p_bf16) {
-  adamw_step_ref<T>(params.as<T>(), m.as<T>(), v.as<T>(), grads.as<T>(), params.numel(), AdamWConstants<T>::make(hyper),
-                    p_bf16);
+  const auto c = AdamWConstants<T>::make(hyper);
+  for_element_ranges(params.numel(), [&](std::int64_t b, std::int64_t e) {
+    adamw_step_ref<T>(params.as<T>() + b, m.as<T>() + b, v.as<T>() + b, grads.as<T>() + b, e - b, c,
+                      p_bf16 ? p_bf16 + b : nullptr);
+  });
 }
 
 void dispatch(TensorView params, TensorView m, TensorView v, ConstTensorView grads, const AdamWHyper& hyper,

@@ -2,6 +2,7 @@
 #include "hzp/kernels/add.hpp"
 
 #include "common/cuda_twins.hpp"
+#include "common/cpu_parallel.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/checks.hpp"
 #include "hzp/kernels/scalar.hpp"
@@ -26,10 +27,15 @@ void add(TensorView out, ConstTensorView a, ConstTensorView b, StreamRef s) {
   check_device(k, "a", a.device(), s);
   check_device(k, "b", b.device(), s);
   if (s.device().is_cuda()) return cuda::add(out, a, b, s);
+  auto run = [&]<typename T>(T*, const T*) {
+    for_element_ranges(out.numel(), [&](std::int64_t lo, std::int64_t hi) {
+      add_ref(out.as<T>() + lo, a.as<T>() + lo, b.as<T>() + lo, hi - lo);
+    });
+  };
   switch (out.dtype()) {
-    case DType::f64: return add_ref(out.as<double>(), a.as<double>(), b.as<double>(), out.numel());
-    case DType::f32: return add_ref(out.as<float>(), a.as<float>(), b.as<float>(), out.numel());
-    case DType::bf16: return add_ref(out.as<bf16>(), a.as<bf16>(), b.as<bf16>(), out.numel());
+    case DType::f64: return run(static_cast<double*>(nullptr), static_cast<const double*>(nullptr));
+    case DType::f32: return run(static_cast<float*>(nullptr), static_cast<const float*>(nullptr));
+    case DType::bf16: return run(static_cast<bf16*>(nullptr), static_cast<const bf16*>(nullptr));
     default: HZP_THROW(PreconditionError, "add: unsupported dtype ", dtype_name(out.dtype()));
   }
 }

@@ -14,6 +14,7 @@
 #include "attention/attention_tiled.hpp"
 #include "common/cuda_twins.hpp"
 #include "hzp/core/error.hpp"
+#include "hzp/core/intra_op.hpp"
 #include "hzp/kernels/checks.hpp"
 
 namespace hzp::kernels {
@@ -45,12 +46,21 @@ void check_lse(std::string_view kernel, const ConstTensorView& lse, const Attent
   check_row_stats(kernel, "lse", lse, d, acc_dtype(dtype), s);
 }
 
+// The CPU kernels split their (sequence, head) items over the intra-op pool; each range folds its tiles in its
+// own slice of the workspace, which is sized for as many ranges as the pool would use.
+std::int64_t fwd_items(const AttentionDims& d) { return d.batch * d.heads; }
+std::int64_t bwd_items(const AttentionDims& d) { return d.batch * d.kv_heads; }
+
 template <typename T>
 void run_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
              const AttentionDims& d, std::span<std::byte> ws) {
   using A = acc_t<T>;
   A* work = workspace_as<A>(kFwd, ws, attention_fwd_workspace_bytes(d, dtype_of_v<T>));
-  attention_tiled::attention_fwd<T>(out.as<T>(), lse.as<A>(), q.as<T>(), k.as<T>(), v.as<T>(), d, work);
+  const std::int64_t per_range = attention_tiled::fwd_scratch_elems(d.head_dim);
+  core::parallel_for_ranges(fwd_items(d), 1, [&](int r, std::int64_t first, std::int64_t last) {
+    attention_tiled::attention_fwd<T>(out.as<T>(), lse.as<A>(), q.as<T>(), k.as<T>(), v.as<T>(), d,
+                                      work + r * per_range, first, last);
+  });
 }
 
 template <typename T>
@@ -60,13 +70,14 @@ void run_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, 
   using A = acc_t<T>;
   A* work = workspace_as<A>(kBwd, ws, attention_bwd_workspace_bytes(d, dtype_of_v<T>));
   const AttentionBlock whole{d.batch, d.seq, d.seq, d.heads, d.kv_heads, d.head_dim, 0, 0, true};
-  // No Δ given: the tiles compute dout·out per row themselves; every gradient is overwritten.
-  attention_tiled::attention_block_bwd<T>(dq.as<T>(), dk.as<T>(), dv.as<T>(), dout.as<T>(), q.as<T>(), k.as<T>(),
-                                          v.as<T>(), out.as<T>(), lse.as<A>(), nullptr, whole, {}, work);
+  const std::int64_t per_range = attention_tiled::bwd_scratch_elems(d.seq, d.head_dim);
+  core::parallel_for_ranges(bwd_items(d), 1, [&](int r, std::int64_t first, std::int64_t last) {
+    attention_tiled::attention_block_bwd<T>(dq.as<T>(), dk.as<T>(), dv.as<T>(), dout.as<T>(), q.as<T>(), k.as<T>(),
+                                            v.as<T>(), out.as<T>(), lse.as<A>(), nullptr, whole, {},
+                                            work + r * per_range, first, last);
+  });
 }
 
-// automatic falls back to the unfused kernels for bf16 on a GPU only when something is missing (the frontend
-// headers, cuDNN, support for the shape): that deserves one line per reason and process, not silence.
 void note_fallback(const std::string& reason) {
   static std::mutex mu;
   static std::set<std::string> said;
@@ -113,11 +124,15 @@ AttentionImpl resolve_attention_impl(AttentionImpl impl, const AttentionDims& di
 }
 
 std::size_t attention_fwd_workspace_bytes(const AttentionDims& dims, DType dtype) {
-  return static_cast<std::size_t>(attention_tiled::fwd_scratch_elems(dims.head_dim)) * acc_size(dtype);
+  return static_cast<std::size_t>(attention_tiled::fwd_scratch_elems(dims.head_dim) *
+                                  core::intra_op_ranges(fwd_items(dims), 1)) *
+         acc_size(dtype);
 }
 
 std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype) {
-  return static_cast<std::size_t>(attention_tiled::bwd_scratch_elems(dims.seq, dims.head_dim)) * acc_size(dtype);
+  return static_cast<std::size_t>(attention_tiled::bwd_scratch_elems(dims.seq, dims.head_dim) *
+                                  core::intra_op_ranges(bwd_items(dims), 1)) *
+         acc_size(dtype);
 }
 
 std::size_t attention_fwd_workspace_bytes(const AttentionDims& dims, DType dtype, Device device, AttentionImpl impl) {

@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "attention/attention_blocks_ref.hpp"
+#include "hzp/core/error.hpp"
 #include "hzp/kernels/attention.hpp"
 #include "hzp/kernels/attention_blocks.hpp"
 #include "hzp/kernels/scalar.hpp"
@@ -178,9 +179,11 @@ void backward_query_tile(acc_t<T>* dq_tile, acc_t<T>* dk_acc, acc_t<T>* dv_acc, 
 
 /// attention_fwd_ref's result through the tiles: out and lse of a whole causal sequence.
 /// `scratch` holds fwd_scratch_elems(d.head_dim) elements.
+/// Only the (sequence, head) pairs first..last of batch·heads (in that order; last < 0: all) are computed, so
+/// ranges of them can run on different threads, each with its own scratch.
 template <typename T>
 void attention_fwd(T* out, acc_t<T>* lse, const T* q, const T* k, const T* v, const AttentionDims& d,
-                   acc_t<T>* scratch) {
+                   acc_t<T>* scratch, std::int64_t first = 0, std::int64_t last = -1) {
   using A = acc_t<T>;
   const std::int64_t T_ = d.seq, D = d.head_dim;
   const AttentionBlock whole{d.batch, T_, T_, d.heads, d.kv_heads, D, 0, 0, true};
@@ -189,25 +192,26 @@ void attention_fwd(T* out, acc_t<T>* lse, const T* q, const T* k, const T* v, co
   A* qw = acc - kTile * D;
   A* m = acc + kTile * D;
   A* l = m + kTile;
-  for (std::int64_t b = 0; b < d.batch; ++b)
-    for (std::int64_t h = 0; h < d.heads; ++h) {
-      const std::int64_t g = h / d.group();
-      for (std::int64_t i0 = 0; i0 < T_; i0 += kTile) {
-        const std::int64_t mq = std::min(kTile, T_ - i0);
-        std::fill(acc, acc + mq * D, A(0));
-        std::fill(m, m + mq, -std::numeric_limits<A>::infinity());
-        std::fill(l, l + mq, A(0));
-        const auto qt = detail::rows_of(q + ix.q(b, i0, h), d.heads * D, mq, D, qw);
-        detail::fold_query_tile<T>(acc, D, m, l, qt, k + ix.kv(b, 0, g), v + ix.kv(b, 0, g), d.kv_heads * D, i0, mq,
-                                   whole, scratch);
-        for (std::int64_t i = 0; i < mq; ++i) {
-          const A inv = A(1) / l[i];
-          T* oi = out + ix.q(b, i0 + i, h);
-          for (std::int64_t e = 0; e < D; ++e) oi[e] = store<T>(acc[i * D + e] * inv);
-          lse[ix.row(b, h, i0 + i)] = m[i] + std::log(l[i]);
-        }
+  if (last < 0) last = d.batch * d.heads;
+  for (std::int64_t item = first; item < last; ++item) {
+    const std::int64_t b = item / d.heads, h = item % d.heads;
+    const std::int64_t g = h / d.group();
+    for (std::int64_t i0 = 0; i0 < T_; i0 += kTile) {
+      const std::int64_t mq = std::min(kTile, T_ - i0);
+      std::fill(acc, acc + mq * D, A(0));
+      std::fill(m, m + mq, -std::numeric_limits<A>::infinity());
+      std::fill(l, l + mq, A(0));
+      const auto qt = detail::rows_of(q + ix.q(b, i0, h), d.heads * D, mq, D, qw);
+      detail::fold_query_tile<T>(acc, D, m, l, qt, k + ix.kv(b, 0, g), v + ix.kv(b, 0, g), d.kv_heads * D, i0, mq,
+                                 whole, scratch);
+      for (std::int64_t i = 0; i < mq; ++i) {
+        const A inv = A(1) / l[i];
+        T* oi = out + ix.q(b, i0 + i, h);
+        for (std::int64_t e = 0; e < D; ++e) oi[e] = store<T>(acc[i * D + e] * inv);
+        lse[ix.row(b, h, i0 + i)] = m[i] + std::log(l[i]);
       }
     }
+  }
 }
 
 /// attention_block_fwd_ref's fold through the tiles. `scratch` holds fwd_scratch_elems(blk.head_dim) elements.
@@ -234,13 +238,17 @@ void attention_block_fwd(acc_t<T>* acc, acc_t<T>* row_max, acc_t<T>* row_sum, co
 
 /// attention_block_bwd_ref's contribution through the tiles (and, with delta == nullptr, attention_bwd_ref's:
 /// Δ is then computed from dout and out per tile). `scratch` holds bwd_scratch_elems(blk.k_len, blk.head_dim).
+/// Only the (sequence, kv head) pairs first..last of batch·kv_heads (in that order; last < 0: all) are computed:
+/// each owns its kv head's dk and dv and its query heads' dq, so ranges of them can run on different threads.
 template <typename T>
 void attention_block_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
                          const acc_t<T>* lse, const acc_t<T>* delta, const AttentionBlock& blk,
-                         AttentionBlockAccumulate accumulate, acc_t<T>* scratch) {
+                         AttentionBlockAccumulate accumulate, acc_t<T>* scratch, std::int64_t first = 0,
+                         std::int64_t last = -1) {
   using A = acc_t<T>;
   const std::int64_t D = blk.head_dim, Tk = blk.k_len, group = blk.group();
   if (blk.fully_masked()) {
+    HZP_CHECK(first == 0 && last < 0, "attention_block_bwd: a fully masked block is cleared whole, not by range");
     if (!accumulate.dq) std::fill(dq, dq + blk.batch * blk.q_len * blk.heads * D, store<T>(A(0)));
     if (!accumulate.dkv) {
       std::fill(dk, dk + blk.batch * Tk * blk.kv_heads * D, store<T>(A(0)));
@@ -258,44 +266,45 @@ void attention_block_bwd(T* dq, T* dk, T* dv, const T* dout, const T* q, const T
   A* dow = qw + kTile * D;
   A* delta_tile = dow + kTile * D;
   const std::int64_t ldq = blk.heads * D, ldk = blk.kv_heads * D;
-  for (std::int64_t b = 0; b < blk.batch; ++b)
-    for (std::int64_t g = 0; g < blk.kv_heads; ++g) {
-      for (std::int64_t j = 0; j < Tk; ++j)
-        for (std::int64_t e = 0; e < D; ++e) {
-          dk_acc[j * D + e] = accumulate.dkv ? load(dk[ix.kv(b, j, g) + e]) : A(0);
-          dv_acc[j * D + e] = accumulate.dkv ? load(dv[ix.kv(b, j, g) + e]) : A(0);
+  if (last < 0) last = blk.batch * blk.kv_heads;
+  for (std::int64_t item = first; item < last; ++item) {
+    const std::int64_t b = item / blk.kv_heads, g = item % blk.kv_heads;
+    for (std::int64_t j = 0; j < Tk; ++j)
+      for (std::int64_t e = 0; e < D; ++e) {
+        dk_acc[j * D + e] = accumulate.dkv ? load(dk[ix.kv(b, j, g) + e]) : A(0);
+        dv_acc[j * D + e] = accumulate.dkv ? load(dv[ix.kv(b, j, g) + e]) : A(0);
+      }
+    for (std::int64_t h = g * group; h < (g + 1) * group; ++h)
+      for (std::int64_t i0 = 0; i0 < blk.q_len; i0 += kTile) {
+        const std::int64_t mq = std::min(kTile, blk.q_len - i0);
+        if (attention_detail::visible_keys(blk, i0 + mq - 1) > 0) {
+          const A* dl = delta ? delta + ix.row(b, h, i0) : delta_tile;
+          if (!delta)
+            for (std::int64_t i = 0; i < mq; ++i)
+              delta_tile[i] = attention_detail::dot(dout + ix.q(b, i0 + i, h), out + ix.q(b, i0 + i, h), D);
+          std::fill(dq_tile, dq_tile + mq * D, A(0));
+          detail::backward_query_tile<T>(dq_tile, dk_acc, dv_acc, detail::rows_of(q + ix.q(b, i0, h), ldq, mq, D, qw),
+                                         detail::rows_of(dout + ix.q(b, i0, h), ldq, mq, D, dow),
+                                         lse + ix.row(b, h, i0), dl, k + ix.kv(b, 0, g), v + ix.kv(b, 0, g), ldk, i0,
+                                         mq, blk, tiles);
         }
-      for (std::int64_t h = g * group; h < (g + 1) * group; ++h)
-        for (std::int64_t i0 = 0; i0 < blk.q_len; i0 += kTile) {
-          const std::int64_t mq = std::min(kTile, blk.q_len - i0);
-          if (attention_detail::visible_keys(blk, i0 + mq - 1) > 0) {
-            const A* dl = delta ? delta + ix.row(b, h, i0) : delta_tile;
-            if (!delta)
-              for (std::int64_t i = 0; i < mq; ++i)
-                delta_tile[i] = attention_detail::dot(dout + ix.q(b, i0 + i, h), out + ix.q(b, i0 + i, h), D);
-            std::fill(dq_tile, dq_tile + mq * D, A(0));
-            detail::backward_query_tile<T>(dq_tile, dk_acc, dv_acc, detail::rows_of(q + ix.q(b, i0, h), ldq, mq, D, qw),
-                                           detail::rows_of(dout + ix.q(b, i0, h), ldq, mq, D, dow),
-                                           lse + ix.row(b, h, i0), dl, k + ix.kv(b, 0, g), v + ix.kv(b, 0, g), ldk, i0,
-                                           mq, blk, tiles);
+        for (std::int64_t i = 0; i < mq; ++i) {
+          T* dqi = dq + ix.q(b, i0 + i, h);
+          if (attention_detail::visible_keys(blk, i0 + i) == 0) {
+            if (!accumulate.dq) std::fill(dqi, dqi + D, store<T>(A(0)));
+            continue;
           }
-          for (std::int64_t i = 0; i < mq; ++i) {
-            T* dqi = dq + ix.q(b, i0 + i, h);
-            if (attention_detail::visible_keys(blk, i0 + i) == 0) {
-              if (!accumulate.dq) std::fill(dqi, dqi + D, store<T>(A(0)));
-              continue;
-            }
-            const A* src = dq_tile + i * D;
-            for (std::int64_t e = 0; e < D; ++e)
-              dqi[e] = store<T>(accumulate.dq ? load(dqi[e]) + scale * src[e] : scale * src[e]);
-          }
+          const A* src = dq_tile + i * D;
+          for (std::int64_t e = 0; e < D; ++e)
+            dqi[e] = store<T>(accumulate.dq ? load(dqi[e]) + scale * src[e] : scale * src[e]);
         }
-      for (std::int64_t j = 0; j < Tk; ++j)
-        for (std::int64_t e = 0; e < D; ++e) {
-          dk[ix.kv(b, j, g) + e] = store<T>(dk_acc[j * D + e]);
-          dv[ix.kv(b, j, g) + e] = store<T>(dv_acc[j * D + e]);
-        }
-    }
+      }
+    for (std::int64_t j = 0; j < Tk; ++j)
+      for (std::int64_t e = 0; e < D; ++e) {
+        dk[ix.kv(b, j, g) + e] = store<T>(dk_acc[j * D + e]);
+        dv[ix.kv(b, j, g) + e] = store<T>(dv_acc[j * D + e]);
+      }
+  }
 }
 
 }  // namespace hzp::kernels::attention_tiled

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <utility>
 
+#include "common/cpu_parallel.hpp"
 #include "common/cuda_twins.hpp"
 #include "cross_entropy/cross_entropy_ref.hpp"
 #include "hzp/core/error.hpp"
@@ -56,6 +57,19 @@ void check_grad(std::string_view kernel, const CrossEntropyGrad& g) {
   check_cross_entropy_scale(kernel, g.normaliser, g.dloss);
 }
 
+// The rows are split over the intra-op pool; the loss sum is then taken over the stored losses in row order,
+// as the reference takes it, so it does not depend on the split.
+template <typename A>
+CrossEntropyResult row_order_sum(const A* losses, const std::int32_t* targets, std::int64_t N, std::int32_t ignore) {
+  CrossEntropyResult r;
+  for (std::int64_t n = 0; n < N; ++n)
+    if (targets[n] != ignore) {
+      r.loss_sum += static_cast<double>(losses[n]);
+      ++r.n_valid;
+    }
+  return r;
+}
+
 }  // namespace
 
 std::int64_t cross_entropy_count_valid(ConstTensorView targets, std::int32_t ignore_index, StreamRef s) {
@@ -83,8 +97,11 @@ CrossEntropyResult cross_entropy_fwd(TensorView losses, ConstTensorView logits, 
   check_target_values(k, targets.as<std::int32_t>(), N, V, ignore_index);
   return dispatch_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    return cross_entropy_fwd_ref<T>(losses.as<acc_t<T>>(), logits.as<T>(), targets.as<std::int32_t>(), N, V,
-                                    ignore_index);
+    const std::int32_t* t = targets.as<std::int32_t>();
+    for_row_ranges(N, V, [&](std::int64_t b, std::int64_t e) {
+      cross_entropy_fwd_ref<T>(losses.as<acc_t<T>>() + b, logits.as<T>() + b * V, t + b, e - b, V, ignore_index);
+    });
+    return row_order_sum(losses.as<acc_t<T>>(), t, N, ignore_index);
   });
 }
 
@@ -104,7 +121,10 @@ void cross_entropy_bwd(TensorView dlogits, ConstTensorView logits, ConstTensorVi
   check_target_values(k, targets.as<std::int32_t>(), N, V, grad.ignore_index);
   dispatch_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    cross_entropy_bwd_ref<T>(dlogits.as<T>(), logits.as<T>(), targets.as<std::int32_t>(), N, V, grad);
+    for_row_ranges(N, V, [&](std::int64_t b, std::int64_t e) {
+      cross_entropy_bwd_ref<T>(dlogits.as<T>() + b * V, logits.as<T>() + b * V, targets.as<std::int32_t>() + b, e - b,
+                               V, grad);
+    });
   });
 }
 
@@ -124,8 +144,12 @@ CrossEntropyResult cross_entropy_fwd_bwd(TensorView losses, TensorView dlogits, 
   check_target_values(k, targets.as<std::int32_t>(), N, V, grad.ignore_index);
   return dispatch_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    return cross_entropy_fwd_bwd_ref<T>(losses.as<acc_t<T>>(), dlogits.as<T>(), logits.as<T>(),
-                                        targets.as<std::int32_t>(), N, V, grad);
+    const std::int32_t* t = targets.as<std::int32_t>();
+    for_row_ranges(N, V, [&](std::int64_t b, std::int64_t e) {
+      cross_entropy_fwd_bwd_ref<T>(losses.as<acc_t<T>>() + b, dlogits.as<T>() + b * V, logits.as<T>() + b * V, t + b,
+                                   e - b, V, grad);
+    });
+    return row_order_sum(losses.as<acc_t<T>>(), t, N, grad.ignore_index);
   });
 }
 

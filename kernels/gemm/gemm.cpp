@@ -1,14 +1,16 @@
 // GEMM launcher on the CPU: validates the operands, then calls OpenBLAS (dgemm for fp64, sgemm for
-// fp32, and sgemm on fp32 widenings held in the caller's workspace for bf16). The triple-loop
+// fp32, and sgemm on fp32 widenings held in the caller's workspace for bf16), split over the intra-op pool. The triple-loop
 // reference in gemm_ref.hpp is the oracle; this file is the production CPU path.
 #include "hzp/kernels/gemm.hpp"
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
 #include "hzp/core/error.hpp"
+#include "hzp/core/intra_op.hpp"
 #include "common/cuda_twins.hpp"
 #include "hzp/kernels/checks.hpp"
 
@@ -82,6 +84,36 @@ WorkspaceLayout layout(DType c, DType ab, const Dims& d) {
 
 CBLAS_TRANSPOSE op(bool t) { return t ? CblasTrans : CblasNoTrans; }
 
+// Columns (or rows) per block when a GEMM is split over the intra-op pool: a multiple of the AVX-512 kernels'
+// register tile, and large enough that each range's packing of the shared operand stays small beside its work.
+constexpr std::int64_t kSplitBlock = 64;
+
+// C = alpha·op(A)·op(B) + beta·C through one BLAS call per range of the intra-op pool: the longer of C's
+// dimensions is cut into blocks (columns: B's columns and C's; rows: A's rows and C's). Every element of C is
+// still one dot product over the whole of K, so the split moves no sum across threads.
+template <typename T, typename Gemm>
+void split_gemm(Gemm blas, bool trans_a, bool trans_b, const Dims& d, T alpha, const T* a, blasint lda, const T* b,
+                blasint ldb, T beta, T* c, blasint ldc) {
+  const bool by_columns = d.n >= d.m;
+  const std::int64_t extent = by_columns ? d.n : d.m;
+  const std::int64_t blocks = (extent + kSplitBlock - 1) / kSplitBlock;
+  core::parallel_for(blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
+    const std::int64_t lo = b0 * kSplitBlock, hi = std::min(extent, b1 * kSplitBlock);
+    const auto len = static_cast<blasint>(hi - lo);
+    if (by_columns) {
+      // Columns lo..hi of op(B): B's columns when B is [K, N], its rows when B is [N, K].
+      const T* bb = trans_b ? b + lo * ldb : b + lo;
+      blas(CblasRowMajor, op(trans_a), op(trans_b), static_cast<blasint>(d.m), len, static_cast<blasint>(d.k), alpha,
+           a, lda, bb, ldb, beta, c + lo, ldc);
+    } else {
+      // Rows lo..hi of op(A): A's rows when A is [M, K], its columns when A is [K, M].
+      const T* aa = trans_a ? a + lo : a + lo * lda;
+      blas(CblasRowMajor, op(trans_a), op(trans_b), len, static_cast<blasint>(d.n), static_cast<blasint>(d.k), alpha,
+           aa, lda, b, ldb, beta, c + lo * ldc, ldc);
+    }
+  });
+}
+
 }  // namespace
 
 std::size_t gemm_workspace_bytes(ConstTensorView c, ConstTensorView a, ConstTensorView b, bool trans_a,
@@ -106,18 +138,16 @@ void gemm(TensorView c, ConstTensorView a, ConstTensorView b, bool trans_a, bool
   const WorkspaceLayout wl = layout(c.dtype(), a.dtype(), d);
 
   // Row-major leading dimensions are the stored views' column counts.
-  const auto m = static_cast<blasint>(d.m), n = static_cast<blasint>(d.n), k = static_cast<blasint>(d.k);
+  const auto n = static_cast<blasint>(d.n);
   const auto lda = static_cast<blasint>(a.shape()[1]), ldb = static_cast<blasint>(b.shape()[1]);
 
   if (a.dtype() == DType::f64) {
-    cblas_dgemm(CblasRowMajor, op(trans_a), op(trans_b), m, n, k, alpha, a.as<double>(), lda, b.as<double>(), ldb,
-                beta, c.as<double>(), n);
-    return;
+    return split_gemm<double>(cblas_dgemm, trans_a, trans_b, d, alpha, a.as<double>(), lda, b.as<double>(), ldb, beta,
+                              c.as<double>(), n);
   }
   if (a.dtype() == DType::f32) {
-    cblas_sgemm(CblasRowMajor, op(trans_a), op(trans_b), m, n, k, alpha, a.as<float>(), lda, b.as<float>(), ldb,
-                beta, c.as<float>(), n);
-    return;
+    return split_gemm<float>(cblas_sgemm, trans_a, trans_b, d, alpha, a.as<float>(), lda, b.as<float>(), ldb, beta,
+                             c.as<float>(), n);
   }
 
   // bf16 operands: widen into the workspace (exact: bf16 is a truncated fp32), one sgemm, and for a
@@ -132,14 +162,13 @@ void gemm(TensorView c, ConstTensorView a, ConstTensorView b, bool trans_a, bool
   float_from_bf16(wa, a.as<bf16>(), static_cast<std::size_t>(a.numel()));
   float_from_bf16(wb, b.as<bf16>(), static_cast<std::size_t>(b.numel()));
   if (c.dtype() == DType::f32) {
-    cblas_sgemm(CblasRowMajor, op(trans_a), op(trans_b), m, n, k, alpha, wa, lda, wb, ldb, beta, c.as<float>(), n);
-    return;
+    return split_gemm<float>(cblas_sgemm, trans_a, trans_b, d, alpha, wa, lda, wb, ldb, beta, c.as<float>(), n);
   }
   bf16* cb = c.as<bf16>();
   const auto mn = static_cast<std::size_t>(c.numel());
   // beta == 0 must not read C (it may be uninitialised): only stage C when it contributes.
   if (beta != 0.0f) float_from_bf16(wc, cb, mn);
-  cblas_sgemm(CblasRowMajor, op(trans_a), op(trans_b), m, n, k, alpha, wa, lda, wb, ldb, beta, wc, n);
+  split_gemm<float>(cblas_sgemm, trans_a, trans_b, d, alpha, wa, lda, wb, ldb, beta, wc, n);
   bf16_from_float(cb, wc, mn);
 }
 

@@ -27,14 +27,12 @@ void rmsnorm_fwd_ref(T* y, acc_t<T>* rstd, const T* x, const T* w, std::int64_t 
 }
 
 /// dx = r·(w⊙dy − x·r²·<dy⊙w, x>/D) per row; dw (+)= Σ_rows dy⊙x·r.
+/// dx of rows [r0, r1) (the part of rmsnorm_bwd_ref that is independent per row).
 template <typename T>
-void rmsnorm_bwd_ref(T* dx, grad_t<T>* dw, const T* dy, const T* x, const T* w, const acc_t<T>* rstd,
-                     std::int64_t rows, std::int64_t dim, bool accumulate) {
+void rmsnorm_bwd_dx_rows(T* dx, const T* dy, const T* x, const T* w, const acc_t<T>* rstd, std::int64_t r0,
+                         std::int64_t r1, std::int64_t dim) {
   using A = acc_t<T>;
-  using G = grad_t<T>;
-  if (!accumulate)
-    for (std::int64_t j = 0; j < dim; ++j) dw[j] = G(0);
-  for (std::int64_t r = 0; r < rows; ++r) {
+  for (std::int64_t r = r0; r < r1; ++r) {
     const T* xr = x + r * dim;
     const T* dyr = dy + r * dim;
     const A rs = rstd[r];
@@ -44,9 +42,32 @@ void rmsnorm_bwd_ref(T* dx, grad_t<T>* dw, const T* dy, const T* x, const T* w, 
     for (std::int64_t j = 0; j < dim; ++j) {
       const A xv = load(xr[j]), g = load(dyr[j]);
       dx[r * dim + j] = store<T>(rs * (load(w[j]) * g - xv * coef));
+    }
+  }
+}
+
+/// dw of columns [j0, j1): each column's sum over all rows, in row order (the part that reduces over rows).
+template <typename T>
+void rmsnorm_bwd_dw_columns(grad_t<T>* dw, const T* dy, const T* x, const acc_t<T>* rstd, std::int64_t rows,
+                            std::int64_t dim, std::int64_t j0, std::int64_t j1, bool accumulate) {
+  using A = acc_t<T>;
+  using G = grad_t<T>;
+  if (!accumulate)
+    for (std::int64_t j = j0; j < j1; ++j) dw[j] = G(0);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const A rs = rstd[r];
+    for (std::int64_t j = j0; j < j1; ++j) {
+      const A xv = load(x[r * dim + j]), g = load(dy[r * dim + j]);
       dw[j] += static_cast<G>(g * xv * rs);
     }
   }
+}
+
+template <typename T>
+void rmsnorm_bwd_ref(T* dx, grad_t<T>* dw, const T* dy, const T* x, const T* w, const acc_t<T>* rstd,
+                     std::int64_t rows, std::int64_t dim, bool accumulate) {
+  rmsnorm_bwd_dx_rows(dx, dy, x, w, rstd, 0, rows, dim);
+  rmsnorm_bwd_dw_columns(dw, dy, x, rstd, rows, dim, 0, dim, accumulate);
 }
 
 }  // namespace hzp::kernels

@@ -8,6 +8,7 @@
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/checks.hpp"
 #include "common/cuda_twins.hpp"
+#include "common/cpu_parallel.hpp"
 #include "swiglu/swiglu_ref.hpp"
 
 namespace hzp::kernels {
@@ -39,10 +40,15 @@ std::int64_t check_like_gate(std::string_view k, ConstTensorView gate, std::init
 void swiglu_fwd(TensorView out, ConstTensorView gate, ConstTensorView up, StreamRef s) {
   const std::int64_t n = check_like_gate("swiglu_fwd", gate, {Arg{"up", up}, Arg{"out", out}}, s);
   if (s.device().is_cuda()) return cuda::swiglu_fwd(out, gate, up, s);
+  auto run = [&]<typename T>(const T*) {
+    for_element_ranges(n, [&](std::int64_t b, std::int64_t e) {
+      swiglu_fwd_ref(out.as<T>() + b, gate.as<T>() + b, up.as<T>() + b, e - b);
+    });
+  };
   switch (gate.dtype()) {
-    case DType::f64: return swiglu_fwd_ref(out.as<double>(), gate.as<double>(), up.as<double>(), n);
-    case DType::f32: return swiglu_fwd_ref(out.as<float>(), gate.as<float>(), up.as<float>(), n);
-    default: return swiglu_fwd_ref(out.as<bf16>(), gate.as<bf16>(), up.as<bf16>(), n);
+    case DType::f64: return run(static_cast<const double*>(nullptr));
+    case DType::f32: return run(static_cast<const float*>(nullptr));
+    default: return run(static_cast<const bf16*>(nullptr));
   }
 }
 
@@ -51,15 +57,15 @@ void swiglu_bwd(TensorView dgate, TensorView dup, ConstTensorView dout, ConstTen
   const std::int64_t n = check_like_gate(
       "swiglu_bwd", gate, {Arg{"up", up}, Arg{"dout", dout}, Arg{"dgate", dgate}, Arg{"dup", dup}}, s);
   if (s.device().is_cuda()) return cuda::swiglu_bwd(dgate, dup, dout, gate, up, s);
+  auto run = [&]<typename T>(const T*) {
+    for_element_ranges(n, [&](std::int64_t b, std::int64_t e) {
+      swiglu_bwd_ref(dgate.as<T>() + b, dup.as<T>() + b, dout.as<T>() + b, gate.as<T>() + b, up.as<T>() + b, e - b);
+    });
+  };
   switch (gate.dtype()) {
-    case DType::f64:
-      return swiglu_bwd_ref(dgate.as<double>(), dup.as<double>(), dout.as<double>(), gate.as<double>(),
-                            up.as<double>(), n);
-    case DType::f32:
-      return swiglu_bwd_ref(dgate.as<float>(), dup.as<float>(), dout.as<float>(), gate.as<float>(), up.as<float>(),
-                            n);
-    default:
-      return swiglu_bwd_ref(dgate.as<bf16>(), dup.as<bf16>(), dout.as<bf16>(), gate.as<bf16>(), up.as<bf16>(), n);
+    case DType::f64: return run(static_cast<const double*>(nullptr));
+    case DType::f32: return run(static_cast<const float*>(nullptr));
+    default: return run(static_cast<const bf16*>(nullptr));
   }
 }
 

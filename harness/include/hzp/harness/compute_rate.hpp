@@ -23,7 +23,10 @@ struct GemmPeak {
   double flops_per_s = 0;
   std::int64_t m = 0, n = 0, k = 0;
   int openblas_threads = 1;
+  int intra_op_threads = 1;  ///< the pool's threads (each GEMM split over them, OpenBLAS single-threaded)
   std::string shape_text() const;
+  /// "2 OpenBLAS thread(s)" or "2 intra-op thread(s)": who ran the measured GEMM.
+  std::string threads_text() const;
 };
 
 /// The GEMM shape the CPU peak is measured on: the model's widest linear layer over one micro-batch

@@ -48,6 +48,7 @@ struct RunOptions {
   std::int64_t skip_nonfinite = 0;  ///< harness.skip_nonfinite
   std::int64_t spike_window = 20;   ///< harness.spike_window
   double spike_threshold = 4;       ///< harness.spike_threshold
+  bool intra_op_pool = true;        ///< harness.cpu_threads = pool (false: openblas)
   FaultSpec throw_at;             ///< debug.throw_at
   FaultSpec stall_at;             ///< debug.stall_at
   std::int64_t nan_at = -1;       ///< debug.nan_at (-1 = off)

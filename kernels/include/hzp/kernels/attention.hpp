@@ -62,14 +62,17 @@ std::string fused_attention_unavailable(const AttentionDims& dims, DType dtype);
 // stream enqueues the kernel resolve_attention_impl picks: cuDNN's fused SDPA (attention_cudnn.cpp) or the
 // unfused twin (attention.cu: batched cuBLASLt GEMMs and a causal softmax kernel).
 // Determinism: on the CPU the tiles (64 rows by 64 keys) are fixed by the positions and each tile's sums
-// are one BLAS call, so for one BLAS build results are bitwise reproducible whatever the batch size, and
-// row t never reads positions > t (causality holds bitwise).
+// are one BLAS call, so for one BLAS build results are bitwise reproducible whatever the batch size and the
+// intra-op thread count (each head is computed whole by one thread), and row t never reads positions > t
+// (causality holds bitwise).
 
 /// Bytes of scratch attention_fwd needs on the CPU: a score tile, a query tile's output accumulator and
-/// running max and sum, and the bf16 widenings of a q, k and v tile (independent of T).
+/// running max and sum, and the bf16 widenings of a q, k and v tile (independent of T); once for each range of
+/// (sequence, head) pairs the intra-op pool splits the work into (core/intra_op.hpp).
 std::size_t attention_fwd_workspace_bytes(const AttentionDims& dims, DType dtype);
 /// Bytes of scratch attention_bwd needs on the CPU: fp32 (fp64 for f64) accumulators for one kv head's dk
-/// and dv ([T, D] each, so bf16 gradients are rounded once), and the P, dS, dq and widened tiles.
+/// and dv ([T, D] each, so bf16 gradients are rounded once), and the P, dS, dq and widened tiles; once for each
+/// range of (sequence, kv head) pairs the intra-op pool splits the work into.
 std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype);
 /// The same for the kernels that run on `device` with `impl`: the CPU sizes above; on a CUDA device the
 /// unfused twin's score buffers (fwd KV·T² fp32, bwd twice that plus row sums and fp32 dK/dV accumulators

@@ -31,10 +31,12 @@ std::size_t gemm_workspace_bytes(ConstTensorView c, ConstTensorView a, ConstTens
 /// @param[in]     workspace  caller-owned scratch of at least gemm_workspace_bytes(...) bytes on the
 ///                           stream's device, any alignment (aligned internally); ignored (pass {})
 ///                           when that size is 0
-/// @param[in]     s          CPU: runs synchronously on the calling thread (OpenBLAS may use its own
-///                           thread pool inside). A CUDA stream enqueues a
+/// @param[in]     s          CPU: runs synchronously on the calling thread, the longer of C's dimensions
+///                           cut into 64-wide blocks over the intra-op pool (core/intra_op.hpp; OpenBLAS may
+///                           use its own threads inside when the pool has one). A CUDA stream enqueues a
 ///                           cuBLASLt matmul (fp32 accumulation; workspace gemm_workspace_bytes = 32 MiB).
-/// Deterministic for a fixed OpenBLAS build and thread count.
+/// Deterministic for a fixed OpenBLAS build and thread count (each element of C is one call's dot product over
+/// the whole of K, whichever range computed it).
 void gemm(TensorView c, ConstTensorView a, ConstTensorView b, bool trans_a, bool trans_b, float alpha,
           float beta, std::span<std::byte> workspace, StreamRef s);
 
