@@ -6,15 +6,18 @@
 # layouts (issue 17, docs/nd-parallel.md): nd_tp2, nd_tp2_sp (sequence parallelism), nd_tp2_do (distributed
 # optimizer), nd_tp2_sp_do (both); and its pipeline layouts (issue 18): nd_pp2 (pp2×dp2, 1F1B), nd_pp2_gpipe, nd_pp2_int
 # (interleaved, v = 2), nd_tp2_pp2 (tp2 inside a node × pp2 across, SP). Stages are the outermost mesh axis, so
-# with 2 nodes of 2 the pipeline's messages cross nodes and tp and dp stay inside them.
-# Usage: [RATIOS="0.5 1 2"] [CONFIGS="zero3 asynchzp_p2 nd_tp2 ..."]
+# with 2 nodes of 2 the pipeline's messages cross nodes and tp and dp stay inside them. With PRESET=small-moe
+# (issue 21, docs/nd-parallel.md "Expert parallelism") it also knows nd's expert layouts: nd_ep2 (ep2×dp2: the
+# experts split over the 2 ranks of a node, tokens exchanged by all-to-all there) and nd_ep4 (every rank holds 2 of
+# the 8 experts; the all-to-all crosses nodes); the table then adds the all-to-all share and the load balance.
+# Usage: [PRESET=small|small-moe] [RATIOS="0.5 1 2"] [CONFIGS="zero3 asynchzp_p2 nd_tp2 ..."]
 # scripts/asynchzp_bench.sh [out_dir] [steps]
 set -euo pipefail
 out=${1:-results/asynchzp_bench}
 steps=${2:-3}
 bin=${HZPBENCH:-build/bin/hzpbench}
 mkdir -p "$out"
-common=(--set model.preset=small --set topology.ranks_per_node=2 --set links.emulate=true
+common=(--set model.preset="${PRESET:-small}" --set topology.ranks_per_node=2 --set links.emulate=true
         --set train.steps="$steps" --set train.warmup_steps=1 --set harness.warmup_steps=1)
 hzp=(--set scheduler.name=asynchzp --set scheduler.z1=4 --set scheduler.z2=2 --set scheduler.z3=2)
 nd=(--set scheduler.name=nd --set scheduler.tp=2)
@@ -34,6 +37,8 @@ for r in ${RATIOS:-0.5 1 2}; do
       nd_pp2_gpipe) extra=(--set scheduler.name=nd --set scheduler.pp=2 --set scheduler.schedule=gpipe) ;;
       nd_pp2_int) extra=(--set scheduler.name=nd --set scheduler.pp=2 --set scheduler.schedule=interleaved --set scheduler.virtual_stages=2) ;;
       nd_tp2_pp2) extra=("${nd[@]}" --set scheduler.pp=2 --set scheduler.sequence_parallel=true) ;;
+      nd_ep2) extra=(--set scheduler.name=nd --set scheduler.ep=2) ;;
+      nd_ep4) extra=(--set scheduler.name=nd --set scheduler.ep=4) ;;
       *) echo "unknown configuration $cfg" >&2; exit 2 ;;
     esac
     f="$out/${cfg}_r$r.h5"
