@@ -12,7 +12,7 @@
 namespace hzp::harness {
 
 void check_checkpoint_support(const RunSetup& s, std::string_view why) {
-  const char* off = " (and no --resume)";
+  const char* off = ", output.checkpoint_on_signal = false (and no --resume)";
   if (s.opt.backend == "cuda")
     HZP_THROW(ConfigError, why, " with backend = cuda: checkpoints of device state are not written yet (the "
               "engines' state is not staged to the host for them). Fix: backend = cpu, or output.checkpoint_every = 0", off);
@@ -27,7 +27,7 @@ void check_checkpoint_support(const RunSetup& s, std::string_view why) {
 }
 
 RunCheckpoints::RunCheckpoints(const RunOptions& o, const std::filesystem::path& results, bool root)
-    : every_(o.checkpoint_every), keep_(o.checkpoint_keep), results_(results), root_(root) {
+    : every_(o.checkpoint_every), keep_(o.checkpoint_keep), on_(o.checkpoints_on()), results_(results), root_(root) {
   dir_ = o.checkpoint_dir.empty() ? results.parent_path() : std::filesystem::path(o.checkpoint_dir);
   if (dir_.empty()) dir_ = ".";
 }

@@ -28,7 +28,8 @@ class RunCheckpoints {
   /// `results`: the results file (names the checkpoints and is their default folder).
   RunCheckpoints(const RunOptions& options, const std::filesystem::path& results, bool root);
 
-  bool enabled() const noexcept { return every_ > 0; }
+  /// Checkpoints are written at all (periodically, or only after a caught signal: output.checkpoint_on_signal).
+  bool enabled() const noexcept { return on_; }
   /// A periodic checkpoint is due after step `step` (0-based).
   bool due(std::int64_t step) const noexcept { return every_ > 0 && (step + 1) % every_ == 0; }
   /// Collective over `comm`: writes the checkpoint after step meta.step, then (rank 0) removes this run's older
@@ -40,6 +41,7 @@ class RunCheckpoints {
 
  private:
   std::int64_t every_, keep_;
+  bool on_;
   std::filesystem::path dir_, results_, last_;
   bool root_;
   std::deque<std::filesystem::path> written_;
