@@ -19,11 +19,10 @@ void check_checkpoint_support(const RunSetup& s, std::string_view why) {
   if (s.opt.collective_only)
     HZP_THROW(ConfigError, why, " with debug.collective_only = true: the stand-in scheduler has no training state. "
               "Fix: debug.collective_only = false, or output.checkpoint_every = 0", off);
-  if (s.opt.scheduler == "nd" || s.dims.tp > 1 || s.dims.pp > 1 || s.dims.cp > 1)
-    HZP_THROW(ConfigError, why, " with scheduler.name = ", s.opt.scheduler, " (tp = ", s.dims.tp, ", pp = ", s.dims.pp,
-              ", cp = ", s.dims.cp, "): checkpoints of tensor-parallel pieces, pipeline stages and context-parallel "
-              "groups are not written yet. Fix: a data-parallel layout (none, ddp, zero1, zero2, zero3, hsdp, asynchzp "
-              "with scheduler.pp = scheduler.cp = 1), or output.checkpoint_every = 0", off);
+  if (s.opt.scheduler == "asynchzp" && (s.dims.pp > 1 || s.dims.cp > 1))
+    HZP_THROW(ConfigError, why, " with scheduler.name = asynchzp (pp = ", s.dims.pp, ", cp = ", s.dims.cp, "): "
+              "checkpoints of asynchzp's pipeline stages and context-parallel groups are not written yet (nd's "
+              "are). Fix: scheduler.pp = scheduler.cp = 1, scheduler.name = nd, or output.checkpoint_every = 0", off);
 }
 
 RunCheckpoints::RunCheckpoints(const RunOptions& o, const std::filesystem::path& results, bool root)

@@ -19,7 +19,7 @@
 namespace hzp::harness {
 
 /// ConfigError naming `why` (the key or --resume that asks for checkpoints) and the fix when the run's backend,
-/// scheduler or parallel layout cannot write or read checkpoints yet (backend = cuda, nd, pipeline / tensor /
+/// scheduler or parallel layout cannot write or read checkpoints yet (backend = cuda, asynchzp's pipeline stages and
 /// context parallelism, debug.collective_only).
 void check_checkpoint_support(const RunSetup& setup, std::string_view why);
 
