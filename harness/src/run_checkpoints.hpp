@@ -22,6 +22,8 @@ namespace hzp::harness {
 /// scheduler or parallel layout cannot write or read checkpoints yet (backend = cuda, asynchzp's pipeline stages and
 /// context parallelism, debug.collective_only).
 void check_checkpoint_support(const RunSetup& setup, std::string_view why);
+/// Why the run's layout cannot be checkpointed, with the fix ("" when it can): check_checkpoint_support's reason.
+std::string checkpoint_unsupported(const RunSetup& setup);
 
 class RunCheckpoints {
  public:

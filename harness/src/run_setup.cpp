@@ -239,10 +239,17 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
               "which holds the first pipeline stage only. Fix: dump from the same run at scheduler.pp = 1 (the "
               "pipeline's parity with it is what test_nd checks)");
 
-  if (s.opt.checkpoints_on())
-    check_checkpoint_support(s, s.opt.checkpoint_every > 0
-                                    ? "output.checkpoint_every = " + std::to_string(s.opt.checkpoint_every)
-                                    : std::string("output.checkpoint_on_signal = true"));
+  if (s.opt.checkpoint_every > 0)
+    check_checkpoint_support(s, "output.checkpoint_every = " + std::to_string(s.opt.checkpoint_every));
+  // A checkpoint on the signal only is asked for by whole sweeps (slurm/sweep), some of whose tasks may be layouts
+  // that cannot be checkpointed yet: such a task runs without it (a signal then ends it as terminated), said here.
+  if (s.opt.checkpoint_every == 0 && s.opt.checkpoint_on_signal) {
+    if (const std::string no = checkpoint_unsupported(s); !no.empty()) {
+      s.opt.checkpoint_on_signal = false;
+      s.notes.push_back("output.checkpoint_on_signal = true is off for this run: " + no +
+                        "; a signal ends it without a checkpoint");
+    }
+  }
   if (!s.opt.checkpoint_dir.empty() && s.opt.checkpoints_on() && !std::filesystem::is_directory(s.opt.checkpoint_dir))
     HZP_THROW(ConfigError, "output.checkpoint_dir = \"", s.opt.checkpoint_dir, "\" is not a folder. Fix: create it, or "
               "leave the key empty (checkpoints beside the results file)");

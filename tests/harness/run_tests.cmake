@@ -92,8 +92,12 @@ hzp_add_cli_test(NAME run_bad_output_is_directory ARGS run ${hzp_run_small} --ou
   RC 2 MATCH "output\\.path = '.*' is a directory\\. Fix: name a file")
 # --- checkpoints (docs/checkpoints.md): layouts not written yet, a missing folder, a missing checkpoint
 hzp_add_cli_test(NAME validate_bad_checkpoint_asynchzp_pp ARGS validate --set model.preset=tiny --set topology.world_size=2
-  --set scheduler.name=asynchzp --set scheduler.pp=2 --set output.checkpoint_on_signal=true RC 2
-  MATCH "output\\.checkpoint_on_signal = true with scheduler\\.name = asynchzp \\(pp = 2, cp = 1\\).*not written yet")
+  --set scheduler.name=asynchzp --set scheduler.pp=2 --set output.checkpoint_every=5 RC 2
+  MATCH "output\\.checkpoint_every = 5 with scheduler\\.name = asynchzp \\(pp = 2, cp = 1\\).*not written yet")
+# A checkpoint on the signal only (what a sweep asks of every task) is off, with a note, where it cannot be written.
+hzp_add_cli_test(NAME validate_checkpoint_on_signal_off_note ARGS validate --set model.preset=tiny
+  --set topology.world_size=2 --set scheduler.name=asynchzp --set scheduler.pp=2 --set output.checkpoint_on_signal=true
+  MATCH "output\\.checkpoint_on_signal = true is off for this run: scheduler\\.name = asynchzp \\(pp = 2, cp = 1\\)")
 hzp_add_bad_run(NAME run_bad_checkpoint_dir ARGS --set output.checkpoint_every=1 --set output.checkpoint_dir=${hzp_run_dir}/no_such_dir
   MATCH "output\\.checkpoint_dir = \"[^\"]*no_such_dir\" is not a folder\\. Fix: create it")
 hzp_add_bad_run(NAME run_bad_resume_missing ARGS --resume ${hzp_run_dir}/no_such.ckpt.h5
