@@ -32,8 +32,11 @@ def long_rows(run: Run, world: int) -> pd.DataFrame:
     """Rows step × rank (step-major) with every series; `measured` = the step counts in summaries (step >=
     warmup_steps and not skipped, as `hzpbench run`'s summary)."""
     n = run.completed_steps
+    # A resumed run's rows start at its first_step (schema version 2; 0 otherwise). Its warm-up counts from
+    # there, as the run's own summary counts it.
+    first = int(run.attrs.get("first_step", 0))
     cols: dict[str, np.ndarray] = {
-        "step": np.repeat(np.arange(n), world),
+        "step": np.repeat(first + np.arange(n), world),
         "rank": np.tile(np.arange(world), n),
     }
     for name, raw in sorted(run.series.items()):

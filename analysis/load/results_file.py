@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 
 # Schema versions this reader knows (docs/results-schema.md "Versioning"); a bump adds its reader here.
-KNOWN_SCHEMA_VERSIONS = (1,)
+KNOWN_SCHEMA_VERSIONS = (1, 2)   # 2: `preempted`, first_step (docs/results-schema.md)
 REQUIRED_ATTRIBUTES = ("schema_version", "hzpbench_version", "git_sha", "git_dirty", "build_options", "argv",
                        "config", "world_size", "topology", "backend", "cpu_model", "gpu_model", "start_time",
                        "end_time", "status")

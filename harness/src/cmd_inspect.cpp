@@ -34,6 +34,7 @@ struct Summary {
   double first_loss = NAN, last_loss = NAN;
   std::string step_time_source;  // "" when there is none
   std::int64_t warmup = -1;      // -1: no warmup_steps attribute
+  std::int64_t first_step = 0;   // a resumed run's first step (0-based; 0 when it did not resume)
   std::int64_t measured = 0;
   double median_step_s = NAN;
   std::vector<std::pair<std::string, std::string>> data;
@@ -89,6 +90,8 @@ Summary summarise(const ResultsReader& r) {
   s.completed = r.completed_steps();
   if (auto w = r.attribute("warmup_steps"); w && std::holds_alternative<std::int64_t>(*w))
     s.warmup = std::get<std::int64_t>(*w);
+  if (auto f = r.attribute("first_step"); f && std::holds_alternative<std::int64_t>(*f))
+    s.first_step = std::get<std::int64_t>(*f);
 
   auto has = [&](std::string_view name) -> const DatasetInfo* {
     for (const DatasetInfo& d : s.datasets)
@@ -163,7 +166,10 @@ void print_text(const Summary& s) {
   line("config", !s.config_problem.empty() ? s.config_problem
                  : cfg.empty()             ? "(none of model.preset, scheduler.name, train.steps set)"
                                            : cfg);
-  line("steps", std::to_string(s.completed) + " completed");
+  line("steps", std::to_string(s.completed) + " completed" +
+                    (s.first_step > 0 ? " (steps " + std::to_string(s.first_step + 1) + ".." +
+                                            std::to_string(s.first_step + s.completed) + ": a resumed run)"
+                                      : std::string()));
   if (s.has_loss) line("loss", "first " + num(s.first_loss) + ", last " + num(s.last_loss));
   if (!s.step_time_source.empty()) {
     std::string t = "median " + num(s.median_step_s) + " s over " + std::to_string(s.measured) + " steps";
@@ -207,6 +213,8 @@ void print_json(const Summary& s) {
            (s.config_is_string[i] ? json_quote(s.config[i].second) : s.config[i].second);
   field("config", cfg + "}");
   field("completed_steps", std::to_string(s.completed));
+  // A resumed run's rows start at first_step: the step reached is first_step + completed_steps.
+  field("first_step", std::to_string(s.first_step));
   field("first_loss", s.has_loss ? json_num(s.first_loss) : "null");
   field("last_loss", s.has_loss ? json_num(s.last_loss) : "null");
   field("median_step_time_s", json_num(s.median_step_s));

@@ -11,23 +11,28 @@
 
 namespace hzp::harness {
 
-void check_checkpoint_support(const RunSetup& s, std::string_view why) {
-  const char* off = " (and no --resume)";
+std::string checkpoint_unsupported(const RunSetup& s) {
   if (s.opt.backend == "cuda")
-    HZP_THROW(ConfigError, why, " with backend = cuda: checkpoints of device state are not written yet (the "
-              "engines' state is not staged to the host for them). Fix: backend = cpu, or output.checkpoint_every = 0", off);
+    return "backend = cuda: checkpoints of device state are not written yet (the engines' state is not staged to "
+           "the host for them). Fix: backend = cpu";
   if (s.opt.collective_only)
-    HZP_THROW(ConfigError, why, " with debug.collective_only = true: the stand-in scheduler has no training state. "
-              "Fix: debug.collective_only = false, or output.checkpoint_every = 0", off);
-  if (s.opt.scheduler == "nd" || s.dims.tp > 1 || s.dims.pp > 1 || s.dims.cp > 1)
-    HZP_THROW(ConfigError, why, " with scheduler.name = ", s.opt.scheduler, " (tp = ", s.dims.tp, ", pp = ", s.dims.pp,
-              ", cp = ", s.dims.cp, "): checkpoints of tensor-parallel pieces, pipeline stages and context-parallel "
-              "groups are not written yet. Fix: a data-parallel layout (none, ddp, zero1, zero2, zero3, hsdp, asynchzp "
-              "with scheduler.pp = scheduler.cp = 1), or output.checkpoint_every = 0", off);
+    return "debug.collective_only = true: the stand-in scheduler has no training state. Fix: debug.collective_only "
+           "= false";
+  if (s.opt.scheduler == "asynchzp" && (s.dims.pp > 1 || s.dims.cp > 1))
+    return "scheduler.name = asynchzp (pp = " + std::to_string(s.dims.pp) + ", cp = " + std::to_string(s.dims.cp) +
+           "): checkpoints of asynchzp's pipeline stages and context-parallel groups are not written yet (nd's "
+           "are). Fix: scheduler.pp = scheduler.cp = 1, or scheduler.name = nd";
+  return {};
+}
+
+void check_checkpoint_support(const RunSetup& s, std::string_view why) {
+  if (const std::string no = checkpoint_unsupported(s); !no.empty())
+    HZP_THROW(ConfigError, why, " with ", no, ", or output.checkpoint_every = 0, output.checkpoint_on_signal = "
+              "false (and no --resume)");
 }
 
 RunCheckpoints::RunCheckpoints(const RunOptions& o, const std::filesystem::path& results, bool root)
-    : every_(o.checkpoint_every), keep_(o.checkpoint_keep), results_(results), root_(root) {
+    : every_(o.checkpoint_every), keep_(o.checkpoint_keep), on_(o.checkpoints_on()), results_(results), root_(root) {
   dir_ = o.checkpoint_dir.empty() ? results.parent_path() : std::filesystem::path(o.checkpoint_dir);
   if (dir_.empty()) dir_ = ".";
 }

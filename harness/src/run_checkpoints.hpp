@@ -19,16 +19,19 @@
 namespace hzp::harness {
 
 /// ConfigError naming `why` (the key or --resume that asks for checkpoints) and the fix when the run's backend,
-/// scheduler or parallel layout cannot write or read checkpoints yet (backend = cuda, nd, pipeline / tensor /
+/// scheduler or parallel layout cannot write or read checkpoints yet (backend = cuda, asynchzp's pipeline stages and
 /// context parallelism, debug.collective_only).
 void check_checkpoint_support(const RunSetup& setup, std::string_view why);
+/// Why the run's layout cannot be checkpointed, with the fix ("" when it can): check_checkpoint_support's reason.
+std::string checkpoint_unsupported(const RunSetup& setup);
 
 class RunCheckpoints {
  public:
   /// `results`: the results file (names the checkpoints and is their default folder).
   RunCheckpoints(const RunOptions& options, const std::filesystem::path& results, bool root);
 
-  bool enabled() const noexcept { return every_ > 0; }
+  /// Checkpoints are written at all (periodically, or only after a caught signal: output.checkpoint_on_signal).
+  bool enabled() const noexcept { return on_; }
   /// A periodic checkpoint is due after step `step` (0-based).
   bool due(std::int64_t step) const noexcept { return every_ > 0 && (step + 1) % every_ == 0; }
   /// Collective over `comm`: writes the checkpoint after step meta.step, then (rank 0) removes this run's older
@@ -40,6 +43,7 @@ class RunCheckpoints {
 
  private:
   std::int64_t every_, keep_;
+  bool on_;
   std::filesystem::path dir_, results_, last_;
   bool root_;
   std::deque<std::filesystem::path> written_;

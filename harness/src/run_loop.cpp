@@ -18,9 +18,9 @@
 //      non-finite losses are skipped (harness.skip_nonfinite) or end the run as `diverged` (exit 3).
 //   8. The end: a barrier (a rank that failed never reaches it), the trace, the summary, status `ok`.
 // Checkpoints (run_checkpoints.hpp): --resume restores the scheduler right after it is built and the loop starts at
-// the stored step + 1; with output.checkpoint_every on, every step ends with the ranks agreeing whether a signal
-// was caught anywhere (one MAX all-reduce), and a checkpoint is written when one is due or a signal asks to stop,
-// after which the run ends as `preempted` (exit 5).
+// the stored step + 1; with checkpoints on (output.checkpoint_every or output.checkpoint_on_signal), every step
+// ends with the ranks agreeing whether a signal was caught anywhere (one MAX all-reduce), and a checkpoint is
+// written when one is due or a signal asks to stop, after which the run ends as `preempted` (exit 5).
 #include "run_loop.hpp"
 
 #include <time.h>
@@ -415,9 +415,11 @@ class Run {
       std::printf("# resumed from %s (after step %lld, written by %s at %lld ranks)\n", resume_->path().c_str(),
                   static_cast<long long>(resume_->meta().step + 1), resume_->meta().scheduler.c_str(),
                   static_cast<long long>(resume_->meta().world_size));
-    if (checkpoints_.enabled())
+    if (o_.checkpoint_every > 0)
       std::printf("# checkpoints: every %lld steps and on SIGTERM/SIGINT/SIGUSR1 (then exit 5, preempted)\n",
                   static_cast<long long>(o_.checkpoint_every));
+    else if (checkpoints_.enabled())
+      std::printf("# checkpoints: on SIGTERM/SIGINT/SIGUSR1 only (then exit 5, preempted)\n");
     if (loss_floor_ >= 0) std::printf("# data: loss floor %.6g nats/token (synthetic source)\n", loss_floor_);
     std::printf("# results: %s\n", results_->path().c_str());
     std::fflush(stdout);
@@ -786,7 +788,7 @@ int run_main(const RunCliArgs& args, const std::vector<std::string>& argv) {
   // checkpoint and end as preempted. The step's time bounds the delay; a second signal still ends at once.
   std::atomic<int> stop_signal{0};
   auto on_signal = [&](int signo) {
-    if (opt.checkpoint_every > 0) {
+    if (opt.checkpoints_on()) {
       stop_signal.store(signo);
       std::fprintf(stderr, "hzpbench: rank %d: %s caught during step %lld: checkpointing after the step in flight, "
                    "then stopping (a second signal ends at once)\n", rank, signal_name(signo).c_str(),

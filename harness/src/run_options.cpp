@@ -96,6 +96,10 @@ void register_run_keys(OptionTable& t) {
                    "Checkpoints of this run kept: after a new one is complete, rank 0 removes this run's older ones "
                    "beyond the most recent K; 0 = keep every one")
             .non_negative());
+  t.add(S::boolean("output.checkpoint_on_signal", false,
+                   "Checkpoint after the step a caught SIGTERM, SIGINT or SIGUSR1 stopped the run at (status "
+                   "preempted, exit 5) even with output.checkpoint_every = 0: what a Slurm job that is requeued on "
+                   "--signal needs (slurm/sweep sets it). Off, with a note, where the layout cannot be checkpointed"));
 
   // ---- harness: run-loop policies (run_loop.cpp, watchdog.cpp, metrics.cpp) -----------------------
   t.add(S::real("harness.watchdog_s", 900,
@@ -164,6 +168,7 @@ RunOptions run_options_from(const ResolvedConfig& c) {
   o.checkpoint_every = c.get_int("output.checkpoint_every");
   o.checkpoint_dir = c.get_string("output.checkpoint_dir");
   o.checkpoint_keep = c.get_int("output.checkpoint_keep");
+  o.checkpoint_on_signal = c.get_bool("output.checkpoint_on_signal");
   o.watchdog_s = c.get_double("harness.watchdog_s");
   o.warmup_steps = c.get_int("harness.warmup_steps");
   o.skip_nonfinite = c.get_int("harness.skip_nonfinite");

@@ -241,7 +241,16 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
 
   if (s.opt.checkpoint_every > 0)
     check_checkpoint_support(s, "output.checkpoint_every = " + std::to_string(s.opt.checkpoint_every));
-  if (!s.opt.checkpoint_dir.empty() && s.opt.checkpoint_every > 0 && !std::filesystem::is_directory(s.opt.checkpoint_dir))
+  // A checkpoint on the signal only is asked for by whole sweeps (slurm/sweep), some of whose tasks may be layouts
+  // that cannot be checkpointed yet: such a task runs without it (a signal then ends it as terminated), said here.
+  if (s.opt.checkpoint_every == 0 && s.opt.checkpoint_on_signal) {
+    if (const std::string no = checkpoint_unsupported(s); !no.empty()) {
+      s.opt.checkpoint_on_signal = false;
+      s.notes.push_back("output.checkpoint_on_signal = true is off for this run: " + no +
+                        "; a signal ends it without a checkpoint");
+    }
+  }
+  if (!s.opt.checkpoint_dir.empty() && s.opt.checkpoints_on() && !std::filesystem::is_directory(s.opt.checkpoint_dir))
     HZP_THROW(ConfigError, "output.checkpoint_dir = \"", s.opt.checkpoint_dir, "\" is not a folder. Fix: create it, or "
               "leave the key empty (checkpoints beside the results file)");
   if (s.opt.warmup_steps >= s.train.steps)

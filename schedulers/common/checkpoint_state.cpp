@@ -17,7 +17,7 @@ namespace hzp::schedulers {
 void Scheduler::checkpoint(StateArchive& archive) {
   (void)archive;
   HZP_THROW(UnsupportedError, "scheduler ", name(), " cannot write or read checkpoints yet. Fix: "
-            "output.checkpoint_every = 0 (and no --resume), or one of none, ddp, zero1, zero2, zero3, hsdp, asynchzp");
+            "output.checkpoint_every = 0 (and no --resume), or one of none, ddp, zero1, zero2, zero3, hsdp, asynchzp, nd");
 }
 
 // ---- deterministic mode's scales -------------------------------------------------------------------------------
@@ -97,8 +97,8 @@ void check_checkpoint_layout(std::string_view scheduler, const ParallelDims& dim
   if (dims.tp > 1 || dims.pp > 1 || dims.cp > 1)
     HZP_THROW(UnsupportedError, "scheduler ", scheduler, " with scheduler.tp = ", dims.tp, ", scheduler.pp = ",
               dims.pp, " and scheduler.cp = ", dims.cp, ": checkpoints of tensor-parallel pieces, pipeline stages and "
-              "context-parallel groups are not written yet. Fix: output.checkpoint_every = 0 (and no --resume), or "
-              "scheduler.tp = scheduler.pp = scheduler.cp = 1");
+              "context-parallel groups are not written yet. Fix: output.checkpoint_every = 0 (and no --resume), "
+              "scheduler.tp = scheduler.pp = scheduler.cp = 1, or scheduler.name = nd");
 }
 
 }  // namespace hzp::schedulers

@@ -21,6 +21,7 @@
 #include "hzp/kernels/cast.hpp"
 #include "hzp/schedulers/common/bucketed_all_reduce.hpp"
 #include "hzp/schedulers/common/checkpoint_state.hpp"
+#include "hzp/schedulers/common/model_runs.hpp"
 #include "hzp/schedulers/common/distinct_norm.hpp"
 #include "hzp/schedulers/common/engine_memory.hpp"
 #include "hzp/schedulers/common/expert_data_parallel.hpp"
@@ -52,10 +53,15 @@ class DdpScheduler final : public DataParallelScheduler, private ParameterEngine
     visit_gathered_state(*this, model_->layout(), train_.precision, groups_->rank() == 0,
                          expert_ ? expert_->debug() : tpx_->debug(), visitor);
   }
-  // Whole replicas: the data-parallel rank 0 writes everything, every rank reads everything.
+  // Whole replicas: the data-parallel rank 0 writes everything, every rank reads everything. Under nd the model is
+  // this rank's pieces and stage, mapped to the whole model's order; one rank writes each piece (model_runs.hpp).
   void checkpoint(StateArchive& archive) override {
-    check_checkpoint_layout(name_, groups_->dims());
-    opt_->checkpoint(archive, whole_model_runs(n_), world_->rank() == 0);
+    const std::vector<StateArchive::Run> whole = whole_model_runs(n_);
+    const TensorWriter writes =
+        archive.loading() ? TensorWriter([](const auto&, const auto&) { return true; })
+                          : piece_writer(*groups_, groups_->data_parallel().rank() == 0,
+                                         expert_ ? expert_->expert_data().rank() == 0 : true);
+    opt_->checkpoint(archive, model_runs(model_->layout(), whole, writes), true);
     if (archive.loading()) driver_->resume_at(archive.next_step());
     checkpoint_side_state(archive, *model_, fixed_.get());
   }

@@ -25,6 +25,7 @@
 #include "hzp/core/stream.hpp"
 #include "hzp/kernels/cast.hpp"
 #include "hzp/schedulers/common/checkpoint_state.hpp"
+#include "hzp/schedulers/common/model_runs.hpp"
 #include "hzp/schedulers/common/distinct_norm.hpp"
 #include "hzp/schedulers/common/engine_memory.hpp"
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
@@ -206,8 +207,11 @@ ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, 
 // This rank's optimizer slice as flat runs (hsdp: replica 0 writes); on load, zero1/2's full parameters gathered
 // from the restored slices as the constructor gathers the initial ones.
 void ZeroScheduler::checkpoint(StateArchive& archive) {
-  check_checkpoint_layout(name_, groups_->dims());
-  opt_->checkpoint(archive, shards_->flat_runs(idx_), !hybrid_ || replica_comm_->rank() == 0);
+  // nd's distributed optimizer: the slice is of this rank's pieces and stage, mapped to the whole model's order.
+  const std::vector<StateArchive::Run> slice = shards_->flat_runs(idx_);
+  const TensorWriter writes = archive.loading() ? TensorWriter([](const auto&, const auto&) { return true; })
+                                                : piece_writer(*groups_, true, true);
+  opt_->checkpoint(archive, model_runs(model_->layout(), slice, writes), !hybrid_ || replica_comm_->rank() == 0);
   if (archive.loading()) {
     gather_full_params();
     driver_->resume_at(archive.next_step());

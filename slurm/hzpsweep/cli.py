@@ -4,7 +4,8 @@
     slurm/sweep submit SPEC [--dry-run]   ... then write results/<sweep>/ and submit one job array per shape
     slurm/sweep run-local SPEC            ... then run the tasks one after another here, without Slurm
     slurm/sweep status SWEEP              per task: ok, failed (reason), diverged, killed, preempted, running, pending, never ran
-    slurm/sweep resubmit SWEEP [--local]  submit (or run) again only the tasks that need it
+    slurm/sweep resubmit SWEEP [--local]  submit (or run) again only the tasks that need it (killed and preempted
+                                          ones resume from their newest checkpoint)
 
 SWEEP is the sweep's folder (results/<name>) or its spec file. Exit codes: 0 done (status: every task ok),
 1 status/resubmit found tasks not ok or a run failed, 2 bad input (nothing submitted).
@@ -171,7 +172,8 @@ def cmd_resubmit(args) -> int:
         print("nothing to resubmit: " + ", ".join(f"{v} {k}" for k, v in task_status.counts(rows).items()))
         return EXIT_OK
     for r in pick:
-        print(f"  {r.index:>4}  {r.name}  {r.state}  {r.detail}".rstrip())
+        how = f"resumes from {Path(r.checkpoint).name}" if r.resumes else "from step 0"
+        print(f"  {r.index:>4}  {r.name}  {r.state}  {r.detail}".rstrip() + f"  -> {how}")
     if args.dry_run:
         print(f"dry run: would {'run' if args.local else 'resubmit'} {len(pick)} task(s)")
         return EXIT_OK
@@ -180,7 +182,9 @@ def cmd_resubmit(args) -> int:
         _ensure_scripts(d, m, [r.index for r in pick])
     mpiexec = _mpiexec(args) if args.local else ""
     for r in pick:
-        for line in sweep_dir.supersede(d, r.name):
+        # Killed and preempted tasks resume from their newest checkpoint (the job script and the local runner take
+        # it from checkpoints/<task>/); the others start again, their checkpoints kept aside with their files.
+        for line in sweep_dir.supersede(d, r.name, restart=not r.resumes):
             print(f"  kept {line}")
     idx = [r.index for r in pick]
     if args.local:

@@ -1,7 +1,8 @@
 """Runs a sweep's tasks one after another on this machine, without Slurm: the same configurations, results
 files, logs and environment as the job script (batch_script.py), with `mpiexec -n <world size>` as the
-launcher. Each task's outcome goes into the manifest as it finishes, so `status` reads it while the runner
-is still going (and tells a runner that died from one that is working).
+launcher, and the same checkpoints: a task resumes from the newest in checkpoints/<task>/ (a preempted or
+killed one that resubmit --local reruns). Each task's outcome goes into the manifest as it finishes, so
+`status` reads it while the runner is still going (and tells a runner that died from one that is working).
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import sweep_dir
+from . import checkpoints, sweep_dir
 
 
 def run(d: Path, m: dict, indices: list[int], mpiexec: str, log=print) -> dict[str, int]:
@@ -28,8 +29,11 @@ def run(d: Path, m: dict, indices: list[int], mpiexec: str, log=print) -> dict[s
     for n, i in enumerate(indices, 1):
         t = by_index[i]
         name, world = t["name"], t["world_size"]
+        ckpt = checkpoints.resume_args(d, name)
+        if "--resume" in ckpt and sweep_dir.result_path(d, name).exists():
+            sweep_dir.supersede(d, name)     # the run it continues, as the job script keeps it
         cmd = [mpiexec, "-n", str(world), m["hzpbench"], "run", "--config", str(sweep_dir.config_path(d, name)),
-               "--out", str(sweep_dir.result_path(d, name))]
+               "--out", str(sweep_dir.result_path(d, name))] + ckpt
         env["HZP_SWEEP_TASK"] = name
         start = time.time()
         log(f"[{n}/{len(indices)}] {name}: {world} rank(s) ...")

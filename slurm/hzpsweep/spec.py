@@ -35,7 +35,15 @@ SWEEP_FIELDS = {
     "sbatch_args": "extra sbatch arguments, verbatim, e.g. ['--qos=high']",
     "hzpbench": "path of the hzpbench program (default: build/bin/hzpbench of this checkout, else PATH)",
     "env": "table of environment variables set in every task (NCCL_*, UCX_*, ...)",
+    "requeue": "true (default): a task signalled by Slurm checkpoints, is requeued and resumes; false: it just stops",
+    "signal_grace": "seconds before the time limit at which Slurm sends SIGUSR1 (--signal=USR1@N; default 90)",
+    "checkpoint_every": "steps between periodic checkpoints of a task (default 0: only on a signal), which resubmit "
+                        "resumes a killed task from",
 }
+# What a requeued task needs from hzpbench (docs/checkpoints.md): a checkpoint when the signal stops it.
+SIGNAL_CHECKPOINT_KEY = "output.checkpoint_on_signal"
+DEFAULT_SIGNAL_GRACE_S = 90
+MAX_SIGNAL_GRACE_S = 65535   # Slurm's --signal takes at most this many seconds
 TOP_LEVEL = ("sweep", "base", "axes", "exclude")
 LAUNCHERS = ("srun", "mpiexec")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -82,6 +90,9 @@ class Sweep:
     sbatch_args: list[str]
     hzpbench: str
     env: dict[str, str]
+    requeue: bool
+    signal_grace_s: int
+    checkpoint_every: int
     base: dict[str, Any]
     axes: dict[str, list[Any]]
     excluded: int
@@ -261,6 +272,19 @@ def load(spec_path: str | Path, default_hzpbench: str = "") -> Sweep:
     for k in base:
         _check_config_key(where, "base", k)
 
+    # --- preemption: Slurm's signal, a checkpoint, a requeue, a resume (docs/sweeps.md) ---
+    requeue = field("requeue", True)
+    if not isinstance(requeue, bool):
+        raise SpecError(f"{where}: sweep.requeue = {_fmt(requeue)} must be true or false")
+    grace = field("signal_grace", DEFAULT_SIGNAL_GRACE_S)
+    if isinstance(grace, bool) or not isinstance(grace, int) or not 1 <= grace <= MAX_SIGNAL_GRACE_S:
+        raise SpecError(f"{where}: sweep.signal_grace = {_fmt(grace)} must be whole seconds from 1 to "
+                        f"{MAX_SIGNAL_GRACE_S}; e.g. signal_grace = {DEFAULT_SIGNAL_GRACE_S}")
+    if time_s is not None and requeue and grace >= time_s:
+        raise SpecError(f"{where}: sweep.signal_grace = {grace} s is not shorter than sweep.time_per_task "
+                        f"({time_s} s): Slurm would signal before the task starts; give a smaller signal_grace")
+    ckpt_every = _positive_int("sweep.checkpoint_every", field("checkpoint_every", 0), 0)
+
     # --- axes ---
     axes_raw = doc.get("axes", {})
     if not isinstance(axes_raw, dict):
@@ -317,6 +341,8 @@ def load(spec_path: str | Path, default_hzpbench: str = "") -> Sweep:
         nodes = values.get("nodes", defaults["nodes"])
         rpn = values.get("ranks_per_node", defaults["ranks_per_node"])
         config["topology.world_size"] = nodes * rpn
+        if requeue:
+            _preemption_keys(where, config, ckpt_every)
         for rep in range(repeats):
             n = task_name(labels, values, rep, repeats)
             if n in names:
@@ -331,7 +357,7 @@ def load(spec_path: str | Path, default_hzpbench: str = "") -> Sweep:
                  results_dir=Path(results_dir).resolve(), repeats=repeats, gpus_per_node=gpus, cpus_per_task=cpus,
                  time_per_task_s=time_s, launcher=launcher, overcommit=overcommit, partition=strings["partition"],
                  account=strings["account"], sbatch_args=sargs, hzpbench=strings["hzpbench"] or default_hzpbench,
-                 env=env_out, base=base, axes=axes, excluded=excluded, tasks=tasks)
+                 env=env_out, requeue=requeue, signal_grace_s=grace, checkpoint_every=ckpt_every, base=base, axes=axes, excluded=excluded, tasks=tasks)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -341,10 +367,24 @@ def _same(a: Any, b: Any) -> bool:
         and not isinstance(b, bool) and a == b)
 
 
+def _preemption_keys(where: str, config: dict[str, Any], ckpt_every: int) -> None:
+    """A requeued task must checkpoint when Slurm's signal stops it; periodic checkpoints on request."""
+    if config.get(SIGNAL_CHECKPOINT_KEY, True) is not True:
+        raise SpecError(f"{where}: '{SIGNAL_CHECKPOINT_KEY}' = {_fmt(config[SIGNAL_CHECKPOINT_KEY])} with "
+                        "sweep.requeue = true: a signalled task would stop without a checkpoint to resume; remove the "
+                        "key, or set sweep.requeue = false")
+    config[SIGNAL_CHECKPOINT_KEY] = True
+    if ckpt_every > 0:
+        config.setdefault("output.checkpoint_every", ckpt_every)
+
+
 def _check_config_key(where: str, table: str, k: str) -> None:
     if k == "topology.world_size":
         raise SpecError(f"{where}: {table}.'topology.world_size' is set by the sweep (nodes x ranks_per_node); "
                         "set sweep.nodes and sweep.ranks_per_node, or sweep over them in [axes]")
+    if k == "output.checkpoint_dir":
+        raise SpecError(f"{where}: {table}.'output.checkpoint_dir' is set by the sweep (checkpoints/<task>/ in the "
+                        "sweep's folder, where a requeued or resubmitted task finds them); remove the key")
     if "." not in k:
         hint = "a resource axis ('nodes', 'ranks_per_node')" if table == "axes" else "an hzpbench key"
         raise SpecError(f"{where}: {table}.'{k}' is neither {hint} nor a group.key name; "

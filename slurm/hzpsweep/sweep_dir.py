@@ -6,7 +6,8 @@
     job-<N>n-<R>r.sbatch one job-array script per (nodes, ranks per node) shape
     <task>.h5, <task>.log   results file and log of the task's latest attempt
     slurm/              Slurm's own output per array task (%A_%a.out)
-    superseded/         files of earlier attempts, moved aside by resubmit (never deleted)
+    checkpoints/<task>/ the task's checkpoints (checkpoints.py), which a requeued or resubmitted task resumes
+    superseded/         files of earlier attempts, moved aside by resubmit or a resume (never deleted)
 
 The manifest is rewritten whole and renamed into place, so a reader never sees half of it.
 """
@@ -18,7 +19,7 @@ import os
 import socket
 from pathlib import Path
 
-from . import toml_out
+from . import checkpoints, toml_out
 from .spec import Sweep, Task
 
 MANIFEST = "sweep.json"
@@ -119,19 +120,26 @@ def latest_attempts(m: dict) -> dict[int, dict]:
     return out
 
 
-def supersede(d: Path, task: str) -> list[str]:
-    """Moves the task's results file and log aside before a new attempt; returns what moved where."""
+def supersede(d: Path, task: str, restart: bool = False) -> list[str]:
+    """Moves the task's results file and log aside before a new attempt; with `restart` also its checkpoints, so the
+    attempt starts from step 0 instead of resuming (job scripts resume from whatever checkpoints/<task>/ holds).
+    Returns what moved where."""
     moved = []
     sup = d / "superseded"
-    srcs = [p for p in (result_path(d, task), log_path(d, task)) if p.exists()]
+    ckpts = checkpoints.task_dir(d, task)
+    # attempt<n>.checkpoints is the folder's name there (the job script numbers attempts the same way).
+    srcs = {".h5": result_path(d, task), ".log": log_path(d, task), ".checkpoints": ckpts}
+    if not restart:
+        del srcs[".checkpoints"]
+    srcs = {k: p for k, p in srcs.items() if p.exists()}
     if not srcs:
         return moved
     sup.mkdir(exist_ok=True)
     n = 1
-    while any((sup / f"{task}.attempt{n}{s.suffix}").exists() for s in (result_path(d, task), log_path(d, task))):
+    while any((sup / f"{task}.attempt{n}{suffix}").exists() for suffix in (".h5", ".log", ".checkpoints")):
         n += 1
-    for src in srcs:
-        dst = sup / f"{task}.attempt{n}{src.suffix}"
+    for suffix, src in srcs.items():
+        dst = sup / f"{task}.attempt{n}{suffix}"
         os.replace(src, dst)
-        moved.append(f"{src.name} -> superseded/{dst.name}")
+        moved.append(f"{src.relative_to(d)} -> superseded/{dst.name}")
     return moved

@@ -4,8 +4,10 @@ attempt (Slurm, or the local runner).
 States: ok, diverged, failed (with the reason), killed (stopped from outside: a results file left at `running`
 with no live job, or one the run itself marked `failed: <rank>: terminated by SIG...` when Slurm's time limit,
 scancel or preemption signalled it; docs/results-schema.md), preempted (the same signal with output.checkpoint_every
-on: the run stopped after a checkpoint, which the status names; resubmit reruns the task from step 0 for now, resuming
-it is not built yet), running, pending, never ran. `needs_rerun` says which resubmit takes.
+on: the run stopped after a checkpoint, which the status names; the job script requeues it, else resubmit), running,
+pending, never ran. `needs_rerun` says which resubmit takes, `resumes` whether it continues from the task's newest
+checkpoint (killed and preempted tasks) or starts again from step 0 (failed, diverged: their checkpoints are kept
+aside). The steps shown are the step reached: a resumed run's file starts at its first_step.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import os
 import socket
 from pathlib import Path
 
-from . import hzpbench, slurm_client, sweep_dir
+from . import checkpoints, hzpbench, slurm_client, sweep_dir
 
 STATES = ("ok", "diverged", "failed", "killed", "preempted", "running", "pending", "never ran")
 
@@ -25,11 +27,17 @@ class TaskStatus:
     name: str
     state: str
     detail: str = ""
-    steps: str = ""          # "completed/planned" from the results file
+    steps: str = ""          # "reached/planned" from the results file (reached = first_step + completed rows)
     job: str = ""            # "<array job>_<index>" or "local"
+    checkpoint: str = ""     # the task's newest complete checkpoint (checkpoints.py), if any
 
     def needs_rerun(self, include_diverged: bool) -> bool:
         return self.state in ("failed", "killed", "preempted", "never ran") or (include_diverged and self.state == "diverged")
+
+    @property
+    def resumes(self) -> bool:
+        """A rerun continues from the newest checkpoint: the task was stopped from outside, not by its own fault."""
+        return self.state in ("killed", "preempted") and bool(self.checkpoint)
 
 
 def _local_runner_alive(a: dict) -> bool:
@@ -70,9 +78,12 @@ def collect(d: Path, m: dict, query_slurm: bool = True) -> list[TaskStatus]:
         res = sweep_dir.result_path(d, name)
         info = hzpbench.inspect(program, res) if res.exists() else None
         st = TaskStatus(i, name, "never ran")
+        last = checkpoints.latest(d, name)
+        st.checkpoint = str(last[0]) if last else ""
         if info and "error" not in info:
             planned = _planned_steps(info)
-            st.steps = f"{info.get('completed_steps', '?')}/{planned}" if planned else str(info.get("completed_steps", "?"))
+            reached = _reached(info)
+            st.steps = f"{reached}/{planned}" if planned else str(reached)
 
         # Who ran the latest attempt, and is it still going?
         live_state = None
@@ -123,30 +134,40 @@ def collect(d: Path, m: dict, query_slurm: bool = True) -> list[TaskStatus]:
             elif s.startswith("failed") and "terminated by SIG" in s:
                 # The run caught SIGTERM/SIGINT/SIGUSR1 (a time limit, scancel, preemption) and wrote its steps:
                 # stopped from outside, like a kill, not a failure of its own.
-                n = info.get("completed_steps", "?")
+                n = _reached(info)
                 st.state = "killed"
                 why = f" ({_fin_text(fin)})" if fin else ""
-                st.detail = f"{s[len('failed'):].lstrip(': ')}{why}; {n} step{'' if n == 1 else 's'} in the file"
+                st.detail = f"{s[len('failed'):].lstrip(': ')}{why}; {_steps_text(n)} in the file"
             elif s.startswith("failed"):
                 st.state, st.detail = "failed", s[len("failed"):].lstrip(": ")
             elif s.startswith("preempted: "):
                 # Stopped by a signal after writing a checkpoint (docs/checkpoints.md): the reason names it.
-                n = info.get("completed_steps", "?")
                 st.state = "preempted"
-                st.detail = f"{s[len('preempted: '):]}; {n} step{'' if n == 1 else 's'} in the file"
+                st.detail = f"{s[len('preempted: '):]}; reached step {_reached(info)}"
             elif s == "running":
                 st.state = "killed"
                 why = _fin_text(fin) if fin else "no live job"
-                n = info.get("completed_steps", "?")
-                st.detail = f"results file left at 'running' ({why}); {n} step{'' if n == 1 else 's'} flushed"
+                st.detail = f"results file left at 'running' ({why}); {_steps_text(_reached(info))} flushed"
             else:
                 st.state, st.detail = "failed", f"unknown status '{s}' in the results file"
+        if st.state == "killed" and last:
+            st.detail += f"; resubmit resumes from {last[0].name}"
         out.append(st)
     return out
 
 
 def _fin_text(fin: dict) -> str:
     return fin["state"] + (f", exit {fin['exit_code']}" if fin.get("exit_code") else "")
+
+
+def _reached(info: dict):
+    """The last step in the file, counted from 1: a resumed run's rows start after its first_step."""
+    n = info.get("completed_steps")
+    return int(info.get("first_step") or 0) + int(n) if isinstance(n, int) else "?"
+
+
+def _steps_text(n) -> str:
+    return f"{n} step{'' if n == 1 else 's'}" if n != "?" else "? steps"
 
 
 def _planned_steps(info: dict) -> int | None:

@@ -103,7 +103,7 @@ def test_broken_inputs_get_one_clear_message(tmp_path, runs):
     (tmp_path / "truncated.h5").write_bytes(data[: len(data) // 3])
     newer = broken(tmp_path, runs, "newer")
     with h5py.File(newer, "r+") as f:
-        f.attrs["schema_version"] = np.int64(2)
+        f.attrs["schema_version"] = np.int64(3)
     foreign = tmp_path / "foreign.h5"
     with h5py.File(foreign, "w") as f:
         f["x"] = [1, 2, 3]
@@ -117,15 +117,15 @@ def test_broken_inputs_get_one_clear_message(tmp_path, runs):
         "empty": "is empty (0 bytes)",
         "text": "is not an HDF5 file",
         "truncated": "is truncated",
-        "newer": "has schema_version 2, newer than the 1 analysis reads",
+        "newer": "has schema_version 3, newer than the 2 analysis reads",
         "foreign": "is an HDF5 file but not an hzpbench results file",
     }
     assert bad == len(expect)
     for name, msg in expect.items():
         assert rows[name]["status"].startswith("unreadable: ") and msg in rows[name]["status"], rows[name]
         assert sum(msg in line for line in err.splitlines()) == 1, err
-    # Version 1 files beside a version 2 one: said once, the newer one listed as unreadable above.
-    assert "the inputs mix schema versions: 1 (" in err and "2 (1 file(s), e.g. newer.h5)" in err
+    # Version 2 files beside a version 3 one: said once, the newer one listed as unreadable above.
+    assert "the inputs mix schema versions: 2 (" in err and "3 (1 file(s), e.g. newer.h5)" in err
     # A readable file lacking datasets is a row with those columns empty, and said so once.
     assert rows["lacking"]["status"] == "ok"
     assert math.isnan(rows["lacking"]["mfu_median"]) and math.isnan(rows["lacking"]["slack_median"])
@@ -133,13 +133,14 @@ def test_broken_inputs_get_one_clear_message(tmp_path, runs):
     assert "lacks dataset(s) ranks/slack, steps/mfu" in err
 
 
-def test_mixed_schema_versions_are_reported(tmp_path, runs, monkeypatch):
+def test_mixed_schema_versions_are_reported(tmp_path, runs):
     import analysis.load.results_file as rf
-    shutil.copy(runs["ok"], tmp_path / "v1.h5")
-    v2 = broken(tmp_path, runs, "v2")
-    with h5py.File(v2, "r+") as f:
-        f.attrs["schema_version"] = np.int64(2)
-    monkeypatch.setattr(rf, "KNOWN_SCHEMA_VERSIONS", (1, 2))   # a reader that knows both layouts
+    # Files of this build are version 2; a version-1 file (no preempted, no first_step) is read as well.
+    shutil.copy(runs["ok"], tmp_path / "v2.h5")
+    v1 = broken(tmp_path, runs, "v1")
+    with h5py.File(v1, "r+") as f:
+        f.attrs["schema_version"] = np.int64(1)
+    assert rf.KNOWN_SCHEMA_VERSIONS == (1, 2)
     _, rows, bad, err = collect_rows(tmp_path)
     assert bad == 0 and "the inputs mix schema versions: 1 (1 file(s), e.g. v1.h5); 2 (1 file(s), e.g. v2.h5)" in err
 

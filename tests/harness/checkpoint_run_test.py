@@ -10,10 +10,16 @@ Scenarios (one CTest each, see run_tests.cmake):
              losses equal `none` uninterrupted bitwise (every layout computes none's bits in deterministic mode)
   refusals   --resume of a missing file, a file with a flipped byte, a cut file, another model shape and
              another precision: exit 2, one message naming the file (and the field), no results file
-  preempt    SIGTERM to the job with checkpointing on: exit 5, status `preempted: ...` naming the checkpoint
+  preempt    SIGTERM to the job with output.checkpoint_on_signal: exit 5, status `preempted: ...` naming the checkpoint
              written after the step in flight, which resumes and ends ok
   killed     SIGKILL at a random moment while checkpointing after every step: every complete checkpoint left
              (never a .partial) resumes and ends ok
+  nd         nd's layouts at --ranks: tp2, pp2, cp2, ep2 (tiny-moe) and tp2 with the distributed optimizer, 6 steps
+             uninterrupted against 3, a checkpoint, --resume in the same layout and 3 more: losses bitwise
+  nd_reshard deterministic mode at 2 ranks: nd pp2 (untied embeddings, where nd computes none's bits) resumed by
+             zero3 at 2 ranks and by `none` at 1, each bitwise `none` uninterrupted; nd tp2 resumed by `none`, within
+             1e-5 of `none` uninterrupted (tensor-parallel sums add in another order), which a misplaced piece
+             would miss by far; and the other way, zero3 at 2 ranks resumed by nd pp2 (bitwise) and nd tp2 (1e-5)
 
 usage: checkpoint_run_test.py SCENARIO --hzpbench PATH --mpiexec PATH --ranks N --workdir DIR
 """
@@ -90,6 +96,59 @@ def scenario_reshard():
     check(np.array_equal(resumed, whole[4:]), "the resumed losses differ from none's uninterrupted run")
 
 
+def nd_layouts(w):
+    dp = ["--set", "scheduler.name=nd"]
+    out = {"tp2": dp + ["--set", "scheduler.tp=2"], "pp2": dp + ["--set", "scheduler.pp=2"],
+           "cp2": dp + ["--set", "scheduler.cp=2"],
+           "ep2": dp + ["--set", "scheduler.ep=2", "--set", "model.preset=tiny-moe"]}
+    if w >= 4:
+        out["tp2_distopt"] = dp + ["--set", "scheduler.tp=2", "--set", "scheduler.distributed_optimizer=true"]
+    return out
+
+
+def scenario_nd():
+    w = e2e.ARGS.ranks
+    for name, layout in nd_layouts(w).items():
+        base = TINY + ["--set", "train.steps=6"] + layout
+        e2e.run(base, ranks=w, out=path(f"{name}_whole.h5"), expect_rc=0)
+        e2e.run(base + ["--set", "output.checkpoint_every=3"], ranks=w, out=path(f"{name}.h5"), expect_rc=0)
+        ck = checkpoints(name)
+        check(len(ck) == 2, f"{name}: checkpoints {ck}")
+        e2e.run(base + ["--resume", ck[0]], ranks=w, out=path(f"{name}_resumed.h5"), expect_rc=0)
+        whole, _, _ = losses(path(f"{name}_whole.h5"))
+        resumed, status, a = losses(path(f"{name}_resumed.h5"))
+        print(f"  {name}: uninterrupted {whole[3:]}\n  {name}: resumed       {resumed}")
+        check(status == "ok" and int(a["first_step"]) == 3, f"{name}: {status}, first_step {a.get('first_step')}")
+        check(np.array_equal(resumed, whole[3:]), f"{name}: the resumed losses differ from the uninterrupted run's")
+
+
+def scenario_nd_reshard():
+    det = TINY + ["--set", "train.steps=8", "--set", "train.deterministic=true", "--set", "model.tied_embeddings=false"]
+    e2e.run(det + ["--set", "scheduler.name=none"], ranks=1, out=path("none.h5"), expect_rc=0)
+    whole, _, _ = losses(path("none.h5"))
+    nd = det + ["--set", "scheduler.name=nd", "--set", "output.checkpoint_every=4"]
+    e2e.run(nd + ["--set", "scheduler.pp=2"], ranks=2, out=path("pp2.h5"), expect_rc=0)
+    e2e.run(nd + ["--set", "scheduler.tp=2"], ranks=2, out=path("tp2.h5"), expect_rc=0)
+    e2e.run(det + ["--set", "scheduler.name=zero3", "--set", "output.checkpoint_every=4"], ranks=2,
+            out=path("zero3.h5"), expect_rc=0)
+    nd_to = {"pp2": ["--set", "scheduler.name=nd", "--set", "scheduler.pp=2"],
+             "tp2": ["--set", "scheduler.name=nd", "--set", "scheduler.tp=2"]}
+    for src, to, ranks in (("pp2", "zero3", 2), ("pp2", "none", 1), ("tp2", "none", 1), ("zero3", "pp2", 2),
+                           ("zero3", "tp2", 2)):
+        out = path(f"{src}_{to}.h5")
+        e2e.run(det + nd_to.get(to, ["--set", f"scheduler.name={to}"]) + ["--resume", checkpoints(src)[0]],
+                ranks=ranks, out=out, expect_rc=0)
+        resumed, status, a = losses(out)
+        print(f"  none uninterrupted {whole[4:]}\n  {src} -> {to:5} {resumed}")
+        check(status == "ok" and attr_text(a, "resumed_from_scheduler") == ("zero3" if src == "zero3" else "nd"),
+              f"{src} -> {to}: {status}")
+        if "tp2" not in (src, to):
+            check(np.array_equal(resumed, whole[4:]), f"{src} -> {to}: the losses differ from none's")
+        else:
+            worst = float(np.max(np.abs(resumed - whole[4:]) / np.abs(whole[4:])))
+            check(worst <= 1e-5, f"{src} -> {to}: largest relative loss difference {worst:.2e} > 1e-5")
+
+
 def attr_text(a, k):
     v = a[k]
     return v.decode() if isinstance(v, bytes) else str(v)
@@ -126,8 +185,9 @@ def scenario_refusals():
 
 def scenario_preempt():
     out = path("preempted.h5")
+    # Checkpoints on the signal only (what slurm/sweep asks for): no periodic one is ever due.
     proc, printed, err, threads = dur.launch(TINY + ["--set", "train.steps=5000", "--set",
-                                                     "output.checkpoint_every=100000"], out)
+                                                     "output.checkpoint_on_signal=true"], out)
     dur.wait_for_step(printed, proc, 3)
     proc.send_signal(signal.SIGTERM)
     rc = dur.finish(proc, threads, timeout=120)

@@ -62,7 +62,7 @@ def check_file(path, printed):
         status = f.attrs["status"]
         assert status == "running", f"{path}: status {status!r}, expected 'running'"
         assert f.attrs["end_time"] == "", f"{path}: end_time set on a killed run"
-        assert f.attrs["schema_version"] == 1
+        assert f.attrs["schema_version"] == 2
         rows = {name: f[name].shape[0] for name in GROWING}
         held = min(rows.values())
         assert held >= printed - 1, f"{path}: printed {printed} completed steps but the file holds {rows}"

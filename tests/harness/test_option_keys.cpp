@@ -4,6 +4,7 @@
 
 #include "hzp/core/options.hpp"
 #include "hzp/harness/option_keys.hpp"
+#include "hzp/harness/run_options.hpp"
 #include "hzp/schedulers/scheduler_options.hpp"
 
 namespace hzp::harness {
@@ -99,6 +100,19 @@ TEST(OptionKeys, FoundationKeysAreRegistered) {
   EXPECT_LE(c.get_double("links.intra.bandwidth_gbps"), 0.045);
   EXPECT_GE(c.get_double("links.inter.bandwidth_gbps"), 0.0025);
   EXPECT_LE(c.get_double("links.inter.bandwidth_gbps"), 0.005);
+}
+
+TEST(OptionKeys, CheckpointsOnSignalOnly) {
+  // output.checkpoint_on_signal turns the signal's checkpoint on without periodic ones (what slurm/sweep asks for).
+  const OptionTable& t = hzpbench_options();
+  const RunOptions off = run_options_from(resolve_defaults(t));
+  EXPECT_FALSE(off.checkpoint_on_signal);
+  EXPECT_FALSE(off.checkpoints_on());
+  const RunOptions on =
+      run_options_from(ConfigResolver(t).add_toml_text("output.checkpoint_on_signal = true", "test").resolve());
+  EXPECT_TRUE(on.checkpoint_on_signal);
+  EXPECT_EQ(on.checkpoint_every, 0);
+  EXPECT_TRUE(on.checkpoints_on());
 }
 
 TEST(OptionKeys, DefaultsDumpAndReadBack) {

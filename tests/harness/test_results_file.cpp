@@ -404,13 +404,18 @@ TEST_F(ResultsFileTest, ReaderRejectsUnknownSchemaVersions) {
   set_root_int(p, "schema_version", kResultsSchemaVersion + 1);
   std::string msg = message_of<hzp::DataError>([&] { ResultsReader r(p); });
   EXPECT_NE(
-      msg.find("results file '" + p.string() + "' has schema_version 2, newer than the 1 this hzpbench"),
+      msg.find("results file '" + p.string() + "' has schema_version 3, newer than the 2 this hzpbench"),
       std::string::npos)
       << msg;
   EXPECT_NE(msg.find("read it with the hzpbench that wrote it or a newer one"), std::string::npos) << msg;
   set_root_int(p, "schema_version", 0);
   msg = message_of<hzp::DataError>([&] { ResultsReader r(p); });
   EXPECT_NE(msg.find("schema_version 0, which no hzpbench ever wrote"), std::string::npos) << msg;
+  // Version 1 (before `preempted` and first_step) is still read: it is version 2 without either.
+  set_root_int(p, "schema_version", 1);
+  ResultsReader old(p);
+  EXPECT_EQ(old.schema_version(), 1);
+  EXPECT_EQ(old.status().kind(), RunStatus::Kind::ok);
 }
 
 TEST_F(ResultsFileTest, ReaderRejectsForeignAndIncompleteFiles) {
@@ -431,7 +436,7 @@ TEST_F(ResultsFileTest, ReaderRejectsForeignAndIncompleteFiles) {
   H5Fclose(g);
   msg = message_of<hzp::DataError>([&] { ResultsReader r(p); });
   EXPECT_NE(msg.find("results file '" + p.string() +
-                     "' (schema_version 1) lacks the root attribute(s) 'config', 'status'"),
+                     "' (schema_version 2) lacks the root attribute(s) 'config', 'status'"),
             std::string::npos)
       << msg;
 }

@@ -11,92 +11,20 @@ is unset; in CI (CI set) a missing Slurm fails, so the test cannot pass by not r
 usage: sweep_on_slurm_test.py HZPBENCH WORKDIR
 """
 import json
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-SWEEP = [sys.executable, str(REPO / "slurm" / "sweep")]
+from private_slurm import REPO, SWEEP, check, fail, flushed_steps, sh, statuses, run_slurm_test
+
 STEPS = 32      # per task: a few seconds here, and a wide window to kill one mid-run
-BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "scontrol")
 
 
-def fail(msg):
-    print(f"FAIL: {msg}", flush=True)
-    sys.exit(1)
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
-    print(f"ok: {msg}", flush=True)
-
-
-def have(b):
-    return shutil.which(b) or os.access(f"/usr/sbin/{b}", os.X_OK)
-
-
-def sh(cmd, env, timeout=120, **kw):
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, **kw)
-    return p.returncode, p.stdout, p.stderr
-
-
-def statuses(sweep_dir, env):
-    rc, out, err = sh(SWEEP + ["status", str(sweep_dir), "--json"], env)
-    if rc not in (0, 1):
-        fail(f"slurm/sweep status exited {rc}: {err}")
-    return {r["name"]: r for r in json.loads(out)}
-
-
-def flushed_steps(path):
-    """Rows of steps/loss in a live run's file (h5py without the lock: cheaper than a process per poll)."""
-    import h5py
-    try:
-        with h5py.File(path, "r", locking=False) as f:
-            return f["steps/loss"].shape[0] if "steps/loss" in f else 0
-    except (OSError, KeyError, RuntimeError):
-        # The writer may be mid-flush: h5py then sees metadata past the end of what is on disk ("addr
-        # overflow", a RuntimeError) — not an error of the run, just a read too early. Poll again.
-        return -1
-
-
-def main():
-    if len(sys.argv) != 3:
-        sys.exit(__doc__)
-    hzpbench, work = sys.argv[1], Path(sys.argv[2])
-    missing = [b for b in BINARIES if not have(b)]
-    if missing or os.geteuid() != 0:
-        why = f"Slurm binaries missing: {', '.join(missing)}" if missing else "not root (a private Slurm needs SlurmUser=root)"
-        if os.environ.get("CI"):
-            fail(f"{why}; in CI scripts/bootstrap must install slurm-wlm and munge")
-        print(f"SKIP: {why}; install slurm-wlm and munge (scripts/bootstrap) to run this test")
-        sys.exit(77)
-
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    # A short private folder: the munge socket path must stay under the Unix socket limit.
-    slurm_dir = Path(tempfile.mkdtemp(prefix="hzp-slurm-", dir="/tmp"))
-    env = dict(os.environ, SLURM_CONF=str(slurm_dir / "slurm.conf"), OPENBLAS_NUM_THREADS="1")
-    try:
-        t0 = time.time()
-        rc, out, err = sh([str(REPO / "scripts" / "local_slurm"), "start", str(slurm_dir)], env, timeout=90)
-        check(rc == 0, f"private Slurm started in {time.time() - t0:.1f} s ({(out + err).strip()})")
-        rc, out, _ = sh([str(REPO / "scripts" / "local_slurm"), "start", str(slurm_dir)], env)
-        check(rc == 0 and "already running" in out, "local_slurm start is idempotent")
-        run(hzpbench, work, env)
-    finally:
-        rc, out, err = sh([str(REPO / "scripts" / "local_slurm"), "stop", str(slurm_dir)], env, timeout=90)
-        print((out + err).strip())
-        rc2, _, _ = sh([str(REPO / "scripts" / "local_slurm"), "status", str(slurm_dir)], env)
-        if rc != 0 or rc2 == 0:
-            print(f"FAIL: local_slurm stop did not stop the daemons (logs in {slurm_dir}/log)")
-            sys.exit(1)
-        shutil.rmtree(slurm_dir, ignore_errors=True)
-    print("PASS")
+def main(hzpbench, work, env, slurm_dir):
+    rc, out, _ = sh([str(REPO / "scripts" / "local_slurm"), "start", str(slurm_dir)], env)
+    check(rc == 0 and "already running" in out, "local_slurm start is idempotent")
+    run(hzpbench, work, env)
 
 
 def run(hzpbench, work, env):
@@ -108,6 +36,7 @@ name = "e2e"
 results_dir = "{results}"
 hzpbench = "{hzpbench}"
 time_per_task = "00:05:00"
+requeue = false     # the kill below stays a kill (preempt_on_slurm_test.py covers checkpoint + requeue)
 
 [base]
 model.preset = "tiny"
@@ -207,4 +136,4 @@ ranks_per_node = 4
 
 
 if __name__ == "__main__":
-    main()
+    run_slurm_test(__doc__, main)

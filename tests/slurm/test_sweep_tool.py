@@ -55,7 +55,7 @@ def test_expansion_names_exclusions_and_world_size(tmp_path):
     assert s.excluded == 1 and [t.index for t in s.tasks] == list(range(5))
     t = s.tasks[2]
     assert t.config == {"model.preset": "tiny", "train.steps": 6, "train.warmup_steps": 1, "scheduler.name": "zero1",
-                        "train.micro_batch_size": 4, "topology.world_size": 2}
+                        "train.micro_batch_size": 4, "topology.world_size": 2, "output.checkpoint_on_signal": True}
     assert s.time_per_task_s == 600
 
 
@@ -97,6 +97,15 @@ ranks_per_node = 4
     ("[sweep]\nname = \"a\"\n[axes]\n\"train.lr\" = [0.1, 0.1]", "repeats a value"),
     ("[sweep]\nname = \"a\"\nranks_per_node = 2\n[axes]\nranks_per_node = [2]", "'ranks_per_node' is both"),
     ("[sweeps]\nname = \"a\"", "unknown table [sweeps]; did you mean 'sweep'?"),
+    ("[sweep]\nname = \"a\"\nrequeue = 1", "sweep.requeue = 1 must be true or false"),
+    ("[sweep]\nname = \"a\"\nsignal_grace = 0", "sweep.signal_grace = 0 must be whole seconds from 1 to 65535"),
+    ("[sweep]\nname = \"a\"\nsignal_grace = \"90s\"", "sweep.signal_grace = '90s' must be whole seconds"),
+    ("[sweep]\nname = \"a\"\ntime_per_task = 1\nsignal_grace = 60",
+     "sweep.signal_grace = 60 s is not shorter than sweep.time_per_task (60 s)"),
+    ("[sweep]\nname = \"a\"\ncheckpoint_every = -1", "sweep.checkpoint_every = -1 must be an integer >= 0"),
+    ("[sweep]\nname = \"a\"\n[base]\noutput.checkpoint_dir = \"/x\"", "'output.checkpoint_dir' is set by the sweep"),
+    ("[sweep]\nname = \"a\"\n[base]\noutput.checkpoint_on_signal = false",
+     "a signalled task would stop without a checkpoint to resume; remove the key, or set sweep.requeue = false"),
     ("[sweep\nname = 1", "is not valid TOML"),
 ])
 def test_bad_specs_get_one_line_naming_the_field(tmp_path, text, message):
@@ -130,15 +139,17 @@ def test_job_script(tmp_path):
     for line in ("#SBATCH --nodes=1", "#SBATCH --ntasks=2", "#SBATCH --gpus-per-node=4",
                  "#SBATCH --time=00:10:00", "#SBATCH --partition=gpu", "#SBATCH --overcommit", "#SBATCH --qos=high",
                  "export NCCL_DEBUG=WARN", "export UCX_TLS=rc", "export OPENBLAS_NUM_THREADS=1",
-                 'exec srun --mpi=pmi2 --kill-on-bad-exit=1 --ntasks-per-node=2 --overcommit /opt/hzpbench run --config '
-                 '"$sweep_dir/configs/$task.toml" --out "$sweep_dir/$task.h5" >> "$sweep_dir/$task.log" 2>&1'):
+                                  "#SBATCH --signal=USR1@90", "#SBATCH --requeue", "#SBATCH --open-mode=append",
+                 'srun --mpi=pmi2 --kill-on-bad-exit=1 --ntasks-per-node=2 --overcommit /opt/hzpbench run --config '
+                 '"$sweep_dir/configs/$task.toml" --out "$sweep_dir/$task.h5" --set "output.checkpoint_dir=$ckpt_dir" '
+                 '"${resume[@]}" >> "$sweep_dir/$task.log" 2>&1'):
         assert line in text.splitlines(), line
     # With --overcommit, Slurm refuses --ntasks-per-node above a node's CPUs: srun lays the ranks out instead.
     assert "#SBATCH --ntasks-per-node=2" not in text
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
     s.launcher = "mpiexec"
     plain = batch_script.render(s, (2, 4), tmp_path, "/opt/hzpbench", False)
-    assert 'exec mpiexec -n "$SLURM_NTASKS" -ppn 4 /opt/hzpbench run' in plain
+    assert 'mpiexec -n "$SLURM_NTASKS" -ppn 4 /opt/hzpbench run' in plain
     assert "#SBATCH --ntasks=8" in plain and "#SBATCH --ntasks-per-node=4" in plain and "--overcommit" not in plain
 
 
@@ -180,6 +191,7 @@ LOCAL = """
 name = "local"
 results_dir = "{root}"
 time_per_task = "00:08"
+requeue = false      # the time limit's SIGTERM stays a kill here (the preemption tests are below)
 
 [base]
 model.preset = "tiny"

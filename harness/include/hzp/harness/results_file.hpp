@@ -18,9 +18,10 @@
 namespace hzp::harness {
 
 /// The layout version this build writes, and the newest it reads. Bump it when a reader of the old
-/// version would misread a new file (a renamed or re-shaped dataset, a changed unit); adding an
-/// attribute or a dataset does not need a bump (docs/results-schema.md, "Versioning").
-inline constexpr std::int64_t kResultsSchemaVersion = 1;
+/// version would misread a new file (a renamed or re-shaped dataset, a changed unit, a new status value);
+/// adding an attribute or a dataset does not need a bump (docs/results-schema.md, "Versioning").
+/// 2: the `preempted: ...` status, and a resumed run's rows starting at step `first_step`.
+inline constexpr std::int64_t kResultsSchemaVersion = 2;
 
 /// A root or dataset attribute: int64, float64, a UTF-8 string or a 1-D list of strings.
 using AttrValue = std::variant<std::int64_t, double, std::string, std::vector<std::string>>;

@@ -43,6 +43,9 @@ struct RunOptions {
   std::int64_t checkpoint_every = 0;  ///< output.checkpoint_every (0 = off)
   std::string checkpoint_dir;         ///< output.checkpoint_dir ("" = beside the results file)
   std::int64_t checkpoint_keep = 2;   ///< output.checkpoint_keep (0 = every one kept)
+  bool checkpoint_on_signal = false;  ///< output.checkpoint_on_signal
+  /// A caught signal stops the run with a checkpoint (periodic checkpoints, or on a signal only).
+  bool checkpoints_on() const noexcept { return checkpoint_every > 0 || checkpoint_on_signal; }
   double watchdog_s = 0;          ///< harness.watchdog_s (0 = off)
   std::int64_t warmup_steps = 0;  ///< harness.warmup_steps
   std::int64_t skip_nonfinite = 0;  ///< harness.skip_nonfinite

@@ -1,6 +1,6 @@
 // The parts of a checkpoint every scheduler shares (docs/checkpoints.md): the state beside the optimizer's arrays
 // (deterministic mode's scales, the model's non-gradient state such as the MoE balancing bias), the whole-model
-// run of a replicated scheduler, and the refusal of layouts whose pieces are not flat runs yet.
+// run of a replicated scheduler, and asynchzp's refusal of the layouts it does not map yet.
 #pragma once
 
 #include <string_view>
@@ -21,8 +21,8 @@ void checkpoint_side_state(StateArchive& archive, const workloads::Workload& mod
 std::vector<StateArchive::Run> whole_model_runs(std::int64_t numel);
 
 /// UnsupportedError naming the scheduler and the fix when `dims` has tensor-parallel, pipeline or context-parallel
-/// groups: nd's strided pieces and a stage's units are not ShardLayout slices of the whole model, and the writers
-/// of a context-parallel group are not chosen yet.
+/// groups: asynchzp's z-slices of a stage or a context group are not mapped to the whole model yet (nd's engines
+/// map theirs with model_runs.hpp).
 void check_checkpoint_layout(std::string_view scheduler, const ParallelDims& dims);
 
 }  // namespace hzp::schedulers
