@@ -140,7 +140,14 @@ void abort_job(int code) noexcept {
   // its buffers) race the compute thread still in a GEMM and can turn exit 143 into a segfault (seen in
   // one run of the test suite, results_sigterm_np1). _Exit runs no handlers; the results file is closed
   // before this is called.
-  if (inited && !finalized && size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  if (inited && !finalized && size > 1) {
+    // MPI_Abort has the launcher kill every rank, and MPICH's hydra can drop what a rank wrote just before (the
+    // lines saying where the results went were missing in 1 of 5 runs of results_force_failing_np2): give its
+    // forwarding a moment to drain the pipes first.
+    timespec drain{0, 200'000'000};
+    nanosleep(&drain, nullptr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
   std::_Exit(code);
 }
 
