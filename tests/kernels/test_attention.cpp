@@ -138,6 +138,9 @@ TEST(Attention, BackwardMatchesFiniteDifferencesInDouble) {
     const auto loss = [&] { return test::dot(in.dout, run_fwd(in.q, in.k, in.v, d).out); };
     test::FdOptions opt;
     opt.max_samples = 200;
+    // With one key (T = 1) dq and dk are zero in exact arithmetic; what the kernel returns is the difference of
+    // two roundings of dout·v (a BLAS GEMM and a plain dot, which FMA kernels round differently), ~1e-17 here.
+    opt.min_scale = 1e-9;
     EXPECT_TRUE(test::check_gradient("dq", in.q, g.dq, loss, opt));
     EXPECT_TRUE(test::check_gradient("dk", in.k, g.dk, loss, opt));
     EXPECT_TRUE(test::check_gradient("dv", in.v, g.dv, loss, opt));
@@ -230,15 +233,17 @@ TEST(Attention, SingleTokenOutputEqualsValueAndGradientsAreExact) {
   const auto in = make_inputs<float>(d, 61);
   const auto f = run_fwd(in.q, in.k, in.v, d);
   const auto g = run_bwd(in, f, d);
-  // One key: its probability is exactly 1, so out = v of the head's group, dv sums dout over the group,
-  // and dq = dk = 0 (ds = p·(dout·v − dout·out) = 0 exactly because out == v bit for bit).
+  // One key: its probability is exactly 1, so out = v of the head's group bit for bit and dv sums dout over the
+  // group. dq = dk = 0 in exact arithmetic (ds = p·(dout·v − dout·out) with out == v), but dout·v is a BLAS GEMM
+  // and dout·out a plain dot: with FMA kernels (AMD EPYC's OpenBLAS cores) they differ in the last bit, so
+  // dq and dk are zero up to the rounding of one dot product of O(1) terms.
   for (std::int64_t b = 0; b < d.batch; ++b)
     for (std::int64_t h = 0; h < d.heads; ++h)
       for (std::int64_t e = 0; e < d.head_dim; ++e) {
         const std::int64_t g_ = h / d.group();
         EXPECT_EQ(f.out[static_cast<std::size_t>((b * d.heads + h) * d.head_dim + e)],
                   in.v[static_cast<std::size_t>((b * d.kv_heads + g_) * d.head_dim + e)]);
-        EXPECT_EQ(g.dq[static_cast<std::size_t>((b * d.heads + h) * d.head_dim + e)], 0.0f);
+        EXPECT_NEAR(g.dq[static_cast<std::size_t>((b * d.heads + h) * d.head_dim + e)], 0.0f, 1e-6f);
       }
   for (std::int64_t b = 0; b < d.batch; ++b)
     for (std::int64_t g_ = 0; g_ < d.kv_heads; ++g_)
@@ -247,7 +252,7 @@ TEST(Attention, SingleTokenOutputEqualsValueAndGradientsAreExact) {
         float want = 0;
         for (std::int64_t h = g_ * d.group(); h < (g_ + 1) * d.group(); ++h)
           want += in.dout[static_cast<std::size_t>((b * d.heads + h) * d.head_dim + e)];
-        EXPECT_EQ(g.dk[kv], 0.0f);
+        EXPECT_NEAR(g.dk[kv], 0.0f, 1e-6f);
         EXPECT_FLOAT_EQ(g.dv[kv], want);
       }
 }
@@ -332,7 +337,9 @@ TEST(Attention, KernelChoiceOnTheHost) {
   EXPECT_TRUE(test::throws_with<PreconditionError>(
       [&] { resolve_attention_impl(AttentionImpl::fused, d, DType::bf16, Device::cpu()); },
       {"fused", "CUDA device", "model.attention = auto"}));
-  EXPECT_NE(fused_attention_unavailable(d, DType::f32).find("bf16"), std::string::npos);
+  // fp32 is never fused: the reason names bf16, or, in a build without the fused kernel at all, that build.
+  const std::string why = fused_attention_unavailable(d, DType::f32);
+  EXPECT_TRUE(why.find("bf16") != std::string::npos || why.find("this build has no") != std::string::npos) << why;
   if (cuda_device_count() == 0) {
     EXPECT_FALSE(fused_attention_unavailable(d, DType::bf16).empty());
   }
