@@ -7,7 +7,7 @@
 namespace hzp::kernels::cuda {
 namespace {
 [[noreturn]] void absent(const AttentionDims& d, DType t) {
-  HZP_THROW(UnsupportedError, "fused attention: ", fused_attention_unavailable(d, t));
+  HZP_THROW(UnsupportedError, "fused attention: ", cuda::fused_attention_unavailable(d, t));
 }
 }  // namespace
 
