@@ -72,6 +72,7 @@ class AsyncHzpPlan final : public EnginePlan {
     cp_ = std::make_unique<ContextParallelPlan>(in, dims_, mesh);
     actions = pipeline_->actions(in.options, micro_batches_per_rank);
     chunks_per_stage = pipeline_->chunks_per_stage();
+    prefetch = async_ ? in.options.prefetch : 0;
     model_tp = dims_.tp;
     model_cp = dims_.cp;
     reuse_ = std::make_unique<StageReuse>(layout_, actions, dims_.pp > 1 && in.options.pp_reuse,
@@ -84,6 +85,7 @@ class AsyncHzpPlan final : public EnginePlan {
     const bool fwd = a.kind == Action::Kind::forward;
     const FirstUseGathers::Call c = reuse_->call(a, u);
     const auto block_bytes = [&](int b) { return static_cast<std::uint64_t>(seg_.unit_block_numel(b)) * dtype_size(pdt_); };
+    out.stream(async_ ? CommStream::params : CommStream::compute);  // the parameter thread, ahead of use
     for (int b : c.gather) {  // the order AsyncComm's gather_order issues them in
       for (int s = seg_.first(b); s < seg_.end(b); ++s)
         out.all_gather(z3_, seg_.l3.slice_numel(s), pdt_, 1, "per micro-batch (forward + backward)");
@@ -91,6 +93,7 @@ class AsyncHzpPlan final : public EnginePlan {
     }
     gathered_peak_bytes = std::max(gathered_peak_bytes, held_);
     for (int b : c.release) held_ -= block_bytes(b);
+    out.stream(async_ ? CommStream::gradients : CommStream::compute, CommPlace::after_unit);  // the gradient thread
     if (!fwd)
       for (int b : layout_.grads_final_after(u)) {
         if (reuse_->grad_held_after(a, b)) continue;  // rs_merge: summed into the next backward's block
@@ -110,6 +113,9 @@ class AsyncHzpPlan final : public EnginePlan {
     }
     const int segments = seg_.l3.num_segments();
     declare_norm(out, z1_, deterministic_);
+    // Async, the exchange runs on the gradient thread behind each unit's last reduce-scatter and the refresh on
+    // the parameter thread before the unit's next first gather (docs/data-parallel.md).
+    out.stream(async_ ? CommStream::gradients : CommStream::compute);
     if (!rs_end_) {
       if (replica_.members.size() > 1 && !async_ && seg_.l2.slice_total() > 0)
         out.all_reduce(replica_, seg_.l2.slice_total(), wire_, 1, "per step (gradient shards)");
@@ -128,6 +134,7 @@ class AsyncHzpPlan final : public EnginePlan {
           out.all_gather(opt_replica_, seg_.in_opt_slice.slice_numel(s), wire_, 1, "per step (optimizer-slice gradients)");
       }
     }
+    out.stream(async_ ? CommStream::params : CommStream::compute);
     if (refresh_.members.size() > 1)
       for (int s = 0; s < segments; ++s)
         if (seg_.l3.slice_numel(s) > 0)
