@@ -3,6 +3,8 @@
 // links come out of the same profile arithmetic a run uses with that rate, and every rank's step is simulated
 // from the engine's own step description (schedulers::describe_step); the results file has the run's schema
 // with `simulated = 1` and the calibration's provenance.
+#include <cblas.h>
+
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -20,6 +22,7 @@
 #include "hzp/harness/step_simulator.hpp"
 #include "hzp/workloads/data/data_config.hpp"
 #include "results_rows.hpp"
+#include "run_context.hpp"
 #include "run_setup.hpp"
 #include "summary.hpp"
 
@@ -52,6 +55,9 @@ struct Calibration {
 
 // One rank of this machine runs the model at the run's shapes; the links follow from its rate exactly as a run's.
 Calibration measured_calibration(const RunSetup& s, const workloads::DataSource& source, int rpn, int micro_batches) {
+  // OpenBLAS threads as one rank of the target would get them on this machine (run_context.cpp): a calibration
+  // with every core's threads measures another machine than the run's ranks see.
+  set_openblas_threads(s.world_size, s.train.deterministic);
   const std::unique_ptr<workloads::Workload> model = s.model->build(s.train.precision);
   const ModelRate rate = measure_model_rate(*model, s.train, source, micro_batches);
   LinkPlanInput li = link_plan_input(s);
@@ -63,7 +69,8 @@ Calibration measured_calibration(const RunSetup& s, const workloads::DataSource&
   c.times = {rate.unit_forward_s, rate.unit_backward_s};
   c.links = {lp.links, rpn, s.comm.small_message_bytes};
   c.source = "measured: each unit's forward and backward on one rank of this machine, mean of " +
-             std::to_string(rate.micro_batches) + " micro-batch(es) at the run's shapes";
+             std::to_string(rate.micro_batches) + " micro-batch(es) at the run's shapes, " +
+             std::to_string(openblas_get_num_threads()) + " OpenBLAS thread(s)";
   c.links_how = lp.how;
   c.micro_batch_s = rate.micro_batch_s;
   c.peak_flops_per_s = rate.flops_per_s;
@@ -118,7 +125,7 @@ Calibration profile_calibration(const RunSetup& s, int rpn) {
 Command add_simulate_command(CLI::App& app, std::vector<std::string> argv) {
   struct Args {
     RunCliArgs run;
-    int micro_batches = 2;
+    int micro_batches = 3;
   };
   auto args = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand(
@@ -127,7 +134,7 @@ Command add_simulate_command(CLI::App& app, std::vector<std::string> argv) {
   sub->add_option("--out", args->run.out, "Results file (default: output.path or results/<time>-<hash>.h5)");
   sub->add_flag("--force", args->run.force, "Overwrite an existing results file");
   sub->add_option("--calibrate", args->micro_batches, "Micro-batches timed for the calibration (after one warm-up)")
-      ->default_val(2)
+      ->default_val(3)
       ->check(CLI::PositiveNumber);
   sub->footer(
       "Example: hzpbench simulate --set model.preset=small --set topology.world_size=4 "

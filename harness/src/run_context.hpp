@@ -52,6 +52,10 @@ struct ThreadSettings {
 /// online CPUs over the ranks on the machine, at least 1. OpenBLAS's default is every online CPU in every
 /// process: 8 ranks on a 64-core node would start 512 threads.
 int openblas_threads_for(int affinity_cpus, int online_cpus, int ranks_on_machine, bool deterministic, bool env_set);
+/// CPUs this process may run on (its affinity mask).
+int affinity_cpus();
+/// Sets OpenBLAS's threads by openblas_threads_for for this machine and `ranks_on_machine` ranks; whether it did.
+bool set_openblas_threads(int ranks_on_machine, bool deterministic);
 
 struct RunContext {
   int rank = 0;

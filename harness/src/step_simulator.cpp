@@ -189,7 +189,22 @@ coll::CollectiveModel model_planned_call(const schedulers::PlannedCollective& c,
         r.inter_messages = 1;
       }
     }
-  return coll::model_collective(l.links, loads, node_of, me);
+  // The node's interface is shared (docs/collectives.md): the copies of this group that the node's other ranks
+  // belong to run the same call at the same time in a data-parallel step, so the interface carries k copies'
+  // traffic one after the other (the emulator's reservations queue them) and the last copy ends (k − 1) interface
+  // times later. The model charges the group's lowest rank on the node; here every rank holds the node's clock.
+  int leader = me, local = 0;
+  for (int q = 0; q < p; ++q)
+    if (node_of[static_cast<std::size_t>(q)] == node_of[static_cast<std::size_t>(me)]) {
+      leader = std::min(leader, q);
+      ++local;
+    }
+  coll::CollectiveModel m = coll::model_collective(l.links, loads, node_of, me);
+  const double nic = coll::model_collective(l.links, loads, node_of, leader).nic_busy_s;
+  const int copies = l.ranks_per_node > 0 ? (l.ranks_per_node + local - 1) / local : 1;
+  m.nic_busy_s = copies * nic;
+  m.duration_s += (copies - 1) * nic;
+  return m;
 }
 
 SimulatedStep simulate_step(const schedulers::StepDescription& d, const UnitTimes& t, const SimulatorLinks& links) {

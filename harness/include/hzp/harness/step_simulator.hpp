@@ -34,8 +34,9 @@ struct SimulatedStep {
   std::array<std::array<double, coll::kNumLinkLevels>, coll::kNumCollOps> time_s{};
 };
 
-/// Modelled duration of one call of `c` over `members` for the rank at position `me` (its ring or
-/// latency-optimal rounds, each member sending the same bytes per round; the slowest link of a round sets it).
+/// Modelled duration of one call of `c` over `members` for `world_rank` (its ring or latency-optimal rounds, each
+/// member sending the same bytes per round; the slowest link of a round sets it), with the node's interface shared by
+/// the copies of the group its other ranks run at the same time (nic_busy_s: the node's, whoever the rank is).
 coll::CollectiveModel model_planned_call(const schedulers::PlannedCollective& c, const std::vector<int>& members,
                                          int world_rank, const SimulatorLinks& links);
 
