@@ -138,6 +138,33 @@ TEST(StepSimulator, NoOverlapIsTheSumOfItsParts) {
   }
 }
 
+// ddp's buckets on the gradients stream, each far shorter than a unit's backward: every bucket but those launched
+// by the step's last unit call hides behind the backward, so the step is the compute plus that tail and the step
+// end's own calls (fully overlapped: the max of compute and communication, window by window).
+TEST(StepSimulator, FullyOverlappedLeavesOnlyTheTail) {
+  Tiny s = tiny(0, "ddp");
+  s.in.layout = &s.layout;
+  s.in.options.bucket_mb = 1e-6;  // a bucket per unit
+  const StepDescription d = schedulers::describe_step("ddp", s.in);
+  const int units = s.layout.num_units();
+  const SimulatorLinks l = links(10, 1, 0.1);
+  const SimulatedStep st = simulate_step(d, times(units, 0.01, 1.0), l);
+  const int last = static_cast<int>(d.calls.size()) - 1;
+  double tail = 0, buckets = 0;
+  for (const schedulers::StepEvent& e : d.events) {
+    const double t = static_cast<double>(e.collective.calls) * model_planned_call(e.collective, e.members, 0, l).duration_s;
+    if (e.call == last || e.call < 0) tail += t;
+    if (e.call >= 0) {
+      ASSERT_EQ(e.stream, schedulers::CommStream::gradients);
+      ASSERT_LT(t, 1.0);  // shorter than the backward it hides behind
+      ++buckets;
+    }
+  }
+  ASSERT_GT(buckets, 2);
+  EXPECT_NEAR(st.step_s, 2 * units * 1.01 + tail, 1e-9);
+  EXPECT_NEAR(st.exposed_comm_s, tail, 1e-9);
+}
+
 // With links that cost nothing every scheduler's step is its compute (fully overlapped or not).
 TEST(StepSimulator, FreeLinksLeaveTheCompute) {
   for (const char* name : kSchedulers) {
