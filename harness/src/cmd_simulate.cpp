@@ -106,6 +106,11 @@ Calibration profile_calibration(const RunSetup& s, int rpn) {
   links.enabled = true;
   links.intra.bandwidth_gbps = p->intra_gbps;
   links.inter.bandwidth_gbps = p->inter_gbps;
+  if (rpn == 0 && s.world_size % p->cards_per_node != 0)
+    HZP_THROW(ConfigError, "topology.ranks_per_node = 0 takes links.profile = ", p->name, "'s ", p->cards_per_node,
+              " cards per node, which do not divide topology.world_size = ", s.world_size,
+              ". Fix: set topology.ranks_per_node to a divisor of ", s.world_size, ", or a world size that is a multiple of ",
+              p->cards_per_node);
   c.links = {links, rpn > 0 ? rpn : p->cards_per_node, s.comm.small_message_bytes};
   char buf[256];
   std::snprintf(buf, sizeof buf, "profile %s: %.4g TFLOP/s x simulate.mfu %.3g, units by their parameters' share of "
@@ -146,10 +151,7 @@ Command add_simulate_command(CLI::App& app, std::vector<std::string> argv) {
             const ResolvedConfig cfg = resolve_run_config(args->run, world);
             const RunSetup s = plan_run(cfg, world);
             refuse_undescribed(s);
-            const int rpn = static_cast<int>(cfg.get_int("topology.ranks_per_node"));
-            if (rpn > 0 && world % rpn != 0)
-              HZP_THROW(ConfigError, "topology.ranks_per_node = ", rpn, " does not divide topology.world_size = ", world,
-                        ". Fix: a ranks_per_node that divides the world size");
+            const int rpn = static_cast<int>(cfg.get_int("topology.ranks_per_node"));  // plan_run checked it
             const std::string path = s.opt.output_path.empty() ? default_output_path(cfg, unix_seconds()) : s.opt.output_path;
             check_output_path(path, args->run.force);
 
@@ -157,9 +159,6 @@ Command add_simulate_command(CLI::App& app, std::vector<std::string> argv) {
             const Calibration cal = s.opt.sim_calibration == "profile" ? profile_calibration(s, rpn)
                                                                        : measured_calibration(s, *source, rpn, args->micro_batches);
             const SimulatorLinks& sl = cal.links;
-            if (sl.ranks_per_node > 0 && world % sl.ranks_per_node != 0)
-              HZP_THROW(ConfigError, "topology.world_size = ", world, " is not a multiple of the ", sl.ranks_per_node,
-                        " ranks per node of ", cal.links_how, ". Fix: topology.ranks_per_node or a world size it divides");
 
             // ---- every rank's step
             const workloads::ParamLayout layout = s.model->layout();
