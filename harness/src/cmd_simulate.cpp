@@ -14,6 +14,7 @@
 #include "commands.hpp"
 #include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
+#include "hzp/core/intra_op.hpp"
 #include "hzp/harness/compute_rate.hpp"
 #include "hzp/harness/link_profiles.hpp"
 #include "hzp/harness/results_file.hpp"
@@ -57,7 +58,7 @@ struct Calibration {
 Calibration measured_calibration(const RunSetup& s, const workloads::DataSource& source, int rpn, int micro_batches) {
   // OpenBLAS threads as one rank of the target would get them on this machine (run_context.cpp): a calibration
   // with every core's threads measures another machine than the run's ranks see.
-  set_openblas_threads(s.world_size, s.train.deterministic);
+  set_compute_threads(s, s.world_size);
   const std::unique_ptr<workloads::Workload> model = s.model->build(s.train.precision);
   const ModelRate rate = measure_model_rate(*model, s.train, source, micro_batches);
   LinkPlanInput li = link_plan_input(s);
@@ -70,7 +71,8 @@ Calibration measured_calibration(const RunSetup& s, const workloads::DataSource&
   c.links = {lp.links, rpn, s.comm.small_message_bytes};
   c.source = "measured: each unit's forward and backward on one rank of this machine, mean of " +
              std::to_string(rate.micro_batches) + " micro-batch(es) at the run's shapes, " +
-             std::to_string(openblas_get_num_threads()) + " OpenBLAS thread(s)";
+             std::to_string(openblas_get_num_threads()) + " OpenBLAS and " + std::to_string(core::intra_op_threads()) +
+             " intra-op thread(s)";
   c.links_how = lp.how;
   c.micro_batch_s = rate.micro_batch_s;
   c.peak_flops_per_s = rate.flops_per_s;

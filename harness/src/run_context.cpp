@@ -55,15 +55,8 @@ RunContext RunContext::create(const RunSetup& setup, int ranks_per_node) {
   MPI_Comm_rank(machine, &c.threads.machine_rank);
   MPI_Comm_free(&machine);
   c.threads.cores = affinity_cpus();
-  c.threads.openblas_set = set_openblas_threads(c.threads.ranks_on_machine, setup.train.deterministic);
+  c.threads.openblas_set = set_compute_threads(setup, c.threads.ranks_on_machine);
   c.threads.openblas = openblas_get_num_threads();
-  // The pool takes the rank's threads over from OpenBLAS: one set of threads for GEMMs and the other kernels,
-  // instead of OpenBLAS's workers spinning while the compute thread runs attention or the optimizer alone.
-  if (setup.opt.intra_op_pool && c.threads.openblas > 1) {
-    core::set_intra_op_threads(c.threads.openblas);
-    openblas_set_num_threads(1);
-    c.threads.openblas = 1;
-  }
   c.threads.intra_op = core::intra_op_threads();
   return c;
 }
@@ -74,11 +67,17 @@ int affinity_cpus() {
   return sched_getaffinity(0, sizeof set, &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
 }
 
-bool set_openblas_threads(int ranks_on_machine, bool deterministic) {
+bool set_compute_threads(const RunSetup& setup, int ranks_on_machine) {
   const bool env_set = std::getenv("OPENBLAS_NUM_THREADS") != nullptr || std::getenv("OMP_NUM_THREADS") != nullptr;
   const int online = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
-  const int n = openblas_threads_for(affinity_cpus(), online, ranks_on_machine, deterministic, env_set);
+  const int n = openblas_threads_for(affinity_cpus(), online, ranks_on_machine, setup.train.deterministic, env_set);
   if (n > 0) openblas_set_num_threads(n);
+  // The pool takes the rank's threads over from OpenBLAS: one set of threads for GEMMs and the other kernels,
+  // instead of OpenBLAS's workers spinning while the compute thread runs attention or the optimizer alone.
+  if (const int threads = openblas_get_num_threads(); setup.opt.intra_op_pool && threads > 1) {
+    core::set_intra_op_threads(threads);
+    openblas_set_num_threads(1);
+  }
   return n > 0;
 }
 

@@ -54,8 +54,9 @@ struct ThreadSettings {
 int openblas_threads_for(int affinity_cpus, int online_cpus, int ranks_on_machine, bool deterministic, bool env_set);
 /// CPUs this process may run on (its affinity mask).
 int affinity_cpus();
-/// Sets OpenBLAS's threads by openblas_threads_for for this machine and `ranks_on_machine` ranks; whether it did.
-bool set_openblas_threads(int ranks_on_machine, bool deterministic);
+/// Sets a rank's compute threads for this machine and `ranks_on_machine` ranks: OpenBLAS's by openblas_threads_for,
+/// then handed to the intra-op pool (harness.cpu_threads = pool). Whether OpenBLAS's count was set.
+bool set_compute_threads(const RunSetup& setup, int ranks_on_machine);
 
 struct RunContext {
   int rank = 0;
