@@ -118,4 +118,15 @@ SchedulerPlan plan_scheduler(std::string_view name, const PlanInputs& in) {
   HZP_THROW(ConfigError, "scheduler.name = \"", name, "\" is not a registered scheduler; registered: ", known.str());
 }
 
+StepDescription describe_step(std::string_view name, const PlanInputs& in) {
+  for (const Entry& e : kEntries)
+    if (name == e.name) {
+      HZP_CHECK(in.layout != nullptr, "describe_step: a parameter layout is required");
+      StepDescription d;
+      d.plan = plan_from_engine(e.name, in, *e.plan(in), &d);
+      return d;
+    }
+  return {plan_scheduler(name, in), {}, {}, {}, 0};  // plan_scheduler names the registered ones
+}
+
 }  // namespace hzp::schedulers

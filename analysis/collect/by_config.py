@@ -38,6 +38,9 @@ def _spread(v: pd.Series) -> float:
 def fold(table: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
     """table: collect's per-run table (columns task, status, axes..., world_size, ..., measured_steps, metrics,
     file). Returns one row per distinct tuple of axis values, in order of first appearance."""
+    # A simulated run (hzpbench simulate) never folds into the measured runs of its configuration.
+    if "simulated" in table and "simulated" not in axes and table["simulated"].nunique(dropna=True) > 1:
+        axes = [*axes, "simulated"]
     first_metric = list(table.columns).index("measured_steps") + 1
     metrics = [c for c in table.columns[first_metric:] if c != "file" and not c.endswith(("_p5", "_p95"))]
     # repr() keys: axis values may be None, floats or strings, and a missing value must not merge with NaN.

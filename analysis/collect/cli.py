@@ -28,7 +28,7 @@ def table_of(res: Results) -> tuple[pd.DataFrame, dict[str, list[str]]]:
     summary, missing = run_summary.summarise(res)
     runs = res.runs.set_index("run", drop=False)
     columns = ["task", "status", *res.axes] + (["repeat"] if res.manifests else []) + [
-        "world_size", "completed_steps", "planned_steps", "measured_steps"]
+        "world_size", "simulated", "completed_steps", "planned_steps", "measured_steps"]
     for stem in run_summary.STEP_METRICS:
         columns += [f"{stem}_median", f"{stem}_p5", f"{stem}_p95"]
     columns += ["exposed_comm_s_median"] + [f"bytes_{lv}_per_rank_step_median" for lv in res.levels]
@@ -42,6 +42,7 @@ def table_of(res: Results) -> tuple[pd.DataFrame, dict[str, list[str]]]:
         out["repeat"] = runs["repeat"]
     opened = runs["state"].isin(["unreadable", "never ran"]) == False  # noqa: E712
     out["world_size"] = runs["world_size"].where(opened)
+    out["simulated"] = runs["simulated"].where(opened) if "simulated" in runs else None  # 1: hzpbench simulate
     out["completed_steps"] = runs["completed_steps"].where(opened)
     out["planned_steps"] = runs["planned_steps"].where(opened)
     out = out.join(summary)

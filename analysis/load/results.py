@@ -162,7 +162,8 @@ def load(paths: list[str | Path], axes: list[str] | None = None) -> Results:
             world = int(run.attrs["world_size"])
             row.update(state=state_of(run), status=status_text(run), reason=_reason(run.status), world_size=world,
                        completed_steps=run.completed_steps, warmup_steps=frames.warmup_steps(run),
-                       num_params=run.attrs.get("model.num_params"))
+                       num_params=run.attrs.get("model.num_params"),
+                       simulated=int(run.attrs.get("simulated", 0)))  # hzpbench simulate's files (docs/simulate.md)
             attrs[name] = run.attrs
             datasets[name] = set(run.series)
             lr = frames.long_rows(run, world)
@@ -189,7 +190,8 @@ def load(paths: list[str | Path], axes: list[str] | None = None) -> Results:
     runs = pd.DataFrame(rows)
     if runs.empty:
         runs = pd.DataFrame(columns=["run", "file", "state", "status", "reason", "world_size", "completed_steps",
-                                     "planned_steps", "warmup_steps", "repeat", "layout", "config", "num_params"])
+                                     "planned_steps", "warmup_steps", "repeat", "layout", "config", "num_params",
+                                     "simulated"])
 
     long = pd.concat(longs, ignore_index=True) if longs else pd.DataFrame(columns=["run", "step", "rank", "measured"])
     if not long.empty:

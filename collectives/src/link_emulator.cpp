@@ -128,6 +128,11 @@ LinkEmulator::~LinkEmulator() {
 
 CollectiveModel LinkEmulator::model(std::span<const std::vector<RoundLoad>> loads, std::span<const int> node_of,
                                     int me) const {
+  return model_collective(config_, loads, node_of, me);
+}
+
+CollectiveModel model_collective(const LinkEmulationConfig& links, std::span<const std::vector<RoundLoad>> loads,
+                                 std::span<const int> node_of, int me) {
   std::size_t rounds = 0;
   int max_node = 0;
   for (std::size_t q = 0; q < loads.size(); ++q) {
@@ -152,7 +157,7 @@ CollectiveModel LinkEmulator::model(std::span<const std::vector<RoundLoad>> load
       if (k >= loads[q].size()) continue;
       const RoundLoad& l = loads[q][k];
       if (l.intra_messages > 0) {
-        const double port = config_.intra.seconds(l.intra_bytes);
+        const double port = links.intra.seconds(l.intra_bytes);
         t = std::max(t, port);
         if (static_cast<int>(q) == me) m.intra_busy_s += port;
       }
@@ -161,7 +166,7 @@ CollectiveModel LinkEmulator::model(std::span<const std::vector<RoundLoad>> load
     }
     for (std::size_t v = 0; v < nic_bytes.size(); ++v) {
       if (nic_msgs[v] == 0) continue;
-      const double nic = config_.inter.seconds(nic_bytes[v]);
+      const double nic = links.inter.seconds(nic_bytes[v]);
       t = std::max(t, nic);
       if (node_leader == me && static_cast<int>(v) == node_of[static_cast<std::size_t>(me)]) m.nic_busy_s += nic;
     }

@@ -45,5 +45,7 @@ Command add_plan_command(CLI::App& app);
 /// `argv`: the whole command line, recorded in the results file.
 Command add_run_command(CLI::App& app, std::vector<std::string> argv);
 Command add_validate_command(CLI::App& app);
+/// `argv`: the whole command line, recorded in the results file.
+Command add_simulate_command(CLI::App& app, std::vector<std::string> argv);
 
 }  // namespace hzp::harness

@@ -120,6 +120,8 @@ ModelRate measure_model_rate(const workloads::Workload& model, const workloads::
   const int units = layout.num_units();
 
   ModelRate r;
+  r.unit_forward_s.assign(static_cast<std::size_t>(units), 0.0);
+  r.unit_backward_s.assign(static_cast<std::size_t>(units), 0.0);
   const bool by_cpu = one_compute_thread();
   double cpu = 0, wall = 0;
   for (int i = 0; i <= timed; ++i) {
@@ -127,10 +129,18 @@ ModelRate measure_model_rate(const workloads::Workload& model, const workloads::
     workloads::fill_micro_batch(source, plan, 0, j, inputs, targets);
     const Stopwatch sw;
     ctx->begin(inputs, targets, normaliser);
-    for (int u = 0; u < units; ++u) model.forward(u, workloads::unit_params_from_flat(layout, u, pv), *ctx);
-    for (int u = units - 1; u >= 0; --u)
+    // Each unit's own wall time too: `hzpbench simulate` charges every action with it.
+    for (int u = 0; u < units; ++u) {
+      const Stopwatch unit;
+      model.forward(u, workloads::unit_params_from_flat(layout, u, pv), *ctx);
+      if (i > 0) r.unit_forward_s[static_cast<std::size_t>(u)] += unit.wall() / timed;
+    }
+    for (int u = units - 1; u >= 0; --u) {
+      const Stopwatch unit;
       model.backward(u, workloads::unit_params_from_flat(layout, u, pv), *ctx,
                      workloads::unit_grads_from_flat(layout, u, gv, true));
+      if (i > 0) r.unit_backward_s[static_cast<std::size_t>(u)] += unit.wall() / timed;
+    }
     if (i > 0) {  // the first one warms caches and the allocator
       cpu += by_cpu ? sw.cpu() : sw.wall();
       wall += sw.wall();

@@ -12,12 +12,6 @@ namespace {
 
 constexpr std::array kProfiles = {kH100Dgx, kPaperNpu};
 
-const LinkProfile* find_profile(std::string_view name) {
-  for (const LinkProfile& p : kProfiles)
-    if (p.name == name) return &p;
-  return nullptr;
-}
-
 std::string mbps(double gbps) {
   char buf[48];
   std::snprintf(buf, sizeof buf, "%.4g MB/s", gbps * 1e3);
@@ -28,8 +22,14 @@ std::string mbps(double gbps) {
 
 std::span<const LinkProfile> link_profiles() { return kProfiles; }
 
+const LinkProfile* find_link_profile(std::string_view name) {
+  for (const LinkProfile& p : kProfiles)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
 void validate_link_profile(std::string_view name) {
-  if (name == "none" || name == "custom" || find_profile(name) != nullptr) return;
+  if (name == "none" || name == "custom" || find_link_profile(name) != nullptr) return;
   HZP_THROW(ConfigError, "links.profile = \"", name, "\" is not a link profile. Fix: use none, h100-dgx, paper-npu or custom");
 }
 
@@ -53,7 +53,7 @@ LinkPlan plan_links(const LinkPlanInput& in) {
   if (in.profile == "custom") {
     intra_fpb = in.custom_intra_flop_per_byte;
     inter_fpb = in.custom_inter_flop_per_byte;
-  } else if (const LinkProfile* p = find_profile(in.profile)) {
+  } else if (const LinkProfile* p = find_link_profile(in.profile)) {
     intra_fpb = p->intra_flop_per_byte();
     inter_fpb = p->inter_flop_per_byte();
   }

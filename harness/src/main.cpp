@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
       hh::add_plan_command(app),
       hh::add_run_command(app, std::vector<std::string>(argv, argv + argc)),
       hh::add_validate_command(app),
+      hh::add_simulate_command(app, std::vector<std::string>(argv, argv + argc)),
   };
 
   try {

@@ -54,27 +54,31 @@ RunContext RunContext::create(const RunSetup& setup, int ranks_per_node) {
   MPI_Comm_size(machine, &c.threads.ranks_on_machine);
   MPI_Comm_rank(machine, &c.threads.machine_rank);
   MPI_Comm_free(&machine);
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  c.threads.cores = sched_getaffinity(0, sizeof set, &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
-  const bool env_set = std::getenv("OPENBLAS_NUM_THREADS") != nullptr || std::getenv("OMP_NUM_THREADS") != nullptr;
-  const int online = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
-  if (const int n = openblas_threads_for(c.threads.cores, online, c.threads.ranks_on_machine,
-                                         setup.train.deterministic, env_set);
-      n > 0) {
-    openblas_set_num_threads(n);
-    c.threads.openblas_set = true;
-  }
+  c.threads.cores = affinity_cpus();
+  c.threads.openblas_set = set_compute_threads(setup, c.threads.ranks_on_machine);
   c.threads.openblas = openblas_get_num_threads();
-  // The pool takes the rank's threads over from OpenBLAS: one set of threads for GEMMs and the other kernels,
-  // instead of OpenBLAS's workers spinning while the compute thread runs attention or the optimizer alone.
-  if (setup.opt.intra_op_pool && c.threads.openblas > 1) {
-    core::set_intra_op_threads(c.threads.openblas);
-    openblas_set_num_threads(1);
-    c.threads.openblas = 1;
-  }
   c.threads.intra_op = core::intra_op_threads();
   return c;
+}
+
+int affinity_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
+}
+
+bool set_compute_threads(const RunSetup& setup, int ranks_on_machine) {
+  const bool env_set = std::getenv("OPENBLAS_NUM_THREADS") != nullptr || std::getenv("OMP_NUM_THREADS") != nullptr;
+  const int online = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  const int n = openblas_threads_for(affinity_cpus(), online, ranks_on_machine, setup.train.deterministic, env_set);
+  if (n > 0) openblas_set_num_threads(n);
+  // The pool takes the rank's threads over from OpenBLAS: one set of threads for GEMMs and the other kernels,
+  // instead of OpenBLAS's workers spinning while the compute thread runs attention or the optimizer alone.
+  if (const int threads = openblas_get_num_threads(); setup.opt.intra_op_pool && threads > 1) {
+    core::set_intra_op_threads(threads);
+    openblas_set_num_threads(1);
+  }
+  return n > 0;
 }
 
 int openblas_threads_for(int affinity_cpus, int online_cpus, int ranks_on_machine, bool deterministic, bool env_set) {

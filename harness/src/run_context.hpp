@@ -52,6 +52,11 @@ struct ThreadSettings {
 /// online CPUs over the ranks on the machine, at least 1. OpenBLAS's default is every online CPU in every
 /// process: 8 ranks on a 64-core node would start 512 threads.
 int openblas_threads_for(int affinity_cpus, int online_cpus, int ranks_on_machine, bool deterministic, bool env_set);
+/// CPUs this process may run on (its affinity mask).
+int affinity_cpus();
+/// Sets a rank's compute threads for this machine and `ranks_on_machine` ranks: OpenBLAS's by openblas_threads_for,
+/// then handed to the intra-op pool (harness.cpu_threads = pool). Whether OpenBLAS's count was set.
+bool set_compute_threads(const RunSetup& setup, int ranks_on_machine);
 
 struct RunContext {
   int rank = 0;

@@ -217,13 +217,7 @@ class Run {
       peak_text_ = fmt_rate(peak_flops_) + " per rank (" + peak_source_ + ")";
     }
 
-    LinkPlanInput in;
-    in.profile = o_.links_profile;
-    in.custom_intra_flop_per_byte = o_.custom_intra_flop_per_byte;
-    in.custom_inter_flop_per_byte = o_.custom_inter_flop_per_byte;
-    in.comm_to_compute = o_.comm_to_compute;
-    in.given = s_.comm.links;
-    in.num_params = s_.model->num_params();
+    LinkPlanInput in = link_plan_input(s_);
     if (s_.uses_world_comm && link_plan_needs_measurement(in) && stream_.device().is_cuda())
       // The rate is measured by a host run of the model (compute_rate.hpp); a GPU's would need its own.
       HZP_THROW(ConfigError, "links.profile = ", o_.links_profile, " with links.comm_to_compute = ", o_.comm_to_compute,

@@ -70,6 +70,18 @@ void register_run_keys(OptionTable& t) {
                 "the measured compute time; intra-node keeps the profile's intra/inter ratio. 0 = off")
             .non_negative());
 
+  // ---- simulate: where `hzpbench simulate` takes each unit's compute time (docs/simulate.md) ---------
+  t.add(S::enumeration("simulate.calibration", {"measure", "profile"}, "measure",
+                       "hzpbench simulate's compute times: measure = each unit's forward and backward timed on "
+                       "one rank of this machine at the run's shapes (links from links.* as a run derives them); "
+                       "profile = each unit's share of the model FLOPs at links.profile's peak times simulate.mfu, "
+                       "with the profile's own bandwidths and cards per node (links.profile must name a cluster)"));
+  t.add(S::real("simulate.mfu", 0.5,
+                "simulate.calibration = profile: the fraction of the profile's peak a unit's compute reaches "
+                "(assumed, recorded in the results file)")
+            .positive()
+            .at_most(1));
+
   // ---- output: the results file and the trace (results_file.hpp, trace.cpp) -----------------------
   t.add(S::string("output.path", "",
                   "Results file (HDF5); empty = results/<UTC time>-<config hash>.h5. Never overwritten "
@@ -161,6 +173,8 @@ RunOptions run_options_from(const ResolvedConfig& c) {
   o.custom_intra_flop_per_byte = c.get_double("links.custom.intra_flop_per_byte");
   o.custom_inter_flop_per_byte = c.get_double("links.custom.inter_flop_per_byte");
   o.peak_tflops = c.get_double("device.peak_tflops");
+  o.sim_calibration = c.get_string("simulate.calibration");
+  o.sim_mfu = c.get_double("simulate.mfu");
   o.output_path = c.get_string("output.path");
   o.flush_s = c.get_double("output.flush_s");
   o.trace = c.get_bool("output.trace");

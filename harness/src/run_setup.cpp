@@ -261,4 +261,15 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
   return s;
 }
 
+LinkPlanInput link_plan_input(const RunSetup& setup) {
+  LinkPlanInput in;
+  in.profile = setup.opt.links_profile;
+  in.custom_intra_flop_per_byte = setup.opt.custom_intra_flop_per_byte;
+  in.custom_inter_flop_per_byte = setup.opt.custom_inter_flop_per_byte;
+  in.comm_to_compute = setup.opt.comm_to_compute;
+  in.given = setup.comm.links;
+  in.num_params = setup.model->num_params();
+  return in;
+}
+
 }  // namespace hzp::harness

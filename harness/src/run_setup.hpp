@@ -13,6 +13,7 @@
 #include "commands.hpp"
 #include "hzp/collectives/mpi_communicator.hpp"
 #include "hzp/core/options.hpp"
+#include "hzp/harness/link_profiles.hpp"
 #include "hzp/harness/run_options.hpp"
 #include "hzp/schedulers/plan.hpp"
 #include "hzp/schedulers/scheduler.hpp"
@@ -61,6 +62,9 @@ struct RunSetup {
 /// Checks the configuration for `world_size` ranks and returns the typed setup; ConfigError with the
 /// first problem found (each typed config lists all of its own problems at once).
 RunSetup plan_run(const ResolvedConfig& config, int world_size, const std::string& dump_tensors = {});
+
+/// links.* as the link plan's inputs, before any rate is measured: where run and simulate both start.
+LinkPlanInput link_plan_input(const RunSetup& setup);
 
 /// collectives.* and links.* as the MPI backend's settings.
 coll::MpiCommConfig mpi_comm_config_from(const ResolvedConfig& config);

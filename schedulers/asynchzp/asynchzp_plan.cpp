@@ -72,6 +72,11 @@ class AsyncHzpPlan final : public EnginePlan {
     cp_ = std::make_unique<ContextParallelPlan>(in, dims_, mesh);
     actions = pipeline_->actions(in.options, micro_batches_per_rank);
     chunks_per_stage = pipeline_->chunks_per_stage();
+    prefetch = async_ ? in.options.prefetch : 0;
+    // Async without pipeline stages, the exchange and the refresh are declared where the threads run them (one
+    // stage's schedule is a plain sequence there); the totals are the same either way.
+    spread_ = async_ && dims_.pp == 1 && !rs_end_;
+    refreshed_.assign(static_cast<std::size_t>(layout_.num_units()), false);
     model_tp = dims_.tp;
     model_cp = dims_.cp;
     reuse_ = std::make_unique<StageReuse>(layout_, actions, dims_.pp > 1 && in.options.pp_reuse,
@@ -84,19 +89,26 @@ class AsyncHzpPlan final : public EnginePlan {
     const bool fwd = a.kind == Action::Kind::forward;
     const FirstUseGathers::Call c = reuse_->call(a, u);
     const auto block_bytes = [&](int b) { return static_cast<std::uint64_t>(seg_.unit_block_numel(b)) * dtype_size(pdt_); };
+    out.stream(async_ ? CommStream::params : CommStream::compute);  // the parameter thread, ahead of use
     for (int b : c.gather) {  // the order AsyncComm's gather_order issues them in
+      if (spread_ && !refreshed_[static_cast<std::size_t>(b)]) {  // the unit's refresh, just before its first gather
+        refreshed_[static_cast<std::size_t>(b)] = true;
+        declare_refresh(out, seg_.first(b), seg_.end(b));
+      }
       for (int s = seg_.first(b); s < seg_.end(b); ++s)
         out.all_gather(z3_, seg_.l3.slice_numel(s), pdt_, 1, "per micro-batch (forward + backward)");
       held_ += block_bytes(b);
     }
     gathered_peak_bytes = std::max(gathered_peak_bytes, held_);
     for (int b : c.release) held_ -= block_bytes(b);
+    out.stream(async_ ? CommStream::gradients : CommStream::compute, CommPlace::after_unit);  // the gradient thread
     if (!fwd)
       for (int b : layout_.grads_final_after(u)) {
         if (reuse_->grad_held_after(a, b)) continue;  // rs_merge: summed into the next backward's block
         for (int s = seg_.first(b); s < seg_.end(b); ++s)
           if (seg_.l2.slice_numel(s) > 0)
             out.reduce_scatter(z2_, seg_.l2.padded_numel(s), wire_, 1, "per micro-batch (gradients)");
+        if (spread_ && a.micro_batch == micro_batches_per_rank - 1) declare_exchange(out, b);  // behind its last one
       }
   }
 
@@ -110,16 +122,16 @@ class AsyncHzpPlan final : public EnginePlan {
     }
     const int segments = seg_.l3.num_segments();
     declare_norm(out, z1_, deterministic_);
+    // Async, the exchange runs on the gradient thread behind each unit's last reduce-scatter and the refresh on
+    // the parameter thread before the unit's next first gather (docs/data-parallel.md).
+    out.stream(async_ ? CommStream::gradients : CommStream::compute);
     if (!rs_end_) {
       if (replica_.members.size() > 1 && !async_ && seg_.l2.slice_total() > 0)
         out.all_reduce(replica_, seg_.l2.slice_total(), wire_, 1, "per step (gradient shards)");
       // Async, each unit's exchange is queued behind its last reduce-scatter (AsyncHzp::backward_done): one
       // all-reduce per unit of its segments' part of the gradient slice.
-      if (replica_.members.size() > 1 && async_)
-        for (int u = 0; u < layout_.num_units(); ++u) {
-          const std::int64_t n = seg_.l2.slice_offset(seg_.end(u)) - seg_.l2.slice_offset(seg_.first(u));
-          if (n > 0) out.all_reduce(replica_, n, wire_, 1, "per step (gradient shards, one unit each)");
-        }
+      if (async_ && !spread_)
+        for (int u = 0; u < layout_.num_units(); ++u) declare_exchange(out, u);
     } else {
       for (int s = 0; s < segments; ++s) {
         if (replica_.members.size() > 1 && seg_.in_grad_slice.slice_numel(s) > 0)
@@ -128,13 +140,27 @@ class AsyncHzpPlan final : public EnginePlan {
           out.all_gather(opt_replica_, seg_.in_opt_slice.slice_numel(s), wire_, 1, "per step (optimizer-slice gradients)");
       }
     }
+    out.stream(async_ ? CommStream::params : CommStream::compute);
+    if (!spread_) declare_refresh(out, 0, segments);
+  }
+
+ private:
+  // Unit u's part of the gradient slice summed across replicas: async, queued behind the unit's last reduce-scatter.
+  void declare_exchange(CollectiveLedger& out, int u) const {
+    const std::int64_t n = seg_.l2.slice_offset(seg_.end(u)) - seg_.l2.slice_offset(seg_.first(u));
+    if (replica_.members.size() > 1 && n > 0) {
+      out.stream(CommStream::gradients, CommPlace::after_unit);
+      out.all_reduce(replica_, n, wire_, 1, "per step (gradient shards, one unit each)");
+    }
+  }
+  // The updated parameter shards of segments [first, end) gathered back into the z3 shards.
+  void declare_refresh(CollectiveLedger& out, int first, int end) const {
     if (refresh_.members.size() > 1)
-      for (int s = 0; s < segments; ++s)
+      for (int s = first; s < end; ++s)
         if (seg_.l3.slice_numel(s) > 0)
           out.all_gather(refresh_, seg_.in_shard.slice_numel(s), pdt_, 1, "per step (updated parameters)");
   }
 
- private:
   ParallelDims dims_;
   std::unique_ptr<PipelinePlan> pipeline_;
   const workloads::ParamLayout& layout_;  // the stage's (pipeline_'s)
@@ -146,6 +172,8 @@ class AsyncHzpPlan final : public EnginePlan {
   PlanGroup z3_, z2_, z1_, replica_, opt_replica_, refresh_;
   std::unique_ptr<StageReuse> reuse_;  // the engine's gathers and reduce-scatters over this stage's actions
   std::uint64_t held_ = 0;             // gathered blocks' bytes held during the walk
+  bool spread_ = false;                // exchange and refresh declared inside the walk (async, one stage)
+  std::vector<bool> refreshed_;        // blocks whose refresh the walk has declared
   std::unique_ptr<ContextParallelPlan> cp_;
 };
 

@@ -14,7 +14,7 @@ namespace {
 class DdpPlan final : public EnginePlan {
  public:
   DdpPlan(const PlanInputs& in, std::string_view name)
-      : wire_(grad_wire_dtype(in.train)), deterministic_(in.train.deterministic) {
+      : wire_(grad_wire_dtype(in.train)), deterministic_(in.train.deterministic), overlap_(in.options.overlap) {
     const ParallelDims dims = scheduler_parallel_dims(name, in.options, in.world_size);
     check_plan_batches(name, in, 0, dims.dp());
     const workloads::ParamLayout& layout = *in.layout;
@@ -54,6 +54,8 @@ class DdpPlan final : public EnginePlan {
 
   void unit(const Action& a, int u, int micro_batches, CollectiveLedger& out) override {
     if (a.kind != Action::Kind::backward || a.micro_batch != micro_batches - 1) return;
+    // scheduler.overlap: started non-blocking and waited at the end of backward; otherwise waited right away.
+    out.stream(overlap_ ? CommStream::gradients : CommStream::compute, CommPlace::after_unit);
     for (const auto& [at, numel] : buckets_)
       if (at == u) out.all_reduce(dp_, numel, wire_, 1, "per step (buckets, last micro-batch)");
   }
@@ -65,7 +67,7 @@ class DdpPlan final : public EnginePlan {
 
  private:
   DType wire_;
-  bool deterministic_;
+  bool deterministic_, overlap_;
   PlanGroup dp_, tp_;
   std::vector<std::pair<int, std::int64_t>> buckets_;  // (unit after whose backward it launches, elements)
 };

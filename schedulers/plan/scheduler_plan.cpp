@@ -166,7 +166,79 @@ class Builder final : public CollectiveLedger {
   int rank_, rpn_;
 };
 
+// Forwards every declaration to the plan's builder and, for describe_step, records it alone too (its bytes from
+// the same builder code) with the walk's place and the stream the engine declared.
+class Recorder final : public CollectiveLedger {
+ public:
+  Recorder(Builder& plan, StepDescription* out, const PlanInputs& in)
+      : plan_(plan), out_(out), small_(in.small_message_bytes), rank_(in.rank), rpn_(in.ranks_per_node) {}
+
+  /// The unit call declarations now belong to (-1: the step end); each place starts on the compute stream.
+  void at(int call) {
+    call_ = call;
+    stream_ = CommStream::compute;
+    place_ = CommPlace::before_unit;
+  }
+
+  void all_gather(const PlanGroup& g, std::int64_t n, DType t, std::int64_t times, std::string_view when) override {
+    plan_.all_gather(g, n, t, times, when);
+    record(g, [&](Builder& b) { b.all_gather(g, n, t, times, when); });
+  }
+  void reduce_scatter(const PlanGroup& g, std::int64_t n, DType t, std::int64_t times, std::string_view when) override {
+    plan_.reduce_scatter(g, n, t, times, when);
+    record(g, [&](Builder& b) { b.reduce_scatter(g, n, t, times, when); });
+  }
+  void all_reduce(const PlanGroup& g, std::int64_t n, DType t, std::int64_t times, std::string_view when) override {
+    plan_.all_reduce(g, n, t, times, when);
+    record(g, [&](Builder& b) { b.all_reduce(g, n, t, times, when); });
+  }
+  void all_to_all(const PlanGroup& g, CollOp op, std::int64_t n, DType t, std::int64_t times,
+                  std::string_view when) override {
+    plan_.all_to_all(g, op, n, t, times, when);
+    record(g, [&](Builder& b) { b.all_to_all(g, op, n, t, times, when); });
+  }
+  void send(const PlanGroup& g, int peer, std::int64_t n, DType t, std::int64_t times, std::string_view when) override {
+    plan_.send(g, peer, n, t, times, when);
+    record(g, [&](Builder& b) { b.send(g, peer, n, t, times, when); });
+  }
+  void recv(const PlanGroup& g, int peer, std::int64_t n, DType t, std::int64_t times, std::string_view when) override {
+    plan_.recv(g, peer, n, t, times, when);
+    record(g, [&](Builder& b) { b.recv(g, peer, n, t, times, when); });
+  }
+  void stream(CommStream s, CommPlace p = CommPlace::before_unit) override {
+    stream_ = s;
+    place_ = p;
+  }
+
+ private:
+  template <typename Declare>
+  void record(const PlanGroup& g, Declare&& declare) {
+    if (out_ == nullptr) return;
+    SchedulerPlan one;
+    Builder b(one, small_, rank_, rpn_);
+    declare(b);
+    out_->events.push_back({call_, stream_, place_, one.collectives.front(), g.members});
+  }
+
+  Builder& plan_;
+  StepDescription* out_;
+  std::size_t small_;
+  int rank_, rpn_;
+  int call_ = -1;
+  CommStream stream_ = CommStream::compute;
+  CommPlace place_ = CommPlace::before_unit;
+};
+
 }  // namespace
+
+std::string_view to_string(CommStream s) {
+  switch (s) {
+    case CommStream::compute: return "compute";
+    case CommStream::params: return "params";
+    case CommStream::gradients: return "gradients";
+  }
+  return "?";
+}
 
 std::uint64_t SchedulerPlan::state_total() const {
   std::uint64_t t = 0;
@@ -270,7 +342,7 @@ void declare_norm(CollectiveLedger& out, const PlanGroup& g, bool deterministic)
 
 DType grad_wire_dtype(const workloads::TrainConfig& train) { return train.deterministic ? DType::i64 : DType::f32; }
 
-SchedulerPlan plan_from_engine(std::string scheduler, const PlanInputs& in, EnginePlan& e) {
+SchedulerPlan plan_from_engine(std::string scheduler, const PlanInputs& in, EnginePlan& e, StepDescription* events) {
   HZP_CHECK(in.layout != nullptr, "plan: a parameter layout is required");
   if (in.world_size < 1 || in.rank < 0 || in.rank >= in.world_size)
     HZP_THROW(ConfigError, "plan: world size ", in.world_size, " and rank ", in.rank, " do not fit");
@@ -284,11 +356,21 @@ SchedulerPlan plan_from_engine(std::string scheduler, const PlanInputs& in, Engi
   p.params = in.layout->total_numel();
   p.micro_batches_per_rank = e.micro_batches_per_rank;
   p.state_bytes = e.state_bytes;
-  Builder b(p, in.small_message_bytes, in.rank, in.ranks_per_node);
+  Builder builder(p, in.small_message_bytes, in.rank, in.ranks_per_node);
+  Recorder b(builder, events, in);
   // The schedule the driver runs (step_driver.cpp), unit by unit in the order it calls the model.
   const int m = static_cast<int>(e.micro_batches_per_rank);
   const std::vector<Action> actions = e.actions.empty() ? sequential_schedule(m, in.layout->num_units()) : e.actions;
-  for_each_unit_call(actions, [&](const Action& a, int u) { e.unit(a, u, m, b); });
+  int call = 0;
+  for_each_unit_call(actions, [&](const Action& a, int u) {
+    b.at(call++);
+    if (events != nullptr) events->calls.emplace_back(a, u);
+    e.unit(a, u, m, b);
+  });
+  if (events != nullptr) {
+    events->actions = actions;
+    events->prefetch = e.prefetch;
+  }
   p.activations_in_flight = max_in_flight(actions, std::max(e.chunks_per_stage, 1));
   p.gathered_peak_bytes = e.gathered_peak_bytes;
   if (in.model != nullptr) {
@@ -303,7 +385,9 @@ SchedulerPlan plan_from_engine(std::string scheduler, const PlanInputs& in, Engi
     p.activation_peak_bytes = a.peak;
     p.activation_waiting_bytes = a.input_grads_waiting_at_most;
   }
+  b.at(-1);
   e.step_end(b);
+  b.stream(CommStream::compute);
   if (!e.driver_group.members.empty())
     StepDriver::plan_collectives(in.train, *in.layout, e.driver_group,
                                  e.verdict_group.members.empty() ? e.driver_group : e.verdict_group,

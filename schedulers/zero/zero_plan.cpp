@@ -57,6 +57,7 @@ class ZeroPlan final : public EnginePlan {
     if (stage_ == 3)
       for (int b : gathers_.call(a, u))
         out.all_gather(shard_, shards_.slice_numel(b), pdt_, 1, "per micro-batch (forward + backward)");
+    out.stream(CommStream::compute, CommPlace::after_unit);  // blocking, once the backward made them final
     if (stage_ >= 2 && !fwd)
       for (int b : layout_.grads_final_after(u))
         out.reduce_scatter(shard_, shards_.padded_numel(b), wire_, 1, "per micro-batch (gradients)");

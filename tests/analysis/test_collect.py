@@ -208,3 +208,17 @@ def test_per_config_folds_repeats_and_keeps_every_status(tmp_path, runs):
     assert "file" not in cols and "step_time_s_p5" not in cols and "statuses" in cols
     assert cli.main([str(tmp_path), "--per-config", "--csv", str(tmp_path / "c.csv")]) == 0
     assert (tmp_path / "c.csv").read_text().splitlines()[1].startswith("none,3,\"2 ok, 1 killed\",")
+
+
+def test_simulated_runs_are_a_column_and_never_fold_into_measured_ones(runs, tmp_path):
+    """hzpbench simulate's files (root attribute simulated = 1) say so in collect's table, and a per-config fold keeps
+    them apart from the measured runs of the same configuration."""
+    shutil.copy(runs["ok"], tmp_path / "measured.h5")
+    shutil.copy(runs["ok"], tmp_path / "simulated.h5")
+    with h5py.File(tmp_path / "simulated.h5", "r+") as f:
+        f.attrs["simulated"] = 1
+    columns, rows, bad = cli.collect([str(tmp_path)], err=io.StringIO())
+    per_run = {r["task"]: r for r in rows}
+    assert "simulated" in columns and per_run["simulated"]["simulated"] == 1 and per_run["measured"]["simulated"] == 0
+    folded = by_config.fold(pd.DataFrame(rows, columns=columns), [])  # one configuration
+    assert len(folded) == 2 and sorted(folded["simulated"]) == [0, 1]

@@ -58,6 +58,11 @@ struct CollectiveModel {
                              // behalf, charged by the group's lowest rank on the node (else 0)
 };
 
+/// The model of a collective whose every rank's rounds are known (LinkEmulator::model, without an emulator): pure
+/// arithmetic on the links, so `hzpbench simulate` charges a call exactly what an emulated run would.
+CollectiveModel model_collective(const LinkEmulationConfig& links, std::span<const std::vector<RoundLoad>> loads,
+                                 std::span<const int> node_of, int me);
+
 /// Process-wide emulation state of one world: the link models, the node of every world rank, this
 /// rank's intra port clock and its node's interface clock (shared memory). Thread-safe.
 class LinkEmulator {

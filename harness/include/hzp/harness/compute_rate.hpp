@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "hzp/workloads/data_source.hpp"
 #include "hzp/workloads/train_config.hpp"
@@ -49,6 +50,9 @@ struct ModelRate {
   double flops_per_s = 0;
   double micro_batch_s = 0;  ///< wall seconds of one micro-batch's forward + backward
   std::int64_t micro_batches = 0;  ///< timed (after one untimed warm-up)
+  /// Wall seconds of each unit's forward and backward, mean over the timed micro-batches (the calibration of
+  /// `hzpbench simulate`).
+  std::vector<double> unit_forward_s, unit_backward_s;
 };
 
 /// Runs 1 + `timed` micro-batches (forward and backward of every unit, step 0's first micro-batches of

@@ -19,6 +19,7 @@ struct LinkProfile {
   double peak_tflops = 0;  ///< dense bf16 per device
   double intra_gbps = 0;   ///< GB/s per device inside a node
   double inter_gbps = 0;   ///< GB/s per device between nodes
+  int cards_per_node = 0;  ///< devices a node holds (what `hzpbench simulate` lays ranks out by when asked to)
   std::string_view source;
 
   constexpr double intra_flop_per_byte() const noexcept { return peak_tflops * 1e12 / (intra_gbps * 1e9); }
@@ -27,15 +28,19 @@ struct LinkProfile {
 
 /// H100 SXM in a DGX: 989 TFLOP/s dense bf16, NVLink 450 GB/s per direction, 400 Gb/s InfiniBand
 /// (50 GB/s) per GPU: ~2.2k FLOP per byte inside a node, ~19.8k across nodes.
-inline constexpr LinkProfile kH100Dgx{"h100-dgx", 989, 450, 50,
-                                      "NVIDIA H100 SXM datasheet; DGX H100: NVLink 4 and one 400 Gb/s NIC per GPU"};
+inline constexpr LinkProfile kH100Dgx{"h100-dgx", 989, 450, 50, 8,
+                                      "NVIDIA H100 SXM datasheet; DGX H100: 8 GPUs, NVLink 4 (900 GB/s "
+                                      "bidirectional) and one 400 Gb/s NIC per GPU"};
 /// The AsyncHZP paper's accelerator: 300 TFLOP/s, ~400 GB/s inside an 8-card full mesh, 200 Gb/s RoCE
-/// (25 GB/s) per card: 750 FLOP per byte inside a node, 12k across.
-inline constexpr LinkProfile kPaperNpu{"paper-npu", 300, 400, 25,
-                                       "AsyncHZP, arXiv 2510.20111 §5.1: 8-card mesh, 200 Gb/s RoCE per card"};
+/// (25 GB/s) per card: 750 FLOP per byte inside a node, 12k across; 16 cards a node.
+inline constexpr LinkProfile kPaperNpu{"paper-npu", 300, 400, 25, 16,
+                                       "AsyncHZP, arXiv 2510.20111 §5.1: 8-card mesh, 16 cards a node, 200 Gb/s "
+                                       "RoCE per card"};
 
 /// The named profiles (h100-dgx, paper-npu).
 std::span<const LinkProfile> link_profiles();
+/// The named profile, or nullptr (none, custom, or a name that is not one).
+const LinkProfile* find_link_profile(std::string_view name);
 
 /// Everything the conversion needs.
 struct LinkPlanInput {

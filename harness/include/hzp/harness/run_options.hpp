@@ -36,6 +36,8 @@ struct RunOptions {
   double custom_intra_flop_per_byte = 0;  ///< links.custom.intra_flop_per_byte
   double custom_inter_flop_per_byte = 0;  ///< links.custom.inter_flop_per_byte
   double peak_tflops = 0;         ///< device.peak_tflops (0 = device table / measured GEMM peak)
+  std::string sim_calibration = "measure";  ///< simulate.calibration: measure | profile
+  double sim_mfu = 0.5;                     ///< simulate.mfu
   std::string output_path;        ///< output.path ("" = results/<UTC time>-<config hash>.h5)
   double flush_s = 5;             ///< output.flush_s (0 = after every step)
   bool trace = false;             ///< output.trace

@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "hzp/collectives/types.hpp"
 #include "hzp/core/dtype.hpp"
 #include "hzp/schedulers/scheduler.hpp"
+#include "hzp/schedulers/step/schedule.hpp"
 #include "hzp/workloads/param_layout.hpp"
 #include "hzp/workloads/train_config.hpp"
 
@@ -91,5 +93,41 @@ inline constexpr std::array<std::string_view, 5> kStateComponents = {"param", "g
 
 /// The plan of scheduler `name` (a registered name); ConfigError as the scheduler's own validation.
 SchedulerPlan plan_scheduler(std::string_view name, const PlanInputs& in);
+
+/// Where the engine runs a declared collective (what `hzpbench simulate` needs beyond the plan's totals;
+/// docs/simulate.md). `compute`: on the compute thread, which waits for it where it is declared. `params`: on
+/// a background stream that issues parameter gathers ahead of use, at most EnginePlan::prefetch gathers beyond
+/// the one the compute thread consumes; the compute thread waits for a gather where the unit that declared it
+/// runs. `gradients`: started where declared without the compute thread waiting (a background thread's queue,
+/// or ddp's non-blocking buckets), drained before the step's end.
+enum class CommStream { compute, params, gradients };
+std::string_view to_string(CommStream s);
+/// Whether a unit call's collective is needed before the unit runs (its parameters) or follows it (the
+/// gradients it made final).
+enum class CommPlace { before_unit, after_unit };
+
+/// One declared call of a step, in the order the engine declares it: where (the unit call of the schedule
+/// walk, or the step end), on which stream, the call itself (calls = 1; bytes sent by PlanInputs::rank per
+/// level) and its group's members (world ranks, in position order).
+struct StepEvent {
+  int call = -1;  ///< index of the unit call in the schedule's walk (for_each_unit_call); -1: the step end
+  CommStream stream = CommStream::compute;
+  CommPlace place = CommPlace::before_unit;
+  PlannedCollective collective;
+  std::vector<int> members;
+};
+
+/// A step as the engine and the driver declare it, for one rank: the plan, the schedule the driver runs, every
+/// unit call in order (action, unit) and every collective with its place and stream.
+struct StepDescription {
+  SchedulerPlan plan;
+  std::vector<Action> actions;
+  std::vector<std::pair<Action, int>> calls;  ///< (action, unit) of each unit call, in the driver's order
+  std::vector<StepEvent> events;
+  int prefetch = 0;  ///< gathers the params stream may issue beyond the one in use (0: no params stream)
+};
+
+/// The step description of scheduler `name` for PlanInputs::rank; its events sum to plan_scheduler's collectives.
+StepDescription describe_step(std::string_view name, const PlanInputs& in);
 
 }  // namespace hzp::schedulers

@@ -45,6 +45,10 @@ class CollectiveLedger {
                     std::string_view when) = 0;
   virtual void recv(const PlanGroup& g, int peer, std::int64_t count, DType t, std::int64_t times,
                     std::string_view when) = 0;
+  /// The stream the following declarations run on and whether they precede or follow the unit's compute (until
+  /// the next call; each unit() and step_end() starts on `compute`, before). Only the simulator reads it; the
+  /// plan's totals do not depend on it.
+  virtual void stream(CommStream, CommPlace = CommPlace::before_unit) {}
 };
 
 /// An engine's declaration for one configuration and rank (made by the engine's own `plan_*` function from
@@ -80,11 +84,16 @@ class EnginePlan {
   /// The degrees the model runs at on this rank (its tensor- and context-parallel shares), for the activation
   /// estimate: 1 for engines that hold whole sequences of the whole model.
   int model_tp = 1, model_cp = 1;
+  /// Parameter gathers the engine's params stream issues beyond the one in use (asynchzp async:
+  /// scheduler.prefetch); 0 when it declares nothing on that stream.
+  int prefetch = 0;
 };
 
 /// The plan of `scheduler` from an engine's declaration: the schedule the driver runs (e.actions, or the sequential
 /// one) walked over e.unit(), then e.step_end(), then the driver's own collectives over e.driver_group.
-SchedulerPlan plan_from_engine(std::string scheduler, const PlanInputs& in, EnginePlan& e);
+/// With `events`, every declared call is also appended there with its place and stream (describe_step).
+SchedulerPlan plan_from_engine(std::string scheduler, const PlanInputs& in, EnginePlan& e,
+                               StepDescription* events = nullptr);
 
 /// The topology the plan lays groups on: W ranks, topology.ranks_per_node of them per node (all on one when 0).
 coll::Topology plan_topology(const PlanInputs& in);

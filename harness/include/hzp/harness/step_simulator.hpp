@@ -1,0 +1,51 @@
+// `hzpbench simulate`'s model of one rank's step (docs/simulate.md): a discrete-event run of the step the
+// engine describes (schedulers::describe_step: the driver's unit calls and every declared collective with its
+// place and stream) with each unit's measured forward/backward time and each collective's duration from the link
+// model an emulated run charges (coll::model_collective). Pure arithmetic, no MPI: any W runs on one machine.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "hzp/collectives/link_emulator.hpp"
+#include "hzp/collectives/types.hpp"
+#include "hzp/schedulers/plan.hpp"
+
+namespace hzp::harness {
+
+/// The calibration: wall seconds of each unit's forward and backward for one micro-batch (compute_rate.hpp).
+struct UnitTimes {
+  std::vector<double> forward_s, backward_s;
+};
+
+struct SimulatorLinks {
+  coll::LinkEmulationConfig links;  ///< latency and bandwidth per level (as the emulated run's)
+  int ranks_per_node = 0;           ///< 0: every rank on one node
+  std::size_t small_message_bytes = 65536;  ///< below it the backend's latency-optimal algorithms (fewer rounds)
+};
+
+/// One rank's simulated step, in the run's metric terms (docs/run.md): the step time closes into compute and
+/// exposed communication (the compute thread's waits); comm_time_s sums every call's duration over all streams.
+struct SimulatedStep {
+  double step_s = 0, compute_s = 0, forward_s = 0, backward_s = 0, exposed_comm_s = 0, comm_time_s = 0;
+  /// Per op and level: calls that moved bytes there, bytes sent by the rank, summed duration.
+  std::array<std::array<std::int64_t, coll::kNumLinkLevels>, coll::kNumCollOps> count{}, bytes{};
+  std::array<std::array<double, coll::kNumLinkLevels>, coll::kNumCollOps> time_s{};
+};
+
+/// Modelled duration of one call of `c` over `members` for `world_rank` (its ring or latency-optimal rounds, each
+/// member sending the same bytes per round; the slowest link of a round sets it), with the node's interface shared by
+/// the copies of the group its other ranks run at the same time (nic_busy_s: the node's, whoever the rank is).
+coll::CollectiveModel model_planned_call(const schedulers::PlannedCollective& c, const std::vector<int>& members,
+                                         int world_rank, const SimulatorLinks& links);
+
+/// Runs the step of `d` (one rank's description) against `t`. Rules: compute runs the unit calls in order; a
+/// `compute` collective blocks it where declared (before the unit's compute, or after it for gradients); the
+/// `params` stream issues gathers in order, at most d.prefetch unit calls ahead of the one compute consumes, and
+/// compute waits for a unit's gathers before running it; the `gradients` stream takes each call when declared and
+/// runs them in order. At the step end the gradients stream drains, then the step end's compute collectives run.
+/// Streams share the rank's links (busy-until clocks per level, as the emulator's reservations).
+SimulatedStep simulate_step(const schedulers::StepDescription& d, const UnitTimes& t, const SimulatorLinks& links);
+
+}  // namespace hzp::harness

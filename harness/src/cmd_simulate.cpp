@@ -1,0 +1,251 @@
+// `hzpbench simulate` (docs/simulate.md): the run's configuration for topology.world_size ranks, without MPI:
+// one rank of this machine measures each unit's forward and backward at the run's shapes (the calibration), the
+// links come out of the same profile arithmetic a run uses with that rate, and every rank's step is simulated
+// from the engine's own step description (schedulers::describe_step); the results file has the run's schema
+// with `simulated = 1` and the calibration's provenance.
+#include <cblas.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "hzp/core/clock.hpp"
+#include "hzp/core/error.hpp"
+#include "hzp/core/intra_op.hpp"
+#include "hzp/harness/compute_rate.hpp"
+#include "hzp/harness/link_profiles.hpp"
+#include "hzp/harness/results_file.hpp"
+#include "hzp/harness/run_options.hpp"
+#include "hzp/harness/scheduler_options.hpp"
+#include "hzp/harness/step_simulator.hpp"
+#include "hzp/workloads/data/data_config.hpp"
+#include "results_rows.hpp"
+#include "run_context.hpp"
+#include "run_setup.hpp"
+#include "summary.hpp"
+
+namespace hzp::harness {
+namespace {
+
+// What the simulator cannot describe yet, refused before anything is measured: one line per field.
+void refuse_undescribed(const RunSetup& s) {
+  std::string bad;
+  auto no = [&](const char* key, int v, const char* why) {
+    if (v > 1)
+      bad += "\n  " + std::string(key) + " = " + std::to_string(v) + ": " + why + ". Fix: " + key + " = 1";
+  };
+  no("scheduler.pp", s.sched.pp, "pipeline stages' sends and waits are not simulated yet");
+  no("scheduler.tp", s.sched.tp, "tensor-parallel collectives inside a unit are not simulated yet");
+  no("scheduler.cp", s.sched.cp, "ring attention inside a unit is not simulated yet");
+  no("scheduler.ep", s.sched.ep, "expert all-to-alls are not simulated yet");
+  if (s.opt.backend != "cpu")
+    bad += "\n  backend = " + s.opt.backend + ": the calibration runs on the CPU only so far. Fix: backend = cpu";
+  if (!bad.empty()) HZP_THROW(ConfigError, "hzpbench simulate cannot describe this configuration:", bad);
+}
+
+// Each unit's compute time and the links the steps are charged with, and where both came from.
+struct Calibration {
+  UnitTimes times;
+  SimulatorLinks links;
+  std::string source, links_how;
+  double micro_batch_s = 0, peak_flops_per_s = 0;
+};
+
+// One rank of this machine runs the model at the run's shapes; the links follow from its rate exactly as a run's.
+Calibration measured_calibration(const RunSetup& s, const workloads::DataSource& source, int rpn, int micro_batches) {
+  // OpenBLAS threads as one rank of the target would get them on this machine (run_context.cpp): a calibration
+  // with every core's threads measures another machine than the run's ranks see.
+  set_compute_threads(s, s.world_size);
+  const std::unique_ptr<workloads::Workload> model = s.model->build(s.train.precision);
+  const ModelRate rate = measure_model_rate(*model, s.train, source, micro_batches);
+  LinkPlanInput li = link_plan_input(s);
+  li.given.enabled = true;  // the simulator charges the links whether or not a run would emulate them
+  li.flops_per_s = rate.flops_per_s;
+  li.micro_batch_s = rate.micro_batch_s;
+  const LinkPlan lp = plan_links(li);
+  Calibration c;
+  c.times = {rate.unit_forward_s, rate.unit_backward_s};
+  c.links = {lp.links, rpn, s.comm.small_message_bytes};
+  c.source = "measured: each unit's forward and backward on one rank of this machine, mean of " +
+             std::to_string(rate.micro_batches) + " micro-batch(es) at the run's shapes, " +
+             std::to_string(openblas_get_num_threads()) + " OpenBLAS and " + std::to_string(core::intra_op_threads()) +
+             " intra-op thread(s)";
+  c.links_how = lp.how;
+  c.micro_batch_s = rate.micro_batch_s;
+  c.peak_flops_per_s = rate.flops_per_s;
+  return c;
+}
+
+// The cluster of links.profile: each unit's share of a micro-batch's model FLOPs (in proportion to the parameters
+// it reads: the attention term is spread like the weights) at the profile's peak times simulate.mfu, forward one
+// third and backward two thirds; the profile's own bandwidths, and its cards per node unless the topology says.
+Calibration profile_calibration(const RunSetup& s, int rpn) {
+  const LinkProfile* p = find_link_profile(s.opt.links_profile);
+  if (p == nullptr)
+    HZP_THROW(ConfigError, "simulate.calibration = profile needs a cluster, and links.profile = \"", s.opt.links_profile,
+              "\" names none. Fix: links.profile = h100-dgx or paper-npu");
+  const workloads::ParamLayout layout = s.model->layout();
+  const int units = layout.num_units();
+  std::vector<double> reads(static_cast<std::size_t>(units), 0.0);
+  double total = 0;
+  for (int u = 0; u < units; ++u) {
+    for (int b : layout.param_blocks(u)) reads[static_cast<std::size_t>(u)] += static_cast<double>(layout.unit_numel(b));
+    total += reads[static_cast<std::size_t>(u)];
+  }
+  const double rate = p->peak_tflops * 1e12 * s.opt.sim_mfu;
+  const double mb_flops = s.model->flops_per_token().full_attention *
+                          static_cast<double>(s.train.micro_batch_size * s.model->seq_len());
+  Calibration c;
+  for (int u = 0; u < units; ++u) {
+    const double t = mb_flops * reads[static_cast<std::size_t>(u)] / total / rate;
+    c.times.forward_s.push_back(t / 3);
+    c.times.backward_s.push_back(2 * t / 3);
+  }
+  coll::LinkEmulationConfig links = s.comm.links;
+  links.enabled = true;
+  links.intra.bandwidth_gbps = p->intra_gbps;
+  links.inter.bandwidth_gbps = p->inter_gbps;
+  if (rpn == 0 && s.world_size % p->cards_per_node != 0)
+    HZP_THROW(ConfigError, "topology.ranks_per_node = 0 takes links.profile = ", p->name, "'s ", p->cards_per_node,
+              " cards per node, which do not divide topology.world_size = ", s.world_size,
+              ". Fix: set topology.ranks_per_node to a divisor of ", s.world_size, ", or a world size that is a multiple of ",
+              p->cards_per_node);
+  c.links = {links, rpn > 0 ? rpn : p->cards_per_node, s.comm.small_message_bytes};
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "profile %s: %.4g TFLOP/s x simulate.mfu %.3g, units by their parameters' share of "
+                "the model FLOPs", std::string(p->name).c_str(), p->peak_tflops, s.opt.sim_mfu);
+  c.source = buf;
+  std::snprintf(buf, sizeof buf, "profile %s as given: intra %.4g GB/s, inter %.4g GB/s per device, %d per node (%s)",
+                std::string(p->name).c_str(), p->intra_gbps, p->inter_gbps, c.links.ranks_per_node,
+                std::string(p->source).c_str());
+  c.links_how = buf;
+  c.micro_batch_s = mb_flops / rate;
+  c.peak_flops_per_s = p->peak_tflops * 1e12;
+  return c;
+}
+
+}  // namespace
+
+Command add_simulate_command(CLI::App& app, std::vector<std::string> argv) {
+  struct Args {
+    RunCliArgs run;
+    int micro_batches = 3;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* sub = app.add_subcommand(
+      "simulate", "Simulate one step of a run at topology.world_size ranks from a calibration on this machine");
+  add_config_options(*sub, args->run.config);
+  sub->add_option("--out", args->run.out, "Results file (default: output.path or results/<time>-<hash>.h5)");
+  sub->add_flag("--force", args->run.force, "Overwrite an existing results file");
+  sub->add_option("--calibrate", args->micro_batches, "Micro-batches timed for the calibration (after one warm-up)")
+      ->default_val(3)
+      ->check(CLI::PositiveNumber);
+  sub->footer(
+      "Example: hzpbench simulate --set model.preset=small --set topology.world_size=4 "
+      "--set topology.ranks_per_node=2 --set scheduler.name=zero3 --out results/sim.h5\n");
+
+  return {sub, [args, argv = std::move(argv)] {
+            const auto w0 = resolve_run_config(args->run, 1).get_int("topology.world_size");
+            const int world = w0 > 0 ? static_cast<int>(w0) : 1;
+            const ResolvedConfig cfg = resolve_run_config(args->run, world);
+            const RunSetup s = plan_run(cfg, world);
+            refuse_undescribed(s);
+            const int rpn = static_cast<int>(cfg.get_int("topology.ranks_per_node"));  // plan_run checked it
+            const std::string path = s.opt.output_path.empty() ? default_output_path(cfg, unix_seconds()) : s.opt.output_path;
+            check_output_path(path, args->run.force);
+
+            const std::unique_ptr<workloads::DataSource> source = workloads::make_data_source(s.data);
+            const Calibration cal = s.opt.sim_calibration == "profile" ? profile_calibration(s, rpn)
+                                                                       : measured_calibration(s, *source, rpn, args->micro_batches);
+            const SimulatorLinks& sl = cal.links;
+
+            // ---- every rank's step
+            const workloads::ParamLayout layout = s.model->layout();
+            const Stopwatch sim_clock;
+            std::vector<RankSample> samples(static_cast<std::size_t>(world));
+            for (int r = 0; r < world; ++r) {
+              schedulers::PlanInputs in = plan_inputs_from(cfg, *s.model, layout, r);
+              in.ranks_per_node = sl.ranks_per_node;  // a profile's cards per node when the topology names none
+              const schedulers::StepDescription d = schedulers::describe_step(s.opt.scheduler, in);
+              const SimulatedStep st = simulate_step(d, cal.times, sl);
+              RankSample& x = samples[static_cast<std::size_t>(r)];
+              x[RankField::step_time_s] = st.step_s;
+              x[RankField::cpu_time_s] = st.compute_s;
+              x[RankField::compute_s] = st.compute_s;
+              x[RankField::forward_s] = st.forward_s;
+              x[RankField::backward_s] = st.backward_s;
+              x[RankField::exposed_comm_s] = st.exposed_comm_s;
+              x[RankField::transfer_wait_s] = st.exposed_comm_s;  // peers join together in the model
+              x[RankField::comm_time_s] = st.comm_time_s;
+              x[StepField::tokens] = static_cast<double>(s.train.global_batch * s.model->seq_len());
+              x[StepField::loss] = std::nan("");
+              x[StepField::grad_norm] = std::nan("");
+              x[StepField::lr] = std::nan("");
+              x[StepField::clip_coefficient] = std::nan("");
+              for (int op = 0; op < coll::kNumCollOps; ++op)
+                for (int lv = 0; lv < coll::kNumLinkLevels; ++lv) {
+                  const auto o = static_cast<coll::CollOp>(op);
+                  const auto l = static_cast<coll::LinkLevel>(lv);
+                  x.comm(o, l, 0) = static_cast<double>(st.count[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)]);
+                  x.comm(o, l, 1) = static_cast<double>(st.bytes[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)]);
+                  x.comm(o, l, 2) = st.time_s[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)];
+                }
+            }
+            const double sim_s = sim_clock.wall();
+
+            StepScale scale;
+            scale.world_size = world;
+            const workloads::FlopsPerToken f = s.model->flops_per_token();
+            scale.flops_per_token_full = f.full_attention;
+            scale.flops_per_token_causal = f.causal_attention;
+            scale.active_only = f.active_only;
+            scale.peak_flops_per_rank = s.opt.peak_tflops > 0 ? s.opt.peak_tflops * 1e12 : cal.peak_flops_per_s;
+            const StepRecord rec = aggregate_step(0, samples, scale);
+
+            // ---- the results file
+            RunInfo info;
+            info.argv = argv;
+            info.config_toml = cfg.to_toml(true);
+            info.world_size = world;
+            const int nodes_of = sl.ranks_per_node > 0 ? sl.ranks_per_node : world;
+            info.topology = coll::Topology::virtual_nodes(world, nodes_of, 0).describe();
+            info.backend = s.opt.backend;
+            for (const auto& [k, v] : source->provenance()) info.data.emplace_back(k, v);
+            ResultsWriter w = ResultsWriter::create(path, info, args->run.force);
+            const std::vector<std::pair<std::string, AttrValue>> attrs = {
+                {"simulated", std::int64_t{1}},
+                {"simulate.ranks", std::int64_t{world}},
+                {"simulate.ranks_per_node", std::int64_t{sl.ranks_per_node}},
+                {"simulate.wall_s", sim_s},
+                {"calibration.source", cal.source},
+                {"calibration.micro_batch_s", cal.micro_batch_s},
+                {"scheduler", s.opt.scheduler},
+                {"model.description", s.model->describe()},
+                {"model.num_params", s.model->num_params()},
+                {"model.flops_per_token", scale.flops_per_token_full},
+                {"device.peak_flops_per_rank", scale.peak_flops_per_rank},
+                {"links.how", cal.links_how},
+                {"links.intra_bandwidth_gbps", sl.links.intra.bandwidth_gbps},
+                {"links.inter_bandwidth_gbps", sl.links.inter.bandwidth_gbps},
+                {"links.intra_latency_us", sl.links.intra.latency_us},
+                {"links.inter_latency_us", sl.links.inter.latency_us},
+                {"warmup_steps", std::int64_t{0}}};
+            for (const auto& [k, v] : attrs) w.set_attribute(k, v);
+            ResultsRows rows(world, false);
+            rows.append(w, rec, samples);
+            w.finish(RunStatus::ok());
+
+            std::printf("simulated %s at W = %d (%d per node): step %.4g s, exposed communication %.1f%% of it, compute "
+                        "%.4g s per rank; calibration %.4g s per micro-batch; links %s; %d ranks simulated in %.3g s\n"
+                        "results: %s\n",
+                        s.opt.scheduler.c_str(), world, nodes_of, rec.step_time_s, 100.0 * rec.exposed_comm_frac,
+                        samples[0][RankField::compute_s], cal.micro_batch_s, cal.links_how.c_str(), world, sim_s,
+                        path.c_str());
+            return 0;
+          }};
+}
+
+}  // namespace hzp::harness

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Simulated against emulated (docs/simulate.md "Validation"): for each scheduler, an emulated run under mpiexec
+(`hzpbench run`, links emulated) and `hzpbench simulate` of the same configuration on the links that run used
+(its recorded bandwidths and latencies, so both are charged the same links; the simulator's compute comes from its
+own calibration). Prints, per scheduler, simulated / measured for the step time (median after the warm-up) and the
+exposed communication, and whether the bytes per op, level and rank of the simulated step equal the measured last
+step's.
+
+--check (the CTest test simulate_vs_run_np4): exit 1 unless every byte count is equal and the step-time and
+exposed-communication ratios lie in [1/3, 3]. The bound is loose on purpose: CI shares 2 cores between the ranks,
+their threads and the calibration, so timings move by tens of percent between runs; the bytes do not move at all.
+
+    scripts/simulate_vs_run.py --hzpbench build/bin/hzpbench --ranks 4 --preset tiny
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+
+import h5py
+
+LAYOUTS = {  # name -> extra --set arguments (W = 4 in two nodes of 2)
+    "zero3": ["scheduler.name=zero3"],
+    "hsdp": ["scheduler.name=hsdp", "scheduler.group_size=2"],
+    "ddp": ["scheduler.name=ddp"],
+    "asynchzp-async": ["scheduler.name=asynchzp", "scheduler.z1=4", "scheduler.z2=2", "scheduler.z3=2"],
+    "asynchzp-inline": ["scheduler.name=asynchzp", "scheduler.z1=4", "scheduler.z2=2", "scheduler.z3=2",
+                        "scheduler.async=false"],
+}
+
+
+def sets(pairs):
+    out = []
+    for p in pairs:
+        out += ["--set", p]
+    return out
+
+
+def comm_bytes(f, row):
+    """{(op, level): [bytes per rank]} of one row of comm/*/*/bytes."""
+    out = {}
+    for op in f["comm"]:
+        for level in f["comm"][op]:
+            out[(op, level)] = [int(v) for v in f["comm"][op][level]["bytes"][row]]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hzpbench", default="build/bin/hzpbench")
+    ap.add_argument("--mpiexec", default="mpiexec")
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--ranks-per-node", type=int, default=2)
+    ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--layouts", default=",".join(LAYOUTS))
+    ap.add_argument("--dir", default="results/simulate_vs_run")
+    ap.add_argument("--check", action="store_true")
+    a = ap.parse_args()
+    os.makedirs(a.dir, exist_ok=True)
+    common = [f"model.preset={a.preset}", f"train.steps={a.steps}", "harness.warmup_steps=1",
+              f"topology.ranks_per_node={a.ranks_per_node}"]
+    failures = []
+    print(f"{'layout':18} {'step sim/meas':>14} {'exposed sim/meas':>17}  bytes")
+    for name in a.layouts.split(","):
+        cfg = common + LAYOUTS[name]
+        run_h5 = os.path.join(a.dir, f"run-{name}.h5")
+        sim_h5 = os.path.join(a.dir, f"sim-{name}.h5")
+        subprocess.run([a.mpiexec, "-n", str(a.ranks), a.hzpbench, "run", *sets(cfg), "--out", run_h5, "--force"],
+                       check=True, stdout=subprocess.DEVNULL, timeout=600)
+        with h5py.File(run_h5, "r", locking=False) as f:
+            at = f.attrs
+            links = [f"links.profile=none", "links.comm_to_compute=0",
+                     f"links.intra.bandwidth_gbps={float(at['links.intra_bandwidth_gbps'])!r}",
+                     f"links.inter.bandwidth_gbps={float(at['links.inter_bandwidth_gbps'])!r}",
+                     f"links.intra.latency_us={float(at['links.intra_latency_us'])!r}",
+                     f"links.inter.latency_us={float(at['links.inter_latency_us'])!r}"]
+            rows = f["steps/step_time_s"].shape[0]
+            measured_step = statistics.median(f["steps/step_time_s"][1:])
+            measured_exposed = statistics.median(f["ranks/exposed_comm_s"][1:].mean(axis=1))
+            measured_bytes = comm_bytes(f, rows - 1)
+        subprocess.run([a.hzpbench, "simulate", *sets(cfg + [f"topology.world_size={a.ranks}"] + links),
+                        "--out", sim_h5, "--force"], check=True, stdout=subprocess.DEVNULL, timeout=600)
+        with h5py.File(sim_h5, "r", locking=False) as g:
+            sim_step = float(g["steps/step_time_s"][0])
+            sim_exposed = float(g["ranks/exposed_comm_s"][0].mean())
+            sim_bytes = comm_bytes(g, 0)
+        nonzero = lambda d: {k: v for k, v in d.items() if any(v)}
+        same = nonzero(measured_bytes) == nonzero(sim_bytes)
+        r_step, r_exp = sim_step / measured_step, sim_exposed / measured_exposed
+        print(f"{name:18} {r_step:14.3f} {r_exp:17.3f}  {'equal' if same else 'DIFFER'}")
+        if not same:
+            failures.append(f"{name}: bytes per op/level/rank differ:\n  measured {nonzero(measured_bytes)}\n"
+                            f"  simulated {nonzero(sim_bytes)}")
+        for what, r in (("step time", r_step), ("exposed communication", r_exp)):
+            if not (1 / 3 <= r <= 3):
+                failures.append(f"{name}: simulated/measured {what} = {r:.3f}, outside [1/3, 3]")
+    if failures:
+        print("\n".join(failures), file=sys.stderr)
+    return 1 if a.check and failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
