@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "hzp/core/error.hpp"
@@ -23,15 +25,23 @@ using workloads::ParamLayout;
 using workloads::ParamTensor;
 using workloads::Unit;
 
+ParamTensor whole(std::string name, Shape shape, std::int64_t offset) {
+  ParamTensor t;
+  t.name = std::move(name);
+  t.shape = shape;
+  t.offset = offset;
+  return t;
+}
+
 // Unit 0: tensors a [3], b [5]; unit 1: tensor c [4].
 ParamLayout two_units() {
   Unit u0;
   u0.name = "u0";
-  u0.tensors = {ParamTensor{"a", Shape{3}, 0, {}}, ParamTensor{"b", Shape{5}, 3, {}}};
+  u0.tensors = {whole("a", Shape{3}, 0), whole("b", Shape{5}, 3)};
   u0.numel = 8;
   Unit u1;
   u1.name = "u1";
-  u1.tensors = {ParamTensor{"c", Shape{4}, 0, {}}};
+  u1.tensors = {whole("c", Shape{4}, 0)};
   u1.numel = 4;
   return ParamLayout({u0, u1});
 }
