@@ -27,17 +27,15 @@ void add(TensorView out, ConstTensorView a, ConstTensorView b, StreamRef s) {
   check_device(k, "a", a.device(), s);
   check_device(k, "b", b.device(), s);
   if (s.device().is_cuda()) return cuda::add(out, a, b, s);
-  auto run = [&]<typename T>(T*, const T*) {
+  const DType t = out.dtype();
+  if (t != DType::f64 && t != DType::f32 && t != DType::bf16)
+    HZP_THROW(PreconditionError, "add: unsupported dtype ", dtype_name(t));
+  dispatch_float(t, [&](auto tag) {
+    using T = decltype(tag);
     for_element_ranges(out.numel(), [&](std::int64_t lo, std::int64_t hi) {
       add_ref(out.as<T>() + lo, a.as<T>() + lo, b.as<T>() + lo, hi - lo);
     });
-  };
-  switch (out.dtype()) {
-    case DType::f64: return run(static_cast<double*>(nullptr), static_cast<const double*>(nullptr));
-    case DType::f32: return run(static_cast<float*>(nullptr), static_cast<const float*>(nullptr));
-    case DType::bf16: return run(static_cast<bf16*>(nullptr), static_cast<const bf16*>(nullptr));
-    default: HZP_THROW(PreconditionError, "add: unsupported dtype ", dtype_name(out.dtype()));
-  }
+  });
 }
 
 }  // namespace hzp::kernels

@@ -1,6 +1,6 @@
 // GEMM launcher on the CPU: validates the operands, then calls OpenBLAS (dgemm for fp64, sgemm for
-// fp32, and sgemm on fp32 widenings held in the caller's workspace for bf16), split over the intra-op pool. The triple-loop
-// reference in gemm_ref.hpp is the oracle; this file is the production CPU path.
+// fp32, and sgemm on fp32 widenings held in the caller's workspace for bf16), split over the intra-op pool.
+// The triple-loop reference in gemm_ref.hpp is the oracle; this file is the production CPU path.
 #include "hzp/kernels/gemm.hpp"
 
 #include <cblas.h>

@@ -7,6 +7,7 @@
 
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/checks.hpp"
+#include "hzp/kernels/scalar.hpp"
 #include "common/cpu_parallel.hpp"
 #include "common/cuda_twins.hpp"
 #include "rmsnorm/rmsnorm_ref.hpp"
@@ -47,18 +48,14 @@ void rmsnorm_fwd(TensorView y, TensorView rstd, ConstTensorView x, ConstTensorVi
   for (auto [arg, dev] : {std::pair{"y", y.device()}, {"rstd", rstd.device()}, {"x", x.device()}, {"w", w.device()}})
     check_device(k, arg, dev, s);
   if (s.device().is_cuda()) return cuda::rmsnorm_fwd(y, rstd, x, w, eps, s);
-  auto run = [&]<typename T>(const T*) {
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
     using A = acc_t<T>;
     for_row_ranges(rows, dim, [&](std::int64_t b, std::int64_t e) {
       rmsnorm_fwd_ref(y.as<T>() + b * dim, rstd.as<A>() + b, x.as<T>() + b * dim, w.as<T>(), e - b, dim,
                       static_cast<A>(eps));
     });
-  };
-  switch (x.dtype()) {
-    case DType::f64: return run(static_cast<const double*>(nullptr));
-    case DType::f32: return run(static_cast<const float*>(nullptr));
-    default: return run(static_cast<const bf16*>(nullptr));
-  }
+  });
 }
 
 void rmsnorm_bwd(TensorView dx, TensorView dw, ConstTensorView dy, ConstTensorView x, ConstTensorView w,
@@ -81,7 +78,8 @@ void rmsnorm_bwd(TensorView dx, TensorView dw, ConstTensorView dy, ConstTensorVi
   if (s.device().is_cuda()) return cuda::rmsnorm_bwd(dx, dw, dy, x, w, rstd, accumulate, s);
   // dx by rows, then dw by columns (each column's sum over the rows keeps the reference's row order), so the
   // split over the intra-op pool changes no sum.
-  auto run = [&]<typename T>(const T*) {
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
     const auto* r = rstd.as<acc_t<T>>();
     for_row_ranges(rows, dim, [&](std::int64_t b, std::int64_t e) {
       rmsnorm_bwd_dx_rows(dx.as<T>(), dy.as<T>(), x.as<T>(), w.as<T>(), r, b, e, dim);
@@ -89,12 +87,7 @@ void rmsnorm_bwd(TensorView dx, TensorView dw, ConstTensorView dy, ConstTensorVi
     for_row_ranges(dim, rows, [&](std::int64_t b, std::int64_t e) {
       rmsnorm_bwd_dw_columns(dw.as<grad_t<T>>(), dy.as<T>(), x.as<T>(), r, rows, dim, b, e, accumulate);
     });
-  };
-  switch (x.dtype()) {
-    case DType::f64: return run(static_cast<const double*>(nullptr));
-    case DType::f32: return run(static_cast<const float*>(nullptr));
-    default: return run(static_cast<const bf16*>(nullptr));
-  }
+  });
 }
 
 }  // namespace hzp::kernels

@@ -7,6 +7,7 @@
 
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/checks.hpp"
+#include "hzp/kernels/scalar.hpp"
 #include "common/cuda_twins.hpp"
 #include "common/cpu_parallel.hpp"
 #include "swiglu/swiglu_ref.hpp"
@@ -40,16 +41,12 @@ std::int64_t check_like_gate(std::string_view k, ConstTensorView gate, std::init
 void swiglu_fwd(TensorView out, ConstTensorView gate, ConstTensorView up, StreamRef s) {
   const std::int64_t n = check_like_gate("swiglu_fwd", gate, {Arg{"up", up}, Arg{"out", out}}, s);
   if (s.device().is_cuda()) return cuda::swiglu_fwd(out, gate, up, s);
-  auto run = [&]<typename T>(const T*) {
+  dispatch_float(gate.dtype(), [&](auto tag) {
+    using T = decltype(tag);
     for_element_ranges(n, [&](std::int64_t b, std::int64_t e) {
       swiglu_fwd_ref(out.as<T>() + b, gate.as<T>() + b, up.as<T>() + b, e - b);
     });
-  };
-  switch (gate.dtype()) {
-    case DType::f64: return run(static_cast<const double*>(nullptr));
-    case DType::f32: return run(static_cast<const float*>(nullptr));
-    default: return run(static_cast<const bf16*>(nullptr));
-  }
+  });
 }
 
 void swiglu_bwd(TensorView dgate, TensorView dup, ConstTensorView dout, ConstTensorView gate, ConstTensorView up,
@@ -57,16 +54,12 @@ void swiglu_bwd(TensorView dgate, TensorView dup, ConstTensorView dout, ConstTen
   const std::int64_t n = check_like_gate(
       "swiglu_bwd", gate, {Arg{"up", up}, Arg{"dout", dout}, Arg{"dgate", dgate}, Arg{"dup", dup}}, s);
   if (s.device().is_cuda()) return cuda::swiglu_bwd(dgate, dup, dout, gate, up, s);
-  auto run = [&]<typename T>(const T*) {
+  dispatch_float(gate.dtype(), [&](auto tag) {
+    using T = decltype(tag);
     for_element_ranges(n, [&](std::int64_t b, std::int64_t e) {
       swiglu_bwd_ref(dgate.as<T>() + b, dup.as<T>() + b, dout.as<T>() + b, gate.as<T>() + b, up.as<T>() + b, e - b);
     });
-  };
-  switch (gate.dtype()) {
-    case DType::f64: return run(static_cast<const double*>(nullptr));
-    case DType::f32: return run(static_cast<const float*>(nullptr));
-    default: return run(static_cast<const bf16*>(nullptr));
-  }
+  });
 }
 
 }  // namespace hzp::kernels
