@@ -6,7 +6,9 @@
 // minutes per step; 8 gives the same per-token rate, the optimizer amortised over 8 sequences), and the
 // attention kernel (0 = auto: cuDNN's fused kernel where it runs; 1 = the unfused kernels), side by side.
 // BM_Step1bEngine runs the same step through the data-parallel engines at one rank (a one-rank NCCL group):
-// what each engine's bookkeeping, collectives and buffers cost against `none` on the same shape.
+// what each engine's bookkeeping, collectives and buffers cost against `none` on the same shape; asynchzp async
+// (two background threads, each with its stream) and inline, with the compute stream's stall on communication
+// in the last step (device_comm_wait_ms, from the engine's timed events).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include "hzp/core/caching_allocator.hpp"
 #include "hzp/core/cuda_backing.hpp"
 #include "hzp/core/stream.hpp"
+#include "hzp/schedulers/asynchzp.hpp"
 #include "hzp/schedulers/scheduler.hpp"
 #include "hzp/workloads/data/markov_source.hpp"
 #include "hzp/workloads/presets.hpp"
@@ -27,7 +30,7 @@ namespace {
 using namespace hzp;
 
 constexpr double kPeakTflops = 989.0;  // H100 SXM dense bf16
-constexpr const char* kEngines[] = {"none", "ddp", "zero1", "zero2", "zero3"};
+constexpr const char* kEngines[] = {"none", "ddp", "zero1", "zero2", "zero3", "asynchzp", "asynchzp-inline"};
 
 void run_step(benchmark::State& state, std::int64_t micro_batches, kernels::AttentionImpl attention,
               const char* engine) {
@@ -52,6 +55,8 @@ void run_step(benchmark::State& state, std::int64_t micro_batches, kernels::Atte
   args.train = train;
   args.allocator = &alloc;
   args.stream = stream.ref();
+  const bool inline_form = std::string_view(engine) == "asynchzp-inline";
+  args.options.async = !inline_form;
   coll::SelfBootstrap solo;
   std::unique_ptr<coll::NcclCommunicator> world;
   if (std::string_view(engine) != "none") {
@@ -60,7 +65,7 @@ void run_step(benchmark::State& state, std::int64_t micro_batches, kernels::Atte
     world = std::make_unique<coll::NcclCommunicator>(solo, config);
     args.world = world.get();
   }
-  const auto trainer = schedulers::make_scheduler(engine, args);
+  const auto trainer = schedulers::make_scheduler(inline_form ? "asynchzp" : engine, args);
   std::int64_t step = 0;
   trainer->step({step++, &source});  // warm-up: cuBLASLt heuristics, the allocator's segments
   TimedEvent t0(Device::cuda(0)), t1(Device::cuda(0));
@@ -80,6 +85,8 @@ void run_step(benchmark::State& state, std::int64_t micro_batches, kernels::Atte
       tokens * f.causal_attention / (kPeakTflops * 1e12), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["peak_TFLOPs_used"] = kPeakTflops;
   state.counters["peak_reserved_GiB"] = static_cast<double>(alloc.stats().peak_reserved_bytes) / (1 << 30);
+  if (const auto* a = dynamic_cast<const schedulers::AsyncHzpScheduler*>(trainer.get()))
+    state.counters["device_comm_wait_ms"] = a->async_stats().device_wait_s * 1e3;
   state.SetLabel(engine);
 }
 
@@ -97,6 +104,8 @@ BENCHMARK(BM_Step1bEngine)
     ->Args({8, 2})
     ->Args({8, 3})
     ->Args({8, 4})
+    ->Args({8, 5})
+    ->Args({8, 6})
     ->ArgNames({"micro_batches", "engine"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)

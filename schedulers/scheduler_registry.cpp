@@ -57,7 +57,7 @@ constexpr std::array kEntries = {
     Entry{"zero2", &make_zero2_scheduler, &plan_zero2, &dims_world, true},
     Entry{"zero3", &make_zero3_scheduler, &plan_zero3, &dims_world, true},
     Entry{"hsdp", &make_hsdp_scheduler, &plan_hsdp, &dims_group, true},
-    Entry{"asynchzp", &make_asynchzp_scheduler, &plan_asynchzp_engine, &asynchzp_parallel_dims},
+    Entry{"asynchzp", &make_asynchzp_scheduler, &plan_asynchzp_engine, &asynchzp_parallel_dims, true},
     Entry{"nd", &make_nd_scheduler, &plan_nd_engine, &nd_parallel_dims},
 };
 

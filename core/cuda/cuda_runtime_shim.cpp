@@ -99,6 +99,7 @@ void check_device_index(int device) {
   if (device >= n)
     HZP_THROW(CudaError, "CUDA device ", device, " requested but ", n, " device(s) are usable on this machine");
 }
+void set_device(int device) { HZP_CUDA_CHECK(cudaSetDevice(device)); }
 void* device_malloc(int device, std::size_t bytes) {
   DeviceGuard g(device);
   void* p = nullptr;

@@ -25,6 +25,7 @@ void event_synchronize(void*) { absent("a CUDA event"); }
 bool event_query(void*) { absent("a CUDA event"); }
 double event_elapsed_ms(void*, void*) { absent("a CUDA event"); }
 void check_device_index(int) { absent("CUDA device memory"); }
+void set_device(int) { absent("a CUDA device"); }
 void* device_malloc(int, std::size_t) { absent("CUDA device memory"); }
 void device_free(int, void*) noexcept {}
 void memcpy_async(void*, const void*, std::size_t, void*) { absent("a copy to or from a CUDA device"); }

@@ -27,6 +27,8 @@ double event_elapsed_ms(void* start, void* end);
 
 /// Throws CudaError unless `device` names a usable device.
 void check_device_index(int device);
+/// cudaSetDevice for the calling thread.
+void set_device(int device);
 /// cudaMalloc on `device`; nullptr when out of memory (the error is cleared), else throws.
 void* device_malloc(int device, std::size_t bytes);
 void device_free(int device, void* ptr) noexcept;

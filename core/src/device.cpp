@@ -16,6 +16,9 @@ bool cuda_compiled() noexcept { return HZP_HAVE_CUDA != 0; }
 int cuda_device_count() noexcept { return cuda_shim::device_count(); }
 std::string cuda_runtime_version() { return cuda_shim::runtime_version(); }
 std::string cuda_device_name(int i) { return cuda_shim::device_name(i); }
+void make_device_current(Device d) {
+  if (d.is_cuda()) cuda_shim::set_device(d.index);
+}
 
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");

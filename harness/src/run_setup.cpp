@@ -145,7 +145,7 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
               "or model.experts = 0 for the dense model");
   if (s.opt.backend == "cuda") {
     // The CUDA kernels, device memory and streams exist (docs/cuda.md); what runs a step on them is the
-    // scheduler: none and the synchronous ZeRO family do, the others keep their state in host memory.
+    // scheduler: none, the synchronous ZeRO family and asynchzp do; nd keeps its state in host memory.
     if (!cuda_compiled())
       HZP_THROW(ConfigError, "backend = cuda: this hzpbench was built without CUDA. Fix: rebuild with "
                 "-DHZP_CUDA=ON on a machine with the CUDA toolkit, or backend = cpu");

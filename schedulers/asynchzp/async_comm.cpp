@@ -10,6 +10,8 @@
 #include "hzp/schedulers/step/stage_reuse.hpp"
 #include "hzp/collectives/comm_wait_observer.hpp"
 #include "hzp/core/clock.hpp"
+#include "hzp/core/cuda_backing.hpp"
+#include "hzp/core/device.hpp"
 #include "hzp/core/error.hpp"
 
 namespace hzp::schedulers {
@@ -26,7 +28,14 @@ void Ticket::wait(std::chrono::nanoseconds deadline, const char* what) const {
   if (state_->error) std::rethrow_exception(state_->error);
 }
 
-CommThread::CommThread(std::string name) : name_(std::move(name)), thread_([this] { run(); }) {}
+bool Ticket::order(StreamRef s) const {
+  if (!state_ || !state_->enqueued) return false;
+  state_->enqueued->wait(s);
+  return true;
+}
+
+CommThread::CommThread(std::string name, StreamRef lane)
+    : name_(std::move(name)), lane_(lane), thread_([this] { run(); }) {}
 
 CommThread::~CommThread() {
   std::deque<std::pair<std::function<void()>, std::shared_ptr<Ticket::State>>> dropped;
@@ -59,6 +68,14 @@ Ticket CommThread::submit(std::function<void()> task) {
 }
 
 void CommThread::run() {
+  // CUDA's current device is the thread's own: the lane's device, before anything is enqueued on it.
+  std::exception_ptr device_error;
+  try {
+    make_device_current(lane_.device());
+  } catch (...) {
+    device_error = std::current_exception();
+  }
+  if (device_error) failed_ = device_error;
   for (;;) {
     std::function<void()> task;
     std::shared_ptr<Ticket::State> st;
@@ -72,9 +89,15 @@ void CommThread::run() {
     }
     // After a failure nothing more is communicated: the first error answers every later ticket.
     std::exception_ptr err = failed_;
+    std::unique_ptr<Event> enqueued;
     if (!err) {
       try {
         task();
+        // What the task enqueued on the lane, for the compute stream to wait on where it uses the result.
+        if (lane_.device().is_cuda()) {
+          enqueued = std::make_unique<Event>(lane_.device());
+          enqueued->record(lane_);
+        }
       } catch (...) {
         err = std::current_exception();
         failed_ = err;
@@ -84,8 +107,47 @@ void CommThread::run() {
     std::lock_guard lock(st->m);
     st->done = true;
     st->error = err;
+    st->enqueued = std::move(enqueued);
     st->cv.notify_all();
   }
+}
+
+// --- RingFence / Block / StallClock -----------------------------------------------------------------------
+
+void RingFence::record(StreamRef s) {
+  if (s.device().is_cpu()) return;
+  std::lock_guard lock(m_);
+  event_.record(s);
+}
+
+bool RingFence::wait(StreamRef s) {
+  if (s.device().is_cpu()) return false;
+  std::lock_guard lock(m_);
+  event_.wait(s);
+  return true;
+}
+
+void Block::reset() noexcept {
+  if (slot_ && fence_ != nullptr) {
+    try {
+      fence_->record(release_on_);
+    } catch (...) {
+      // A failed device: the step is failing anyway; the slot still goes back so the pool can be torn down.
+    }
+  }
+  slot_.release();
+  alloc_.reset();
+  fence_ = nullptr;
+}
+
+StallClock::Sums StallClock::settle() {
+  Sums sums;
+  for (const Mark& m : marks_) {
+    sums.seconds += TimedEvent::elapsed_ms(m.before, m.after) * 1e-3;
+    ++(m.at_issue ? sums.at_issue : sums.at_use);
+  }
+  marks_.clear();
+  return sums;
 }
 
 // --- AsyncComm -------------------------------------------------------------------------------------------
@@ -110,12 +172,21 @@ AsyncComm::AsyncComm(const Setup& s) : s_(s) {
 
   z3_ = s.z3->duplicate("z3");
   z2_ = s.z2->duplicate("z2");
-  gather_ = std::make_unique<GatherScatter>(*z3_, s.seg->l3, *s.alloc);
-  rs_ = std::make_unique<GatherScatter>(*z2_, s.seg->l2, *s.alloc);
-  gather_inline_ = std::make_unique<GatherScatter>(*s.z3, s.seg->l3, *s.alloc);
-  rs_inline_ = std::make_unique<GatherScatter>(*s.z2, s.seg->l2, *s.alloc);
-  param_thread_ = std::make_unique<CommThread>("parameter thread");
-  grad_thread_ = std::make_unique<CommThread>("gradient thread");
+  const Device dev = s.compute.device();
+  ag_fence_ = std::make_unique<RingFence>(dev);
+  rs_fence_ = std::make_unique<RingFence>(dev);
+  param_lane_ = Stream(dev);
+  grad_lane_ = Stream(dev);
+  param_scratch_ = std::make_unique<StreamScratch>(param_lane_.ref());
+  grad_scratch_ = std::make_unique<StreamScratch>(grad_lane_.ref());
+  gather_ = std::make_unique<GatherScatter>(*z3_, s.seg->l3, *s.alloc, param_lane_.ref());
+  rs_ = std::make_unique<GatherScatter>(*z2_, s.seg->l2, *s.alloc, grad_lane_.ref());
+  gather_->set_scratch_keeper(param_scratch_.get());
+  rs_->set_scratch_keeper(grad_scratch_.get());
+  gather_inline_ = std::make_unique<GatherScatter>(*s.z3, s.seg->l3, *s.alloc, s.compute);
+  rs_inline_ = std::make_unique<GatherScatter>(*s.z2, s.seg->l2, *s.alloc, s.compute);
+  param_thread_ = std::make_unique<CommThread>("parameter thread", param_lane_.ref());
+  grad_thread_ = std::make_unique<CommThread>("gradient thread", grad_lane_.ref());
 }
 
 AsyncComm::~AsyncComm() {
@@ -184,7 +255,52 @@ void AsyncComm::begin_step(const std::vector<Action>& actions, bool reuse, Tenso
     stats_.gather_wanted_s.assign(total, 0.0);
     stats_.gather_wait_s = stats_.scatter_wait_s = 0;
   }
+  // The refreshes and gathers read the shards the last update wrote on the compute stream.
+  lanes_after_compute();
   while (next_queue_ < std::min<std::size_t>(total, static_cast<std::size_t>(s_.prefetch))) queue_gather(next_queue_++);
+}
+
+void AsyncComm::lanes_after_compute() {
+  if (s_.compute.device().is_cpu()) return;
+  auto updated = std::make_shared<Event>(s_.compute.device());
+  updated->record(s_.compute);
+  param_thread_->submit([this, updated] { updated->wait(param_lane_.ref()); });
+  grad_thread_->submit([this, updated] { updated->wait(grad_lane_.ref()); });
+}
+
+namespace {
+// The compute stream waits for everything enqueued on `lane` so far (its thread is idle: the caller waited).
+void join_lane(StreamRef compute, StreamRef lane, StallClock* stall) {
+  if (compute.device().is_cpu()) return;
+  Event done(lane.device());
+  done.record(lane);
+  if (stall != nullptr)
+    stall->around([&] { done.wait(compute); });
+  else
+    done.wait(compute);
+}
+}  // namespace
+
+void AsyncComm::compute_after_param_lane() { join_lane(s_.compute, param_lane_.ref(), s_.stall); }
+void AsyncComm::compute_after_grad_lane() { join_lane(s_.compute, grad_lane_.ref(), s_.stall); }
+
+void AsyncComm::complete_requests(std::function<void()> param_extra, std::function<void()> grad_extra) {
+  if (s_.compute.device().is_cpu()) return;  // the host waits for every collective as it goes
+  const Ticket p = param_thread_->submit([this, f = std::move(param_extra)] {
+    gather_->complete();
+    if (f) f();
+    param_scratch_->collect();
+  });
+  const Ticket g = grad_thread_->submit([this, f = std::move(grad_extra)] {
+    rs_->complete();
+    if (f) f();
+    grad_scratch_->collect();
+  });
+  // Not a background wait of the step (the stream has passed these collectives): no interval recorded.
+  p.wait(deadline_, "the parameter thread's collectives");
+  g.wait(deadline_, "the gradient thread's collectives");
+  gather_inline_->complete();
+  rs_inline_->complete();
 }
 
 void AsyncComm::queue_refresh(int unit) {
@@ -197,6 +313,8 @@ void AsyncComm::finish_refresh() {
   for (int u = 0; u < static_cast<int>(refreshes_.size()); ++u) queue_refresh(u);
   for (const Ticket& t : refreshes_) wait(t, "the step-end parameter all-gather");
   refresh_ = nullptr;
+  // The update after this writes the shards the refreshes (and the gathers before them) read on the lane.
+  compute_after_param_lane();
 }
 
 void AsyncComm::queue_gather(std::size_t k) {
@@ -217,7 +335,10 @@ void AsyncComm::queue_gather(std::size_t k) {
   const TensorView shard = params_;
   const DType t = s_.param_dtype;
   p.ticket = param_thread_->submit([this, u, k, ring, bytes, seg, shard, t, held, alloc, blk = p.block] {
-    *blk = held ? Block(alloc->allocate(bytes, AllocationTag::comm)) : Block(pool_->acquire(ring, bytes));
+    // A slot comes back when the compute thread has queued its last use; the lane waits until that use has run.
+    *blk = held ? Block(alloc->allocate(bytes, AllocationTag::comm))
+                : Block(pool_->acquire(ring, bytes), ag_fence_.get(), s_.compute);
+    if (!held) ag_fence_->wait(param_lane_.ref());
     {
       std::lock_guard lock(stats_m_);
       stats_.gather_issued_s[k] = wall_seconds();
@@ -227,7 +348,7 @@ void AsyncComm::queue_gather(std::size_t k) {
     for (int sg = seg->first(u); sg < seg->end(u); ++sg) {
       const ConstTensorView piece(static_cast<const std::byte*>(shard.data()) +
                                       seg->l3.slice_offset(sg) * std::int64_t(dtype_size(t)),
-                                  Shape{seg->l3.slice_numel(sg)}, t);
+                                  Shape{seg->l3.slice_numel(sg)}, t, shard.device());
       seg->gather_segment(*gather_, sg, piece, base, t);
     }
   });
@@ -249,13 +370,13 @@ Block AsyncComm::next_gathered(int unit) {
   Pending p = std::move(gathers_.front());
   gathers_.pop_front();
   if (!p.block) {
-    wait(refreshes_[static_cast<std::size_t>(unit)], "the step-end parameter all-gather");
+    wait(refreshes_[static_cast<std::size_t>(unit)], "the step-end parameter all-gather", /*use=*/true);
     Block b(s_.alloc->allocate(static_cast<std::size_t>(s_.seg->unit_block_numel(unit)) * dtype_size(s_.param_dtype),
                                AllocationTag::comm));
     for (int sg = s_.seg->first(unit); sg < s_.seg->end(unit); ++sg) {
       const ConstTensorView piece(static_cast<const std::byte*>(params_.data()) +
                                       s_.seg->l3.slice_offset(sg) * std::int64_t(dtype_size(s_.param_dtype)),
-                                  Shape{s_.seg->l3.slice_numel(sg)}, s_.param_dtype);
+                                  Shape{s_.seg->l3.slice_numel(sg)}, s_.param_dtype, params_.device());
       s_.seg->gather_segment(*gather_inline_, sg, piece, static_cast<std::byte*>(b.data()), s_.param_dtype);
     }
     std::lock_guard lock(stats_m_);
@@ -263,7 +384,7 @@ Block AsyncComm::next_gathered(int unit) {
     return b;
   }
   const Stopwatch waited;
-  wait(p.ticket, "a parameter all-gather");
+  wait(p.ticket, "a parameter all-gather", /*use=*/true);
   {
     std::lock_guard lock(stats_m_);
     stats_.gather_wait_s += waited.wall();
@@ -275,9 +396,15 @@ Block AsyncComm::grad_block(int unit) {
   const std::int64_t n = s_.seg->unit_block_numel(unit), real = s_.layout->unit_numel(unit);
   const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
   const RingId ring = shared_[unit] ? rs_shared_ring_ : rs_ring_;
-  if (!fits(ring, bytes)) return Block(s_.seg->new_grad_block(unit, *s_.alloc));
-  Block b(pool_->acquire(ring, bytes));
-  if (n > real) std::memset(b.data_as<float>() + real, 0, static_cast<std::size_t>(n - real) * sizeof(float));
+  if (!fits(ring, bytes)) return Block(s_.seg->new_grad_block(unit, *s_.alloc, DType::f32, s_.compute));
+  // The slot is released on the gradient lane once its reduce-scatter is queued: the compute stream writes it
+  // only after that reduce-scatter has run.
+  Block b(pool_->acquire(ring, bytes), rs_fence_.get(), grad_lane_.ref());
+  if (s_.stall != nullptr)
+    s_.stall->around([&] { rs_fence_->wait(s_.compute); });
+  else
+    rs_fence_->wait(s_.compute);
+  if (n > real) zero_bytes(b.data_as<float>() + real, static_cast<std::size_t>(n - real) * sizeof(float), s_.compute);
   return b;
 }
 
@@ -289,7 +416,7 @@ void AsyncComm::reduce_scatter(int unit, Block block, bool accumulate) {
     const std::size_t e = dtype_size(grads.dtype());
     for (int sg = seg->first(unit); sg < seg->end(unit); ++sg) {
       const TensorView out(static_cast<std::byte*>(grads.data()) + seg->l2.slice_offset(sg) * std::int64_t(e),
-                           Shape{seg->l2.slice_numel(sg)}, grads.dtype());
+                           Shape{seg->l2.slice_numel(sg)}, grads.dtype(), grads.device());
       seg->reduce_scatter_segment(gs, sg, b.data(), out, accumulate, *s_.alloc);
     }
   };
@@ -301,7 +428,15 @@ void AsyncComm::reduce_scatter(int unit, Block block, bool accumulate) {
     return;
   }
   auto blk = std::make_shared<Block>(std::move(block));
-  scatters_.push_back(grad_thread_->submit([this, scatter, blk] {
+  // The gradient is final once the backward queued so far has run: the one event the compute stream records
+  // when a collective is issued (it never waits here).
+  std::shared_ptr<Event> final_grad;
+  if (s_.compute.device().is_cuda()) {
+    final_grad = std::make_shared<Event>(s_.compute.device());
+    final_grad->record(s_.compute);
+  }
+  scatters_.push_back(grad_thread_->submit([this, scatter, blk, final_grad] {
+    if (final_grad) final_grad->wait(grad_lane_.ref());
     scatter(*rs_, *blk);
     blk->reset();  // gradient memory back to the ring as soon as the reduce-scatter is done
     std::lock_guard lock(stats_m_);
@@ -309,13 +444,20 @@ void AsyncComm::reduce_scatter(int unit, Block block, bool accumulate) {
   }));
 }
 
-void AsyncComm::wait(const Ticket& t, const char* what) {
+void AsyncComm::wait(const Ticket& t, const char* what, bool use) {
   const double begin = wall_seconds();
-  // A wait on the background threads' collectives is a communication wait: a watchdog must not take this
-  // rank, waiting for a stalled peer through them, for the one that stopped.
-  const coll::CommWaitScope waiting;
-  t.wait(deadline_, what);
+  {
+    // A wait on the background threads' collectives is a communication wait: a watchdog must not take this
+    // rank, waiting for a stalled peer through them, for the one that stopped.
+    const coll::CommWaitScope waiting;
+    t.wait(deadline_, what);
+  }
   waits_.emplace_back(begin, wall_seconds());
+  if (!use || s_.compute.device().is_cpu()) return;
+  if (s_.stall != nullptr)
+    s_.stall->around([&] { (void)t.order(s_.compute); });
+  else
+    (void)t.order(s_.compute);
 }
 
 void AsyncComm::finish_reduce_scatters() {
@@ -323,6 +465,7 @@ void AsyncComm::finish_reduce_scatters() {
   std::vector<Ticket> pending;
   pending.swap(scatters_);
   for (const Ticket& t : pending) wait(t, "a gradient reduce-scatter");
+  compute_after_grad_lane();  // the optimizer reads the shards the reduce-scatters wrote
   std::lock_guard lock(stats_m_);
   stats_.scatter_wait_s += waited.wall();
 }

@@ -11,6 +11,19 @@
 // about to run; the reduced gradients before the optimizer). An exception on a background thread is kept,
 // every later task on that thread fails with it without communicating, and the compute thread rethrows it
 // at its next wait: one clear error. Every wait has a deadline.
+//
+// On a CUDA compute stream (docs/cuda.md, "asynchzp on the GPU") each thread also owns a stream, its lane:
+// everything the thread enqueues (its collectives over its own communicators, copies, the accumulating add) is
+// ordered on it, and the streams meet only through events, the paper's Fig. 3 right:
+//   - a task's completion is an event recorded on its lane; the compute stream waits on it only where it uses
+//     the result (a gathered block right before the unit that consumes it; the lanes at the step's end);
+//   - a ring slot released by one stream and acquired by another carries a fence (RingFence): the releaser
+//     records it, the acquirer's stream waits on it (a gather waits for the compute stream to be done with the
+//     slot's last block, a gradient block for the reduce-scatter that read it);
+//   - a reduce-scatter waits on an event recorded right after the backward that made its gradient final, and a
+//     step's first refresh and gathers on one recorded after the last update.
+// Issuing never makes the compute stream wait. Scratch that a lane's queued work still uses is held until the
+// lane has passed it (StreamScratch): the caching allocator knows no streams.
 #pragma once
 
 #include <chrono>
@@ -28,6 +41,8 @@
 #include "hzp/collectives/communicator.hpp"
 #include "hzp/core/caching_allocator.hpp"
 #include "hzp/core/ring_pool.hpp"
+#include "hzp/core/stream.hpp"
+#include "hzp/schedulers/common/engine_memory.hpp"
 #include "hzp/schedulers/asynchzp.hpp"
 #include "asynchzp/asynchzp_segments.hpp"
 #include "hzp/schedulers/step/schedule.hpp"
@@ -42,6 +57,9 @@ class Ticket {
   /// Blocks until the task has run (at most `deadline`, then TimeoutError naming `what`); rethrows its
   /// exception. A default-constructed ticket returns at once.
   void wait(std::chrono::nanoseconds deadline, const char* what) const;
+  /// After wait(): makes `s` wait (on the device) for the work the task enqueued on its thread's lane. False
+  /// when there is nothing to wait for (a host lane, or no task).
+  bool order(StreamRef s) const;
 
  private:
   friend class CommThread;
@@ -50,6 +68,7 @@ class Ticket {
     std::condition_variable cv;
     bool done = false;
     std::exception_ptr error;
+    std::unique_ptr<Event> enqueued;  // recorded on the lane after the task (CUDA lanes only)
   };
   std::shared_ptr<State> state_;
 };
@@ -58,7 +77,9 @@ class Ticket {
 /// their tickets complete with the first error.
 class CommThread {
  public:
-  explicit CommThread(std::string name);
+  /// `lane`: the stream the thread's tasks enqueue on (the host stream, or a CUDA stream whose device the
+  /// thread makes current before its first task).
+  explicit CommThread(std::string name, StreamRef lane = StreamRef::host());
   /// Runs what is queued, then joins.
   ~CommThread();
   CommThread(const CommThread&) = delete;
@@ -69,6 +90,7 @@ class CommThread {
  private:
   void run();
   std::string name_;
+  StreamRef lane_;
   std::mutex m_;
   std::condition_variable cv_;
   std::deque<std::pair<std::function<void()>, std::shared_ptr<Ticket::State>>> queue_;
@@ -77,26 +99,92 @@ class CommThread {
   std::thread thread_;
 };
 
-/// A unit's full block: a ring slot, or a caching-allocator block (fallback and inline paths).
+/// The device-side release of a ring's slots when they are released by one stream and acquired by another:
+/// the releasing stream records it just before a slot goes back (host side), and the acquiring stream waits on
+/// it before it writes the slot. One event per ring, re-recorded at every release: a wait on the latest record
+/// covers every earlier release on the same stream, the slot's own among them. No-ops on the host.
+class RingFence {
+ public:
+  explicit RingFence(Device d) : event_(d) {}
+  void record(StreamRef s);
+  /// False on the host (nothing to wait for).
+  bool wait(StreamRef s);
+
+ private:
+  std::mutex m_;
+  Event event_;
+};
+
+/// A unit's full block: a ring slot, or a caching-allocator block (fallback and inline paths). A slot with a
+/// fence records it on `release_on` when released.
 class Block {
  public:
   Block() = default;
   explicit Block(Allocation a) : alloc_(std::move(a)) {}
-  explicit Block(RingSlot s) : slot_(std::move(s)) {}
+  explicit Block(RingSlot s, RingFence* fence = nullptr, StreamRef release_on = StreamRef::host())
+      : slot_(std::move(s)), fence_(fence), release_on_(release_on) {}
+  ~Block() { reset(); }
+  Block(Block&& o) noexcept
+      : alloc_(std::move(o.alloc_)), slot_(std::move(o.slot_)), fence_(o.fence_), release_on_(o.release_on_) {}
+  Block& operator=(Block&& o) noexcept {
+    if (this != &o) {
+      reset();
+      alloc_ = std::move(o.alloc_);
+      slot_ = std::move(o.slot_);
+      fence_ = o.fence_;
+      release_on_ = o.release_on_;
+    }
+    return *this;
+  }
   void* data() const noexcept { return slot_ ? slot_.data() : alloc_.data(); }
   template <typename T>
   T* data_as() const noexcept {
     return static_cast<T*>(data());
   }
   explicit operator bool() const noexcept { return static_cast<bool>(slot_) || static_cast<bool>(alloc_); }
-  void reset() noexcept {
-    slot_.release();
-    alloc_.reset();
-  }
+  void reset() noexcept;
 
  private:
   Allocation alloc_;
   RingSlot slot_;
+  RingFence* fence_ = nullptr;
+  StreamRef release_on_ = StreamRef::host();
+};
+
+/// The compute stream's stalls on communication, from timed events recorded right before and after each point
+/// where it waits (CUDA only: on the host nothing is recorded, the compute thread's own waits are timed by the
+/// harness). A wait is "at issue" when the stream waits where the collective is enqueued (inline: NCCL orders
+/// the stream after it), "at use" when it waits where the result is consumed (async). settle(), after the
+/// stream has passed them (the norm's synchronisation), sums them.
+class StallClock {
+ public:
+  struct Sums {
+    double seconds = 0;
+    std::uint64_t at_use = 0, at_issue = 0;
+  };
+  explicit StallClock(StreamRef compute) : compute_(compute) {}
+  /// Runs `enqueue_wait` (which makes the compute stream wait) between two timed events.
+  template <typename F>
+  void around(F&& enqueue_wait, bool at_issue = false) {
+    if (compute_.device().is_cpu()) {
+      enqueue_wait();
+      return;
+    }
+    marks_.push_back({TimedEvent(compute_.device()), TimedEvent(compute_.device()), at_issue});
+    marks_.back().before.record(compute_);
+    enqueue_wait();
+    marks_.back().after.record(compute_);
+  }
+  /// The waits recorded since the last settle(); their events must have completed.
+  Sums settle();
+
+ private:
+  struct Mark {
+    TimedEvent before, after;
+    bool at_issue = false;
+  };
+  StreamRef compute_;
+  std::vector<Mark> marks_;
 };
 
 /// The parameter blocks a schedule gathers, in the order its actions consume them (FirstUseGathers).
@@ -125,6 +213,8 @@ class AsyncComm {
     int prefetch = 1;
     double pool_mb = 0;
     SchedulerOptions::PoolFallback fallback = SchedulerOptions::PoolFallback::error;
+    StreamRef compute = StreamRef::host();  ///< the compute stream (a CUDA one gives each thread a lane)
+    StallClock* stall = nullptr;            ///< times the compute stream's waits on the lanes (CUDA)
   };
   /// Builds the pool (ConfigError naming the sizes when a unit does not fit and fallback is error) and
   /// starts the threads. Collective over the groups (duplicates the communicators).
@@ -161,8 +251,24 @@ class AsyncComm {
   /// The gather schedule of one micro-batch (units in the order they are gathered).
   const std::vector<int>& gathers_this_step() const noexcept { return order_; }
   AsyncHzpStats stats() const;
-  /// Waits for `t` (deadline()) and records the interval as a background wait of this step.
-  void wait(const Ticket& t, const char* what);
+  /// Waits for `t` (deadline()) and records the interval as a background wait of this step; with `use`, the
+  /// compute stream also waits (on the device) for what the task enqueued: the result is used next.
+  void wait(const Ticket& t, const char* what, bool use = false);
+  /// Makes the threads' lanes wait for the work enqueued on the compute stream so far (the last update before
+  /// a refresh reads the optimizer slices); no-op on the host.
+  void lanes_after_compute();
+  /// Makes the compute stream wait for everything enqueued on the parameter / gradient lane so far (after
+  /// waiting for the thread's tickets: the thread is idle). No-op on the host.
+  void compute_after_param_lane();
+  void compute_after_grad_lane();
+  /// The lanes and their scratch keepers, for the scheduler's step-end groups run on the threads.
+  StreamRef param_lane() const noexcept { return param_lane_.ref(); }
+  StreamRef grad_lane() const noexcept { return grad_lane_.ref(); }
+  StreamScratch& param_scratch() noexcept { return *param_scratch_; }
+  StreamScratch& grad_scratch() noexcept { return *grad_scratch_; }
+  /// Completes the collectives the lanes have ordered (CUDA: their requests are kept, engine_memory.hpp), each
+  /// on its thread, plus `param_extra` / `grad_extra` there; call once the compute stream has passed them.
+  void complete_requests(std::function<void()> param_extra = {}, std::function<void()> grad_extra = {});
   /// This step's background waits (StepStats::background_waits); cleared by begin_step().
   const std::vector<std::pair<double, double>>& background_waits() const noexcept { return waits_; }
 
@@ -179,6 +285,11 @@ class AsyncComm {
   std::unique_ptr<GatherScatter> gather_inline_, rs_inline_;  // fallbacks, on the compute thread's groups
   std::unique_ptr<RingPool> pool_;
   RingId ag_ring_, ag_shared_ring_, rs_ring_, rs_shared_ring_;
+  // Released on the compute stream, acquired by the parameter lane (gathers); released on the gradient lane,
+  // acquired by the compute stream (gradient blocks).
+  std::unique_ptr<RingFence> ag_fence_, rs_fence_;
+  Stream param_lane_, grad_lane_;  // host streams unless the compute stream is a CUDA one
+  std::unique_ptr<StreamScratch> param_scratch_, grad_scratch_;
   std::chrono::nanoseconds deadline_;
   TensorView params_, grads_;
 

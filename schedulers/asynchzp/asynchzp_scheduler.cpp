@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "hzp/core/clock.hpp"
+#include "hzp/core/cuda_backing.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/kernels/cast.hpp"
@@ -42,6 +43,7 @@
 #include "hzp/schedulers/common/shard_layout.hpp"
 #include "hzp/schedulers/common/shared_stage_grads.hpp"
 #include "hzp/schedulers/common/distinct_norm.hpp"
+#include "hzp/schedulers/common/engine_memory.hpp"
 #include "hzp/schedulers/common/sharded_optimizer.hpp"
 #include "hzp/schedulers/common/state_dump.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
@@ -59,24 +61,12 @@ namespace {
 using workloads::ParamLayout;
 using StepEnd = SchedulerOptions::StepEnd;
 
-TensorView at(const Allocation& a, DType t, std::int64_t offset, std::int64_t n) {
-  return TensorView(static_cast<std::byte*>(a.data()) + offset * static_cast<std::int64_t>(dtype_size(t)), Shape{n},
-                    t);
-}
-
-Allocation zeroed(CachingAllocator& a, std::int64_t n, DType t, AllocationTag tag) {
-  const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(t);
-  Allocation r = a.allocate(bytes, tag);
-  if (r) std::memset(r.data(), 0, bytes);
-  return r;
-}
-
 // The scheduler is its own parameter engine; the step's loop is the shared StepDriver's.
 class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
  public:
   explicit AsyncHzp(const SchedulerArgs& args);
   ~AsyncHzp() override;
-  AsyncHzpStats async_stats() const override { return async_ ? async_->stats() : AsyncHzpStats{}; }
+  AsyncHzpStats async_stats() const override;
   std::string_view name() const override { return "asynchzp"; }
   StepStats step(const StepBatch& batch) override { return driver_->step(batch, *this); }
   ReplicaDigests replicated_state() const override;
@@ -93,6 +83,12 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
   void checkpoint(StateArchive& archive) override;
 
  private:
+  // Buffers on the engine's device (the host, or one GPU: engine_memory.hpp), zeroed on the compute stream.
+  TensorView at(const Allocation& a, DType t, std::int64_t offset, std::int64_t n) const {
+    return view_at(a, t, offset, n, alloc_->device());
+  }
+  Allocation zeroed(std::int64_t n, DType t, AllocationTag tag) const { return zeroed_on(*alloc_, n, t, tag, stream_); }
+  bool on_gpu() const { return stream_.device().is_cuda(); }
   TensorView param_shard(int s) const { return at(params_, pdt_, l3().slice_offset(s), l3().slice_numel(s)); }
   TensorView opt_piece(int s) const {
     return at(params_, pdt_, l3().slice_offset(s) + (o_ % (g_.z1() / g_.z3())) * l1().slice_numel(s),
@@ -119,6 +115,17 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
     std::unique_ptr<coll::Communicator> replica_dup, opt_replica_dup, refresh_dup;  // async only
     coll::Communicator *replica = nullptr, *opt_replica = nullptr, *refresh = nullptr;
     std::unique_ptr<GatherScatter> replica_rs, opt_ag, refresh_ag;
+    // Where the exchange and the refresh run: the compute stream (inline), or the gradient / parameter lane.
+    StreamRef grad_stream = StreamRef::host(), param_stream = StreamRef::host();
+    StreamScratch* grad_scratch = nullptr;  // the gradient lane's keeper (async on a GPU), else none
+    StreamOrderedRequests replica_requests;  // the all-reduce step end's, completed once per step
+    // Completes what the exchange (on grad_stream) and the refresh (on param_stream) ordered; on their threads.
+    void complete_grad_side() {
+      replica_requests.complete();
+      if (replica_rs) replica_rs->complete();
+      if (opt_ag) opt_ag->complete();
+    }
+    void complete_param_side() { refresh_ag->complete(); }
   };
   void make_end_groups(EndGroups& e, bool duplicate);
   // Gradient shards summed over the replicas; returns the optimizer slice's gradient ([l1 slice_total]).
@@ -131,6 +138,10 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
   void refresh_unit(EndGroups& e, int u);
   // Async: the refresh still due from the last step, run now (state read between steps).
   void ensure_refreshed();
+  // Inline: every unit's refresh on the compute stream (a wait where it is issued, on a GPU).
+  void refresh_inline();
+  // On a GPU, once the norm has synchronised the step: the stall clock read, the kept requests completed.
+  void settle_device_step();
   // Async: waits for the queued reduce-scatters and the per-unit gradient exchanges.
   void drain_gradient_thread();
 
@@ -175,6 +186,9 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
   Allocation opt_grad_;  // the optimizer slice's gradient when it is not a view of grads_ (as grads_, tag comm)
   std::unique_ptr<FixedPointGrads> fixed_;  // deterministic mode only
   std::unique_ptr<ShardedOptimizer> opt_;
+  StreamRef stream_ = StreamRef::host();  // the compute stream: the host's, or a CUDA stream
+  std::unique_ptr<StallClock> stall_;     // the compute stream's waits on communication (CUDA)
+  AsyncHzpStats device_waits_;            // last step: the stall clock's sums (device_wait_s, waits)
   std::unique_ptr<AsyncComm> async_;  // before the blocks: they may hold its ring slots
   bool refresh_due_ = false;          // async: the shards do not yet hold the last update (or the initial one)
   std::vector<Ticket> exchanges_;     // async: this step's per-unit gradient exchanges
@@ -205,6 +219,8 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
       alloc_(args.allocator),
       pdt_(workloads::param_dtype(args.train.precision)),
       g_(validated_groups(args)) {
+  stream_ = args.stream;
+  stall_ = std::make_unique<StallClock>(stream_);
   // The mesh shards over z1 (its dp_shard axis times cp) and replicates over W / z1; the nested z2 and z3 groups
   // and the step end's groups are cut from the data × context group (context-parallel ranks hold the same weights
   // and each contributes its tokens' share of a gradient), ordered by NestedGroups' slice indices. cp is the
@@ -237,26 +253,26 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
   // The reduce-scatter step end cuts every gradient slice into R pieces of W-th size: pad to W.
   const int pad = opts_.step_end == StepEnd::reduce_scatter ? w : g_.z1();
   seg_ = std::make_unique<Segments>(layout, opts_.launch, g_, pad);
-  gather_ = std::make_unique<GatherScatter>(*z3_comm_, l3(), *alloc_);
-  rs_ = std::make_unique<GatherScatter>(*z2_comm_, l2(), *alloc_);
+  gather_ = std::make_unique<GatherScatter>(*z3_comm_, l3(), *alloc_, stream_);
+  rs_ = std::make_unique<GatherScatter>(*z2_comm_, l2(), *alloc_, stream_);
   make_end_groups(end_inline_, false);
   const int segs = l3().num_segments();
 
-  params_ = zeroed(*alloc_, l3().slice_total(), pdt_, AllocationTag::param);
-  grads_ = zeroed(*alloc_, l2().slice_total(), gdt(), AllocationTag::grad);
+  params_ = zeroed(l3().slice_total(), pdt_, AllocationTag::param);
+  grads_ = zeroed(l2().slice_total(), gdt(), AllocationTag::grad);
   if (g_.z1() > g_.z2() || opts_.step_end == StepEnd::reduce_scatter)
-    opt_grad_ = zeroed(*alloc_, l1().slice_total(), gdt(), AllocationTag::comm);
+    opt_grad_ = zeroed(l1().slice_total(), gdt(), AllocationTag::comm);
 
   std::vector<TensorView> pieces;
   for (int s = 0; s < segs; ++s) pieces.push_back(opt_piece(s));
   opt_ = std::make_unique<ShardedOptimizer>(train_, std::move(pieces), *alloc_,
-                                            slice_initializer(*model_, l1(), o_, train_.seed));
+                                            slice_initializer(*model_, l1(), o_, train_.seed), stream_);
   // The rest of the shard comes from the other optimizer slices inside it: now, or (async) unit by unit
   // before step 0's gathers, as every later step's refresh.
   if (opts_.async)
     refresh_due_ = true;
   else
-    refresh_params(end_inline_);
+    refresh_inline();
 
   gathered_.resize(static_cast<std::size_t>(layout.num_units()));
   grad_blocks_.resize(static_cast<std::size_t>(layout.num_units()));
@@ -266,7 +282,7 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
   if (opts_.async) async_ = std::make_unique<AsyncComm>(AsyncComm::Setup{
                          .layout = &layout, .seg = seg_.get(), .z3 = z3_comm_.get(), .z2 = z2_comm_.get(),
                          .alloc = alloc_, .param_dtype = pdt_, .prefetch = opts_.prefetch, .pool_mb = opts_.pool_mb,
-                         .fallback = opts_.pool_fallback});
+                         .fallback = opts_.pool_fallback, .compute = stream_, .stall = stall_.get()});
   if (async_) make_end_groups(end_bg_, true);
   // Pipeline stages: the tied table's two stages add their gradient slices before the norm (SharedStageGrads,
   // collective over the world), and the norm counts the units this stage runs. Without stages the whole slice is
@@ -283,7 +299,7 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
   norm_ = std::make_unique<DistinctNorm>(std::move(counted), z1_comm_.get());
   const coll::Communicator& dp = groups.data_parallel();
   driver_ = std::make_unique<StepDriver>("asynchzp", *model_, train_, *alloc_, dp.rank(), dp.size(),
-                                         step_pipeline(opts_, groups, layout.num_units()), groups.context());
+                                         step_pipeline(opts_, groups, layout.num_units()), groups.context(), stream_);
   micro_batches_ = static_cast<int>(train_.micro_batches() / dp.size());
 }
 
@@ -299,10 +315,18 @@ void AsyncHzp::checkpoint(StateArchive& archive) {
     if (opts_.async)
       refresh_due_ = true;
     else
-      refresh_params(end_inline_);
+      refresh_inline();
     driver_->resume_at(archive.next_step());
   }
   checkpoint_side_state(archive, *model_, fixed_.get());
+}
+
+AsyncHzpStats AsyncHzp::async_stats() const {
+  AsyncHzpStats st = async_ ? async_->stats() : AsyncHzpStats{};
+  st.device_wait_s = device_waits_.device_wait_s;
+  st.device_waits_at_use = device_waits_.device_waits_at_use;
+  st.device_waits_at_issue = device_waits_.device_waits_at_issue;
+  return st;
 }
 
 // A step leaves nothing queued on the background threads (it waits for its exchanges and refreshes), so
@@ -310,6 +334,10 @@ void AsyncHzp::checkpoint(StateArchive& archive) {
 AsyncHzp::~AsyncHzp() = default;
 
 void AsyncHzp::make_end_groups(EndGroups& e, bool duplicate) {
+  e.grad_stream = duplicate ? async_->grad_lane() : stream_;
+  e.param_stream = duplicate ? async_->param_lane() : stream_;
+  e.grad_scratch = duplicate ? &async_->grad_scratch() : nullptr;
+  e.replica_requests = StreamOrderedRequests(e.grad_stream);
   e.replica = replica_comm_.get();
   e.opt_replica = opt_replica_comm_.get();
   e.refresh = refresh_comm_.get();
@@ -321,17 +349,26 @@ void AsyncHzp::make_end_groups(EndGroups& e, bool duplicate) {
     e.opt_replica = e.opt_replica_dup.get();
     e.refresh = e.refresh_dup.get();
   }
-  e.refresh_ag = std::make_unique<GatherScatter>(*e.refresh, seg_->in_shard, *alloc_);
+  e.refresh_ag = std::make_unique<GatherScatter>(*e.refresh, seg_->in_shard, *alloc_, e.param_stream);
+  if (duplicate) e.refresh_ag->set_scratch_keeper(&async_->param_scratch());
   if (opts_.step_end == StepEnd::reduce_scatter) {
-    e.replica_rs = std::make_unique<GatherScatter>(*e.replica, seg_->in_grad_slice, *alloc_);
-    e.opt_ag = std::make_unique<GatherScatter>(*e.opt_replica, seg_->in_opt_slice, *alloc_);
+    e.replica_rs = std::make_unique<GatherScatter>(*e.replica, seg_->in_grad_slice, *alloc_, e.grad_stream);
+    e.opt_ag = std::make_unique<GatherScatter>(*e.opt_replica, seg_->in_opt_slice, *alloc_, e.grad_stream);
+    e.replica_rs->set_scratch_keeper(e.grad_scratch);
+    e.opt_ag->set_scratch_keeper(e.grad_scratch);
   }
+}
+
+void AsyncHzp::refresh_inline() {
+  stall_->around([&] { refresh_params(end_inline_); }, /*at_issue=*/true);
 }
 
 void AsyncHzp::ensure_refreshed() {
   if (!refresh_due_) return;
   refresh_due_ = false;
+  async_->lanes_after_compute();  // the refresh reads the optimizer slices the last update wrote
   async_->wait(async_->on_param_thread([this] { refresh_params(end_bg_); }), "the step-end parameter all-gather");
+  async_->compute_after_param_lane();  // state readers read the shards on the compute stream
 }
 
 void AsyncHzp::drain_gradient_thread() {
@@ -339,6 +376,8 @@ void AsyncHzp::drain_gradient_thread() {
   std::vector<Ticket> pending;
   pending.swap(exchanges_);
   for (const Ticket& t : pending) async_->wait(t, "the step-end gradient exchange");
+  // The thread is idle: the optimizer, on the compute stream, reads what its lane wrote.
+  async_->compute_after_grad_lane();
 }
 
 ConstTensorView AsyncHzp::opt_grad_view() const {
@@ -348,14 +387,19 @@ ConstTensorView AsyncHzp::opt_grad_view() const {
 Block AsyncHzp::gather_unit(int u) {
   Block block(
       alloc_->allocate(static_cast<std::size_t>(seg_->unit_block_numel(u)) * dtype_size(pdt_), AllocationTag::comm));
-  for (int s = seg_->first(u); s < seg_->end(u); ++s)
-    seg_->gather_segment(*gather_, s, param_shard(s), static_cast<std::byte*>(block.data()), pdt_);
+  // Inline on a GPU the compute stream waits for the gather where it is issued (the paper's Fig. 3 left).
+  stall_->around([&] {
+    for (int s = seg_->first(u); s < seg_->end(u); ++s)
+      seg_->gather_segment(*gather_, s, param_shard(s), static_cast<std::byte*>(block.data()), pdt_);
+  }, /*at_issue=*/true);
   return block;
 }
 
 void AsyncHzp::reduce_scatter_grad(int u, const Block& block, bool accumulate) {
-  for (int s = seg_->first(u); s < seg_->end(u); ++s)
-    seg_->reduce_scatter_segment(*rs_, s, block.data(), grad_shard(s), accumulate, *alloc_);
+  stall_->around([&] {
+    for (int s = seg_->first(u); s < seg_->end(u); ++s)
+      seg_->reduce_scatter_segment(*rs_, s, block.data(), grad_shard(s), accumulate, *alloc_);
+  }, /*at_issue=*/true);
 }
 
 ConstTensorView AsyncHzp::combine_gradients(EndGroups& e) {
@@ -364,36 +408,38 @@ ConstTensorView AsyncHzp::combine_gradients(EndGroups& e) {
 }
 
 void AsyncHzp::combine_segments(EndGroups& e, int first, int end) {
+  const Device dev = alloc_->device();
   if (opts_.step_end == StepEnd::all_reduce) {
     // One all-reduce of the segments' gradient slice across the R replicas (the paper's "DZP Allreduce").
     const std::int64_t begin = l2().slice_offset(first), n = l2().slice_offset(end) - begin;
     if (e.replica->size() > 1 && n > 0)
-      e.replica->all_reduce(at(grads_, gdt(), begin, n), coll::ReduceOp::sum, StreamRef::host());
+      e.replica_requests.settle(e.replica->start_all_reduce(at(grads_, gdt(), begin, n), coll::ReduceOp::sum, e.grad_stream));
     if (!opt_grad_) return;
     const int f1 = g_.z1() / g_.z2();
     for (int s = first; s < end; ++s)
-      std::memcpy(at(opt_grad_, gdt(), l1().slice_offset(s), 0).data(),
-                  at(grads_, gdt(), l2().slice_offset(s) + (o_ % f1) * l1().slice_numel(s), 0).data(),
-                  static_cast<std::size_t>(l1().slice_numel(s)) * dtype_size(gdt()));
+      copy_bytes(at(opt_grad_, gdt(), l1().slice_offset(s), 0).data(), dev,
+                 at(grads_, gdt(), l2().slice_offset(s) + (o_ % f1) * l1().slice_numel(s), 0).data(), dev,
+                 static_cast<std::size_t>(l1().slice_numel(s)) * dtype_size(gdt()), e.grad_stream);
     return;
   }
   // Reduce-scatter over the replicas to W-th pieces, then all-gather the pieces of the optimizer slice
   // among the Q ranks that hold it.
   const ShardLayout& in = seg_->in_grad_slice;
   const std::int64_t base = in.slice_offset(first);
-  Allocation pieces = zeroed(*alloc_, in.slice_offset(end) - base, gdt(), AllocationTag::comm);
+  Allocation pieces = zeroed_on(*alloc_, in.slice_offset(end) - base, gdt(), AllocationTag::comm, e.grad_stream);
   for (int s = first; s < end; ++s) {
     const TensorView piece = at(pieces, gdt(), in.slice_offset(s) - base, in.slice_numel(s));
     if (e.replica->size() > 1)
       e.replica_rs->reduce_scatter(s, grad_shard(s), piece, false);
     else
-      std::memcpy(piece.data(), grad_shard(s).data(), piece.bytes());
+      copy_bytes(piece.data(), dev, grad_shard(s).data(), dev, piece.bytes(), e.grad_stream);
     const TensorView out = at(opt_grad_, gdt(), l1().slice_offset(s), l1().slice_numel(s));
     if (e.opt_replica->size() > 1)
       e.opt_ag->gather_into(s, piece, out);
     else
-      std::memcpy(out.data(), piece.data(), piece.bytes());
+      copy_bytes(out.data(), dev, piece.data(), dev, piece.bytes(), e.grad_stream);
   }
+  e.replica_rs->retire(std::move(pieces));  // through the lane's keeper when the exchange runs on a lane
 }
 
 void AsyncHzp::refresh_params(EndGroups& e) {
@@ -408,7 +454,7 @@ void AsyncHzp::refresh_unit(EndGroups& e, int u) {
 workloads::UnitParams AsyncHzp::params_of(int u) const {
   workloads::UnitParams p;
   for (int b : model_->layout().param_blocks(u))
-    p.set(b, ConstTensorView(gathered_[b].data(), Shape{model_->layout().unit_numel(b)}, pdt_));
+    p.set(b, ConstTensorView(gathered_[b].data(), Shape{model_->layout().unit_numel(b)}, pdt_, alloc_->device()));
   return p;
 }
 
@@ -450,9 +496,11 @@ workloads::UnitGrads AsyncHzp::unit_grads(int u, const Action& a) {
     if (first_writer && !continues) {
       // A block kept past this action must not hold a ring slot (the ring is sized for blocks in flight).
       const bool kept = !fixed_ && reuse_->grad_held_after(a, b);
-      grad_blocks_[b] = async_ && !kept ? async_->grad_block(b) : Block(seg_->new_grad_block(b, *alloc_));
+      grad_blocks_[b] = async_ && !kept ? async_->grad_block(b)
+                                        : Block(seg_->new_grad_block(b, *alloc_, DType::f32, stream_));
     }
-    gr.set(b, TensorView(grad_blocks_[b].data(), Shape{layout.unit_numel(b)}, DType::f32), !first_writer || continues);
+    gr.set(b, TensorView(grad_blocks_[b].data(), Shape{layout.unit_numel(b)}, DType::f32, alloc_->device()),
+           !first_writer || continues);
   }
   return gr;
 }
@@ -510,14 +558,14 @@ StepFinish AsyncHzp::finish_step(std::int64_t step, double lr) {
     async_->finish_refresh();
     gslice = opt_grad_view();
   } else {
-    gslice = combine_gradients(end_inline_);
+    stall_->around([&] { gslice = combine_gradients(end_inline_); }, /*at_issue=*/true);
   }
   // The tied table's second stage adds its gradient slice (int64 in deterministic mode: exact).
   shared_->all_reduce([&](int u) {
     const std::int64_t begin = l1().slice_offset(seg_->first(u));
     auto* base = static_cast<std::byte*>(const_cast<void*>(gslice.data()));
     return TensorView(base + begin * static_cast<std::int64_t>(dtype_size(gdt())),
-                      Shape{l1().slice_offset(seg_->end(u)) - begin}, gdt());
+                      Shape{l1().slice_offset(seg_->end(u)) - begin}, gdt(), alloc_->device());
   });
   Allocation g32;
   if (fixed_) {
@@ -525,16 +573,36 @@ StepFinish AsyncHzp::finish_step(std::int64_t step, double lr) {
     gslice = ConstTensorView(g32.data(), Shape{l1().slice_total()}, DType::f32);
   }
   const double sq = norm_->sum_squares(gslice, *opt_, fixed_.get());
+  if (on_gpu()) settle_device_step();
   const Stopwatch update;
   StepFinish end;
   end.update = opt_->step(gslice, sq, step, lr);
   end.optimizer_seconds = update.wall();
   // Async: the shards are refreshed unit by unit at the next step's gathers (or by ensure_refreshed()).
-  if (async_)
+  if (async_) {
     refresh_due_ = true;
-  else
-    refresh_params(end_inline_);
+  } else {
+    refresh_inline();  // its requests are completed with the next step's (settle_device_step)
+  }
   return end;
+}
+
+void AsyncHzp::settle_device_step() {
+  // The compute stream has passed every wait of the step (the host waited for it): the stall clock's events
+  // can be read and the collectives' requests completed (their counters recorded, their deadlines checked).
+  stream_.synchronize();
+  const StallClock::Sums sums = stall_->settle();
+  device_waits_.device_wait_s = sums.seconds;
+  device_waits_.device_waits_at_use = sums.at_use;
+  device_waits_.device_waits_at_issue = sums.at_issue;
+  if (async_) {
+    async_->complete_requests([this] { end_bg_.complete_param_side(); }, [this] { end_bg_.complete_grad_side(); });
+  } else {
+    gather_->complete();
+    rs_->complete();
+    end_inline_.complete_grad_side();
+    end_inline_.complete_param_side();
+  }
 }
 
 ReplicaDigests AsyncHzp::replicated_state() const {
@@ -544,17 +612,22 @@ ReplicaDigests AsyncHzp::replicated_state() const {
   ReplicaDigests d;
   d.replica_key = o_;
   auto add = [&](const char* name, const void* p, std::size_t bytes) { d.digests.emplace_back(name, state_digest(p, bytes)); };
-  add("param", params_.data(), static_cast<std::size_t>(l3().slice_total()) * dtype_size(pdt_));
+  auto add_device = [&](const char* name, const void* p, std::size_t bytes) {
+    const std::vector<std::byte> host = host_copy(
+        ConstTensorView(p, Shape{static_cast<std::int64_t>(bytes)}, DType::u8, alloc_->device()), stream_);
+    add(name, host.data(), bytes);
+  };
+  add_device("param", params_.data(), static_cast<std::size_t>(l3().slice_total()) * dtype_size(pdt_));
   if (opts_.step_end == StepEnd::all_reduce)
-    add("grad", grads_.data(), static_cast<std::size_t>(l2().slice_total()) * dtype_size(gdt()));
-  if (opt_->has_master()) add("master", opt_->master().data(), opt_->master().bytes());
-  add("m", opt_->m().data(), opt_->m().bytes());
-  add("v", opt_->v().data(), opt_->v().bytes());
+    add_device("grad", grads_.data(), static_cast<std::size_t>(l2().slice_total()) * dtype_size(gdt()));
+  if (opt_->has_master()) add_device("master", opt_->master().data(), opt_->master().bytes());
+  add_device("m", opt_->m().data(), opt_->m().bytes());
+  add_device("v", opt_->v().data(), opt_->v().bytes());
   return d;
 }
 
 Allocation AsyncHzp::converted_opt_grad() const {
-  Allocation out = zeroed(*alloc_, l1().slice_total(), DType::f32, AllocationTag::comm);
+  Allocation out = zeroed(l1().slice_total(), DType::f32, AllocationTag::comm);
   const ConstTensorView q = opt_grad_view();
   for (int s = 0; s < l1().num_segments(); ++s) {
     const ShardLayout::Range r = l1().valid_range(s, o_);
@@ -579,11 +652,10 @@ std::vector<float> AsyncHzp::gather_master_params() {
 std::vector<float> AsyncHzp::gather_working_params() {
   // The shards take the last update first; then each optimizer slice's piece of them is current everywhere.
   if (async_) ensure_refreshed();
-  std::vector<float> mine(static_cast<std::size_t>(l1().slice_total()));
+  const Allocation mine = zeroed(l1().slice_total(), DType::f32, AllocationTag::comm);
   for (int s = 0; s < l1().num_segments(); ++s)
-    kernels::cast(TensorView(mine.data() + l1().slice_offset(s), Shape{l1().slice_numel(s)}, DType::f32), opt_piece(s),
-                  StreamRef::host());
-  return gather_opt_slices(ConstTensorView(mine.data(), Shape{l1().slice_total()}, DType::f32));
+    kernels::cast(at(mine, DType::f32, l1().slice_offset(s), l1().slice_numel(s)), opt_piece(s), stream_);
+  return gather_opt_slices(at(mine, DType::f32, 0, l1().slice_total()));
 }
 
 std::vector<float> AsyncHzp::gather_opt_slices(ConstTensorView mine) {
@@ -591,7 +663,10 @@ std::vector<float> AsyncHzp::gather_opt_slices(ConstTensorView mine) {
   const int w = world_->size();
   const std::int64_t s1 = l1().slice_total();
   std::vector<float> all(static_cast<std::size_t>(s1 * w));
-  debug_comm_->all_gather(mine, TensorView(all.data(), Shape{s1 * w}, DType::f32), StreamRef::host());
+  // Off the hot path (tests, the state dump): the slice comes to the host first (a NCCL group stages host buffers).
+  const std::vector<float> host = host_floats(mine, stream_);
+  debug_comm_->all_gather(ConstTensorView(host.data(), Shape{s1}, DType::f32),
+                          TensorView(all.data(), Shape{s1 * w}, DType::f32), StreamRef::host());
   std::vector<float> out(static_cast<std::size_t>(l1().total_numel()));
   for (int r = 0; r < w; ++r)
     for (int s = 0; s < l1().num_segments(); ++s) {

@@ -3,6 +3,8 @@
 
 #include <cstring>
 
+#include "hzp/core/cuda_backing.hpp"
+
 #include "hzp/core/error.hpp"
 
 namespace hzp::schedulers {
@@ -67,37 +69,40 @@ bool Segments::in_place(int seg) const { return seg + 1 == end(unit_of(seg)) || 
 
 void Segments::gather_segment(GatherScatter& gs, int seg, ConstTensorView shard, std::byte* block, DType t) const {
   std::byte* base = block + offset_in_unit(seg) * std::int64_t(dtype_size(t));
+  const StreamRef s = gs.stream();
   if (in_place(seg)) {
-    gs.gather_into(seg, shard, TensorView(base, Shape{l3.padded_numel(seg)}, t));
+    gs.gather_into(seg, shard, TensorView(base, Shape{l3.padded_numel(seg)}, t, s.device()));
     return;
   }
-  const Allocation scratch = gs.gather(seg, shard);
-  std::memcpy(base, scratch.data(), static_cast<std::size_t>(l3.numel(seg)) * dtype_size(t));
+  Allocation scratch = gs.gather(seg, shard);
+  copy_bytes(base, s.device(), scratch.data(), s.device(), static_cast<std::size_t>(l3.numel(seg)) * dtype_size(t), s);
+  gs.retire(std::move(scratch));
 }
 
 ConstTensorView Segments::padded_grad(int seg, const void* block, DType t, Allocation& scratch,
-                                      CachingAllocator& alloc) const {
+                                      CachingAllocator& alloc, StreamRef s) const {
   const std::size_t e = dtype_size(t);
   const auto* src = static_cast<const std::byte*>(block) + offset_in_unit(seg) * std::int64_t(e);
-  if (in_place(seg)) return ConstTensorView(src, Shape{l3.padded_numel(seg)}, t);
+  if (in_place(seg)) return ConstTensorView(src, Shape{l3.padded_numel(seg)}, t, s.device());
   scratch = alloc.allocate(static_cast<std::size_t>(l3.padded_numel(seg)) * e, AllocationTag::comm);
-  std::memset(scratch.data(), 0, static_cast<std::size_t>(l3.padded_numel(seg)) * e);
-  std::memcpy(scratch.data(), src, static_cast<std::size_t>(l3.numel(seg)) * e);
-  return ConstTensorView(scratch.data(), Shape{l3.padded_numel(seg)}, t);
+  zero_bytes(scratch.data(), static_cast<std::size_t>(l3.padded_numel(seg)) * e, s);
+  copy_bytes(scratch.data(), s.device(), src, s.device(), static_cast<std::size_t>(l3.numel(seg)) * e, s);
+  return ConstTensorView(scratch.data(), Shape{l3.padded_numel(seg)}, t, s.device());
 }
 
 void Segments::reduce_scatter_segment(GatherScatter& gs, int seg, const void* block, TensorView out,
                                       bool accumulate, CachingAllocator& alloc) const {
   Allocation scratch;
-  gs.reduce_scatter(seg, padded_grad(seg, block, out.dtype(), scratch, alloc), out, accumulate);
+  gs.reduce_scatter(seg, padded_grad(seg, block, out.dtype(), scratch, alloc, gs.stream()), out, accumulate);
+  gs.retire(std::move(scratch));
 }
 
-Allocation Segments::new_grad_block(int unit, CachingAllocator& alloc, DType t) const {
+Allocation Segments::new_grad_block(int unit, CachingAllocator& alloc, DType t, StreamRef s) const {
   const std::int64_t n = unit_block_numel(unit), real = layout->unit_numel(unit);
   const std::size_t e = dtype_size(t);
   Allocation b = alloc.allocate(static_cast<std::size_t>(n) * e, AllocationTag::comm);
   // Padding takes part in the reduce-scatter: it must be zero.
-  if (n > real) std::memset(static_cast<std::byte*>(b.data()) + real * std::int64_t(e), 0, static_cast<std::size_t>(n - real) * e);
+  if (n > real) zero_bytes(static_cast<std::byte*>(b.data()) + real * std::int64_t(e), static_cast<std::size_t>(n - real) * e, s);
   return b;
 }
 

@@ -34,7 +34,7 @@ struct Segments {
   bool in_place(int seg) const;
 
   /// All-gathers segment `seg` from `shard` into the unit block `block` (param dtype `t`), directly when
-  /// in_place, else through a scratch block whose real part is copied.
+  /// in_place, else through a scratch block whose real part is copied; on gs's stream, on its device.
   void gather_segment(GatherScatter& gs, int seg, ConstTensorView shard, std::byte* block, DType t) const;
   /// Reduce-scatters segment `seg` of the unit block into `out` (fp32, or int64 in deterministic mode: the
   /// block holds out.dtype() elements), through a zero-padded scratch copy when not in_place.
@@ -42,10 +42,12 @@ struct Segments {
                               CachingAllocator& alloc) const;
   /// A gradient block for `unit` (tag comm) of `t` elements (fp32; int64 in deterministic mode) whose
   /// padding tail is zero.
-  Allocation new_grad_block(int unit, CachingAllocator& alloc, DType t = DType::f32) const;
+  Allocation new_grad_block(int unit, CachingAllocator& alloc, DType t = DType::f32,
+                            StreamRef s = StreamRef::host()) const;
   /// The padded input of a segment's reduce-scatter, from the unit block of `t` elements (a view when
-  /// in_place, else copied into `scratch`, allocated here).
-  ConstTensorView padded_grad(int seg, const void* block, DType t, Allocation& scratch, CachingAllocator& alloc) const;
+  /// in_place, else copied into `scratch`, allocated here), on `s`'s device.
+  ConstTensorView padded_grad(int seg, const void* block, DType t, Allocation& scratch, CachingAllocator& alloc,
+                              StreamRef s = StreamRef::host()) const;
 
   const workloads::ParamLayout* layout;
   std::vector<int> unit_first_, seg_unit_;

@@ -56,4 +56,27 @@ void StreamOrderedRequests::complete() {
   kept_.clear();
 }
 
+void StreamScratch::keep(Allocation a) {
+  if (!a) return;
+  collect();
+  if (stream_.device().is_cpu()) return;  // `a` is freed here: host work has already run
+  Event done(stream_.device());
+  done.record(stream_);
+  kept_.emplace_back(std::move(done), std::move(a));
+}
+
+void StreamScratch::collect() {
+  while (!kept_.empty() && kept_.front().first.query()) kept_.pop_front();  // recorded in stream order
+}
+
+void StreamScratch::drain() noexcept {
+  if (kept_.empty()) return;
+  try {
+    stream_.synchronize();
+  } catch (...) {
+    // A failed device: the memory goes back regardless (the allocator's owner is being torn down with it).
+  }
+  kept_.clear();
+}
+
 }  // namespace hzp::schedulers

@@ -49,8 +49,9 @@ void GatherScatter::reduce_scatter(int seg, ConstTensorView full, TensorView out
     requests_.settle(group_->start_reduce_scatter(full, out, coll::ReduceOp::sum, stream));
     return;
   }
-  // On a CUDA stream the scratch goes back to the allocator while the add is still queued: safe, since every
-  // later user of the block is ordered after the add on the same stream (docs/cuda.md, Synchronisation).
+  // On a CUDA stream the scratch goes back to the allocator while the add is still queued: safe when every later
+  // user of the block is ordered after the add on the same stream (docs/cuda.md, Synchronisation); a background
+  // stream's engine holds it in its keeper instead (retire()).
   Allocation scratch = alloc_->allocate(static_cast<std::size_t>(s) * dtype_size(full.dtype()), AllocationTag::comm);
   const TensorView tmp(scratch.data(), Shape{s}, full.dtype(), alloc_->device());
   requests_.settle(group_->start_reduce_scatter(full, tmp, coll::ReduceOp::sum, stream));
@@ -58,6 +59,14 @@ void GatherScatter::reduce_scatter(int seg, ConstTensorView full, TensorView out
     add_inplace_i64(out, tmp);
   else
     add_inplace_f32(out, tmp, stream);
+  retire(std::move(scratch));
+}
+
+void GatherScatter::retire(Allocation scratch) {
+  if (keeper_ != nullptr)
+    keeper_->keep(std::move(scratch));
+  else
+    scratch.reset();
 }
 
 ConstTensorView GatherScatter::real_part(int seg, const Allocation& block, DType dtype) const {

@@ -1,12 +1,16 @@
-// GPU test: the data-parallel engines (ddp, zero1, zero2, zero3, hsdp) on one GPU, over a one-rank NCCL group,
+// GPU test: the data-parallel engines (ddp, zero1, zero2, zero3, hsdp, asynchzp async and inline) on one GPU, over
+// a one-rank NCCL group,
 // with their buffers from an allocator over CudaBacking and every kernel and collective on one CUDA stream, as
 // `hzpbench run --set backend=cuda` gives them. Each follows the CPU run of `none` (the single-rank reference:
 // OpenBLAS and the CPU kernels, another step loop) on the same data and initial parameters: fp32 gradients of
 // step 1 to rel L2 1e-5 and the loss at steps 1 and 100 to 1e-4 relative; bf16-mixed within 1% at step 1 and 2%
 // at step 100. The same engine code at W > 1 runs on the CPU through the MPI backend in test_data_parallel; more
-// than one GPU rank needs more than one GPU (docs/cuda.md says what is unrun).
+// than one GPU rank needs more than one GPU (docs/cuda.md says what is unrun). asynchzp's async form runs its two
+// background threads, each with its own stream and NCCL communicators, meeting the compute stream through events
+// only: its compute stream never waits where a collective is issued (counted from the engine's stall clock).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -15,6 +19,7 @@
 
 #include "gpu_test_util.hpp"
 #include "hzp/collectives/nccl_communicator.hpp"
+#include "hzp/schedulers/asynchzp.hpp"
 #include "hzp/schedulers/data_parallel.hpp"
 #include "hzp/schedulers/scheduler.hpp"
 #include "kernel_test_util.hpp"
@@ -72,6 +77,9 @@ struct Curves {
   std::size_t device_bytes = 0;  // the engine's model state in device memory (tags param, grad, master, m, v)
 };
 
+/// "asynchzp-inline" is asynchzp with scheduler.async = false (the paper's Fig. 3 left); the rest are registry names.
+std::string registry_name(const std::string& engine) { return engine == "asynchzp-inline" ? "asynchzp" : engine; }
+
 Curves train_both(const std::string& engine, workloads::Precision precision, std::int64_t steps) {
   const Reference& ref = cpu_reference(precision, steps);
   NoneRun cpu("tiny");  // the same model, data and configuration as the reference run
@@ -84,7 +92,8 @@ Curves train_both(const std::string& engine, workloads::Precision precision, std
   schedulers::SchedulerArgs args = gpu_args(cpu, gpu, world);
   args.options.bucket_mb = 0.05;  // several buckets: ddp's readiness counting runs on the device path too
   args.options.group_size = 1;    // hsdp: shards of one rank, replicated (the replica all-reduce runs)
-  const auto dev = schedulers::make_scheduler(engine, args);
+  args.options.async = engine != "asynchzp-inline";
+  const auto dev = schedulers::make_scheduler(registry_name(engine), args);
   auto& dp = dynamic_cast<schedulers::DataParallelScheduler&>(*dev);
   Curves c;
   c.cpu = ref.losses;
@@ -127,8 +136,59 @@ TEST_P(CudaEngine, TinyBf16MixedFollowsTheCpuReference) {
   EXPECT_LT(c.gpu[99], 0.8 * c.gpu[0]) << "the GPU run does not learn";
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, CudaEngine, ::testing::Values("ddp", "zero1", "zero2", "zero3", "hsdp"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Engines, CudaEngine,
+                         ::testing::Values("ddp", "zero1", "zero2", "zero3", "hsdp", "asynchzp", "asynchzp-inline"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+/// asynchzp on the GPU: where the compute stream waits for communication. Async, only where a result is used
+/// (each gathered block right before its unit, a gradient slot before it is rewritten, the lanes at the step's
+/// end), never where a collective is issued; inline, at every collective (NCCL orders the stream after it).
+/// Counted per step by the engine's stall clock (timed events around each wait: no Nsight).
+TEST(CudaAsyncHzp, ComputeStreamWaitsOnlyWhereResultsAreUsed) {
+  for (const bool async : {true, false}) {
+    NoneRun cpu("tiny");
+    cpu.train.precision = workloads::Precision::bf16_mixed;
+    cpu.train.steps = 3;
+    cpu.train.warmup_steps = 1;
+    cpu.build();
+    Gpu gpu;
+    coll::SelfBootstrap solo;
+    coll::NcclCommunicator world(solo, world_config());
+    schedulers::SchedulerArgs args = gpu_args(cpu, gpu, world);
+    args.options.async = async;
+    const auto dev = schedulers::make_scheduler("asynchzp", args);
+    auto& engine = dynamic_cast<schedulers::AsyncHzpScheduler&>(*dev);
+    std::uint64_t units = 0;  // the units that hold parameters (each is gathered and reduce-scattered)
+    for (int u = 0; u < cpu.model->layout().num_units(); ++u) units += cpu.model->layout().unit_numel(u) > 0 ? 1 : 0;
+    const std::uint64_t micro = static_cast<std::uint64_t>(cpu.train.micro_batches());
+    std::uint64_t gathered = 0;  // the parameter thread's gathers so far (the count is cumulative)
+    for (std::int64_t s = 0; s < 3; ++s) {
+      (void)dev->step({s, cpu.source.get()});
+      const schedulers::AsyncHzpStats st = engine.async_stats();
+      SCOPED_TRACE(std::string(async ? "async" : "inline") + " step " + std::to_string(s));
+      if (async) {
+        const std::uint64_t gathers = st.gathers - gathered;
+        gathered = st.gathers;
+        // At least one gather per unit and micro-batch (forward; backward again unless the block is kept).
+        EXPECT_GE(gathers, units * micro);
+        EXPECT_EQ(st.device_waits_at_issue, 0u);
+        // Each gathered block and each gradient slot is waited for where it is used, plus the step end's joins.
+        EXPECT_GE(st.device_waits_at_use, gathers + units * micro);
+        EXPECT_GT(st.scatters, 0u);
+      } else {
+        EXPECT_EQ(st.gathers, 0u);
+        EXPECT_EQ(st.device_waits_at_use, 0u);
+        // Every unit's gather before its forward and its reduce-scatter per micro-batch wait where issued.
+        EXPECT_GE(st.device_waits_at_issue, 2 * units * micro);
+      }
+      EXPECT_GE(st.device_wait_s, 0.0);
+    }
+  }
+}
 
 TEST(CudaEngineRefusals, HostOnlySchedulersRefuseACudaStream) {
   NoneRun cpu("tiny");
@@ -137,7 +197,7 @@ TEST(CudaEngineRefusals, HostOnlySchedulersRefuseACudaStream) {
   coll::SelfBootstrap solo;
   coll::NcclCommunicator world(solo, world_config());
   const schedulers::SchedulerArgs args = gpu_args(cpu, gpu, world);
-  for (const char* name : {"asynchzp", "nd"}) {
+  for (const char* name : {"nd"}) {
     try {
       (void)schedulers::make_scheduler(name, args);
       ADD_FAILURE() << name << " accepted a CUDA stream";

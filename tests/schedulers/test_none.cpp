@@ -182,10 +182,10 @@ TEST(Registry, CudaStreamTakenByGpuSchedulersOnlyWithADeviceAllocator) {
   run.build();
   schedulers::SchedulerArgs args = run.args();
   args.stream = StreamRef::wrap(Device::cuda(0), nullptr);
-  for (const char* host_only : {"asynchzp", "nd"})
+  for (const char* host_only : {"nd"})
     EXPECT_TRUE(throws_with<UnsupportedError>([&] { schedulers::make_scheduler(host_only, args); },
-                                              {"runs on the host only", "none, ddp, zero1, zero2, zero3, hsdp"}));
-  for (const char* gpu : {"none", "zero3", "ddp"})
+                                              {"runs on the host only", "none, ddp, zero1, zero2, zero3, hsdp, asynchzp"}));
+  for (const char* gpu : {"none", "zero3", "ddp", "asynchzp"})
     EXPECT_TRUE(throws_with<ConfigError>([&] { schedulers::make_scheduler(gpu, args); },
                                          {"compute stream is on cuda:0", "memory on cpu"}));
   EXPECT_TRUE(throws_with<ConfigError>([&] { schedulers::make_scheduler("zero3", run.args()); },

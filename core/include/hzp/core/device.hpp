@@ -32,5 +32,9 @@ std::string cuda_runtime_version();
 std::string cuda_device_name(int i);
 /// CPU model string from /proc/cpuinfo ("unknown" when absent).
 std::string cpu_model_name();
+/// Makes `d` the calling thread's current CUDA device (a no-op for the CPU). CUDA's current device is per
+/// thread: a thread other than the one that opened the device (asynchzp's background threads) must call it
+/// before it launches work on that device's streams.
+void make_device_current(Device d);
 
 }  // namespace hzp

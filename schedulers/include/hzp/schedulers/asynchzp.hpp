@@ -22,11 +22,16 @@ struct AsyncHzpStats {
   std::vector<double> gather_issued_s, gather_wanted_s;
   double gather_wait_s = 0;   ///< last step: compute thread blocked waiting for gathered parameters
   double scatter_wait_s = 0;  ///< last step: compute thread blocked draining reduce-scatters
+  /// On a CUDA compute stream (also inline), last step: the time the compute stream stalled waiting for
+  /// communication, from timed events around each of its waits (the device's exposed communication), and how
+  /// many waits there were where results are used and where collectives are issued (async: none at issue).
+  double device_wait_s = 0;
+  std::uint64_t device_waits_at_use = 0, device_waits_at_issue = 0;
 };
 
 class AsyncHzpScheduler : public DataParallelScheduler {
  public:
-  /// Zeroes when scheduler.async = false.
+  /// The background threads' counts are zero when scheduler.async = false; the device fields are set on a GPU.
   virtual AsyncHzpStats async_stats() const = 0;
 };
 

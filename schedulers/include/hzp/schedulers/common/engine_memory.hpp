@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <utility>
 #include <vector>
 
 #include "hzp/collectives/communicator.hpp"
@@ -39,6 +41,31 @@ class StreamOrderedRequests {
  private:
   StreamRef stream_;
   std::vector<coll::Request> kept_;
+};
+
+/// Allocations whose last use is queued on a stream other than the one the caching allocator's later users
+/// are ordered on (asynchzp's background streams on a GPU): the allocator knows no streams, so a block freed
+/// while such work is queued could be handed out and overwritten before that work has run. keep() holds the
+/// allocation until the stream has passed the work enqueued on it so far (an event), and frees it then. On the
+/// host stream the work has already run: the allocation is freed at once. One thread at a time.
+class StreamScratch {
+ public:
+  explicit StreamScratch(StreamRef s = StreamRef::host()) : stream_(s) {}
+  ~StreamScratch() { drain(); }
+  StreamScratch(const StreamScratch&) = delete;
+  StreamScratch& operator=(const StreamScratch&) = delete;
+  StreamRef stream() const noexcept { return stream_; }
+  /// Frees `a` once the work enqueued on the stream so far has finished (at once on the host).
+  void keep(Allocation a);
+  /// Frees what the stream has finished with.
+  void collect();
+  /// Waits for the stream and frees everything kept.
+  void drain() noexcept;
+  std::size_t kept() const noexcept { return kept_.size(); }
+
+ private:
+  StreamRef stream_;
+  std::deque<std::pair<Event, Allocation>> kept_;
 };
 
 }  // namespace hzp::schedulers

@@ -45,12 +45,20 @@ class GatherScatter {
   ConstTensorView real_part(int seg, const Allocation& block, DType dtype) const;
   /// Completes the collectives a CUDA stream has ordered but the host has not waited for (a no-op on the host).
   void complete() { requests_.complete(); }
+  /// The stream the collectives and the accumulating add are ordered on.
+  StreamRef stream() const noexcept { return requests_.stream(); }
+  /// Scratch blocks whose last use is queued on stream() go to `keeper` rather than back to the allocator at
+  /// once (a stream other than the allocator's other users': asynchzp's background streams). nullptr: freed.
+  void set_scratch_keeper(StreamScratch* keeper) noexcept { keeper_ = keeper; }
+  /// Frees a scratch block used by work queued on stream(): through the keeper when one is set.
+  void retire(Allocation scratch);
 
  private:
   coll::Communicator* group_;
   const ShardLayout* layout_;
   CachingAllocator* alloc_;
   StreamOrderedRequests requests_;
+  StreamScratch* keeper_ = nullptr;
 };
 
 /// out[i] += in[i] over fp32 views of equal length (gradient accumulation of reduced slices), on `s`.
