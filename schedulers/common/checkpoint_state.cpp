@@ -1,11 +1,12 @@
 // Checkpoint state shared by the schedulers (common/checkpoint_state.hpp, state_archive.hpp): the interface's
 // default refusal, the optimizer slice's arrays (ShardedOptimizer::checkpoint), deterministic mode's scale state
-// (FixedPointGrads::saved_state), the model's non-gradient state, and the layouts refused for now. Kept in one
+// (FixedPointGrads::saved_state) and the model's non-gradient state. Kept in one
 // file apart from the schedulers' step code, which others are changing for the CUDA backend.
 #include "hzp/schedulers/common/checkpoint_state.hpp"
 
 #include <cstring>
 
+#include "hzp/collectives/communicator.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/kernels/cast.hpp"
@@ -76,8 +77,13 @@ void ShardedOptimizer::checkpoint(StateArchive& archive, std::span<const ShardLa
 }
 
 // ---- beside the arrays -----------------------------------------------------------------------------------------
-void checkpoint_side_state(StateArchive& archive, const workloads::Workload& model, FixedPointGrads* fixed) {
+void checkpoint_side_state(StateArchive& archive, const workloads::Workload& model, FixedPointGrads* fixed,
+                           coll::Communicator* stages) {
   std::vector<double> model_state = archive.loading() ? std::vector<double>{} : model.checkpoint_state();
+  // Each stage's list holds its own units' part and 0 elsewhere: the sum is exact, and the whole model's.
+  if (!archive.loading() && stages != nullptr && stages->size() > 1 && !model_state.empty())
+    stages->all_reduce(TensorView(model_state.data(), Shape{static_cast<std::int64_t>(model_state.size())}, DType::f64),
+                       coll::ReduceOp::sum, StreamRef::host());
   archive.numbers("model.state", model_state);
   if (archive.loading()) model.restore_checkpoint_state(model_state);
   if (fixed != nullptr) {
@@ -91,14 +97,6 @@ void checkpoint_side_state(StateArchive& archive, const workloads::Workload& mod
 
 std::vector<StateArchive::Run> whole_model_runs(std::int64_t numel) {
   return {StateArchive::Run{.global = 0, .local = 0, .count = numel}};
-}
-
-void check_checkpoint_layout(std::string_view scheduler, const ParallelDims& dims) {
-  if (dims.tp > 1 || dims.pp > 1 || dims.cp > 1)
-    HZP_THROW(UnsupportedError, "scheduler ", scheduler, " with scheduler.tp = ", dims.tp, ", scheduler.pp = ",
-              dims.pp, " and scheduler.cp = ", dims.cp, ": checkpoints of tensor-parallel pieces, pipeline stages and "
-              "context-parallel groups are not written yet. Fix: output.checkpoint_every = 0 (and no --resume), "
-              "scheduler.tp = scheduler.pp = scheduler.cp = 1, or scheduler.name = nd");
 }
 
 }  // namespace hzp::schedulers
