@@ -12,9 +12,6 @@
 namespace hzp::harness {
 
 std::string checkpoint_unsupported(const RunSetup& s) {
-  if (s.opt.backend == "cuda")
-    return "backend = cuda: checkpoints of device state are not written yet (the engines' state is not staged to "
-           "the host for them). Fix: backend = cpu";
   if (s.opt.collective_only)
     return "debug.collective_only = true: the stand-in scheduler has no training state. Fix: debug.collective_only "
            "= false";

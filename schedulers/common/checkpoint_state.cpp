@@ -1,12 +1,13 @@
 // Checkpoint state shared by the schedulers (common/checkpoint_state.hpp, state_archive.hpp): the interface's
-// default refusal, the optimizer slice's arrays (ShardedOptimizer::checkpoint), deterministic mode's scale state
-// (FixedPointGrads::saved_state) and the model's non-gradient state. Kept in one
-// file apart from the schedulers' step code, which others are changing for the CUDA backend.
+// default refusal, device buffers staged through the host, the optimizer slice's arrays (ShardedOptimizer::checkpoint),
+// deterministic mode's scale state (FixedPointGrads::saved_state) and the model's non-gradient state. Kept in one
+// file apart from the schedulers' step code.
 #include "hzp/schedulers/common/checkpoint_state.hpp"
 
 #include <cstring>
 
 #include "hzp/collectives/communicator.hpp"
+#include "hzp/core/cuda_backing.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/kernels/cast.hpp"
@@ -43,37 +44,62 @@ void FixedPointGrads::restore_state(std::span<const double> s) {
   accepted_max_.assign(s.begin() + static_cast<std::ptrdiff_t>(3 + t), s.end());
 }
 
+// ---- device buffers through the host --------------------------------------------------------------------------
+void device_array(StateArchive& archive, std::string_view component, DType dtype, std::span<const StateArchive::Run> runs,
+                  void* base, std::int64_t numel, Device device, StreamRef stream) {
+  if (device.is_cpu()) {
+    archive.array(component, dtype, runs, base);
+    return;
+  }
+  // The archive packs and unpacks with memcpy: it gets a host copy of the whole buffer. Loading copies the buffer
+  // down first too, so that the elements no run names (padding) go back up unchanged.
+  const std::size_t bytes = static_cast<std::size_t>(numel) * dtype_size(dtype);
+  std::vector<std::byte> host(bytes);
+  if (bytes > 0) copy_bytes(host.data(), Device::cpu(), base, device, bytes, stream);
+  stream.synchronize();
+  archive.array(component, dtype, runs, host.data());
+  if (!archive.loading() || bytes == 0) return;
+  copy_bytes(base, device, host.data(), Device::cpu(), bytes, stream);
+  stream.synchronize();  // `host` dies here
+}
+
 // ---- the optimizer slice ---------------------------------------------------------------------------------------
 void ShardedOptimizer::checkpoint(StateArchive& archive, std::span<const ShardLayout::FlatSliceRun> runs, bool writer) {
   const bool load = archive.loading();
   const std::span<const ShardLayout::FlatSliceRun> mine = load || writer ? runs : std::span<const ShardLayout::FlatSliceRun>{};
-  // fp32 keeps no separate master: the pieces are it, staged contiguously so the runs' local offsets apply.
-  std::vector<float> staged;
-  float* master = master_ ? master_.data_as<float>() : nullptr;
-  if (!master_) {
-    staged.assign(static_cast<std::size_t>(numel_), 0.0f);
+  const Device dev = alloc_->device();
+  if (master_) {
+    device_array(archive, "master", DType::f32, mine, master_.data(), numel_, dev, stream_);
+  } else {
+    // fp32 keeps no separate master: the pieces are it, staged contiguously on the host so the runs' local offsets
+    // apply (and copied back when loading).
+    std::vector<float> staged(static_cast<std::size_t>(numel_), 0.0f);
     std::int64_t off = 0;
     for (const TensorView& p : pieces_) {
-      if (!load && p.numel() > 0) std::memcpy(staged.data() + off, p.data(), p.bytes());
+      if (p.numel() > 0) copy_bytes(staged.data() + off, Device::cpu(), p.data(), dev, p.bytes(), stream_);
       off += p.numel();
     }
-    master = staged.data();
+    stream_.synchronize();
+    archive.array("master", DType::f32, mine, staged.data());
+    if (load) {
+      off = 0;
+      for (const TensorView& p : pieces_) {
+        if (p.numel() > 0) copy_bytes(p.data(), dev, staged.data() + off, Device::cpu(), p.bytes(), stream_);
+        off += p.numel();
+      }
+      stream_.synchronize();  // `staged` dies here
+    }
   }
-  archive.array("master", DType::f32, mine, master);
-  archive.array("m", DType::f32, mine, m_.data());
-  archive.array("v", DType::f32, mine, v_.data());
-  if (!load) return;
-  // The working pieces from the master, as the constructor and every update write them.
+  device_array(archive, "m", DType::f32, mine, m_.data(), numel_, dev, stream_);
+  device_array(archive, "v", DType::f32, mine, v_.data(), numel_, dev, stream_);
+  if (!load || !master_) return;
+  // The working pieces from the master, as the constructor and every update write them (bf16 rounds once).
   std::int64_t off = 0;
   for (const TensorView& p : pieces_) {
-    if (p.numel() > 0) {
-      if (master_)
-        kernels::cast(p, TensorView(master + off, Shape{p.numel()}, DType::f32), StreamRef::host());
-      else
-        std::memcpy(p.data(), master + off, p.bytes());
-    }
+    if (p.numel() > 0) kernels::cast(p, f32(master_, off, p.numel()), stream_);
     off += p.numel();
   }
+  stream_.synchronize();
 }
 
 // ---- beside the arrays -----------------------------------------------------------------------------------------
