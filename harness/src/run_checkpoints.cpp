@@ -12,16 +12,9 @@
 namespace hzp::harness {
 
 std::string checkpoint_unsupported(const RunSetup& s) {
-  if (s.opt.backend == "cuda")
-    return "backend = cuda: checkpoints of device state are not written yet (the engines' state is not staged to "
-           "the host for them). Fix: backend = cpu";
   if (s.opt.collective_only)
     return "debug.collective_only = true: the stand-in scheduler has no training state. Fix: debug.collective_only "
            "= false";
-  if (s.opt.scheduler == "asynchzp" && (s.dims.pp > 1 || s.dims.cp > 1))
-    return "scheduler.name = asynchzp (pp = " + std::to_string(s.dims.pp) + ", cp = " + std::to_string(s.dims.cp) +
-           "): checkpoints of asynchzp's pipeline stages and context-parallel groups are not written yet (nd's "
-           "are). Fix: scheduler.pp = scheduler.cp = 1, or scheduler.name = nd";
   return {};
 }
 

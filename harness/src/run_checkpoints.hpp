@@ -1,8 +1,8 @@
 // The run's checkpoints (docs/checkpoints.md): when they are due (every output.checkpoint_every steps, and after
 // the step at which the ranks agreed to stop on a caught signal), where they go (output.checkpoint_dir, default
 // beside the results file), and which are kept (output.checkpoint_keep: rank 0 removes this run's older ones once
-// a newer one is complete, never one it did not write). Also the check that refuses layouts and backends whose
-// state cannot be checkpointed yet, before anything runs.
+// a newer one is complete, never one it did not write). Also the check that refuses a run without training state to
+// checkpoint (debug.collective_only), before anything runs.
 #pragma once
 
 #include <mpi.h>
@@ -18,9 +18,8 @@
 
 namespace hzp::harness {
 
-/// ConfigError naming `why` (the key or --resume that asks for checkpoints) and the fix when the run's backend,
-/// scheduler or parallel layout cannot write or read checkpoints yet (backend = cuda, asynchzp's pipeline stages and
-/// context parallelism, debug.collective_only).
+/// ConfigError naming `why` (the key or --resume that asks for checkpoints) and the fix when the run has no training
+/// state to write or read (debug.collective_only's stand-in scheduler).
 void check_checkpoint_support(const RunSetup& setup, std::string_view why);
 /// Why the run's layout cannot be checkpointed, with the fix ("" when it can): check_checkpoint_support's reason.
 std::string checkpoint_unsupported(const RunSetup& setup);

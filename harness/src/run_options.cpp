@@ -111,7 +111,8 @@ void register_run_keys(OptionTable& t) {
   t.add(S::boolean("output.checkpoint_on_signal", false,
                    "Checkpoint after the step a caught SIGTERM, SIGINT or SIGUSR1 stopped the run at (status "
                    "preempted, exit 5) even with output.checkpoint_every = 0: what a Slurm job that is requeued on "
-                   "--signal needs (slurm/sweep sets it). Off, with a note, where the layout cannot be checkpointed"));
+                   "--signal needs (slurm/sweep sets it). Off, with a note, in a run without training state (the "
+                   "collective-only stand-in)"));
 
   // ---- harness: run-loop policies (run_loop.cpp, watchdog.cpp, metrics.cpp) -----------------------
   t.add(S::real("harness.watchdog_s", 900,

@@ -39,6 +39,7 @@
 #include "hzp/schedulers/common/checkpoint_state.hpp"
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/schedulers/common/gather_scatter.hpp"
+#include "hzp/schedulers/common/model_runs.hpp"
 #include "hzp/schedulers/common/nested_groups.hpp"
 #include "hzp/schedulers/common/shard_layout.hpp"
 #include "hzp/schedulers/common/shared_stage_grads.hpp"
@@ -173,6 +174,7 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
   CachingAllocator* alloc_;
   std::unique_ptr<ProcessGroups> own_groups_;  // when the caller handed none (SchedulerArgs::groups)
   coll::Communicator* world_;                   // the ranks holding the weights: data × context (the z-groups' world)
+  coll::Communicator* stages_ = nullptr;        // the pipeline group (nullptr without stages)
   DType pdt_;
   NestedGroups g_;
   int o_ = 0;
@@ -228,6 +230,7 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
   const ProcessGroups& groups = scheduler_groups("asynchzp", args, own_groups_);
   check_context_parallel_model("asynchzp", groups, *model_);
   world_ = &groups.data_context();
+  stages_ = groups.pipeline();
   const int r = world_->rank(), w = world_->size();
   auto split = [&](GroupSlot s, const char* name) { return world_->split(s.color, s.key, name); };
   z3_comm_ = split(g_.z3_group(r), "z3");
@@ -303,14 +306,17 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
   micro_batches_ = static_cast<int>(train_.micro_batches() / dp.size());
 }
 
-// The z1 optimizer slice as flat runs (replica 0 of each slice writes); on load the parameter shards are refreshed
-// from the restored slices as the constructor refreshes them from the initial ones (now, or before step's gathers).
+// The z1 optimizer slice as flat runs of the whole model (replica 0 of each slice writes); on load the parameter
+// shards are refreshed from the restored slices as the constructor refreshes them from the initial ones (now, or
+// before step's gathers). Context-parallel ranks are part of the z-groups (each holds its own slice, no copy), so
+// they write like any other slice. A pipeline stage's layout holds only its units, each tensor at its place in the
+// whole model (global_offset): model_runs maps the slice there, and a unit the stage does not run (the last stage's
+// copy of a tied table, updated identically from the shared gradient) is written by the stage that runs it.
 void AsyncHzp::checkpoint(StateArchive& archive) {
-  ParallelDims dims;
-  dims.pp = staged_ ? 2 : 1;
-  dims.cp = model_->context_shard() != nullptr ? model_->context_shard()->cp() : 1;
-  check_checkpoint_layout("asynchzp", dims);
-  opt_->checkpoint(archive, l1().flat_runs(o_), opt_replica_comm_->rank() == 0);
+  const TensorWriter writes = [load = archive.loading()](const workloads::Unit& unit, const workloads::ParamTensor&) {
+    return load || unit.runs;
+  };
+  opt_->checkpoint(archive, model_runs(model_->layout(), l1().flat_runs(o_), writes), opt_replica_comm_->rank() == 0);
   if (archive.loading()) {
     if (opts_.async)
       refresh_due_ = true;
@@ -318,7 +324,7 @@ void AsyncHzp::checkpoint(StateArchive& archive) {
       refresh_inline();
     driver_->resume_at(archive.next_step());
   }
-  checkpoint_side_state(archive, *model_, fixed_.get());
+  checkpoint_side_state(archive, *model_, fixed_.get(), stages_);
 }
 
 AsyncHzpStats AsyncHzp::async_stats() const {

@@ -1,11 +1,13 @@
 // Checkpoint state shared by the schedulers (common/checkpoint_state.hpp, state_archive.hpp): the interface's
-// default refusal, the optimizer slice's arrays (ShardedOptimizer::checkpoint), deterministic mode's scale state
-// (FixedPointGrads::saved_state), the model's non-gradient state, and the layouts refused for now. Kept in one
-// file apart from the schedulers' step code, which others are changing for the CUDA backend.
+// default refusal, device buffers staged through the host, the optimizer slice's arrays (ShardedOptimizer::checkpoint),
+// deterministic mode's scale state (FixedPointGrads::saved_state) and the model's non-gradient state. Kept in one
+// file apart from the schedulers' step code.
 #include "hzp/schedulers/common/checkpoint_state.hpp"
 
 #include <cstring>
 
+#include "hzp/collectives/communicator.hpp"
+#include "hzp/core/cuda_backing.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/kernels/cast.hpp"
@@ -42,42 +44,72 @@ void FixedPointGrads::restore_state(std::span<const double> s) {
   accepted_max_.assign(s.begin() + static_cast<std::ptrdiff_t>(3 + t), s.end());
 }
 
+// ---- device buffers through the host --------------------------------------------------------------------------
+void device_array(StateArchive& archive, std::string_view component, DType dtype, std::span<const StateArchive::Run> runs,
+                  void* base, std::int64_t numel, Device device, StreamRef stream) {
+  if (device.is_cpu()) {
+    archive.array(component, dtype, runs, base);
+    return;
+  }
+  // The archive packs and unpacks with memcpy: it gets a host copy of the whole buffer. Loading copies the buffer
+  // down first too, so that the elements no run names (padding) go back up unchanged.
+  const std::size_t bytes = static_cast<std::size_t>(numel) * dtype_size(dtype);
+  std::vector<std::byte> host(bytes);
+  if (bytes > 0) copy_bytes(host.data(), Device::cpu(), base, device, bytes, stream);
+  stream.synchronize();
+  archive.array(component, dtype, runs, host.data());
+  if (!archive.loading() || bytes == 0) return;
+  copy_bytes(base, device, host.data(), Device::cpu(), bytes, stream);
+  stream.synchronize();  // `host` dies here
+}
+
 // ---- the optimizer slice ---------------------------------------------------------------------------------------
 void ShardedOptimizer::checkpoint(StateArchive& archive, std::span<const ShardLayout::FlatSliceRun> runs, bool writer) {
   const bool load = archive.loading();
   const std::span<const ShardLayout::FlatSliceRun> mine = load || writer ? runs : std::span<const ShardLayout::FlatSliceRun>{};
-  // fp32 keeps no separate master: the pieces are it, staged contiguously so the runs' local offsets apply.
-  std::vector<float> staged;
-  float* master = master_ ? master_.data_as<float>() : nullptr;
-  if (!master_) {
-    staged.assign(static_cast<std::size_t>(numel_), 0.0f);
+  const Device dev = alloc_->device();
+  if (master_) {
+    device_array(archive, "master", DType::f32, mine, master_.data(), numel_, dev, stream_);
+  } else {
+    // fp32 keeps no separate master: the pieces are it, staged contiguously on the host so the runs' local offsets
+    // apply (and copied back when loading).
+    std::vector<float> staged(static_cast<std::size_t>(numel_), 0.0f);
     std::int64_t off = 0;
     for (const TensorView& p : pieces_) {
-      if (!load && p.numel() > 0) std::memcpy(staged.data() + off, p.data(), p.bytes());
+      if (p.numel() > 0) copy_bytes(staged.data() + off, Device::cpu(), p.data(), dev, p.bytes(), stream_);
       off += p.numel();
     }
-    master = staged.data();
+    stream_.synchronize();
+    archive.array("master", DType::f32, mine, staged.data());
+    if (load) {
+      off = 0;
+      for (const TensorView& p : pieces_) {
+        if (p.numel() > 0) copy_bytes(p.data(), dev, staged.data() + off, Device::cpu(), p.bytes(), stream_);
+        off += p.numel();
+      }
+      stream_.synchronize();  // `staged` dies here
+    }
   }
-  archive.array("master", DType::f32, mine, master);
-  archive.array("m", DType::f32, mine, m_.data());
-  archive.array("v", DType::f32, mine, v_.data());
-  if (!load) return;
-  // The working pieces from the master, as the constructor and every update write them.
+  device_array(archive, "m", DType::f32, mine, m_.data(), numel_, dev, stream_);
+  device_array(archive, "v", DType::f32, mine, v_.data(), numel_, dev, stream_);
+  if (!load || !master_) return;
+  // The working pieces from the master, as the constructor and every update write them (bf16 rounds once).
   std::int64_t off = 0;
   for (const TensorView& p : pieces_) {
-    if (p.numel() > 0) {
-      if (master_)
-        kernels::cast(p, TensorView(master + off, Shape{p.numel()}, DType::f32), StreamRef::host());
-      else
-        std::memcpy(p.data(), master + off, p.bytes());
-    }
+    if (p.numel() > 0) kernels::cast(p, f32(master_, off, p.numel()), stream_);
     off += p.numel();
   }
+  stream_.synchronize();
 }
 
 // ---- beside the arrays -----------------------------------------------------------------------------------------
-void checkpoint_side_state(StateArchive& archive, const workloads::Workload& model, FixedPointGrads* fixed) {
+void checkpoint_side_state(StateArchive& archive, const workloads::Workload& model, FixedPointGrads* fixed,
+                           coll::Communicator* stages) {
   std::vector<double> model_state = archive.loading() ? std::vector<double>{} : model.checkpoint_state();
+  // Each stage's list holds its own units' part and 0 elsewhere: the sum is exact, and the whole model's.
+  if (!archive.loading() && stages != nullptr && stages->size() > 1 && !model_state.empty())
+    stages->all_reduce(TensorView(model_state.data(), Shape{static_cast<std::int64_t>(model_state.size())}, DType::f64),
+                       coll::ReduceOp::sum, StreamRef::host());
   archive.numbers("model.state", model_state);
   if (archive.loading()) model.restore_checkpoint_state(model_state);
   if (fixed != nullptr) {
@@ -91,14 +123,6 @@ void checkpoint_side_state(StateArchive& archive, const workloads::Workload& mod
 
 std::vector<StateArchive::Run> whole_model_runs(std::int64_t numel) {
   return {StateArchive::Run{.global = 0, .local = 0, .count = numel}};
-}
-
-void check_checkpoint_layout(std::string_view scheduler, const ParallelDims& dims) {
-  if (dims.tp > 1 || dims.pp > 1 || dims.cp > 1)
-    HZP_THROW(UnsupportedError, "scheduler ", scheduler, " with scheduler.tp = ", dims.tp, ", scheduler.pp = ",
-              dims.pp, " and scheduler.cp = ", dims.cp, ": checkpoints of tensor-parallel pieces, pipeline stages and "
-              "context-parallel groups are not written yet. Fix: output.checkpoint_every = 0 (and no --resume), "
-              "scheduler.tp = scheduler.pp = scheduler.cp = 1, or scheduler.name = nd");
 }
 
 }  // namespace hzp::schedulers

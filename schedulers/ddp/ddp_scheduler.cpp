@@ -63,7 +63,7 @@ class DdpScheduler final : public DataParallelScheduler, private ParameterEngine
                                          expert_ ? expert_->expert_data().rank() == 0 : true);
     opt_->checkpoint(archive, model_runs(model_->layout(), whole, writes), true);
     if (archive.loading()) driver_->resume_at(archive.next_step());
-    checkpoint_side_state(archive, *model_, fixed_.get());
+    checkpoint_side_state(archive, *model_, fixed_.get(), groups_->pipeline());
   }
 
  private:

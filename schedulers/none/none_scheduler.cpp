@@ -294,18 +294,18 @@ void NoneScheduler::visit_state(StateVisitor& visitor) {
 
 void NoneScheduler::checkpoint(StateArchive& archive) {
   State& s = *state_;
-  if (s.stream.device().is_cuda())
-    HZP_THROW(UnsupportedError, "backend = cuda: checkpoints of device state are not written yet. Fix: "
-              "output.checkpoint_every = 0 (and no --resume), or backend = cpu");
-  // One rank holds everything: one run of the whole model, in the master's dtype (f64 in fp64 mode).
+  // One rank holds everything: one run of the whole model, in the master's dtype (f64 in fp64 mode); on a GPU the
+  // buffers go through host copies.
   const std::vector<StateArchive::Run> runs = whole_model_runs(s.n);
   const DType md = workloads::master_dtype(s.precision());
-  archive.array("master", md, runs, s.master_view().data());
-  archive.array("m", md, runs, s.m.data());
-  archive.array("v", md, runs, s.v.data());
+  const Device dev = s.alloc->device();
+  device_array(archive, "master", md, runs, s.master_view().data(), s.n, dev, s.stream);
+  device_array(archive, "m", md, runs, s.m.data(), s.n, dev, s.stream);
+  device_array(archive, "v", md, runs, s.v.data(), s.n, dev, s.stream);
   if (archive.loading()) {
     // The working copy from the master, rounded once as the constructor and every update do.
     if (workloads::has_separate_master(s.precision())) kernels::cast(s.params_view(), s.master_view(), s.stream);
+    s.stream.synchronize();
     s.steps_done = archive.next_step();
   }
   checkpoint_side_state(archive, *s.model, s.fixed.get());

@@ -216,7 +216,7 @@ void ZeroScheduler::checkpoint(StateArchive& archive) {
     gather_full_params();
     driver_->resume_at(archive.next_step());
   }
-  checkpoint_side_state(archive, *model_, fixed_.get());
+  checkpoint_side_state(archive, *model_, fixed_.get(), groups_->pipeline());
 }
 
 void ZeroScheduler::gather_full_params() {

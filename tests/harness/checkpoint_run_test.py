@@ -14,12 +14,24 @@ Scenarios (one CTest each, see run_tests.cmake):
              written after the step in flight, which resumes and ends ok
   killed     SIGKILL at a random moment while checkpointing after every step: every complete checkpoint left
              (never a .partial) resumes and ends ok
-  nd         nd's layouts at --ranks: tp2, pp2, cp2, ep2 (tiny-moe) and tp2 with the distributed optimizer, 6 steps
-             uninterrupted against 3, a checkpoint, --resume in the same layout and 3 more: losses bitwise
+  nd         nd's layouts at --ranks: tp2, pp2, cp2, ep2 (tiny-moe), pp2 on tiny-moe (each stage's balancing bias) and
+             tp2 with the distributed optimizer, 6 steps uninterrupted against 3, a checkpoint, --resume in the same
+             layout and 3 more: losses bitwise
+  nd_bf16    the same in bf16-mixed for tp2, pp2 and cp2 (and at 4 ranks tp2 with the distributed optimizer)
+  asynchzp   asynchzp's pipeline stages and context parallelism at --ranks (pp2, cp2, pp2 on tiny-moe; at 4 ranks also
+             with data parallelism inside a stage and pp2 x cp2), fp32 (bf16-mixed for two of them): 6 steps against
+             3 + --resume 3, bitwise;
+             and pp2 stopped by SIGTERM with output.checkpoint_on_signal: exit 5, preempted, and the checkpoint resumes
   nd_reshard deterministic mode at 2 ranks: nd pp2 (untied embeddings, where nd computes none's bits) resumed by
              zero3 at 2 ranks and by `none` at 1, each bitwise `none` uninterrupted; nd tp2 resumed by `none`, within
              1e-5 of `none` uninterrupted (tensor-parallel sums add in another order), which a misplaced piece
              would miss by far; and the other way, zero3 at 2 ranks resumed by nd pp2 (bitwise) and nd tp2 (1e-5)
+  asynchzp_reshard
+             deterministic mode, untied embeddings: asynchzp pp2 at 2 ranks resumed by `none` and by zero3, zero3
+             resumed by asynchzp pp2 at 2 and at 4 ranks (dp2 inside each stage), each bitwise `none` uninterrupted;
+             asynchzp cp2 resumed by nd cp2 and nd cp2 by asynchzp cp2, bitwise asynchzp cp2 uninterrupted (both add
+             the context-parallel attention's blocks in the same order); asynchzp cp2 resumed by `none`, within 1e-5
+             of `none` uninterrupted (the ring attention adds its blocks in another order than one whole sequence)
 
 usage: checkpoint_run_test.py SCENARIO --hzpbench PATH --mpiexec PATH --ranks N --workdir DIR
 """
@@ -100,16 +112,20 @@ def nd_layouts(w):
     dp = ["--set", "scheduler.name=nd"]
     out = {"tp2": dp + ["--set", "scheduler.tp=2"], "pp2": dp + ["--set", "scheduler.pp=2"],
            "cp2": dp + ["--set", "scheduler.cp=2"],
-           "ep2": dp + ["--set", "scheduler.ep=2", "--set", "model.preset=tiny-moe"]}
+           "ep2": dp + ["--set", "scheduler.ep=2", "--set", "model.preset=tiny-moe"],
+           # each stage updates the balancing bias of its own layers: the checkpoint holds both stages' parts
+           "pp2_moe": dp + ["--set", "scheduler.pp=2", "--set", "model.preset=tiny-moe"]}
     if w >= 4:
         out["tp2_distopt"] = dp + ["--set", "scheduler.tp=2", "--set", "scheduler.distributed_optimizer=true"]
     return out
 
 
-def scenario_nd():
+def resume_layouts(layouts, precision="fp32"):
+    """Each layout: 6 steps uninterrupted against 3, a checkpoint, --resume in the same layout and 3 more, bitwise."""
     w = e2e.ARGS.ranks
-    for name, layout in nd_layouts(w).items():
-        base = TINY + ["--set", "train.steps=6"] + layout
+    for name, layout in layouts.items():
+        name = f"{name}_{precision}"
+        base = TINY + ["--set", "train.steps=6", "--set", f"train.precision={precision}"] + layout
         e2e.run(base, ranks=w, out=path(f"{name}_whole.h5"), expect_rc=0)
         e2e.run(base + ["--set", "output.checkpoint_every=3"], ranks=w, out=path(f"{name}.h5"), expect_rc=0)
         ck = checkpoints(name)
@@ -120,6 +136,37 @@ def scenario_nd():
         print(f"  {name}: uninterrupted {whole[3:]}\n  {name}: resumed       {resumed}")
         check(status == "ok" and int(a["first_step"]) == 3, f"{name}: {status}, first_step {a.get('first_step')}")
         check(np.array_equal(resumed, whole[3:]), f"{name}: the resumed losses differ from the uninterrupted run's")
+
+
+def scenario_nd():
+    resume_layouts(nd_layouts(e2e.ARGS.ranks))
+
+
+def scenario_nd_bf16():
+    # The MoE layouts stay fp32-only here: their bf16 state is the dense layouts' engine code.
+    resume_layouts({k: v for k, v in nd_layouts(e2e.ARGS.ranks).items() if k not in ("ep2", "pp2_moe")}, "bf16-mixed")
+
+
+def asynchzp_layouts(w):
+    az = ["--set", "scheduler.name=asynchzp"]
+    out = {"pp2": az + ["--set", "scheduler.pp=2"], "cp2": az + ["--set", "scheduler.cp=2"],
+           "pp2_moe": az + ["--set", "scheduler.pp=2", "--set", "model.preset=tiny-moe"]}
+    if w >= 4:
+        # Data parallelism inside each stage (z1 = 2 of its 2 ranks, gradients over z2 = 1), and the paper's shape.
+        out["pp2_dp2"] = az + ["--set", "scheduler.pp=2", "--set", "scheduler.z2=1"]
+        out["cp2_z2"] = az + ["--set", "scheduler.cp=2", "--set", "scheduler.z1=4", "--set", "scheduler.z2=2",
+                              "--set", "scheduler.z3=2"]
+        out["pp2_cp2"] = az + ["--set", "scheduler.pp=2", "--set", "scheduler.cp=2"]
+    return out
+
+
+def scenario_asynchzp():
+    w = e2e.ARGS.ranks
+    layouts = asynchzp_layouts(w)
+    resume_layouts(layouts)
+    resume_layouts({k: layouts[k] for k in (("pp2", "cp2") if w < 4 else ("pp2_dp2", "pp2_cp2"))}, "bf16-mixed")
+    # A signal checkpoints a pipeline's stages too: exit 5, preempted, and the checkpoint resumes.
+    preempted(layouts["pp2"], "asynchzp_pp2")
 
 
 def scenario_nd_reshard():
@@ -147,6 +194,41 @@ def scenario_nd_reshard():
         else:
             worst = float(np.max(np.abs(resumed - whole[4:]) / np.abs(whole[4:])))
             check(worst <= 1e-5, f"{src} -> {to}: largest relative loss difference {worst:.2e} > 1e-5")
+
+
+def scenario_asynchzp_reshard():
+    det = TINY + ["--set", "train.steps=8", "--set", "train.deterministic=true", "--set", "model.tied_embeddings=false"]
+    e2e.run(det + ["--set", "scheduler.name=none"], ranks=1, out=path("none.h5"), expect_rc=0)
+    none, _, _ = losses(path("none.h5"))
+    layout = {"pp2": ["--set", "scheduler.name=asynchzp", "--set", "scheduler.pp=2"],
+              "pp2_dp2": ["--set", "scheduler.name=asynchzp", "--set", "scheduler.pp=2", "--set", "scheduler.z2=1"],
+              "cp2": ["--set", "scheduler.name=asynchzp", "--set", "scheduler.cp=2"],
+              "nd_cp2": ["--set", "scheduler.name=nd", "--set", "scheduler.cp=2"]}
+    every = ["--set", "output.checkpoint_every=4"]
+    e2e.run(det + layout["pp2"] + every, ranks=2, out=path("pp2.h5"), expect_rc=0)
+    e2e.run(det + layout["cp2"] + every, ranks=2, out=path("cp2.h5"), expect_rc=0)
+    e2e.run(det + layout["nd_cp2"] + every, ranks=2, out=path("nd_cp2.h5"), expect_rc=0)
+    e2e.run(det + ["--set", "scheduler.name=zero3"] + every, ranks=2, out=path("zero3.h5"), expect_rc=0)
+    cp2, _, _ = losses(path("cp2.h5"))
+    nd_cp2, _, _ = losses(path("nd_cp2.h5"))
+    check(np.array_equal(cp2, nd_cp2), "asynchzp cp2 and nd cp2 differ uninterrupted (test_asynchzp_context's claim)")
+    # (source, destination, its ranks, the uninterrupted run it must equal, tolerance: 0 = bitwise)
+    for src, to, ranks, want, tol in (("pp2", "none", 1, none, 0), ("pp2", "zero3", 2, none, 0),
+                                      ("zero3", "pp2", 2, none, 0), ("zero3", "pp2_dp2", 4, none, 0),
+                                      ("cp2", "nd_cp2", 2, cp2, 0), ("nd_cp2", "cp2", 2, cp2, 0),
+                                      ("cp2", "none", 1, none, 1e-5)):
+        out = path(f"{src}_{to}.h5")
+        e2e.run(det + layout.get(to, ["--set", f"scheduler.name={to}"]) + ["--resume", checkpoints(src)[0]],
+                ranks=ranks, out=out, expect_rc=0)
+        resumed, status, a = losses(out)
+        print(f"  uninterrupted    {want[4:]}\n  {src} -> {to:7} {resumed}")
+        check(status == "ok" and int(a["first_step"]) == 4, f"{src} -> {to}: {status}")
+        if tol == 0:
+            check(np.array_equal(resumed, want[4:]), f"{src} -> {to}: the losses differ bitwise")
+        else:
+            worst = float(np.max(np.abs(resumed - want[4:]) / np.abs(want[4:])))
+            print(f"  {src} -> {to}: largest relative loss difference {worst:.2e}")
+            check(worst <= tol, f"{src} -> {to}: largest relative loss difference {worst:.2e} > {tol:.0e}")
 
 
 def attr_text(a, k):
@@ -183,11 +265,11 @@ def scenario_refusals():
                    [os.path.basename(good), "train.precision"], "precision")
 
 
-def scenario_preempt():
-    out = path("preempted.h5")
+def preempted(layout, name):
+    out = path(f"{name}.h5")
     # Checkpoints on the signal only (what slurm/sweep asks for): no periodic one is ever due.
-    proc, printed, err, threads = dur.launch(TINY + ["--set", "train.steps=5000", "--set",
-                                                     "output.checkpoint_on_signal=true"], out)
+    proc, printed, err, threads = dur.launch(TINY + layout + ["--set", "train.steps=5000", "--set",
+                                                              "output.checkpoint_on_signal=true"], out)
     dur.wait_for_step(printed, proc, 3)
     proc.send_signal(signal.SIGTERM)
     rc = dur.finish(proc, threads, timeout=120)
@@ -197,16 +279,20 @@ def scenario_preempt():
     _, status, a = losses(out)
     print(f"  status: {status}")
     check(status.startswith("preempted: SIGTERM after step "), f"status {status!r}")
-    ck = checkpoints("preempted")
+    ck = checkpoints(name)
     check(len(ck) == 1 and ck[0] in status, f"checkpoints {ck}, status {status!r}")
     with h5py.File(ck[0], "r", locking=False) as f:
         step = int(f.attrs["step"])
     n = len(losses(out)[0])
     check(step == n - 1, f"the checkpoint is after step {step + 1}, the file holds {n} steps")
-    e2e.run(TINY + ["--set", f"train.steps={step + 3}", "--resume", ck[0]],
-            ranks=e2e.ARGS.ranks, out=path("after.h5"), expect_rc=0)
-    resumed, status, a = losses(path("after.h5"))
+    e2e.run(TINY + layout + ["--set", f"train.steps={step + 3}", "--resume", ck[0]],
+            ranks=e2e.ARGS.ranks, out=path(f"{name}_after.h5"), expect_rc=0)
+    resumed, status, a = losses(path(f"{name}_after.h5"))
     check(status == "ok" and len(resumed) == 2 and int(a["first_step"]) == step + 1, f"{status}, {len(resumed)} rows")
+
+
+def scenario_preempt():
+    preempted([], "preempted")
 
 
 def scenario_killed():

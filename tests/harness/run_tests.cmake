@@ -90,14 +90,17 @@ hzp_add_cli_test(NAME run_bad_output_unwritable ARGS run ${hzp_run_small} --out 
   RC 2 MATCH "README\\.md' is not a directory")
 hzp_add_cli_test(NAME run_bad_output_is_directory ARGS run ${hzp_run_small} --out ${hzp_run_dir}
   RC 2 MATCH "output\\.path = '.*' is a directory\\. Fix: name a file")
-# --- checkpoints (docs/checkpoints.md): layouts not written yet, a missing folder, a missing checkpoint
-hzp_add_cli_test(NAME validate_bad_checkpoint_asynchzp_pp ARGS validate --set model.preset=tiny --set topology.world_size=2
-  --set scheduler.name=asynchzp --set scheduler.pp=2 --set output.checkpoint_every=5 RC 2
-  MATCH "output\\.checkpoint_every = 5 with scheduler\\.name = asynchzp \\(pp = 2, cp = 1\\).*not written yet")
+# --- checkpoints (docs/checkpoints.md): every layout writes them (asynchzp's stages too); a run without training state
+# refuses them, a missing folder, a missing checkpoint
+hzp_add_cli_test(NAME validate_checkpoint_asynchzp_pp ARGS validate --set model.preset=tiny --set topology.world_size=2
+  --set scheduler.name=asynchzp --set scheduler.pp=2 --set output.checkpoint_every=5 MATCH "valid for 2 ranks")
+hzp_add_cli_test(NAME validate_bad_checkpoint_collective_only ARGS validate --set model.preset=tiny
+  --set topology.world_size=2 --set debug.collective_only=true --set output.checkpoint_every=5 RC 2
+  MATCH "output\\.checkpoint_every = 5 with debug\\.collective_only = true: the stand-in scheduler has no training state\\. Fix: debug\\.collective_only = false, or output\\.checkpoint_every = 0")
 # A checkpoint on the signal only (what a sweep asks of every task) is off, with a note, where it cannot be written.
 hzp_add_cli_test(NAME validate_checkpoint_on_signal_off_note ARGS validate --set model.preset=tiny
-  --set topology.world_size=2 --set scheduler.name=asynchzp --set scheduler.pp=2 --set output.checkpoint_on_signal=true
-  MATCH "output\\.checkpoint_on_signal = true is off for this run: scheduler\\.name = asynchzp \\(pp = 2, cp = 1\\)")
+  --set topology.world_size=2 --set debug.collective_only=true --set output.checkpoint_on_signal=true
+  MATCH "output\\.checkpoint_on_signal = true is off for this run: debug\\.collective_only = true")
 hzp_add_bad_run(NAME run_bad_checkpoint_dir ARGS --set output.checkpoint_every=1 --set output.checkpoint_dir=${hzp_run_dir}/no_such_dir
   MATCH "output\\.checkpoint_dir = \"[^\"]*no_such_dir\" is not a folder\\. Fix: create it")
 hzp_add_bad_run(NAME run_bad_resume_missing ARGS --resume ${hzp_run_dir}/no_such.ckpt.h5
@@ -218,7 +221,12 @@ if(Python3_Interpreter_FOUND)
     "checkpoint_run_killed|killed|1|180"
     "checkpoint_run_nd_np2|nd|2|300"
     "checkpoint_run_nd_np4|nd|4|400"
-    "checkpoint_run_nd_reshard|nd_reshard|0|300")
+    "checkpoint_run_nd_reshard|nd_reshard|0|300"
+    "checkpoint_run_nd_bf16_np2|nd_bf16|2|300"
+    "checkpoint_run_nd_bf16_np4|nd_bf16|4|400"
+    "checkpoint_run_asynchzp_np2|asynchzp|2|400"
+    "checkpoint_run_asynchzp_np4|asynchzp|4|600"
+    "checkpoint_run_asynchzp_reshard|asynchzp_reshard|0|400")
   if(HZP_HAVE_CUDA)
     # backend = cuda end to end: on a GPU (label gpu, exit 77 without a device), and the one clear failure
     # on a machine without one (CI; exit 77 where a device is visible).

@@ -19,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include "checkpoint_test_util.hpp"
 #include "data_parallel_test_util.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/harness/checkpoint_io.hpp"
@@ -113,17 +114,10 @@ class Trainer {
     for (std::int64_t s = from; s < to; ++s) o.losses.push_back(scheduler_->step({s, setup_.source.get()}).loss);
   }
   void save(const fs::path& path, std::int64_t step) {
-    harness::CheckpointMeta m;
-    m.step = step;
-    m.precision = std::string(workloads::to_string(setup_.train.precision));
-    m.scheduler = std::string(scheduler_->name());
-    harness::write_checkpoint(io_comm(), path, *scheduler_, setup_.model->layout(), setup_.model->describe(), m);
+    save_checkpoint(io_comm(), path, *scheduler_, *setup_.model, setup_.train, step);
   }
   std::int64_t resume(const fs::path& path) {
-    harness::ResumeSource src(io_comm(), path, setup_.model->layout(), setup_.model->describe(),
-                              std::string(workloads::to_string(setup_.train.precision)));
-    src.restore(*scheduler_);
-    return src.meta().step + 1;
+    return resume_checkpoint(io_comm(), path, *scheduler_, *setup_.model, setup_.train);
   }
   schedulers::Scheduler& scheduler() { return *scheduler_; }
 

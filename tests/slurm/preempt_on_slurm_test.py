@@ -4,9 +4,13 @@ limit (`scancel --signal=USR1`) checkpoints, is requeued by its job script, resu
 with the same losses, bitwise, as an uninterrupted repeat of the same task; with sweep.requeue = false the same
 signal leaves it `preempted` (status shows the step reached) and `slurm/sweep resubmit` resumes it from its
 checkpoint instead of step 0, again bitwise. Starts and stops a private Slurm (private_slurm.py); exit 77 as there.
+With --launcher mpiexec the job script starts the ranks with MPICH's mpiexec (Hydra, which launches its proxies
+through Slurm) instead of srun, and the requeue scenario runs: the signal reaches the ranks, exit 5 reaches the
+script, the task is requeued and resumes bitwise.
 
-usage: preempt_on_slurm_test.py HZPBENCH WORKDIR
+usage: preempt_on_slurm_test.py HZPBENCH WORKDIR [--launcher srun|mpiexec]
 """
+import sys
 import time
 
 import h5py
@@ -17,8 +21,12 @@ from private_slurm import SWEEP, check, fail, sh, statuses, run_slurm_test, wait
 STEPS = 40      # tiny at 2 ranks: a few seconds per task, a wide window to signal one mid-run
 
 
+LAUNCHER = "srun"
+
+
 def spec_text(name, results, hzpbench, requeue):
     extra = "" if requeue else "requeue = false\n"
+    extra += f'launcher = "{LAUNCHER}"\n'
     base = "" if requeue else "output.checkpoint_on_signal = true\n"  # checkpoints on the signal, no requeue
     return f"""
 [sweep]
@@ -84,6 +92,8 @@ def requeued(hzpbench, work, env):
     script = (d / "job-1n-2r.sbatch").read_text()
     check("#SBATCH --signal=USR1@90" in script and "#SBATCH --requeue" in script,
           "the job script asks for --signal=USR1@90 and --requeue")
+    launch = 'mpiexec -n "$SLURM_NTASKS" -ppn 2 ' if LAUNCHER == "mpiexec" else "srun --mpi=pmi2 "
+    check(launch in script, f"the job script starts the ranks with {launch.strip()}")
     # A requeued job waits for a begin time Slurm sets 120 s ahead (slurmctld's requeue delay); release it at once
     # so that the test stays short. This is the only thing the test does that Slurm would otherwise do by itself.
     deadline = time.time() + 120
@@ -135,9 +145,18 @@ def resubmitted(hzpbench, work, env, whole):
 def main(hzpbench, work, env, _):
     t0 = time.time()
     whole = requeued(hzpbench, work, env)
+    if LAUNCHER == "mpiexec":
+        log = (work / "results" / "pre" / "r0.log").read_text()
+        check("=== preempted (exit 5)" in log, "under mpiexec the preempted exit code 5 reaches the job script")
+        # resubmit runs the same script, its launch line included: the requeue scenario covers the launcher.
+        print(f"figures: the requeue scenario under mpiexec {time.time() - t0:.1f} s")
+        return
     resubmitted(hzpbench, work, env, whole)
     print(f"figures: both scenarios {time.time() - t0:.1f} s")
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[3] == "--launcher" and sys.argv[4] in ("srun", "mpiexec"):
+        LAUNCHER = sys.argv[4]
+        del sys.argv[3:]
     run_slurm_test(__doc__, main)

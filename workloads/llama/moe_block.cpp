@@ -86,7 +86,15 @@ void MoeBalanceState::restore_bias(std::span<const double> bias) {
 }
 
 std::vector<double> LlamaModel::checkpoint_state() const {
-  return config_.moe.enabled() ? balance_.saved_bias() : std::vector<double>{};
+  if (!config_.moe.enabled()) return {};
+  std::vector<double> bias = balance_.saved_bias();
+  // A pipeline stage updates the bias of its own layers only (end_step leaves the others alone): the others are 0
+  // here, so that the stages' lists add up to the whole model's (Workload::checkpoint_state).
+  const std::int64_t E = config_.moe.experts;
+  for (std::int64_t m = 0; m * E < static_cast<std::int64_t>(bias.size()); ++m)
+    if (!layout().unit(static_cast<int>(m + 1 + config_.moe.dense_layers)).runs)
+      std::fill(bias.begin() + m * E, bias.begin() + (m + 1) * E, 0.0);
+  return bias;
 }
 
 void LlamaModel::restore_checkpoint_state(std::span<const double> state) const {

@@ -229,8 +229,10 @@ class Workload {
   /// What the last end_step saw, as named series for the results file (empty when the model has none).
   virtual std::vector<StepMetric> step_metrics() const { return {}; }
   /// That non-gradient state as numbers for a checkpoint (docs/checkpoints.md; empty when there is none), and its
-  /// restore on resume, between steps. restore_checkpoint_state throws DataError when `state` is not what
-  /// checkpoint_state() of this model would hold (another length).
+  /// restore on resume, between steps. A pipeline stage's model holds the whole list but gives 0 for what belongs to
+  /// units it does not run, so that the stages' lists summed are the whole model's; a restore takes the whole list.
+  /// restore_checkpoint_state throws DataError when `state` is not what checkpoint_state() of this model would hold
+  /// (another length).
   virtual std::vector<double> checkpoint_state() const { return {}; }
   virtual void restore_checkpoint_state(std::span<const double> state) const;
 
