@@ -1,6 +1,6 @@
 // GPU test: checkpoints of device state (docs/checkpoints.md, "On a GPU"). `none` and the data-parallel engines
-// (ddp, zero1, zero2, zero3, hsdp) train `tiny` on one GPU, with their buffers from an allocator over CudaBacking and
-// every kernel on one CUDA stream as `hzpbench run --set backend=cuda` gives them (the engines over a one-rank NCCL
+// (ddp, zero1, zero2, zero3, hsdp, asynchzp with its background threads' streams) train `tiny` on one GPU, with
+// their buffers from an allocator over CudaBacking and every kernel on one CUDA stream as `hzpbench run --set backend=cuda` gives them (the engines over a one-rank NCCL
 // group), fp32 and bf16-mixed:
 //  - the round trip is exact: N/2 steps, a checkpoint, a fresh scheduler restored from it and saved again at once:
 //    the two files' master, m and v arrays are bitwise equal (the device buffers went down, up and down again);
@@ -9,7 +9,7 @@
 //    bitwise (a second uninterrupted run tells: the embedding's backward adds with atomics, whose order the GPU
 //    may change from run to run); otherwise within 1e-5 (fp32) or 1e-3 (bf16-mixed) relative loss, said in the
 //    output. Exit 77 (CTest's skip) without a CUDA device, as every GPU test.
-// Run on a GPU machine: build/tests/test_cuda_checkpoint (about 10 s on one H100; --gtest_filter=*none* for one).
+// Run on a GPU machine: build/tests/test_cuda_checkpoint (about 150 s on one H100; --gtest_filter=*none* for one).
 #include <mpi.h>
 #include <unistd.h>
 
@@ -214,7 +214,7 @@ TEST_P(CudaCheckpoint, ResumeContinuesTheUninterruptedRun) {
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (Precision p : {Precision::fp32, Precision::bf16_mixed})
-    for (const char* e : {"none", "ddp", "zero1", "zero2", "zero3", "hsdp"}) out.push_back({e, p});
+    for (const char* e : {"none", "ddp", "zero1", "zero2", "zero3", "hsdp", "asynchzp"}) out.push_back({e, p});
   return out;
 }
 
