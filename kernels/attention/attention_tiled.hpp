@@ -2,10 +2,11 @@
 // blocked (attention_block_fwd / _bwd): the flash-attention tiling of attention_ref.hpp's recurrences.
 // Per (batch, head) the queries go in tiles of kTile rows and the keys in tiles of kTile; every product
 // of a tile pair (scores Q·Kᵀ, P·V, dO·Vᵀ, Pᵀ·dO, dSᵀ·Q, dS·K) is one BLAS call on the tensors in place
-// (their rows have the layout's stride; bf16 tiles are widened to fp32 once), and only the elementwise
-// softmax work stays scalar. Only the visible part of a tile pair is computed: a tile's keys stop at the
-// last row's causal limit and its rows start at the first row that sees a key of the tile, so rows that
-// see nothing are never written (the blocked kernels' "state unchanged bit for bit" contract).
+// (their rows have the layout's stride; bf16 tiles are widened to fp32 once), and the elementwise softmax work
+// of fp32 tiles runs through the vectorised rows of common/softmax_simd.hpp (fp64: scalar std::exp). Only the
+// visible part of a tile pair is computed: a tile's keys stop at the last row's causal limit and its rows start
+// at the first row that sees a key of the tile, so rows that see nothing are never written (the blocked
+// kernels' "state unchanged bit for bit" contract).
 // attention_ref.hpp and attention_blocks_ref.hpp stay the oracles this is tested against (test_attention_tiled).
 #pragma once
 
@@ -18,6 +19,7 @@
 #include <type_traits>
 
 #include "attention/attention_blocks_ref.hpp"
+#include "common/softmax_simd.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/attention.hpp"
 #include "hzp/kernels/attention_blocks.hpp"
@@ -41,6 +43,11 @@ inline std::int64_t bwd_scratch_elems(std::int64_t Tk, std::int64_t D) noexcept 
 namespace detail {
 
 using attention_detail::visible_keys;
+
+/// fp32 tiles (fp32 and bf16 storage) take the softmax rows of common/softmax_simd.hpp (exp8, the same bits on
+/// every CPU build); fp64 keeps std::exp and the scalar loops.
+template <typename A>
+inline constexpr bool kSimd = std::is_same_v<A, float>;
 
 /// Row-major C = alpha op(A) op(B) + beta C over the BLAS of the accumulation type.
 inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const double* a,
@@ -122,14 +129,21 @@ void fold_query_tile(acc_t<T>* acc, std::int64_t ld_acc, acc_t<T>* m, acc_t<T>* 
       const std::int64_t i = r0 + r, n = std::min(visible_keys(blk, i0 + i) - j0, nk);
       A* sr = s + r * kTile;
       A tile_max = -std::numeric_limits<A>::infinity();
-      for (std::int64_t j = 0; j < n; ++j) tile_max = std::max(tile_max, sr[j]);
+      if constexpr (kSimd<A>)
+        tile_max = n > 0 ? simd::row_max(sr, n) : tile_max;
+      else
+        for (std::int64_t j = 0; j < n; ++j) tile_max = std::max(tile_max, sr[j]);
       const A m_new = std::max(m[i], tile_max);
       // 0 for the first keys a row sees (m = −inf), exactly 1 while the running max holds.
       const A alpha = std::exp(m[i] - m_new);
       A sum = 0;
-      for (std::int64_t j = 0; j < n; ++j) {
-        sr[j] = std::exp(sr[j] - m_new);
-        sum += sr[j];
+      if constexpr (kSimd<A>) {
+        sum = simd::exp_in_place_sum(sr, n, m_new);
+      } else {
+        for (std::int64_t j = 0; j < n; ++j) {
+          sr[j] = std::exp(sr[j] - m_new);
+          sum += sr[j];
+        }
       }
       std::fill(sr + n, sr + nk, A(0));
       A* ai = acc + i * ld_acc;
@@ -162,9 +176,13 @@ void backward_query_tile(acc_t<T>* dq_tile, acc_t<T>* dk_acc, acc_t<T>* dv_acc, 
       const std::int64_t i = r0 + r, n = std::min(visible_keys(blk, i0 + i) - j0, nk);
       A* pr = p + r * kTile;
       A* dsr = ds + r * kTile;
-      for (std::int64_t j = 0; j < n; ++j) {
-        pr[j] = std::exp(pr[j] - lse[i]);
-        dsr[j] = pr[j] * (dsr[j] - delta[i]);
+      if constexpr (kSimd<A>) {
+        simd::softmax_bwd_row(pr, dsr, n, lse[i], delta[i]);
+      } else {
+        for (std::int64_t j = 0; j < n; ++j) {
+          pr[j] = std::exp(pr[j] - lse[i]);
+          dsr[j] = pr[j] * (dsr[j] - delta[i]);
+        }
       }
       std::fill(pr + n, pr + nk, A(0));
       std::fill(dsr + n, dsr + nk, A(0));
