@@ -30,13 +30,13 @@
 #define HZP_SIMD_INLINE inline __attribute__((always_inline))
 
 /// Defines `ret name params` (params in parentheses, args the same names in parentheses) calling the AVX2 or the
-/// baseline build of `name##_body`, an HZP_SIMD_INLINE function taking the same arguments, as cpu_isa() says.
-#define HZP_SIMD_DISPATCH(ret, name, params, args)                                       \
-  HZP_TARGET_AVX2 static ret name##_avx2 params { return name##_body args; }             \
-  static ret name##_baseline params { return name##_body args; }                         \
-  ret name params {                                                                      \
-    return ::hzp::kernels::cpu_isa() == ::hzp::kernels::CpuIsa::avx2 ? name##_avx2 args \
-                                                                      : name##_baseline args; \
+/// baseline build of `name##_body<CpuIsa>`, an HZP_SIMD_INLINE template taking the same arguments, as cpu_isa()
+/// says. The template argument tells the body's helpers which build they are inlined into (see less()).
+#define HZP_SIMD_DISPATCH(ret, name, params, args)                                                              \
+  HZP_TARGET_AVX2 static ret name##_avx2 params { return name##_body<::hzp::kernels::CpuIsa::avx2> args; }     \
+  static ret name##_baseline params { return name##_body<::hzp::kernels::CpuIsa::baseline> args; }            \
+  ret name params {                                                                                             \
+    return ::hzp::kernels::cpu_isa() == ::hzp::kernels::CpuIsa::avx2 ? name##_avx2 args : name##_baseline args; \
   }
 
 namespace hzp::kernels::simd {
@@ -67,14 +67,41 @@ HZP_SIMD_INLINE void store_partial(float* p, f8 v, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) p[i] = v[i];
 }
 
-HZP_SIMD_INLINE f8 max(f8 a, f8 b) { return a > b ? a : b; }
+/// a < b lane by lane (all ones or zero). GCC turns an 8-lane compare into eight scalar ones when the target's
+/// registers hold 4 lanes (SSE2), so the baseline build compares the two halves; the result is the same.
+template <CpuIsa I>
+HZP_SIMD_INLINE i8 less(f8 a, f8 b) {
+  if constexpr (I == CpuIsa::avx2) {
+    return a < b;
+  } else {
+    using f4 = float __attribute__((vector_size(16)));
+    using i4 = std::int32_t __attribute__((vector_size(16)));
+    f4 ab[4];
+    std::memcpy(ab, &a, sizeof a);
+    std::memcpy(ab + 2, &b, sizeof b);
+    const i4 m[2] = {ab[0] < ab[2], ab[1] < ab[3]};
+    i8 r;
+    std::memcpy(&r, m, sizeof r);
+    return r;
+  }
+}
+
+/// Lanes of a where mask is all ones, else of b (bit operations: a vector ?: is scalarised like the compare).
+HZP_SIMD_INLINE f8 select(i8 mask, f8 a, f8 b) { return (f8)(((u8)mask & (u8)a) | (~(u8)mask & (u8)b)); }
+
+/// The larger lane of a and b; b where they are unordered (a NaN in a is skipped, as std::max(b, a) would).
+template <CpuIsa I>
+HZP_SIMD_INLINE f8 max(f8 a, f8 b) {
+  return select(less<I>(b, a), a, b);
+}
 
 /// e^x lane by lane (see the file comment for accuracy and special values).
+template <CpuIsa I>
 HZP_SIMD_INLINE f8 exp8(f8 x) {
   // Beyond [−110, 89] e^x is +0 or +inf in fp32 anyway; inside it n stays in [−159, 129], so both power-of-two
   // factors below are normal. A NaN fails both comparisons and stays NaN.
-  x = x < splat(-110.0f) ? splat(-110.0f) : x;
-  x = x > splat(89.0f) ? splat(89.0f) : x;
+  x = select(less<I>(x, splat(-110.0f)), splat(-110.0f), x);
+  x = select(less<I>(splat(89.0f), x), splat(89.0f), x);
   // n = round-to-nearest(x·log2 e): adding 1.5·2^23 leaves n in the low mantissa bits of t.
   const f8 magic = splat(12582912.0f);
   const f8 t = x * splat(1.44269504088896341f) + magic;
@@ -100,7 +127,10 @@ HZP_SIMD_INLINE f8 exp8(f8 x) {
 }
 
 /// σ(g) = 1 / (1 + e^−g): +0 for very negative g (e^−g = +inf), 1 for large g, never NaN for finite g.
-HZP_SIMD_INLINE f8 sigmoid8(f8 g) { return splat(1.0f) / (splat(1.0f) + exp8(-g)); }
+template <CpuIsa I>
+HZP_SIMD_INLINE f8 sigmoid8(f8 g) {
+  return splat(1.0f) / (splat(1.0f) + exp8<I>(-g));
+}
 
 /// Σ of the lanes in one fixed order (pairs 4 apart, then 2, then 1).
 HZP_SIMD_INLINE float hsum(f8 v) {

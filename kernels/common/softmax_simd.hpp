@@ -1,5 +1,5 @@
-// Vectorised fp32 row passes of a softmax, built on exp_simd.hpp's exp8 (baseline and AVX2 builds, the same bits
-// in both): the row maximum, Σ e^(x − shift) in fp64 or fp32 lanes, e^(x − shift)·scale written out, and the
+// Vectorised fp32 row passes of a softmax, built on exp_simd.hpp's exp8 (baseline and AVX2 builds, the same
+// bits in both): the row maximum, Σ e^(x − shift) in fp64 or fp32 lanes, e^(x − shift)·scale written out, and the
 // softmax backward's p = e^(s − lse), ds = p·(dp − Δ). The cross-entropy and the tiled attention use them for fp32
 // and bf16 (whose rows they widen to fp32 first); their scalar references (cross_entropy_ref.hpp,
 // attention_ref.hpp, std::exp) stay the oracles. Each function reads and writes only its row, and its result

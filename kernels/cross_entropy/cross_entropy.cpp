@@ -1,7 +1,8 @@
 // Host launchers for softmax cross-entropy: validation of shapes, dtypes, devices, targets and the
 // gradient normaliser, then dtype dispatch: fp32 and bf16 to the vectorised rows of cross_entropy_simd.hpp, fp64
-// to the CPU reference (cross_entropy_ref.hpp, the oracle of both), or for a CUDA stream to cross_entropy.cu. Device-resident targets are not range-checked on the host (that would need a
-// copy and a synchronisation): the CUDA kernel treats an out-of-range target like ignore_index.
+// to the CPU reference (cross_entropy_ref.hpp, the oracle of both), or for a CUDA stream to cross_entropy.cu.
+// Device-resident targets are not range-checked on the host (that would need a copy and a synchronisation): the
+// CUDA kernel treats an out-of-range target like ignore_index.
 #include "hzp/kernels/cross_entropy.hpp"
 
 #include <cmath>

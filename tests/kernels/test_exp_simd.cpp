@@ -128,7 +128,8 @@ TEST(ExpSimd, AnElementsBitsDoNotDependOnItsLane) {
       std::vector<float> part(x.begin() + static_cast<std::ptrdiff_t>(off),
                               x.begin() + static_cast<std::ptrdiff_t>(off + len));
       const auto y = exp_of(part);
-      ASSERT_EQ(std::memcmp(y.data(), whole.data() + off, len * sizeof(float)), 0) << "offset " << off << " length " << len;
+      ASSERT_EQ(std::memcmp(y.data(), whole.data() + off, len * sizeof(float)), 0)
+          << "offset " << off << " length " << len;
     }
 }
 
