@@ -134,8 +134,13 @@ void fold_query_tile(acc_t<T>* acc, std::int64_t ld_acc, acc_t<T>* m, acc_t<T>* 
       else
         for (std::int64_t j = 0; j < n; ++j) tile_max = std::max(tile_max, sr[j]);
       const A m_new = std::max(m[i], tile_max);
-      // 0 for the first keys a row sees (m = −inf), exactly 1 while the running max holds.
-      const A alpha = std::exp(m[i] - m_new);
+      // 0 for the first keys a row sees (m = −inf), exactly 1 while the running max holds (exp8 too: fp32 tiles
+      // use no libm exponential, whose variant glibc picks per CPU).
+      A alpha = m[i] - m_new;
+      if constexpr (kSimd<A>)
+        simd::exp(&alpha, &alpha, 1);
+      else
+        alpha = std::exp(alpha);
       A sum = 0;
       if constexpr (kSimd<A>) {
         sum = simd::exp_in_place_sum(sr, n, m_new);
