@@ -125,36 +125,42 @@ void fold_query_tile(acc_t<T>* acc, std::int64_t ld_acc, acc_t<T>* m, acc_t<T>* 
   for_each_visible_key_tile(blk, i0, mq, k, v, ldk, kw, kw + kTile * D, [&](const KeyTile<A>& t) {
     const auto [j0, nk, r0, rows, kt, vt] = t;
     gemm(false, true, rows, nk, D, scale, q.row(r0), q.ld, kt.p, kt.ld, A(0), s, kTile);
+    // The rows' new maxima first, then every row's rescale factor e^(m − m_new) in one call: 0 for the first keys
+    // a row sees (m = −inf), exactly 1 while the running max holds (exp8 too: fp32 tiles take no exponential from
+    // libm, whose variant glibc picks per CPU).
+    A m_new[kTile], alpha[kTile];
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t i = r0 + r, n = std::min(visible_keys(blk, i0 + i) - j0, nk);
-      A* sr = s + r * kTile;
+      const A* sr = s + r * kTile;
       A tile_max = -std::numeric_limits<A>::infinity();
       if constexpr (kSimd<A>)
         tile_max = n > 0 ? simd::row_max(sr, n) : tile_max;
       else
         for (std::int64_t j = 0; j < n; ++j) tile_max = std::max(tile_max, sr[j]);
-      const A m_new = std::max(m[i], tile_max);
-      // 0 for the first keys a row sees (m = −inf), exactly 1 while the running max holds (exp8 too: fp32 tiles
-      // use no libm exponential, whose variant glibc picks per CPU).
-      A alpha = m[i] - m_new;
-      if constexpr (kSimd<A>)
-        simd::exp(&alpha, &alpha, 1);
-      else
-        alpha = std::exp(alpha);
+      m_new[r] = std::max(m[i], tile_max);
+      alpha[r] = m[i] - m_new[r];
+    }
+    if constexpr (kSimd<A>)
+      simd::exp(alpha, alpha, rows);
+    else
+      for (std::int64_t r = 0; r < rows; ++r) alpha[r] = std::exp(alpha[r]);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t i = r0 + r, n = std::min(visible_keys(blk, i0 + i) - j0, nk);
+      A* sr = s + r * kTile;
       A sum = 0;
       if constexpr (kSimd<A>) {
-        sum = simd::exp_in_place_sum(sr, n, m_new);
+        sum = simd::exp_in_place_sum(sr, n, m_new[r]);
       } else {
         for (std::int64_t j = 0; j < n; ++j) {
-          sr[j] = std::exp(sr[j] - m_new);
+          sr[j] = std::exp(sr[j] - m_new[r]);
           sum += sr[j];
         }
       }
       std::fill(sr + n, sr + nk, A(0));
       A* ai = acc + i * ld_acc;
-      for (std::int64_t e = 0; e < D; ++e) ai[e] *= alpha;
-      l[i] = l[i] * alpha + sum;
-      m[i] = m_new;
+      for (std::int64_t e = 0; e < D; ++e) ai[e] *= alpha[r];
+      l[i] = l[i] * alpha[r] + sum;
+      m[i] = m_new[r];
     }
     gemm(false, false, rows, D, nk, A(1), s, kTile, vt.p, vt.ld, A(1), acc + r0 * ld_acc, ld_acc);
   });
