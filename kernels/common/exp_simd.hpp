@@ -1,7 +1,8 @@
 // The vectorised fp32 exponential of the CPU kernels and what their vector loops share: 8-lane vector types
 // (GCC/Clang vector extensions), partial loads and stores for a row's ragged end, a fixed-order horizontal sum,
-// and HZP_SIMD_DISPATCH, which compiles one always-inline body twice (baseline x86-64 and AVX2) and picks one at
-// run time (hzp/kernels/cpu_isa.hpp). The scalar reference every caller keeps beside it is std::exp.
+// and the helpers' choice of instructions per build (HZP_SIMD_DISPATCH, common/cpu_dispatch.hpp, compiles a body
+// once for baseline x86-64 and once for AVX2 and picks one at run time). The scalar reference every caller keeps
+// beside it is std::exp.
 //
 // exp8 is Cephes' expf: Cody–Waite reduction x = n·ln2 + r (ln2 split in two so n·ln2_hi is exact), a degree-5
 // polynomial for e^r on |r| ≤ ln2/2, and 2^n applied as two power-of-two factors so that results down to the
@@ -20,24 +21,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/cpu_dispatch.hpp"
 #include "hzp/kernels/cpu_isa.hpp"
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#define HZP_TARGET_AVX2 __attribute__((target("avx2")))
-#else
-#define HZP_TARGET_AVX2
-#endif
-#define HZP_SIMD_INLINE inline __attribute__((always_inline))
-
-/// Defines `ret name params` (params in parentheses, args the same names in parentheses) calling the AVX2 or the
-/// baseline build of `name##_body<CpuIsa>`, an HZP_SIMD_INLINE template taking the same arguments, as cpu_isa()
-/// says. The template argument tells the body's helpers which build they are inlined into (see less()).
-#define HZP_SIMD_DISPATCH(ret, name, params, args)                                                              \
-  HZP_TARGET_AVX2 static ret name##_avx2 params { return name##_body<::hzp::kernels::CpuIsa::avx2> args; }     \
-  static ret name##_baseline params { return name##_body<::hzp::kernels::CpuIsa::baseline> args; }            \
-  ret name params {                                                                                             \
-    return ::hzp::kernels::cpu_isa() == ::hzp::kernels::CpuIsa::avx2 ? name##_avx2 args : name##_baseline args; \
-  }
 
 namespace hzp::kernels::simd {
 

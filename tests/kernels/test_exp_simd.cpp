@@ -2,7 +2,7 @@
 // softmax_simd.hpp, swiglu/swiglu_simd.hpp): accuracy against exp in double over a sample of every fp32 input,
 // the special values and the ends of the range, independence of an element's bits from its lane, the row passes
 // against scalar references, and the baseline and AVX2 builds giving the same bits, from exp up to the
-// cross-entropy, SwiGLU and attention launchers.
+// cross-entropy, SwiGLU and attention launchers (and AdamW's loop, built the same two ways).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "common/softmax_simd.hpp"
+#include "adamw/adamw_ref.hpp"
+#include "hzp/kernels/adamw.hpp"
 #include "hzp/kernels/attention.hpp"
 #include "hzp/kernels/cpu_isa.hpp"
 #include "hzp/kernels/cross_entropy.hpp"
@@ -284,6 +286,27 @@ TEST(CpuIsa, AttentionGivesTheSameBitsOnBaselineAndAvx2) {
                       test::cview(b[0], qs), test::cview(b[1], ks), test::cview(b[2], ks), test::cview(b[4], qs),
                       test::cview(b[5], ls), d, wb, StreamRef::host());
       });
+}
+
+// AdamW's fp32 loop is built for both too (vectorised by GCC, with a scalar tail): both builds, and every element
+// of either, give the reference's bits.
+TEST(CpuIsa, AdamWGivesTheReferenceBitsOnBaselineAndAvx2) {
+  const std::int64_t n = 1003;
+  const auto p0 = test::random_normal<float>(n, 18), g = test::random_normal<float>(n, 19, 0.0, 0.1);
+  const auto m0 = test::random_normal<float>(n, 20, 0.0, 0.01);
+  auto v0 = test::random_normal<float>(n, 21, 0.0, 1e-3);
+  for (auto& x : v0) x = x * x;
+  const AdamWHyper h{.lr = 1e-3, .weight_decay = 0.1, .step = 7, .grad_scale = 0.5};
+  auto p_ref = p0, m_ref = m0, v_ref = v0;
+  adamw_step_ref<float>(p_ref.data(), m_ref.data(), v_ref.data(), g.data(), n, AdamWConstants<float>::make(h), nullptr);
+  for (CpuIsa isa : supported_isas()) {
+    IsaGuard guard;
+    set_cpu_isa(isa);
+    auto p = p0, m = m0, v = v0;
+    adamw_step(test::view(p, Shape{n}), test::view(m, Shape{n}), test::view(v, Shape{n}), test::cview(g, Shape{n}), h,
+               StreamRef::host());
+    EXPECT_TRUE(same_bits(p, p_ref) && same_bits(m, m_ref) && same_bits(v, v_ref)) << cpu_isa_name(isa);
+  }
 }
 
 // The fp32 SwiGLU loops on their own (the launchers' path for fp32) against the scalar reference formula.
