@@ -1,14 +1,19 @@
 // Host launchers for the AdamW step: validation of the hyper-parameters (messages name each value),
 // shapes, dtypes and devices, then dispatch (fp32 master weights, fp64 for oracles) to the reference, or
-// for a CUDA stream to adamw.cu (fp32).
+// for a CUDA stream to adamw.cu (fp32). fp32 runs the reference loop built for AVX2 where the CPU has it
+// (cpu_dispatch.hpp), vectorised by GCC: the same IEEE multiplies, adds, square roots and divides per element.
 // Built with -ffp-contract=off (kernels/CMakeLists.txt) so no multiply-add is fused differently in a
-// vector body and a scalar tail: the shard-invariance the deterministic mode relies on.
+// vector body and a scalar tail: the shard-invariance the deterministic mode relies on; and with
+// -fno-math-errno -fvect-cost-model=dynamic, so that sqrt needs no errno branch and the loop is vectorised with
+// a scalar tail (GCC's -O2 model vectorises only loops whose trip count the vectors divide).
 #include "hzp/kernels/adamw.hpp"
 
 #include <cmath>
 #include <string_view>
+#include <type_traits>
 
 #include "adamw/adamw_ref.hpp"
+#include "common/cpu_dispatch.hpp"
 #include "common/cuda_twins.hpp"
 #include "common/cpu_parallel.hpp"
 #include "hzp/core/error.hpp"
@@ -52,12 +57,28 @@ void check_all(TensorView params, TensorView m, TensorView v, ConstTensorView gr
   check_hyper(hyper);
 }
 
+// The fp32 reference loop in an AVX2 and a baseline build (flatten: adamw_step_ref<float> is inlined into each, so
+// each is compiled for its own target).
+HZP_TARGET_AVX2 [[gnu::flatten]] void adamw_f32_avx2(float* p, float* m, float* v, const float* g, std::int64_t n,
+                                                     const AdamWConstants<float>& c, bf16* p_bf16) {
+  adamw_step_ref<float>(p, m, v, g, n, c, p_bf16);
+}
+[[gnu::flatten]] void adamw_f32_baseline(float* p, float* m, float* v, const float* g, std::int64_t n,
+                                         const AdamWConstants<float>& c, bf16* p_bf16) {
+  adamw_step_ref<float>(p, m, v, g, n, c, p_bf16);
+}
+
 template <typename T>
 void run(TensorView params, TensorView m, TensorView v, ConstTensorView grads, const AdamWHyper& hyper, bf16* p_bf16) {
   const auto c = AdamWConstants<T>::make(hyper);
+  const bool avx2 = cpu_isa() == CpuIsa::avx2;
   for_element_ranges(params.numel(), [&](std::int64_t b, std::int64_t e) {
-    adamw_step_ref<T>(params.as<T>() + b, m.as<T>() + b, v.as<T>() + b, grads.as<T>() + b, e - b, c,
-                      p_bf16 ? p_bf16 + b : nullptr);
+    T* p = params.as<T>() + b;
+    bf16* pb = p_bf16 ? p_bf16 + b : nullptr;
+    if constexpr (std::is_same_v<T, float>)
+      (avx2 ? adamw_f32_avx2 : adamw_f32_baseline)(p, m.as<T>() + b, v.as<T>() + b, grads.as<T>() + b, e - b, c, pb);
+    else
+      adamw_step_ref<T>(p, m.as<T>() + b, v.as<T>() + b, grads.as<T>() + b, e - b, c, pb);
   });
 }
 

@@ -2,10 +2,11 @@
 // blocked (attention_block_fwd / _bwd): the flash-attention tiling of attention_ref.hpp's recurrences.
 // Per (batch, head) the queries go in tiles of kTile rows and the keys in tiles of kTile; every product
 // of a tile pair (scores Q·Kᵀ, P·V, dO·Vᵀ, Pᵀ·dO, dSᵀ·Q, dS·K) is one BLAS call on the tensors in place
-// (their rows have the layout's stride; bf16 tiles are widened to fp32 once), and only the elementwise
-// softmax work stays scalar. Only the visible part of a tile pair is computed: a tile's keys stop at the
-// last row's causal limit and its rows start at the first row that sees a key of the tile, so rows that
-// see nothing are never written (the blocked kernels' "state unchanged bit for bit" contract).
+// (their rows have the layout's stride; bf16 tiles are widened to fp32 once), and the elementwise softmax work
+// of fp32 tiles runs through the vectorised rows of common/softmax_simd.hpp (fp64: scalar std::exp). Only the
+// visible part of a tile pair is computed: a tile's keys stop at the last row's causal limit and its rows start
+// at the first row that sees a key of the tile, so rows that see nothing are never written (the blocked
+// kernels' "state unchanged bit for bit" contract).
 // attention_ref.hpp and attention_blocks_ref.hpp stay the oracles this is tested against (test_attention_tiled).
 #pragma once
 
@@ -18,6 +19,7 @@
 #include <type_traits>
 
 #include "attention/attention_blocks_ref.hpp"
+#include "common/softmax_simd.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/attention.hpp"
 #include "hzp/kernels/attention_blocks.hpp"
@@ -41,6 +43,11 @@ inline std::int64_t bwd_scratch_elems(std::int64_t Tk, std::int64_t D) noexcept 
 namespace detail {
 
 using attention_detail::visible_keys;
+
+/// fp32 tiles (fp32 and bf16 storage) take the softmax rows of common/softmax_simd.hpp (exp8, the same bits on
+/// every CPU build); fp64 keeps std::exp and the scalar loops.
+template <typename A>
+inline constexpr bool kSimd = std::is_same_v<A, float>;
 
 /// Row-major C = alpha op(A) op(B) + beta C over the BLAS of the accumulation type.
 inline void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const double* a,
@@ -118,24 +125,42 @@ void fold_query_tile(acc_t<T>* acc, std::int64_t ld_acc, acc_t<T>* m, acc_t<T>* 
   for_each_visible_key_tile(blk, i0, mq, k, v, ldk, kw, kw + kTile * D, [&](const KeyTile<A>& t) {
     const auto [j0, nk, r0, rows, kt, vt] = t;
     gemm(false, true, rows, nk, D, scale, q.row(r0), q.ld, kt.p, kt.ld, A(0), s, kTile);
+    // The rows' new maxima first, then every row's rescale factor e^(m − m_new) in one call: 0 for the first keys
+    // a row sees (m = −inf), exactly 1 while the running max holds (exp8 too: fp32 tiles take no exponential from
+    // libm, whose variant glibc picks per CPU).
+    A m_new[kTile], alpha[kTile];
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t i = r0 + r, n = std::min(visible_keys(blk, i0 + i) - j0, nk);
+      const A* sr = s + r * kTile;
+      A tile_max = -std::numeric_limits<A>::infinity();
+      if constexpr (kSimd<A>)
+        tile_max = n > 0 ? simd::row_max(sr, n) : tile_max;
+      else
+        for (std::int64_t j = 0; j < n; ++j) tile_max = std::max(tile_max, sr[j]);
+      m_new[r] = std::max(m[i], tile_max);
+      alpha[r] = m[i] - m_new[r];
+    }
+    if constexpr (kSimd<A>)
+      simd::exp(alpha, alpha, rows);
+    else
+      for (std::int64_t r = 0; r < rows; ++r) alpha[r] = std::exp(alpha[r]);
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t i = r0 + r, n = std::min(visible_keys(blk, i0 + i) - j0, nk);
       A* sr = s + r * kTile;
-      A tile_max = -std::numeric_limits<A>::infinity();
-      for (std::int64_t j = 0; j < n; ++j) tile_max = std::max(tile_max, sr[j]);
-      const A m_new = std::max(m[i], tile_max);
-      // 0 for the first keys a row sees (m = −inf), exactly 1 while the running max holds.
-      const A alpha = std::exp(m[i] - m_new);
       A sum = 0;
-      for (std::int64_t j = 0; j < n; ++j) {
-        sr[j] = std::exp(sr[j] - m_new);
-        sum += sr[j];
+      if constexpr (kSimd<A>) {
+        sum = simd::exp_in_place_sum(sr, n, m_new[r]);
+      } else {
+        for (std::int64_t j = 0; j < n; ++j) {
+          sr[j] = std::exp(sr[j] - m_new[r]);
+          sum += sr[j];
+        }
       }
       std::fill(sr + n, sr + nk, A(0));
       A* ai = acc + i * ld_acc;
-      for (std::int64_t e = 0; e < D; ++e) ai[e] *= alpha;
-      l[i] = l[i] * alpha + sum;
-      m[i] = m_new;
+      for (std::int64_t e = 0; e < D; ++e) ai[e] *= alpha[r];
+      l[i] = l[i] * alpha[r] + sum;
+      m[i] = m_new[r];
     }
     gemm(false, false, rows, D, nk, A(1), s, kTile, vt.p, vt.ld, A(1), acc + r0 * ld_acc, ld_acc);
   });
@@ -162,9 +187,13 @@ void backward_query_tile(acc_t<T>* dq_tile, acc_t<T>* dk_acc, acc_t<T>* dv_acc, 
       const std::int64_t i = r0 + r, n = std::min(visible_keys(blk, i0 + i) - j0, nk);
       A* pr = p + r * kTile;
       A* dsr = ds + r * kTile;
-      for (std::int64_t j = 0; j < n; ++j) {
-        pr[j] = std::exp(pr[j] - lse[i]);
-        dsr[j] = pr[j] * (dsr[j] - delta[i]);
+      if constexpr (kSimd<A>) {
+        simd::softmax_bwd_row(pr, dsr, n, lse[i], delta[i]);
+      } else {
+        for (std::int64_t j = 0; j < n; ++j) {
+          pr[j] = std::exp(pr[j] - lse[i]);
+          dsr[j] = pr[j] * (dsr[j] - delta[i]);
+        }
       }
       std::fill(pr + n, pr + nk, A(0));
       std::fill(dsr + n, dsr + nk, A(0));

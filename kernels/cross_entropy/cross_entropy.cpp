@@ -1,16 +1,19 @@
 // Host launchers for softmax cross-entropy: validation of shapes, dtypes, devices, targets and the
-// gradient normaliser, then dtype dispatch (f64, f32, bf16) to the CPU reference, or for a CUDA stream
-// to cross_entropy.cu. Device-resident targets are not range-checked on the host (that would need a
-// copy and a synchronisation): the CUDA kernel treats an out-of-range target like ignore_index.
+// gradient normaliser, then dtype dispatch: fp32 and bf16 to the vectorised rows of cross_entropy_simd.hpp, fp64
+// to the CPU reference (cross_entropy_ref.hpp, the oracle of both), or for a CUDA stream to cross_entropy.cu.
+// Device-resident targets are not range-checked on the host (that would need a copy and a synchronisation): the
+// CUDA kernel treats an out-of-range target like ignore_index.
 #include "hzp/kernels/cross_entropy.hpp"
 
 #include <cmath>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "common/cpu_parallel.hpp"
 #include "common/cuda_twins.hpp"
 #include "cross_entropy/cross_entropy_ref.hpp"
+#include "cross_entropy/cross_entropy_simd.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/checks.hpp"
 #include "hzp/kernels/scalar.hpp"
@@ -70,6 +73,34 @@ CrossEntropyResult row_order_sum(const A* losses, const std::int32_t* targets, s
   return r;
 }
 
+// Rows [0, N) of one range of the pool: fp64 through the reference, fp32 and bf16 through the vectorised rows.
+template <typename T>
+void fwd_rows(acc_t<T>* losses, const T* logits, const std::int32_t* targets, std::int64_t N, std::int64_t V,
+              std::int32_t ignore) {
+  if constexpr (std::is_same_v<T, double>)
+    cross_entropy_fwd_ref<T>(losses, logits, targets, N, V, ignore);
+  else
+    cross_entropy_simd::fwd<T>(losses, logits, targets, N, V, ignore);
+}
+
+template <typename T>
+void bwd_rows(T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t N, std::int64_t V,
+              const CrossEntropyGrad& g) {
+  if constexpr (std::is_same_v<T, double>)
+    cross_entropy_bwd_ref<T>(dlogits, logits, targets, N, V, g);
+  else
+    cross_entropy_simd::bwd<T>(dlogits, logits, targets, N, V, g);
+}
+
+template <typename T>
+void fwd_bwd_rows(acc_t<T>* losses, T* dlogits, const T* logits, const std::int32_t* targets, std::int64_t N,
+                  std::int64_t V, const CrossEntropyGrad& g) {
+  if constexpr (std::is_same_v<T, double>)
+    cross_entropy_fwd_bwd_ref<T>(losses, dlogits, logits, targets, N, V, g);
+  else
+    cross_entropy_simd::fwd_bwd<T>(losses, dlogits, logits, targets, N, V, g);
+}
+
 }  // namespace
 
 std::int64_t cross_entropy_count_valid(ConstTensorView targets, std::int32_t ignore_index, StreamRef s) {
@@ -99,7 +130,7 @@ CrossEntropyResult cross_entropy_fwd(TensorView losses, ConstTensorView logits, 
     using T = decltype(tag);
     const std::int32_t* t = targets.as<std::int32_t>();
     for_row_ranges(N, V, [&](std::int64_t b, std::int64_t e) {
-      cross_entropy_fwd_ref<T>(losses.as<acc_t<T>>() + b, logits.as<T>() + b * V, t + b, e - b, V, ignore_index);
+      fwd_rows<T>(losses.as<acc_t<T>>() + b, logits.as<T>() + b * V, t + b, e - b, V, ignore_index);
     });
     return row_order_sum(losses.as<acc_t<T>>(), t, N, ignore_index);
   });
@@ -122,8 +153,7 @@ void cross_entropy_bwd(TensorView dlogits, ConstTensorView logits, ConstTensorVi
   dispatch_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     for_row_ranges(N, V, [&](std::int64_t b, std::int64_t e) {
-      cross_entropy_bwd_ref<T>(dlogits.as<T>() + b * V, logits.as<T>() + b * V, targets.as<std::int32_t>() + b, e - b,
-                               V, grad);
+      bwd_rows<T>(dlogits.as<T>() + b * V, logits.as<T>() + b * V, targets.as<std::int32_t>() + b, e - b, V, grad);
     });
   });
 }
@@ -146,8 +176,8 @@ CrossEntropyResult cross_entropy_fwd_bwd(TensorView losses, TensorView dlogits, 
     using T = decltype(tag);
     const std::int32_t* t = targets.as<std::int32_t>();
     for_row_ranges(N, V, [&](std::int64_t b, std::int64_t e) {
-      cross_entropy_fwd_bwd_ref<T>(losses.as<acc_t<T>>() + b, dlogits.as<T>() + b * V, logits.as<T>() + b * V, t + b,
-                                   e - b, V, grad);
+      fwd_bwd_rows<T>(losses.as<acc_t<T>>() + b, dlogits.as<T>() + b * V, logits.as<T>() + b * V, t + b, e - b, V,
+                      grad);
     });
     return row_order_sum(losses.as<acc_t<T>>(), t, N, grad.ignore_index);
   });

@@ -1,14 +1,21 @@
 // RoPE launchers on the CPU: validate [tokens, heads, head_dim] views (head_dim even, base > 0, and
-// either tokens a multiple of seq_len or an int32 position per token row), then dispatch on dtype to
-// rope_ref.hpp (a CUDA stream: rope.cu, for the seq_len form only).
+// either tokens a multiple of seq_len or an int32 position per token row), then dispatch on dtype: the seq_len
+// form rotates through a cached table of its angles (rope_table.hpp, the reference's bits) with token rows split
+// over the intra-op pool, the positions form through rope_ref.hpp (a CUDA stream: rope.cu, seq_len form only).
 #include "hzp/kernels/rope.hpp"
 
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string_view>
+#include <tuple>
 
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/checks.hpp"
+#include "common/cpu_parallel.hpp"
 #include "common/cuda_twins.hpp"
 #include "rope/rope_ref.hpp"
+#include "rope/rope_table.hpp"
 
 namespace hzp::kernels {
 namespace {
@@ -48,6 +55,19 @@ void dispatch_rope(std::string_view k, DType t, Fn&& rotate) {
   }
 }
 
+/// The table of (seq_len, head_dim, base) in compute type A, built on first use and kept for the process (small:
+/// 256 positions × 32 pairs × 2 × 4 bytes = 64 KiB). Tables are never freed or changed once built, so a reference
+/// stays valid; the lock covers only the lookup.
+template <typename A>
+const RopeTable<A>& rope_table(std::int64_t seq_len, std::int64_t head_dim, double base) {
+  static std::mutex mu;
+  static std::map<std::tuple<std::int64_t, std::int64_t, double>, std::unique_ptr<const RopeTable<A>>> tables;
+  std::lock_guard lock(mu);
+  auto& t = tables[{seq_len, head_dim, base}];
+  if (!t) t = std::make_unique<const RopeTable<A>>(make_rope_table<A>(seq_len, head_dim, base));
+  return *t;
+}
+
 void rope_launch(std::string_view k, TensorView y, ConstTensorView x, std::int64_t seq_len, double base,
                  bool inverse, StreamRef s) {
   const RopeRows r = check_rows(k, y, x, base, s);
@@ -58,7 +78,10 @@ void rope_launch(std::string_view k, TensorView y, ConstTensorView x, std::int64
   if (s.device().is_cuda()) return cuda::rope(y, x, seq_len, base, inverse, s);
   dispatch_rope(k, x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    rope_rotate_ref(y.as<T>(), x.as<T>(), r.tokens, r.heads, r.head_dim, seq_len, base, inverse);
+    const auto& tab = rope_table<acc_t<T>>(seq_len, r.head_dim, base);
+    for_row_ranges(r.tokens, r.heads * r.head_dim, [&](std::int64_t t0, std::int64_t t1) {
+      rope_rotate_table(y.as<T>(), x.as<T>(), t0, t1, r.heads, r.head_dim, tab, inverse);
+    });
   });
 }
 

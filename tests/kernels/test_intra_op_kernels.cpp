@@ -23,6 +23,7 @@
 #include "hzp/kernels/cross_entropy.hpp"
 #include "hzp/kernels/gemm.hpp"
 #include "hzp/kernels/rmsnorm.hpp"
+#include "hzp/kernels/rope.hpp"
 #include "hzp/kernels/swiglu.hpp"
 
 namespace hzp::kernels {
@@ -96,6 +97,16 @@ TEST(IntraOpKernels, RmsNormForwardAndBackward) {
                     view(b[0], Shape{rows, dim}), view(b[1], Shape{dim}), view(b[4], Shape{rows}), true,
                     StreamRef::host());
       });
+}
+
+TEST(IntraOpKernels, RopeForwardAndBackward) {
+  const std::int64_t seq = 208, tokens = 4 * seq, heads = 8, dim = 64;  // 2 and 3 ranges split sequences
+  const Shape s{tokens, heads, dim};
+  expect_thread_count_invariant({random_floats(tokens * heads * dim, 23), random_floats(tokens * heads * dim, 24)},
+                                [&](Buffers& b) {
+                                  rope_fwd(view(b[0], s), view(b[0], s), seq, 10000.0, StreamRef::host());
+                                  rope_bwd(view(b[1], s), view(b[1], s), seq, 10000.0, StreamRef::host());
+                                });
 }
 
 TEST(IntraOpKernels, CrossEntropyRowsAndLossSum) {

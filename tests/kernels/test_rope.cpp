@@ -1,7 +1,8 @@
 // Tests of the RoPE family: the forward against an independent closed form (each rotate-half pair as
 // a complex number multiplied by e^{i·pos·base^(-2j/d)}), the backward as the inverse rotation and
 // against finite differences, positions wrapping at seq_len, fp32/bf16 tolerances, edge sizes, and
-// rejected arguments. The explicit-position form (rope_*_at) against rope_fwd/bwd bit for bit, on
+// rejected arguments; the launcher (a cached table of angles, token rows over the intra-op pool) with the
+// reference's bits, forward and backward, every dtype, repeated shapes. The explicit-position form (rope_*_at) against rope_fwd/bwd bit for bit, on
 // t mod seq_len and on the load-balanced context-parallel shards, and its own refusals.
 #include <cmath>
 #include <complex>
@@ -112,6 +113,34 @@ TEST(Rope, InPlaceEqualsOutOfPlace) {
   rope_fwd(view(y, d.shape()), cview(x, d.shape()), d.seq_len, 10000.0, kHost);
   rope_fwd(view(x, d.shape()), cview(x, d.shape()), d.seq_len, 10000.0, kHost);
   EXPECT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * sizeof(float)));
+}
+
+// The launcher rotates through a table of angles built once per (seq_len, head_dim, base): the same bits as the
+// reference's per-call trigonometry, for every dtype, both directions, several sequences, in place, and a second
+// call on the same shape (the cached table) or another base (another table).
+template <typename T>
+void expect_launcher_gives_reference_bits(const Dims& d, double base) {
+  const auto x = test::random_uniform<T>(d.numel(), 21);
+  for (bool inverse : {false, true}) {
+    std::vector<T> want(x.size());
+    rope_rotate_ref(want.data(), x.data(), d.tokens, d.heads, d.head_dim, d.seq_len, base, inverse);
+    for (int call = 0; call < 2; ++call) {
+      auto y = x;  // in place
+      if (inverse)
+        rope_bwd(view(y, d.shape()), cview(y, d.shape()), d.seq_len, base, kHost);
+      else
+        rope_fwd(view(y, d.shape()), cview(y, d.shape()), d.seq_len, base, kHost);
+      EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * sizeof(T))) << "inverse " << inverse << " call " << call;
+    }
+  }
+}
+
+TEST(Rope, LauncherGivesTheReferenceBits) {
+  for (double base : {10000.0, 500000.0}) {
+    expect_launcher_gives_reference_bits<float>({3 * 37, 4, 64, 37}, base);
+    expect_launcher_gives_reference_bits<bf16>({2 * 29, 2, 16, 29}, base);
+    expect_launcher_gives_reference_bits<double>({2 * 11, 3, 8, 11}, base);
+  }
 }
 
 // fp32: cos/sin rounded to fp32 (2^-24), two products and a sum per output: about 3u·(|x1| + |x2|)
