@@ -83,13 +83,15 @@ endfunction()
 #                       [TIMEOUT s] [ENV ...])
 # A ThreadSanitizer copy of an MPI test inside the normal build: the test sources and every source of
 # the listed hzpbench targets (read from their SOURCES and SOURCE_DIR, so no list is duplicated) are
-# compiled again into one executable with -fsanitize=thread; the targets' include directories and
+# compiled again into one executable with -fsanitize=thread, each with the COMPILE_OPTIONS its own folder gave it
+# (-ffp-contract=off, -Wno-psabi: source properties are per directory); the targets' include directories and
 # their non-hzpbench link libraries (MPI, GTest, ...) are reused. Registered as <name>_np<N> with
 # labels mpi;tsan. UCX_MEM_MMAP_HOOK_MODE=none: MPICH/UCX's mmap hooks crash a TSan process
 # (docs/environment.md, ThreadSanitizer with MPICH); halt_on_error=1: any report fails the test.
 function(hzp_add_tsan_mpi_test)
   cmake_parse_arguments(A "" "NAME;TIMEOUT" "SOURCES;TARGETS;RANKS;ENV" ${ARGN})
   set(_srcs ${A_SOURCES})
+  set(_opts_of "")  # pairs "source|options" to apply once the executable exists
   set(_incs "")
   set(_libs "")
   foreach(t IN LISTS A_TARGETS)
@@ -102,7 +104,12 @@ function(hzp_add_tsan_mpi_test)
       if(NOT IS_ABSOLUTE "${s}")
         set(s "${_tdir}/${s}")
       endif()
+      get_source_file_property(_sopts "${s}" DIRECTORY "${_tdir}" COMPILE_OPTIONS)
       list(APPEND _srcs "${s}")
+      if(_sopts)
+        string(REPLACE ";" "," _sopts "${_sopts}")
+        list(APPEND _opts_of "${s}|${_sopts}")
+      endif()
     endforeach()
     get_target_property(_tinc ${t} INCLUDE_DIRECTORIES)
     if(_tinc)
@@ -118,6 +125,13 @@ function(hzp_add_tsan_mpi_test)
   list(REMOVE_DUPLICATES _libs)
   list(REMOVE_DUPLICATES _incs)
   add_executable(${A_NAME} ${_srcs})
+  foreach(p IN LISTS _opts_of)
+    string(REPLACE "|" ";" p "${p}")
+    list(GET p 0 _src)
+    list(GET p 1 _o)
+    string(REPLACE "," ";" _o "${_o}")
+    set_source_files_properties("${_src}" TARGET_DIRECTORY ${A_NAME} PROPERTIES COMPILE_OPTIONS "${_o}")
+  endforeach()
   # Generated sources (build_info.cpp) come from the original targets' custom commands.
   add_dependencies(${A_NAME} ${A_TARGETS})
   target_include_directories(${A_NAME} PRIVATE ${_incs})
