@@ -69,13 +69,11 @@ Ticket CommThread::submit(std::function<void()> task) {
 
 void CommThread::run() {
   // CUDA's current device is the thread's own: the lane's device, before anything is enqueued on it.
-  std::exception_ptr device_error;
   try {
     make_device_current(lane_.device());
   } catch (...) {
-    device_error = std::current_exception();
+    failed_ = std::current_exception();
   }
-  if (device_error) failed_ = device_error;
   for (;;) {
     std::function<void()> task;
     std::shared_ptr<Ticket::State> st;
@@ -268,21 +266,15 @@ void AsyncComm::lanes_after_compute() {
   grad_thread_->submit([this, updated] { updated->wait(grad_lane_.ref()); });
 }
 
-namespace {
-// The compute stream waits for everything enqueued on `lane` so far (its thread is idle: the caller waited).
-void join_lane(StreamRef compute, StreamRef lane, StallClock* stall) {
-  if (compute.device().is_cpu()) return;
+void AsyncComm::join_lane(StreamRef lane) {
+  if (s_.compute.device().is_cpu()) return;
   Event done(lane.device());
   done.record(lane);
-  if (stall != nullptr)
-    stall->around([&] { done.wait(compute); });
-  else
-    done.wait(compute);
+  compute_waits([&] { done.wait(s_.compute); });
 }
-}  // namespace
 
-void AsyncComm::compute_after_param_lane() { join_lane(s_.compute, param_lane_.ref(), s_.stall); }
-void AsyncComm::compute_after_grad_lane() { join_lane(s_.compute, grad_lane_.ref(), s_.stall); }
+void AsyncComm::compute_after_param_lane() { join_lane(param_lane_.ref()); }
+void AsyncComm::compute_after_grad_lane() { join_lane(grad_lane_.ref()); }
 
 void AsyncComm::complete_requests(std::function<void()> param_extra, std::function<void()> grad_extra) {
   if (s_.compute.device().is_cpu()) return;  // the host waits for every collective as it goes
@@ -400,10 +392,7 @@ Block AsyncComm::grad_block(int unit) {
   // The slot is released on the gradient lane once its reduce-scatter is queued: the compute stream writes it
   // only after that reduce-scatter has run.
   Block b(pool_->acquire(ring, bytes), rs_fence_.get(), grad_lane_.ref());
-  if (s_.stall != nullptr)
-    s_.stall->around([&] { rs_fence_->wait(s_.compute); });
-  else
-    rs_fence_->wait(s_.compute);
+  compute_waits([&] { rs_fence_->wait(s_.compute); });
   if (n > real) zero_bytes(b.data_as<float>() + real, static_cast<std::size_t>(n - real) * sizeof(float), s_.compute);
   return b;
 }
@@ -454,10 +443,7 @@ void AsyncComm::wait(const Ticket& t, const char* what, bool use) {
   }
   waits_.emplace_back(begin, wall_seconds());
   if (!use || s_.compute.device().is_cpu()) return;
-  if (s_.stall != nullptr)
-    s_.stall->around([&] { (void)t.order(s_.compute); });
-  else
-    (void)t.order(s_.compute);
+  compute_waits([&] { (void)t.order(s_.compute); });
 }
 
 void AsyncComm::finish_reduce_scatters() {
@@ -465,7 +451,6 @@ void AsyncComm::finish_reduce_scatters() {
   std::vector<Ticket> pending;
   pending.swap(scatters_);
   for (const Ticket& t : pending) wait(t, "a gradient reduce-scatter");
-  compute_after_grad_lane();  // the optimizer reads the shards the reduce-scatters wrote
   std::lock_guard lock(stats_m_);
   stats_.scatter_wait_s += waited.wall();
 }

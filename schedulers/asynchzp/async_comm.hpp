@@ -241,7 +241,8 @@ class AsyncComm {
   /// Queues the reduce-scatter of `unit`'s final gradient into the gradient shard (the block holds the
   /// shard's dtype: fp32 from grad_block(), or int64 fixed point in deterministic mode).
   void reduce_scatter(int unit, Block block, bool accumulate);
-  /// Waits for every queued reduce-scatter.
+  /// Waits (host) for every queued reduce-scatter to be issued; on a GPU the caller joins the gradient lane once
+  /// its thread is idle (compute_after_grad_lane).
   void finish_reduce_scatters();
   /// Runs `task` on the parameter / gradient thread (after what is queued there).
   Ticket on_param_thread(std::function<void()> task) { return param_thread_->submit(std::move(task)); }
@@ -274,6 +275,16 @@ class AsyncComm {
 
  private:
   void queue_gather(std::size_t k);
+  // Runs `enqueue_wait` (a wait of the compute stream on communication) under the stall clock, when there is one.
+  template <typename F>
+  void compute_waits(F&& enqueue_wait) {
+    if (s_.stall != nullptr)
+      s_.stall->around(enqueue_wait);
+    else
+      enqueue_wait();
+  }
+  // The compute stream waits for everything enqueued on `lane` so far (its thread is idle: the caller waited).
+  void join_lane(StreamRef lane);
   void queue_refresh(int unit);
   bool fits(RingId ring, std::size_t bytes) const;
   Setup s_;
