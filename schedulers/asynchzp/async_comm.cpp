@@ -255,6 +255,7 @@ void AsyncComm::begin_step(const std::vector<Action>& actions, bool reuse, Tenso
   }
   // The refreshes and gathers read the shards the last update wrote on the compute stream.
   lanes_after_compute();
+  for (int u : order_) queue_refresh(u);  // all now, first use first (a unit gathered twice is queued once)
   while (next_queue_ < std::min<std::size_t>(total, static_cast<std::size_t>(s_.prefetch))) queue_gather(next_queue_++);
 }
 
@@ -297,7 +298,7 @@ void AsyncComm::complete_requests(std::function<void()> param_extra, std::functi
 
 void AsyncComm::queue_refresh(int unit) {
   if (!refresh_ || refreshes_[static_cast<std::size_t>(unit)].valid()) return;
-  refreshes_[static_cast<std::size_t>(unit)] = param_thread_->submit([f = refresh_, unit] { f(unit); });
+  refreshes_[static_cast<std::size_t>(unit)] = grad_thread_->submit([f = refresh_, unit] { f(unit); });
 }
 
 void AsyncComm::finish_refresh() {
@@ -305,13 +306,15 @@ void AsyncComm::finish_refresh() {
   for (int u = 0; u < static_cast<int>(refreshes_.size()); ++u) queue_refresh(u);
   for (const Ticket& t : refreshes_) wait(t, "the step-end parameter all-gather");
   refresh_ = nullptr;
-  // The update after this writes the shards the refreshes (and the gathers before them) read on the lane.
+  // The update after this writes the shards the refreshes (gradient lane) and the gathers (parameter lane) read.
+  compute_after_grad_lane();
   compute_after_param_lane();
 }
 
 void AsyncComm::queue_gather(std::size_t k) {
   const int u = order_[k];
-  queue_refresh(u);  // first use this step: the shard takes the last update first (same thread, in order)
+  queue_refresh(u);  // normally queued by begin_step already; the gather below waits for it
+  const Ticket refreshed = refreshes_[static_cast<std::size_t>(u)];
   const std::size_t bytes = static_cast<std::size_t>(s_.seg->unit_block_numel(u)) * dtype_size(s_.param_dtype);
   const RingId ring = shared_[u] ? ag_shared_ring_ : ag_ring_;
   Pending p;
@@ -326,7 +329,10 @@ void AsyncComm::queue_gather(std::size_t k) {
   const Segments* seg = s_.seg;
   const TensorView shard = params_;
   const DType t = s_.param_dtype;
-  p.ticket = param_thread_->submit([this, u, k, ring, bytes, seg, shard, t, held, alloc, blk = p.block] {
+  p.ticket = param_thread_->submit([this, u, k, ring, bytes, seg, shard, t, held, alloc, refreshed, blk = p.block] {
+    // The shard takes the last update first: the refresh on the gradient thread (host), and its lane (device).
+    refreshed.wait(deadline_, "the step-end parameter all-gather");
+    (void)refreshed.order(param_lane_.ref());
     // A slot comes back when the compute thread has queued its last use; the lane waits until that use has run.
     *blk = held ? Block(alloc->allocate(bytes, AllocationTag::comm))
                 : Block(pool_->acquire(ring, bytes), ag_fence_.get(), s_.compute);

@@ -225,13 +225,16 @@ class AsyncComm {
   /// Starts a step that runs the schedule `actions` over the shards `params` (param dtype, l3 slices) and
   /// `grads` (fp32, l2 slices; int64 in deterministic mode): its gathers, in the order the actions consume
   /// them (gather_order), and the first `prefetch` of them queued. `refresh`, when set, brings unit u's
-  /// shard up to date (the last step's parameter all-gather): it runs on the parameter thread just before
-  /// unit u's first gather of this step, so the refresh of the units not yet needed overlaps the forward of
-  /// those that are.
+  /// shard up to date (the last step's parameter all-gather): every unit's is queued at once, in the order
+  /// the step first gathers them, on the gradient thread (idle until this step's first backward), and a
+  /// unit's first gather waits for its refresh. So the inter-node refreshes run back to back while the
+  /// parameter thread's intra-node gathers of the units already refreshed go on beside them, neither held
+  /// back by the prefetch depth nor queued behind the other, and the forward of the units refreshed first
+  /// overlaps the refresh of the rest.
   void begin_step(const std::vector<Action>& actions, bool reuse, TensorView params, TensorView grads,
                   std::function<void(int)> refresh = {});
   /// Runs the refresh of every unit not yet refreshed this step and waits for all of them; afterwards
-  /// the shards may be written (by the optimizer).
+  /// the shards may be written (by the optimizer): the compute stream is after both lanes.
   void finish_refresh();
   /// The next gathered block of the schedule, which must be `unit` (PreconditionError otherwise); waits
   /// for it and queues the next gather.

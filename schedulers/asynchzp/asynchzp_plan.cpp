@@ -122,8 +122,10 @@ class AsyncHzpPlan final : public EnginePlan {
     }
     const int segments = seg_.l3.num_segments();
     declare_norm(out, z1_, deterministic_);
-    // Async, the exchange runs on the gradient thread behind each unit's last reduce-scatter and the refresh on
-    // the parameter thread before the unit's next first gather (docs/data-parallel.md).
+    // Async, the exchange runs on the gradient thread behind each unit's last reduce-scatter; the refresh is queued
+    // there too, at the next step's start, and each unit's first gather waits for its refresh (docs/data-parallel.md).
+    // It is declared on the params stream just before that gather: the simulator then runs it in series with the
+    // gathers, not beside them (an upper bound by the gathers' intra-node time).
     out.stream(async_ ? CommStream::gradients : CommStream::compute);
     if (!rs_end_) {
       if (replica_.members.size() > 1 && !async_ && seg_.l2.slice_total() > 0)

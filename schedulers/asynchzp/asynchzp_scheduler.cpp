@@ -9,9 +9,10 @@
 //
 // Async, the step end is cut per unit so that its inter-node traffic overlaps compute (docs/data-parallel.md
 // "asynchzp"): a unit's exchange across the replicas is queued on the gradient thread right after its last
-// reduce-scatter of the step, while backward goes on below it; the refresh of a unit's shard from the updated
-// optimizer slices runs on the parameter thread just before that unit's first gather of the next step, while
-// forward runs the units above it. Each step still moves exactly one exchange and one refresh (step 0 runs
+// reduce-scatter of the step, while backward goes on below it; the refresh of the shards from the updated
+// optimizer slices is queued unit by unit on the gradient thread (idle then) at the next step's start, in the
+// order the step first gathers them, and each unit's first gather waits for its refresh, so forward runs the
+// units refreshed first while the rest are refreshed and the parameter thread's gathers run beside them. Each step still moves exactly one exchange and one refresh (step 0 runs
 // the initial refresh), and parameter state read between steps (replicated_state, the parameter
 // gathers) refreshes first.
 //
@@ -116,17 +117,18 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
     std::unique_ptr<coll::Communicator> replica_dup, opt_replica_dup, refresh_dup;  // async only
     coll::Communicator *replica = nullptr, *opt_replica = nullptr, *refresh = nullptr;
     std::unique_ptr<GatherScatter> replica_rs, opt_ag, refresh_ag;
-    // Where the exchange and the refresh run: the compute stream (inline), or the gradient / parameter lane.
-    StreamRef grad_stream = StreamRef::host(), param_stream = StreamRef::host();
+    // Where the exchange and the refresh run: the compute stream (inline), or the gradient lane (async: the
+    // exchange behind each unit's last reduce-scatter, the refresh at the next step's start, AsyncComm).
+    StreamRef grad_stream = StreamRef::host();
     StreamScratch* grad_scratch = nullptr;  // the gradient lane's keeper (async on a GPU), else none
     StreamOrderedRequests replica_requests;  // the all-reduce step end's, completed once per step
-    // Completes what the exchange (on grad_stream) and the refresh (on param_stream) ordered; on their threads.
-    void complete_grad_side() {
+    // Completes what the exchange and the refresh ordered on grad_stream; on its thread.
+    void complete() {
       replica_requests.complete();
+      refresh_ag->complete();
       if (replica_rs) replica_rs->complete();
       if (opt_ag) opt_ag->complete();
     }
-    void complete_param_side() { refresh_ag->complete(); }
   };
   void make_end_groups(EndGroups& e, bool duplicate);
   // Gradient shards summed over the replicas; returns the optimizer slice's gradient ([l1 slice_total]).
@@ -341,7 +343,6 @@ AsyncHzp::~AsyncHzp() = default;
 
 void AsyncHzp::make_end_groups(EndGroups& e, bool duplicate) {
   e.grad_stream = duplicate ? async_->grad_lane() : stream_;
-  e.param_stream = duplicate ? async_->param_lane() : stream_;
   e.grad_scratch = duplicate ? &async_->grad_scratch() : nullptr;
   e.replica_requests = StreamOrderedRequests(e.grad_stream);
   e.replica = replica_comm_.get();
@@ -355,8 +356,8 @@ void AsyncHzp::make_end_groups(EndGroups& e, bool duplicate) {
     e.opt_replica = e.opt_replica_dup.get();
     e.refresh = e.refresh_dup.get();
   }
-  e.refresh_ag = std::make_unique<GatherScatter>(*e.refresh, seg_->in_shard, *alloc_, e.param_stream);
-  if (duplicate) e.refresh_ag->set_scratch_keeper(&async_->param_scratch());
+  e.refresh_ag = std::make_unique<GatherScatter>(*e.refresh, seg_->in_shard, *alloc_, e.grad_stream);
+  e.refresh_ag->set_scratch_keeper(e.grad_scratch);
   if (opts_.step_end == StepEnd::reduce_scatter) {
     e.replica_rs = std::make_unique<GatherScatter>(*e.replica, seg_->in_grad_slice, *alloc_, e.grad_stream);
     e.opt_ag = std::make_unique<GatherScatter>(*e.opt_replica, seg_->in_opt_slice, *alloc_, e.grad_stream);
@@ -373,8 +374,8 @@ void AsyncHzp::ensure_refreshed() {
   if (!refresh_due_) return;
   refresh_due_ = false;
   async_->lanes_after_compute();  // the refresh reads the optimizer slices the last update wrote
-  async_->wait(async_->on_param_thread([this] { refresh_params(end_bg_); }), "the step-end parameter all-gather");
-  async_->compute_after_param_lane();  // state readers read the shards on the compute stream
+  async_->wait(async_->on_grad_thread([this] { refresh_params(end_bg_); }), "the step-end parameter all-gather");
+  async_->compute_after_grad_lane();  // state readers read the shards on the compute stream
 }
 
 void AsyncHzp::drain_gradient_thread() {
@@ -602,12 +603,11 @@ void AsyncHzp::settle_device_step() {
   device_waits_.device_waits_at_use = sums.at_use;
   device_waits_.device_waits_at_issue = sums.at_issue;
   if (async_) {
-    async_->complete_requests([this] { end_bg_.complete_param_side(); }, [this] { end_bg_.complete_grad_side(); });
+    async_->complete_requests({}, [this] { end_bg_.complete(); });
   } else {
     gather_->complete();
     rs_->complete();
-    end_inline_.complete_grad_side();
-    end_inline_.complete_param_side();
+    end_inline_.complete();
   }
 }
 
