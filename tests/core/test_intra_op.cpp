@@ -33,7 +33,7 @@ TEST(IntraOp, StartsWithOneThreadAndRunsInline) {
 }
 
 TEST(IntraOp, EveryItemOnceForEveryThreadCountAndGrain) {
-  for (int threads : {1, 2, 3, 4}) {
+  for (int threads : {1, 2, 3, 4, 7, 8, 16}) {
     PoolSize size(threads);
     EXPECT_EQ(intra_op_threads(), threads);
     for (std::int64_t n : {1, 2, 7, 64, 1000, 4097}) {

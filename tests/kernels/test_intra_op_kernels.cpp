@@ -1,5 +1,5 @@
 // The CPU launchers split over the intra-op pool (core/intra_op.hpp) compute what their single-thread reference
-// loops compute: for 2 and 3 threads every element-wise, row and attention kernel is bitwise equal to the same
+// loops compute: for 2 to 16 threads (the GPU machine's core count) every element-wise, row and attention kernel is bitwise equal to the same
 // launcher at one thread (which runs the reference templates over the whole tensor), the loss sum of the
 // cross-entropy included; the GEMM split by column and row blocks matches the triple-loop reference and, for each
 // element, one BLAS dot product over the whole of K. Shapes are chosen so ranges end inside tiles and blocks.
@@ -39,13 +39,13 @@ std::vector<float> random_floats(std::int64_t n, std::uint32_t seed, float lo = 
   return v;
 }
 
-// Runs `kernel` on fresh copies of `inputs` at 1, 2 and 3 pool threads and expects every buffer bitwise equal to
+// Runs `kernel` on fresh copies of `inputs` at 1 to 16 pool threads (7: ragged ranges) and expects every buffer bitwise equal to
 // the one-thread run's. The pool goes back to one thread afterwards.
 void expect_thread_count_invariant(const Buffers& inputs, const std::function<void(Buffers&)>& kernel) {
   Buffers one = inputs;
   core::set_intra_op_threads(1);
   kernel(one);
-  for (int threads : {2, 3}) {
+  for (int threads : {2, 3, 4, 7, 8, 16}) {
     core::set_intra_op_threads(threads);
     Buffers many = inputs;
     kernel(many);
@@ -132,7 +132,7 @@ TEST(IntraOpKernels, CrossEntropyRowsAndLossSum) {
         EXPECT_EQ(f.n_valid, rows - 8);
         EXPECT_EQ(fb.n_valid, rows - 8);
       });
-  ASSERT_EQ(sums.size(), 6u);
+  ASSERT_EQ(sums.size(), 14u);  // one-thread run and 6 thread counts, two sums each
   for (std::size_t i = 2; i < sums.size(); ++i) EXPECT_EQ(sums[i], sums[i % 2]) << "loss sum of run " << i / 2;
 }
 
@@ -184,7 +184,7 @@ TEST(IntraOpKernels, GemmSplitByColumnsAndRows) {
     cblas_sgemm(CblasRowMajor, c.ta ? CblasTrans : CblasNoTrans, c.tb ? CblasTrans : CblasNoTrans,
                 static_cast<int>(c.m), static_cast<int>(c.n), static_cast<int>(c.k), 0.5f, a.data(),
                 static_cast<int>(as[1]), b.data(), static_cast<int>(bs[1]), 1.0f, blas.data(), static_cast<int>(c.n));
-    for (int threads : {2, 3}) {
+    for (int threads : {2, 3, 4, 7, 8, 16}) {
       core::set_intra_op_threads(threads);
       std::vector<float> got = c0;
       gemm(TensorView(got.data(), Shape{c.m, c.n}, DType::f32), ConstTensorView(a.data(), as, DType::f32),
