@@ -10,16 +10,22 @@
 # (issue 21, docs/nd-parallel.md "Expert parallelism") it also knows nd's expert layouts: nd_ep2 (ep2×dp2: the
 # experts split over the 2 ranks of a node, tokens exchanged by all-to-all there) and nd_ep4 (every rank holds 2 of
 # the 8 experts; the all-to-all crosses nodes); the table then adds the all-to-all share and the load balance.
-# Usage: [PRESET=small|small-moe] [RATIOS="0.5 1 2"] [CONFIGS="zero3 asynchzp_p2 nd_tp2 ..."]
-# scripts/asynchzp_bench.sh [out_dir] [steps]
+# GLOBAL_BATCH sets train.global_batch (the micro-batches per rank are it over the ranks: issue 26's goals are at 8
+# and 2 per rank). RANKS, RPN and Z1/Z2/Z3 change the layout (default 4 ranks as 2 nodes of 2, z1 = 4, z2 = z3 = 2);
+# RANKS=2 RPN=1 Z1=2 Z2=1 Z3=1 is the layout this 2-core machine can time: every asynchzp collective is the step
+# end's, between the two nodes.
+# Usage: [PRESET=small|small-moe] [RATIOS="0.5 1 2"] [CONFIGS="zero3 asynchzp_p2 nd_tp2 ..."] [GLOBAL_BATCH=N]
+# [RANKS=4 RPN=2 Z1=4 Z2=2 Z3=2] scripts/asynchzp_bench.sh [out_dir] [steps]
 set -euo pipefail
 out=${1:-results/asynchzp_bench}
 steps=${2:-3}
 bin=${HZPBENCH:-build/bin/hzpbench}
 mkdir -p "$out"
-common=(--set model.preset="${PRESET:-small}" --set topology.ranks_per_node=2 --set links.emulate=true
+ranks=${RANKS:-4}
+common=(--set model.preset="${PRESET:-small}" --set topology.ranks_per_node="${RPN:-2}" --set links.emulate=true
         --set train.steps="$steps" --set train.warmup_steps=1 --set harness.warmup_steps=1)
-hzp=(--set scheduler.name=asynchzp --set scheduler.z1=4 --set scheduler.z2=2 --set scheduler.z3=2)
+[[ -n ${GLOBAL_BATCH:-} ]] && common+=(--set train.global_batch="$GLOBAL_BATCH")
+hzp=(--set scheduler.name=asynchzp --set scheduler.z1="${Z1:-4}" --set scheduler.z2="${Z2:-2}" --set scheduler.z3="${Z3:-2}")
 nd=(--set scheduler.name=nd --set scheduler.tp=2)
 for r in ${RATIOS:-0.5 1 2}; do
   for cfg in ${CONFIGS:-zero3 hsdp asynchzp_inline asynchzp_p1 asynchzp_p2}; do
@@ -43,7 +49,7 @@ for r in ${RATIOS:-0.5 1 2}; do
     esac
     f="$out/${cfg}_r$r.h5"
     echo "== $cfg r=$r -> $f"
-    mpiexec -n 4 "$bin" run --out "$f" "${common[@]}" --set links.comm_to_compute="$r" "${extra[@]}" >/dev/null
+    mpiexec -n "$ranks" "$bin" run --out "$f" "${common[@]}" --set links.comm_to_compute="$r" "${extra[@]}" >/dev/null
   done
 done
 python3 "$(dirname "$0")/asynchzp_bench_table.py" "$out"
