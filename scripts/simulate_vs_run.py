@@ -3,14 +3,16 @@
 (`hzpbench run`, links emulated) and `hzpbench simulate` of the same configuration on the links that run used
 (its recorded bandwidths and latencies, so both are charged the same links; the simulator's compute comes from its
 own calibration). Prints, per scheduler, simulated / measured for the step time (median after the warm-up) and the
-exposed communication, and whether the bytes per op, level and rank of the simulated step equal the measured last
-step's.
+exposed communication (and the pipeline wait, the bubble, where the run has one), and whether the bytes per op,
+level and rank of the simulated step equal the measured last step's. `--layouts model` runs the tensor-, context-
+and pipeline-parallel layouts (nd tp2, cp2, pp2 over dp2; asynchzp cp2, pp2) instead of the data-parallel ones.
 
---check (the CTest test simulate_vs_run_np4): exit 1 unless every byte count is equal and the step-time and
+--check (the CTest tests simulate_vs_run_np4 and simulate_vs_run_model_np4): exit 1 unless every byte count is equal and the step-time and
 exposed-communication ratios lie in [1/3, 3]. The bound is loose on purpose: CI shares 2 cores between the ranks,
 their threads and the calibration, so timings move by tens of percent between runs; the bytes do not move at all.
 
     scripts/simulate_vs_run.py --hzpbench build/bin/hzpbench --ranks 4 --preset tiny
+    scripts/simulate_vs_run.py --hzpbench build/bin/hzpbench --ranks 4 --preset small --steps 2 --layouts model
 """
 import argparse
 import os
