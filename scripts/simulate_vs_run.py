@@ -3,14 +3,16 @@
 (`hzpbench run`, links emulated) and `hzpbench simulate` of the same configuration on the links that run used
 (its recorded bandwidths and latencies, so both are charged the same links; the simulator's compute comes from its
 own calibration). Prints, per scheduler, simulated / measured for the step time (median after the warm-up) and the
-exposed communication, and whether the bytes per op, level and rank of the simulated step equal the measured last
-step's.
+exposed communication (and the pipeline wait, the bubble, where the run has one), and whether the bytes per op,
+level and rank of the simulated step equal the measured last step's. `--layouts model` runs the tensor-, context-
+and pipeline-parallel layouts (nd tp2, cp2, pp2 over dp2; asynchzp cp2, pp2) instead of the data-parallel ones.
 
---check (the CTest test simulate_vs_run_np4): exit 1 unless every byte count is equal and the step-time and
+--check (the CTest tests simulate_vs_run_np4 and simulate_vs_run_model_np4): exit 1 unless every byte count is equal and the step-time and
 exposed-communication ratios lie in [1/3, 3]. The bound is loose on purpose: CI shares 2 cores between the ranks,
 their threads and the calibration, so timings move by tens of percent between runs; the bytes do not move at all.
 
     scripts/simulate_vs_run.py --hzpbench build/bin/hzpbench --ranks 4 --preset tiny
+    scripts/simulate_vs_run.py --hzpbench build/bin/hzpbench --ranks 4 --preset small --steps 2 --layouts model
 """
 import argparse
 import os
@@ -27,7 +29,16 @@ LAYOUTS = {  # name -> extra --set arguments (W = 4 in two nodes of 2)
     "asynchzp-async": ["scheduler.name=asynchzp", "scheduler.z1=4", "scheduler.z2=2", "scheduler.z3=2"],
     "asynchzp-inline": ["scheduler.name=asynchzp", "scheduler.z1=4", "scheduler.z2=2", "scheduler.z3=2",
                         "scheduler.async=false"],
+    # Tensor, context and pipeline parallelism (run with --layouts; the stages are the outermost mesh axis, so pp2
+    # puts one stage on each virtual node, tp2 and cp2 stay inside a node).
+    "nd-tp2": ["scheduler.name=nd", "scheduler.tp=2"],
+    "nd-cp2": ["scheduler.name=nd", "scheduler.cp=2"],
+    "nd-pp2": ["scheduler.name=nd", "scheduler.pp=2"],
+    "asynchzp-cp2": ["scheduler.name=asynchzp", "scheduler.cp=2", "scheduler.z1=4", "scheduler.z2=2", "scheduler.z3=2"],
+    "asynchzp-pp2": ["scheduler.name=asynchzp", "scheduler.pp=2", "scheduler.z1=2", "scheduler.z2=2", "scheduler.z3=2"],
 }
+DEFAULT_LAYOUTS = ["zero3", "hsdp", "ddp", "asynchzp-async", "asynchzp-inline"]
+MODEL_LAYOUTS = ["nd-tp2", "nd-cp2", "nd-pp2", "asynchzp-cp2", "asynchzp-pp2"]
 
 
 def sets(pairs):
@@ -54,7 +65,8 @@ def main():
     ap.add_argument("--ranks-per-node", type=int, default=2)
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--layouts", default=",".join(LAYOUTS))
+    ap.add_argument("--layouts", default=",".join(DEFAULT_LAYOUTS),
+                    help="comma-separated names of LAYOUTS, or 'model' for the tp/cp/pp ones")
     ap.add_argument("--dir", default="results/simulate_vs_run")
     ap.add_argument("--check", action="store_true")
     a = ap.parse_args()
@@ -62,8 +74,9 @@ def main():
     common = [f"model.preset={a.preset}", f"train.steps={a.steps}", "harness.warmup_steps=1",
               f"topology.ranks_per_node={a.ranks_per_node}"]
     failures = []
-    print(f"{'layout':18} {'step sim/meas':>14} {'exposed sim/meas':>17}  bytes")
-    for name in a.layouts.split(","):
+    print(f"{'layout':18} {'step sim/meas':>14} {'exposed sim/meas':>17} {'pipeline sim/meas':>18}  bytes")
+    names = MODEL_LAYOUTS if a.layouts == "model" else a.layouts.split(",")
+    for name in names:
         cfg = common + LAYOUTS[name]
         run_h5 = os.path.join(a.dir, f"run-{name}.h5")
         sim_h5 = os.path.join(a.dir, f"sim-{name}.h5")
@@ -79,17 +92,20 @@ def main():
             rows = f["steps/step_time_s"].shape[0]
             measured_step = statistics.median(f["steps/step_time_s"][1:])
             measured_exposed = statistics.median(f["ranks/exposed_comm_s"][1:].mean(axis=1))
+            measured_pipeline = statistics.median(f["ranks/pipeline_wait_s"][1:].mean(axis=1))
             measured_bytes = comm_bytes(f, rows - 1)
         subprocess.run([a.hzpbench, "simulate", *sets(cfg + [f"topology.world_size={a.ranks}"] + links),
                         "--out", sim_h5, "--force"], check=True, stdout=subprocess.DEVNULL, timeout=600)
         with h5py.File(sim_h5, "r", locking=False) as g:
             sim_step = float(g["steps/step_time_s"][0])
             sim_exposed = float(g["ranks/exposed_comm_s"][0].mean())
+            sim_pipeline = float(g["ranks/pipeline_wait_s"][0].mean())
             sim_bytes = comm_bytes(g, 0)
         nonzero = lambda d: {k: v for k, v in d.items() if any(v)}
         same = nonzero(measured_bytes) == nonzero(sim_bytes)
         r_step, r_exp = sim_step / measured_step, sim_exposed / measured_exposed
-        print(f"{name:18} {r_step:14.3f} {r_exp:17.3f}  {'equal' if same else 'DIFFER'}")
+        r_pipe = sim_pipeline / measured_pipeline if measured_pipeline > 0 else float("nan")
+        print(f"{name:18} {r_step:14.3f} {r_exp:17.3f} {r_pipe:18.3f}  {'equal' if same else 'DIFFER'}", flush=True)
         if not same:
             failures.append(f"{name}: bytes per op/level/rank differ:\n  measured {nonzero(measured_bytes)}\n"
                             f"  simulated {nonzero(sim_bytes)}")

@@ -5,6 +5,7 @@
 // with `simulated = 1` and the calibration's provenance.
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -33,17 +34,32 @@ namespace {
 // What the simulator cannot describe yet, refused before anything is measured: one line per field.
 void refuse_undescribed(const RunSetup& s) {
   std::string bad;
-  auto no = [&](const char* key, int v, const char* why) {
-    if (v > 1)
-      bad += "\n  " + std::string(key) + " = " + std::to_string(v) + ": " + why + ". Fix: " + key + " = 1";
-  };
-  no("scheduler.pp", s.sched.pp, "pipeline stages' sends and waits are not simulated yet");
-  no("scheduler.tp", s.sched.tp, "tensor-parallel collectives inside a unit are not simulated yet");
-  no("scheduler.cp", s.sched.cp, "ring attention inside a unit is not simulated yet");
-  no("scheduler.ep", s.sched.ep, "expert all-to-alls are not simulated yet");
+  if (s.sched.ep > 1)
+    bad += "\n  scheduler.ep = " + std::to_string(s.sched.ep) +
+           ": expert all-to-alls (their routing-dependent sizes and the expert compute they wrap) are not simulated "
+           "yet. Fix: scheduler.ep = 1";
   if (s.opt.backend != "cpu")
     bad += "\n  backend = " + s.opt.backend + ": the calibration runs on the CPU only so far. Fix: backend = cpu";
   if (!bad.empty()) HZP_THROW(ConfigError, "hzpbench simulate cannot describe this configuration:", bad);
+}
+
+// The share of each unit's compute that is attention, which ring attention overlaps its messages with: the causal
+// attention FLOPs of a block (6·heads·head_dim·T per token, forward and backward: the kernels compute only visible
+// pairs) against them plus its matmuls' (6 per weight it reads). A FLOP share, not a measurement: the CPU's
+// attention and GEMMs run at different rates. The simulator reads it only where a unit's ring is declared.
+std::vector<double> attention_shares(const RunSetup& s) {
+  const workloads::ParamLayout layout = s.model->layout();
+  const workloads::FlopsPerToken f = s.model->flops_per_token();
+  const int units = layout.num_units();
+  const double blocks = std::max(units - 2, 1);
+  const double attention = (f.full_attention - f.causal_attention) / blocks;
+  std::vector<double> share(static_cast<std::size_t>(units), 0.0);
+  for (int u = 0; u < units; ++u) {
+    double reads = 0;
+    for (int b : layout.param_blocks(u)) reads += static_cast<double>(layout.unit_numel(b));
+    share[static_cast<std::size_t>(u)] = attention / (attention + 6 * reads);
+  }
+  return share;
 }
 
 // Each unit's compute time and the links the steps are charged with, and where both came from.
@@ -67,7 +83,7 @@ Calibration measured_calibration(const RunSetup& s, const workloads::DataSource&
   li.micro_batch_s = rate.micro_batch_s;
   const LinkPlan lp = plan_links(li);
   Calibration c;
-  c.times = {rate.unit_forward_s, rate.unit_backward_s};
+  c.times = {rate.unit_forward_s, rate.unit_backward_s, attention_shares(s)};
   c.links = {lp.links, rpn, s.comm.small_message_bytes};
   c.source = "measured: each unit's forward and backward on one rank of this machine, mean of " +
              std::to_string(rate.micro_batches) + " micro-batch(es) at the run's shapes, " +
@@ -99,6 +115,7 @@ Calibration profile_calibration(const RunSetup& s, int rpn) {
   const double mb_flops = s.model->flops_per_token().full_attention *
                           static_cast<double>(s.train.micro_batch_size * s.model->seq_len());
   Calibration c;
+  c.times.attention_share = attention_shares(s);
   for (int u = 0; u < units; ++u) {
     const double t = mb_flops * reads[static_cast<std::size_t>(u)] / total / rate;
     c.times.forward_s.push_back(t / 3);
@@ -166,33 +183,58 @@ Command add_simulate_command(CLI::App& app, std::vector<std::string> argv) {
             const workloads::ParamLayout layout = s.model->layout();
             const Stopwatch sim_clock;
             std::vector<RankSample> samples(static_cast<std::size_t>(world));
-            for (int r = 0; r < world; ++r) {
+            auto describe = [&](int r) {
               schedulers::PlanInputs in = plan_inputs_from(cfg, *s.model, layout, r);
               in.ranks_per_node = sl.ranks_per_node;  // a profile's cards per node when the topology names none
-              const schedulers::StepDescription d = schedulers::describe_step(s.opt.scheduler, in);
-              const SimulatedStep st = simulate_step(d, cal.times, sl);
-              RankSample& x = samples[static_cast<std::size_t>(r)];
-              x[RankField::step_time_s] = st.step_s;
-              x[RankField::cpu_time_s] = st.compute_s;
-              x[RankField::compute_s] = st.compute_s;
-              x[RankField::forward_s] = st.forward_s;
-              x[RankField::backward_s] = st.backward_s;
-              x[RankField::exposed_comm_s] = st.exposed_comm_s;
-              x[RankField::transfer_wait_s] = st.exposed_comm_s;  // peers join together in the model
-              x[RankField::comm_time_s] = st.comm_time_s;
-              x[StepField::tokens] = static_cast<double>(s.train.global_batch * s.model->seq_len());
-              x[StepField::loss] = std::nan("");
-              x[StepField::grad_norm] = std::nan("");
-              x[StepField::lr] = std::nan("");
-              x[StepField::clip_coefficient] = std::nan("");
-              for (int op = 0; op < coll::kNumCollOps; ++op)
-                for (int lv = 0; lv < coll::kNumLinkLevels; ++lv) {
-                  const auto o = static_cast<coll::CollOp>(op);
-                  const auto l = static_cast<coll::LinkLevel>(lv);
-                  x.comm(o, l, 0) = static_cast<double>(st.count[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)]);
-                  x.comm(o, l, 1) = static_cast<double>(st.bytes[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)]);
-                  x.comm(o, l, 2) = st.time_s[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)];
+              return schedulers::describe_step(s.opt.scheduler, in);
+            };
+            std::vector<bool> simulated(static_cast<std::size_t>(world), false);
+            for (int r0 = 0; r0 < world; ++r0) {
+              if (simulated[static_cast<std::size_t>(r0)]) continue;
+              // The ranks whose steps wait on each other: rank r0's pipeline group (its pipeline calls' members), run
+              // together; one rank alone without stages.
+              std::vector<schedulers::StepDescription> ds;
+              ds.push_back(describe(r0));
+              std::vector<int> group{r0};
+              for (const schedulers::StepEvent& e : ds.front().events)
+                if (e.stream == schedulers::CommStream::pipeline) {
+                  group = e.members;
+                  break;
                 }
+              for (int r : group)
+                if (r != r0) ds.push_back(describe(r));
+              std::vector<const schedulers::StepDescription*> ptrs;
+              for (const schedulers::StepDescription& d : ds) ptrs.push_back(&d);
+              const std::vector<SimulatedStep> steps = simulate_steps(ptrs, cal.times, sl);
+              for (std::size_t i = 0; i < ds.size(); ++i) {
+                const SimulatedStep& st = steps[i];
+                const int r = ds[i].plan.rank;
+                simulated[static_cast<std::size_t>(r)] = true;
+                RankSample& x = samples[static_cast<std::size_t>(r)];
+                x[RankField::step_time_s] = st.step_s;
+                x[RankField::cpu_time_s] = st.compute_s;
+                x[RankField::compute_s] = st.compute_s;
+                x[RankField::forward_s] = st.forward_s;
+                x[RankField::backward_s] = st.backward_s;
+                x[RankField::exposed_comm_s] = st.exposed_comm_s;
+                x[RankField::join_wait_s] = st.join_wait_s;  // a peer stage late to a collective over stages
+                x[RankField::transfer_wait_s] = st.exposed_comm_s - st.join_wait_s;
+                x[RankField::pipeline_wait_s] = st.pipeline_wait_s;  // the bubble: compute idle on its peer stages
+                x[RankField::comm_time_s] = st.comm_time_s;
+                x[StepField::tokens] = static_cast<double>(s.train.global_batch * s.model->seq_len());
+                x[StepField::loss] = std::nan("");
+                x[StepField::grad_norm] = std::nan("");
+                x[StepField::lr] = std::nan("");
+                x[StepField::clip_coefficient] = std::nan("");
+                for (int op = 0; op < coll::kNumCollOps; ++op)
+                  for (int lv = 0; lv < coll::kNumLinkLevels; ++lv) {
+                    const auto o = static_cast<coll::CollOp>(op);
+                    const auto l = static_cast<coll::LinkLevel>(lv);
+                    x.comm(o, l, 0) = static_cast<double>(st.count[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)]);
+                    x.comm(o, l, 1) = static_cast<double>(st.bytes[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)]);
+                    x.comm(o, l, 2) = st.time_s[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)];
+                  }
+              }
             }
             const double sim_s = sim_clock.wall();
 
@@ -238,10 +280,14 @@ Command add_simulate_command(CLI::App& app, std::vector<std::string> argv) {
             rows.append(w, rec, samples);
             w.finish(RunStatus::ok());
 
-            std::printf("simulated %s at W = %d (%d per node): step %.4g s, exposed communication %.1f%% of it, compute "
+            const double pipeline_frac =
+                rec.step_time_s > 0 ? rec.mean[static_cast<std::size_t>(RankField::pipeline_wait_s)] / rec.step_time_s : 0;
+            std::printf("simulated %s at W = %d (%d per node): step %.4g s, exposed communication %.1f%% and pipeline "
+                        "wait %.1f%% of it (mean over ranks), compute "
                         "%.4g s per rank; calibration %.4g s per micro-batch; links %s; %d ranks simulated in %.3g s\n"
                         "results: %s\n",
                         s.opt.scheduler.c_str(), world, nodes_of, rec.step_time_s, 100.0 * rec.exposed_comm_frac,
+                        100.0 * pipeline_frac,
                         samples[0][RankField::compute_s], cal.micro_batch_s, cal.links_how.c_str(), world, sim_s,
                         path.c_str());
             return 0;

@@ -71,6 +71,8 @@ class NdPlan final : public EnginePlan {
     const std::vector<workloads::TensorParallelCall> calls =
         dims_.tp > 1 ? spec_->tensor_parallel_calls(u, a.kind == Action::Kind::backward, run_)
                      : std::vector<workloads::TensorParallelCall>{};
+    // Between the unit's matmuls, on the compute thread (the simulator splits the unit's compute around them).
+    out.stream(CommStream::compute, CommPlace::inside_unit);
     for (const workloads::TensorParallelCall& c : calls) {
       const std::string when = "per micro-batch (" + c.what + ")";
       switch (c.op) {
@@ -92,15 +94,18 @@ class NdPlan final : public EnginePlan {
                        "per micro-batch (" + c.what + (c.expected ? "; balanced expectation: the routing sets it)" : ")"));
     }
     cp_->unit(a, u, out);
+    out.stream(CommStream::compute);
     inner_->unit(a, u, micro_batches, out);
     pipeline_->unit(a, u, out);
   }
   void step_end(CollectiveLedger& out) const override {
+    // The driver's order (StepDriver::step): the stages meet in the losses' sum and the cp shares are added
+    // before the engine's finish_step (the tied table's all-reduce, then the engine's own).
+    pipeline_->step_end(micro_batches_per_rank, out);
+    cp_->step_end(micro_batches_per_rank, out);
     const workloads::ParamLayout& stage = pipeline_->layout();
     for (int u : shared_units(stage))
       out.all_reduce(pipeline_->embedding(), stage.unit_numel(u), wire_, 1, "per step (tied table, its two stages)");
-    pipeline_->step_end(micro_batches_per_rank, out);
-    cp_->step_end(micro_batches_per_rank, out);
     // Expert parallelism: after the buckets (over the ranks holding the same experts) the dense ranges over ep.
     const PlanGroup ep_grads{"ep_grads", ep_.members};
     for (const SliceRange& r : dense_)

@@ -39,8 +39,19 @@ void ContextParallelPlan::unit(const Action& a, int u, CollectiveLedger& out) co
   const char* what = bwd ? (run_.recompute ? "per micro-batch (ring attention: recomputed K, V, then K, V, dK, dV)"
                                            : "per micro-batch (ring attention: K, V, dK, dV)")
                          : "per micro-batch (ring attention: K, V)";
-  out.send(group_, next, m.elements, m.dtype, m.sends, what);
+  // RingAttention's order: K and V posted before a step's block, overlapping it; backward's dK and dV sent after
+  // the block; every step waits for its messages before the next (the simulator's `ring` stream).
+  const auto steps = static_cast<int>(m.steps);
+  out.stream(CommStream::ring, CommPlace::before_unit);
+  out.ring(static_cast<int>(m.posted_before / 2), steps);
+  out.send(group_, next, m.elements, m.dtype, m.posted_before, what);
+  if (m.sends > m.posted_before) {
+    out.stream(CommStream::ring, CommPlace::after_unit);
+    out.ring(static_cast<int>((m.sends - m.posted_before) / 2), steps);
+    out.send(group_, next, m.elements, m.dtype, m.sends - m.posted_before, what);
+  }
   out.recv(group_, prev, m.elements, m.dtype, m.sends, what);
+  out.stream(CommStream::compute);
 }
 
 void ContextParallelPlan::step_end(std::int64_t micro_batches_per_rank, CollectiveLedger& out) const {

@@ -55,18 +55,28 @@ void PipelinePlan::unit(const Action& a, int u, CollectiveLedger& out) const {
   const int units = layout_->num_units();
   const bool fwd = a.kind == Action::Kind::forward;
   const int prev = (stage_ + pp_ - 1) % pp_, next = (stage_ + 1) % pp_;
-  if (fwd && u == a.first_unit && a.first_unit > 0)
-    out.recv(pp_group_, prev, boundary_, adt_, 1, "per micro-batch (activation in)");
-  if (fwd && u == a.end_unit - 1 && a.end_unit < units)
-    out.send(pp_group_, next, boundary_, adt_, 1, "per micro-batch (activation out)");
-  if (!fwd && u == a.end_unit - 1 && a.end_unit < units)
-    out.recv(pp_group_, next, boundary_, adt_, 1, "per micro-batch (gradient in)");
-  if (!fwd && u == a.first_unit && a.first_unit > 0)
-    out.send(pp_group_, prev, boundary_, adt_, 1, "per micro-batch (gradient out)");
+  // A receive is waited for before the unit; a send starts after it without waiting (the simulator's `pipeline`
+  // stream: both are the stage's pipeline wait when waited for).
+  const bool recv_here = fwd ? (u == a.first_unit && a.first_unit > 0) : (u == a.end_unit - 1 && a.end_unit < units);
+  const bool send_here = fwd ? (u == a.end_unit - 1 && a.end_unit < units) : (u == a.first_unit && a.first_unit > 0);
+  if (recv_here) {
+    out.stream(CommStream::pipeline, CommPlace::before_unit);
+    out.recv(pp_group_, fwd ? prev : next, boundary_, adt_, 1,
+             fwd ? "per micro-batch (activation in)" : "per micro-batch (gradient in)");
+  }
+  if (send_here) {
+    out.stream(CommStream::pipeline, CommPlace::after_unit);
+    out.send(pp_group_, fwd ? next : prev, boundary_, adt_, 1,
+             fwd ? "per micro-batch (activation out)" : "per micro-batch (gradient out)");
+  }
+  out.stream(CommStream::compute);
 }
 
 void PipelinePlan::step_end(std::int64_t micro_batches_per_rank, CollectiveLedger& out) const {
-  if (active()) StepDriver::plan_pipeline_collectives(pp_group_, micro_batches_per_rank, out);
+  if (!active()) return;
+  out.stream(CommStream::pipeline);  // where the stages meet (StepDriver::run_stage): pipeline wait
+  StepDriver::plan_pipeline_collectives(pp_group_, micro_batches_per_rank, out);
+  out.stream(CommStream::compute);
 }
 
 }  // namespace hzp::schedulers

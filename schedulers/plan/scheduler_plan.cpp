@@ -178,6 +178,8 @@ class Recorder final : public CollectiveLedger {
     call_ = call;
     stream_ = CommStream::compute;
     place_ = CommPlace::before_unit;
+    rounds_ = 1;
+    blocks_ = 0;
   }
 
   void all_gather(const PlanGroup& g, std::int64_t n, DType t, std::int64_t times, std::string_view when) override {
@@ -199,25 +201,31 @@ class Recorder final : public CollectiveLedger {
   }
   void send(const PlanGroup& g, int peer, std::int64_t n, DType t, std::int64_t times, std::string_view when) override {
     plan_.send(g, peer, n, t, times, when);
-    record(g, [&](Builder& b) { b.send(g, peer, n, t, times, when); });
+    record(g, [&](Builder& b) { b.send(g, peer, n, t, times, when); }, peer);
   }
   void recv(const PlanGroup& g, int peer, std::int64_t n, DType t, std::int64_t times, std::string_view when) override {
     plan_.recv(g, peer, n, t, times, when);
-    record(g, [&](Builder& b) { b.recv(g, peer, n, t, times, when); });
+    record(g, [&](Builder& b) { b.recv(g, peer, n, t, times, when); }, peer);
   }
   void stream(CommStream s, CommPlace p = CommPlace::before_unit) override {
     stream_ = s;
     place_ = p;
+    rounds_ = 1;
+    blocks_ = 0;
+  }
+  void ring(int rounds, int blocks) override {
+    rounds_ = rounds;
+    blocks_ = blocks;
   }
 
  private:
   template <typename Declare>
-  void record(const PlanGroup& g, Declare&& declare) {
+  void record(const PlanGroup& g, Declare&& declare, int peer = -1) {
     if (out_ == nullptr) return;
     SchedulerPlan one;
     Builder b(one, small_, rank_, rpn_);
     declare(b);
-    out_->events.push_back({call_, stream_, place_, one.collectives.front(), g.members});
+    out_->events.push_back({call_, stream_, place_, one.collectives.front(), g.members, peer, rounds_, blocks_});
   }
 
   Builder& plan_;
@@ -227,6 +235,7 @@ class Recorder final : public CollectiveLedger {
   int call_ = -1;
   CommStream stream_ = CommStream::compute;
   CommPlace place_ = CommPlace::before_unit;
+  int rounds_ = 1, blocks_ = 0;
 };
 
 }  // namespace
@@ -236,6 +245,8 @@ std::string_view to_string(CommStream s) {
     case CommStream::compute: return "compute";
     case CommStream::params: return "params";
     case CommStream::gradients: return "gradients";
+    case CommStream::pipeline: return "pipeline";
+    case CommStream::ring: return "ring";
   }
   return "?";
 }
@@ -370,6 +381,8 @@ SchedulerPlan plan_from_engine(std::string scheduler, const PlanInputs& in, Engi
   if (events != nullptr) {
     events->actions = actions;
     events->prefetch = e.prefetch;
+    events->model_tp = e.model_tp;
+    events->model_cp = e.model_cp;
   }
   p.activations_in_flight = max_in_flight(actions, std::max(e.chunks_per_stage, 1));
   p.gathered_peak_bytes = e.gathered_peak_bytes;

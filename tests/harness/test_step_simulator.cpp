@@ -1,17 +1,23 @@
 // hzpbench simulate's step model (step_simulator.hpp) on fixed unit times and links, so nothing here depends on
 // this machine's speed: the step description's calls sum to the plan's rows, the simulated bytes per op and level
 // are the plan's, a ring's modelled duration is its closed form, a step without overlap is the sum of its parts,
-// free links leave the compute alone, and zero3 exposes more communication than asynchzp's async threads.
+// free links leave the compute alone, and zero3 exposes more communication than asynchzp's async threads. With
+// tensor, context and pipeline parallelism: tensor-parallel calls block inside the unit, ring attention hides K and V
+// behind its blocks, and stages of equal work with free messages idle for the textbook bubble.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "hzp/harness/step_simulator.hpp"
 #include "hzp/schedulers/plan.hpp"
+#include "hzp/schedulers/step/pipeline_timeline.hpp"
 #include "hzp/workloads/llama.hpp"
+#include "hzp/workloads/model_factory.hpp"
 #include "hzp/workloads/presets.hpp"
 
 namespace hzp::harness {
@@ -59,6 +65,26 @@ SimulatorLinks links(double latency_us, double intra_gbps, double inter_gbps) {
 
 const char* const kSchedulers[] = {"ddp", "zero1", "zero2", "zero3", "hsdp", "asynchzp"};
 
+// The description's calls, summed per (op, group, when), are the plan's rows: calls, elements and bytes per level.
+void expect_events_sum_to_plan(const StepDescription& d, const std::string& name) {
+  std::map<std::tuple<int, std::string, std::string>, std::array<std::uint64_t, 4>> sum;
+  for (const schedulers::StepEvent& e : d.events) {
+    auto& v = sum[{static_cast<int>(e.collective.op), e.collective.group, e.collective.when}];
+    v[0] += static_cast<std::uint64_t>(e.collective.calls);
+    v[1] += static_cast<std::uint64_t>(e.collective.elements);
+    v[2] += e.collective.bytes[0];
+    v[3] += e.collective.bytes[1];
+  }
+  ASSERT_EQ(sum.size(), d.plan.collectives.size()) << name;
+  for (const schedulers::PlannedCollective& c : d.plan.collectives) {
+    const auto& v = sum.at({static_cast<int>(c.op), c.group, c.when});
+    EXPECT_EQ(v[0], static_cast<std::uint64_t>(c.calls)) << name << " " << c.group << " " << c.when;
+    EXPECT_EQ(v[1], static_cast<std::uint64_t>(c.elements)) << name << " " << c.group;
+    EXPECT_EQ(v[2], c.bytes[0]) << name << " " << c.group;
+    EXPECT_EQ(v[3], c.bytes[1]) << name << " " << c.group;
+  }
+}
+
 TEST(StepDescription, CallsSumToThePlanRows) {
   for (const char* name : kSchedulers)
     for (bool async : {true, false})
@@ -67,22 +93,7 @@ TEST(StepDescription, CallsSumToThePlanRows) {
         s.in.layout = &s.layout;
         s.in.options.async = async;
         const StepDescription d = schedulers::describe_step(name, s.in);
-        std::map<std::tuple<int, std::string, std::string>, std::array<std::uint64_t, 4>> sum;
-        for (const schedulers::StepEvent& e : d.events) {
-          auto& v = sum[{static_cast<int>(e.collective.op), e.collective.group, e.collective.when}];
-          v[0] += static_cast<std::uint64_t>(e.collective.calls);
-          v[1] += static_cast<std::uint64_t>(e.collective.elements);
-          v[2] += e.collective.bytes[0];
-          v[3] += e.collective.bytes[1];
-        }
-        ASSERT_EQ(sum.size(), d.plan.collectives.size()) << name;
-        for (const schedulers::PlannedCollective& c : d.plan.collectives) {
-          const auto& v = sum.at({static_cast<int>(c.op), c.group, c.when});
-          EXPECT_EQ(v[0], static_cast<std::uint64_t>(c.calls)) << name << " " << c.group << " " << c.when;
-          EXPECT_EQ(v[1], static_cast<std::uint64_t>(c.elements)) << name << " " << c.group;
-          EXPECT_EQ(v[2], c.bytes[0]) << name << " " << c.group;
-          EXPECT_EQ(v[3], c.bytes[1]) << name << " " << c.group;
-        }
+        expect_events_sum_to_plan(d, name);
         // Two micro-batches of a forward and a backward over every unit.
         EXPECT_EQ(d.calls.size(), static_cast<std::size_t>(2 * 2 * s.layout.num_units())) << name;
         // The simulated step moves the plan's bytes per op and level.
@@ -195,5 +206,207 @@ TEST(StepSimulator, AsyncExposesLessThanZero3) {
   EXPECT_LT(async, 0.8 * z3);
 }
 
+
+// ---- tensor, context and pipeline parallelism (nd and asynchzp): the model's own calls inside its units
+
+// tiny (T = 64) with its model spec, for layouts the plan needs the model for; `sets` the degrees.
+struct TinyModel {
+  std::unique_ptr<workloads::ModelSpec> spec;
+  std::unique_ptr<workloads::ParamLayout> held;  // where in.layout points, whatever moves the struct
+  const workloads::ParamLayout& layout;
+  PlanInputs in;
+};
+
+TinyModel tiny_model(int world, int rank, const schedulers::SchedulerOptions& options) {
+  const auto& preset = workloads::model_preset("tiny");
+  auto held = std::make_unique<workloads::ParamLayout>(workloads::llama_layout(preset.model));
+  const workloads::ParamLayout& layout = *held;
+  TinyModel t{workloads::llama_spec(preset.model), std::move(held), layout, {}};
+  t.in.layout = &t.layout;
+  t.in.model = t.spec.get();
+  t.in.train = preset.train;
+  t.in.train.global_batch = 8;
+  t.in.train.micro_batch_size = 1;
+  t.in.world_size = world;
+  t.in.ranks_per_node = 2;
+  t.in.rank = rank;
+  t.in.small_message_bytes = 0;
+  t.in.options = options;
+  return t;
+}
+
+struct Layout {
+  const char* name;
+  const char* scheduler;
+  int tp, cp, pp;
+};
+const Layout kModelLayouts[] = {{"nd tp2 x dp2", "nd", 2, 1, 1},  {"nd cp2 x dp2", "nd", 1, 2, 1},
+                                {"nd pp2 x dp2", "nd", 1, 1, 2},  {"nd tp2 x cp2", "nd", 2, 2, 1},
+                                {"asynchzp cp2", "asynchzp", 1, 2, 1}, {"asynchzp pp2", "asynchzp", 1, 1, 2}};
+
+schedulers::SchedulerOptions options_of(const Layout& l) {
+  schedulers::SchedulerOptions o;
+  o.tp = l.tp;
+  o.cp = l.cp;
+  o.pp = l.pp;
+  o.z1 = 4 / l.pp;
+  o.z2 = o.z3 = 2;
+  return o;
+}
+
+// Every layout's described calls (ring messages split into the ones before and after a block included) sum to the
+// plan's rows, and the simulated bytes per op and level are the plan's.
+TEST(StepDescription, ModelLayoutsSumToThePlanRows) {
+  for (const Layout& l : kModelLayouts)
+    for (int rank : {0, 3}) {
+      TinyModel t = tiny_model(4, rank, options_of(l));
+      const StepDescription d = schedulers::describe_step(l.scheduler, t.in);
+      EXPECT_EQ(d.model_tp, l.tp) << l.name;
+      EXPECT_EQ(d.model_cp, l.cp) << l.name;
+      for (const schedulers::StepEvent& e : d.events) {
+        if (e.collective.group == "tp" && e.call >= 0) EXPECT_EQ(e.place, schedulers::CommPlace::inside_unit) << l.name;
+        if (e.collective.group == "cp" && e.call >= 0) EXPECT_EQ(e.stream, schedulers::CommStream::ring) << l.name;
+        if (e.collective.group == "pp") EXPECT_EQ(e.stream, schedulers::CommStream::pipeline) << l.name;
+      }
+      expect_events_sum_to_plan(d, l.name);
+    }
+}
+
+TEST(StepSimulator, ModelLayoutsMoveThePlansBytes) {
+  for (const Layout& l : kModelLayouts) {
+    std::vector<TinyModel> ts;
+    std::vector<StepDescription> ds;
+    for (int r = 0; r < 4; ++r) ts.push_back(tiny_model(4, r, options_of(l)));
+    for (TinyModel& t : ts) ds.push_back(schedulers::describe_step(l.scheduler, t.in));
+    std::vector<const StepDescription*> ptrs;
+    for (const StepDescription& d : ds) ptrs.push_back(&d);
+    const std::vector<SimulatedStep> st = simulate_steps(ptrs, times(ts[0].layout.num_units(), 0.01, 0.02), links(10, 1, 0.1));
+    for (std::size_t r = 0; r < ds.size(); ++r) {
+      std::array<std::array<std::uint64_t, coll::kNumLinkLevels>, coll::kNumCollOps> want{};
+      for (const schedulers::PlannedCollective& c : ds[r].plan.collectives)
+        for (std::size_t lv = 0; lv < coll::kNumLinkLevels; ++lv) want[static_cast<std::size_t>(c.op)][lv] += c.bytes[lv];
+      for (int op = 0; op < coll::kNumCollOps; ++op)
+        for (int lv = 0; lv < coll::kNumLinkLevels; ++lv)
+          EXPECT_EQ(static_cast<std::uint64_t>(st[r].bytes[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)]),
+                    want[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)])
+              << l.name << " rank " << r << " op " << op << " level " << lv;
+      // The step closes into compute, exposed communication and pipeline wait.
+      EXPECT_NEAR(st[r].step_s, st[r].compute_s + st[r].exposed_comm_s + st[r].pipeline_wait_s, 1e-9) << l.name;
+      // Without stages a rank computes its micro-batches' every unit at its shard: 1/(tp · cp) of the whole.
+      const int dp = 4 / (l.tp * l.cp * l.pp);
+      if (l.pp == 1)
+        EXPECT_NEAR(st[r].compute_s, 8 / dp * ts[0].layout.num_units() * 0.03 / (l.tp * l.cp), 1e-9) << l.name;
+    }
+  }
+}
+
+// Tensor parallelism blocks the compute thread between a unit's matmuls: with dp = 1 (nothing else to overlap) the
+// step is each unit's time at its shard (1/tp of the whole) plus every tensor-parallel call's duration.
+TEST(StepSimulator, TensorParallelIsBlockingInsideTheUnit) {
+  schedulers::SchedulerOptions o;
+  o.tp = 2;
+  TinyModel t = tiny_model(2, 0, o);
+  const StepDescription d = schedulers::describe_step("nd", t.in);
+  const SimulatorLinks l = links(10, 1, 0.1);
+  const int units = t.layout.num_units();
+  const SimulatedStep st = simulate_step(d, times(units, 0.01, 0.03), l);
+  double comm = 0;
+  int tp_calls = 0;
+  for (const schedulers::StepEvent& e : d.events) {
+    comm += static_cast<double>(e.collective.calls) * model_planned_call(e.collective, e.members, 0, l).duration_s;
+    if (e.collective.group == "tp") tp_calls += static_cast<int>(e.collective.calls);
+  }
+  ASSERT_GT(tp_calls, 0);
+  const double compute = 8 * units * (0.01 + 0.03) / 2;  // 8 micro-batches on the one data-parallel rank, halved
+  EXPECT_NEAR(st.compute_s, compute, 1e-12);
+  EXPECT_NEAR(st.step_s, compute + comm, 1e-9);
+  EXPECT_NEAR(st.exposed_comm_s, comm, 1e-9);
+}
+
+// Ring attention (nd cp2, dp = 1, the buckets blocking): with blocks far longer than a message, K and V travel
+// behind the attention blocks and are hidden; backward's dK and dV go out after each block and are waited for:
+// exposed = every blocking collective's duration + the after-block messages', not the K, V ones.
+TEST(StepSimulator, RingAttentionHidesKAndVBehindItsBlocks) {
+  schedulers::SchedulerOptions o;
+  o.cp = 2;
+  o.overlap = false;
+  TinyModel t = tiny_model(2, 0, o);
+  const StepDescription d = schedulers::describe_step("nd", t.in);
+  const SimulatorLinks l = links(10, 1, 0.1);
+  const int units = t.layout.num_units();
+  UnitTimes ut = times(units, 0.02, 0.04);
+  ut.attention_share.assign(static_cast<std::size_t>(units), 1.0);
+  const SimulatedStep st = simulate_step(d, ut, l);
+  double exposed = 0, kv = 0;
+  for (const schedulers::StepEvent& e : d.events) {
+    if (e.collective.op == coll::CollOp::recv) continue;
+    const double one = e.collective.op == coll::CollOp::send
+                           ? model_message(e.collective, e.members, 0, e.peer, l).duration_s
+                           : model_planned_call(e.collective, e.members, 0, l).duration_s;
+    const double all = static_cast<double>(e.collective.calls) * one;
+    if (e.stream == schedulers::CommStream::ring && e.place == schedulers::CommPlace::before_unit) {
+      ASSERT_LT(2 * one, 0.02 / 2 / 2);  // two messages per step, shorter than a block (cp = 2 blocks, halved time)
+      kv += all;
+    } else {
+      exposed += all;
+    }
+  }
+  ASSERT_GT(kv, 0);
+  EXPECT_NEAR(st.compute_s, 8 * units * 0.06 / 2, 1e-12);
+  EXPECT_NEAR(st.exposed_comm_s, exposed, 1e-9);
+  EXPECT_NEAR(st.step_s, st.compute_s + exposed, 1e-9);
+}
+
+// The textbook bubble: stages of equal work and messages that cost nothing leave every stage idle for
+// (pp − 1)/(m + pp − 1) of the step under 1F1B (and (pp − 1)/(v·m + pp − 1) interleaved), all of it pipeline wait,
+// and the step is the schedule's own timeline (pipeline_timeline over the same action lists).
+TEST(StepSimulator, PipelineBubbleIsTheTextbookOne) {
+  struct Case {
+    int pp, v, micro_batches;
+    schedulers::PipelineScheduleKind kind;
+  };
+  for (const Case c : {Case{2, 1, 4, schedulers::PipelineScheduleKind::one_f_one_b},
+                       Case{4, 1, 8, schedulers::PipelineScheduleKind::one_f_one_b},
+                       Case{2, 1, 8, schedulers::PipelineScheduleKind::gpipe},
+                       Case{2, 2, 4, schedulers::PipelineScheduleKind::interleaved}}) {
+    schedulers::SchedulerOptions o;
+    o.pp = c.pp;
+    o.virtual_stages = c.v;
+    o.schedule = c.kind;
+    std::vector<TinyModel> ts;
+    std::vector<StepDescription> ds;
+    for (int r = 0; r < c.pp; ++r) {
+      ts.push_back(tiny_model(c.pp, r, o));
+      ts.back().in.train.global_batch = c.micro_batches;
+      ts.back().in.ranks_per_node = 0;
+    }
+    for (TinyModel& t : ts) ds.push_back(schedulers::describe_step("nd", t.in));
+    std::vector<const StepDescription*> ptrs;
+    for (const StepDescription& d : ds) ptrs.push_back(&d);
+    // Blocks take f and b; the ends (embedding, head) nothing, so every chunk holds equal work.
+    const int units = ts[0].layout.num_units();
+    const double f = 0.01, b = 0.02;
+    UnitTimes ut = times(units, f, b);
+    ut.forward_s.front() = ut.forward_s.back() = ut.backward_s.front() = ut.backward_s.back() = 0;
+    SimulatorLinks l = links(0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity());
+    l.ranks_per_node = 0;
+    const std::vector<SimulatedStep> st = simulate_steps(ptrs, ut, l);
+    const double bubble = double(c.pp - 1) / (c.v * c.micro_batches + c.pp - 1);
+    const int blocks_per_chunk = (units - 2) / (c.pp * c.v);
+    const double chunk = blocks_per_chunk * (f + b);
+    const double ideal = c.micro_batches * c.v * chunk;  // a stage's work
+    schedulers::PipelineLayout pl = schedulers::PipelineLayout::balanced(units, c.pp, c.v);
+    const schedulers::PipelineTimeline tl =
+        schedulers::pipeline_timeline(c.kind, pl, c.micro_batches, std::vector<double>(c.pp * c.v, blocks_per_chunk * f),
+                                      std::vector<double>(c.pp * c.v, blocks_per_chunk * b));
+    for (int r = 0; r < c.pp; ++r) {
+      const SimulatedStep& s = st[static_cast<std::size_t>(r)];
+      EXPECT_NEAR(s.compute_s, ideal, 1e-12);
+      EXPECT_NEAR(s.step_s, tl.makespan, 1e-12) << "pp " << c.pp << " rank " << r;
+      EXPECT_NEAR(s.pipeline_wait_s / s.step_s, bubble, 1e-12) << "pp " << c.pp << " v " << c.v << " rank " << r;
+      EXPECT_NEAR(s.exposed_comm_s, 0, 1e-12);
+    }
+  }
+}
 }  // namespace
 }  // namespace hzp::harness

@@ -84,7 +84,12 @@ RingAttentionMessages llama_context_parallel_messages(const LlamaConfig& config,
   const RingAttentionDims dims{run.micro_batch_size, config.heads / run.tp, config.kv_heads / run.tp,
                                config.resolved_head_dim()};
   m = RingAttention::messages(shard, dims, m.dtype, backward);
-  if (backward && run.recompute) m.sends += RingAttention::messages(shard, dims, m.dtype, false).sends;
+  if (backward && run.recompute) {  // the recomputed forward's pass first
+    const RingAttentionMessages f = RingAttention::messages(shard, dims, m.dtype, false);
+    m.sends += f.sends;
+    m.steps += f.steps;
+    m.posted_before += f.posted_before;
+  }
   return m;
 }
 

@@ -99,6 +99,8 @@ RingAttentionMessages RingAttention::messages(const ContextShard& shard, const R
   m.dtype = dtype;
   m.elements = dims.batch * shard.local_len() * dims.kv_heads * dims.head_dim;
   m.sends = hops == 0 ? 0 : (backward ? 4 * hops + 2 : 2 * hops);
+  m.steps = hops == 0 ? 0 : shard.cp();
+  m.posted_before = 2 * hops;  // K and V, before each step's block but the last (forward and backward)
   return m;
 }
 

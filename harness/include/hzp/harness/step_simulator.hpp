@@ -14,9 +14,12 @@
 
 namespace hzp::harness {
 
-/// The calibration: wall seconds of each unit's forward and backward for one micro-batch (compute_rate.hpp).
+/// The calibration: wall seconds of each unit's forward and backward for one micro-batch of the whole model
+/// (compute_rate.hpp), and the share of each unit's time that is attention (what ring attention overlaps its messages
+/// with; empty: none). A rank computing a tensor- and context-parallel shard takes 1/(tp · cp) of a unit's time.
 struct UnitTimes {
   std::vector<double> forward_s, backward_s;
+  std::vector<double> attention_share;
 };
 
 struct SimulatorLinks {
@@ -29,6 +32,12 @@ struct SimulatorLinks {
 /// exposed communication (the compute thread's waits); comm_time_s sums every call's duration over all streams.
 struct SimulatedStep {
   double step_s = 0, compute_s = 0, forward_s = 0, backward_s = 0, exposed_comm_s = 0, comm_time_s = 0;
+  /// Of exposed_comm_s: the waits for a peer stage to join a collective over several stages (the tied table's sum,
+  /// the norm over stages); peers of one stage join together.
+  double join_wait_s = 0;
+  /// The compute thread's waits on the pipeline stream (a peer stage's message, its own sends' drain, the losses'
+  /// sum where the stages meet): the bubble, not in exposed_comm_s.
+  double pipeline_wait_s = 0;
   /// Per op and level: calls that moved bytes there, bytes sent by the rank, summed duration.
   std::array<std::array<std::int64_t, coll::kNumLinkLevels>, coll::kNumCollOps> count{}, bytes{};
   std::array<std::array<double, coll::kNumLinkLevels>, coll::kNumCollOps> time_s{};
@@ -40,12 +49,26 @@ struct SimulatedStep {
 coll::CollectiveModel model_planned_call(const schedulers::PlannedCollective& c, const std::vector<int>& members,
                                          int world_rank, const SimulatorLinks& links);
 
+/// Modelled duration of one point-to-point message of `c` (a send to the member at position `peer`): latency + bytes
+/// / bandwidth of its level; between nodes the node's interface carries the copies its other ranks send at the same
+/// time (their groups' same message), one after the other, as model_planned_call's copies.
+coll::CollectiveModel model_message(const schedulers::PlannedCollective& c, const std::vector<int>& members,
+                                    int world_rank, int peer, const SimulatorLinks& links);
+
 /// Runs the step of `d` (one rank's description) against `t`. Rules: compute runs the unit calls in order; a
-/// `compute` collective blocks it where declared (before the unit's compute, or after it for gradients); the
+/// `compute` collective blocks it where declared (before the unit's compute, after it for gradients, or between
+/// equal slices of it when inside); `ring` messages overlap the unit's attention blocks (docs/simulate.md); the
 /// `params` stream issues gathers in order, at most d.prefetch unit calls ahead of the one compute consumes, and
 /// compute waits for a unit's gathers before running it; the `gradients` stream takes each call when declared and
 /// runs them in order. At the step end the gradients stream drains, then the step end's compute collectives run.
 /// Streams share the rank's links (busy-until clocks per level, as the emulator's reservations).
 SimulatedStep simulate_step(const schedulers::StepDescription& d, const UnitTimes& t, const SimulatorLinks& links);
+
+/// The steps of ranks that wait on each other (a pipeline group: its stages' descriptions), run together: a
+/// stage's receive of micro-batch m waits for its peer's send of m, and a collective over several of these
+/// ranks starts when the last of them joins. Each rank as simulate_step otherwise; one result per description.
+/// PreconditionError naming the stuck ranks when the descriptions wait on each other in a cycle.
+std::vector<SimulatedStep> simulate_steps(const std::vector<const schedulers::StepDescription*>& ranks,
+                                          const UnitTimes& t, const SimulatorLinks& links);
 
 }  // namespace hzp::harness

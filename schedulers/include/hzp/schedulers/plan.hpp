@@ -99,12 +99,18 @@ SchedulerPlan plan_scheduler(std::string_view name, const PlanInputs& in);
 /// a background stream that issues parameter gathers ahead of use, at most EnginePlan::prefetch gathers beyond
 /// the one the compute thread consumes; the compute thread waits for a gather where the unit that declared it
 /// runs. `gradients`: started where declared without the compute thread waiting (a background thread's queue,
-/// or ddp's non-blocking buckets), drained before the step's end.
-enum class CommStream { compute, params, gradients };
+/// or ddp's non-blocking buckets), drained before the step's end. `pipeline`: the pipeline group's traffic on the
+/// compute thread (PipelineStage, StepDriver::run_stage): a receive is waited for before the unit (the peer
+/// stage's send of that micro-batch), a send starts without waiting and drains before the step end, and the
+/// losses' sum over the stages is where they meet; every wait on it is pipeline wait. `ring`: ring attention's
+/// messages inside the unit (RingAttention): each of `rounds` steps posts its share before one of the ring's
+/// `blocks` attention blocks (place before_unit, overlapping that block) or sends it after the block (after_unit),
+/// and waits for the step's messages before the next block; receives cost the receiver nothing.
+enum class CommStream { compute, params, gradients, pipeline, ring };
 std::string_view to_string(CommStream s);
-/// Whether a unit call's collective is needed before the unit runs (its parameters) or follows it (the
-/// gradients it made final).
-enum class CommPlace { before_unit, after_unit };
+/// Whether a unit call's collective is needed before the unit runs (its parameters), follows it (the gradients
+/// it made final), or runs inside its compute (the model's own tensor-parallel collectives, between its matmuls).
+enum class CommPlace { before_unit, after_unit, inside_unit };
 
 /// One declared call of a step, in the order the engine declares it: where (the unit call of the schedule
 /// walk, or the step end), on which stream, the call itself (calls = 1; bytes sent by PlanInputs::rank per
@@ -115,6 +121,9 @@ struct StepEvent {
   CommPlace place = CommPlace::before_unit;
   PlannedCollective collective;
   std::vector<int> members;
+  int peer = -1;    ///< send / recv: the peer's position in members
+  int rounds = 1;   ///< ring: the steps the calls are spread over, evenly
+  int blocks = 0;   ///< ring: the attention blocks the unit's ring computes (its passes' steps)
 };
 
 /// A step as the engine and the driver declare it, for one rank: the plan, the schedule the driver runs, every
@@ -125,6 +134,10 @@ struct StepDescription {
   std::vector<std::pair<Action, int>> calls;  ///< (action, unit) of each unit call, in the driver's order
   std::vector<StepEvent> events;
   int prefetch = 0;  ///< gathers the params stream may issue beyond the one in use (0: no params stream)
+  /// The share of every sequence and of every unit's weights this rank computes: its tensor-parallel degree (each
+  /// matmul and attention head split tp ways) and context-parallel degree (1/cp of each sequence's tokens and of
+  /// its causal attention pairs).
+  int model_tp = 1, model_cp = 1;
 };
 
 /// The step description of scheduler `name` for PlanInputs::rank; its events sum to plan_scheduler's collectives.

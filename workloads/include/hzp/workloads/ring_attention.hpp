@@ -36,6 +36,11 @@ struct RingAttentionMessages {
   std::int64_t sends = 0;
   std::int64_t elements = 0;  ///< per message: one K, V, dK or dV block, batch · local_len · kv_heads · head_dim
   DType dtype = DType::f32;
+  /// How the sends overlap the attention (for the simulator): the passes' steps, each computing one block
+  /// (cp per pass), and the sends posted before a step's block (K and V passed on, 2 in each of a pass's first
+  /// cp − 1 steps); the rest (backward's dK and dV, 2 in every step) go out after the step's block.
+  std::int64_t steps = 0;
+  std::int64_t posted_before = 0;
 
   std::int64_t message_bytes() const noexcept { return elements * static_cast<std::int64_t>(dtype_size(dtype)); }
   std::int64_t bytes() const noexcept { return sends * message_bytes(); }

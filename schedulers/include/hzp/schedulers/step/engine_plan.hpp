@@ -49,6 +49,9 @@ class CollectiveLedger {
   /// the next call; each unit() and step_end() starts on `compute`, before). Only the simulator reads it; the
   /// plan's totals do not depend on it.
   virtual void stream(CommStream, CommPlace = CommPlace::before_unit) {}
+  /// For the following declarations on the `ring` stream: their calls are spread over `rounds` steps of a ring that
+  /// computes `blocks` attention blocks (StepEvent). Only the simulator reads it.
+  virtual void ring(int /*rounds*/, int /*blocks*/) {}
 };
 
 /// An engine's declaration for one configuration and rank (made by the engine's own `plan_*` function from
