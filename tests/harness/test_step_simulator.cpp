@@ -50,7 +50,8 @@ Tiny tiny(int rank, std::string_view scheduler) {
 }
 
 UnitTimes times(int units, double f, double b) {
-  return {std::vector<double>(static_cast<std::size_t>(units), f), std::vector<double>(static_cast<std::size_t>(units), b)};
+  return {std::vector<double>(static_cast<std::size_t>(units), f), std::vector<double>(static_cast<std::size_t>(units), b),
+          {}};
 }
 
 SimulatorLinks links(double latency_us, double intra_gbps, double inter_gbps) {
@@ -264,9 +265,15 @@ TEST(StepDescription, ModelLayoutsSumToThePlanRows) {
       EXPECT_EQ(d.model_tp, l.tp) << l.name;
       EXPECT_EQ(d.model_cp, l.cp) << l.name;
       for (const schedulers::StepEvent& e : d.events) {
-        if (e.collective.group == "tp" && e.call >= 0) EXPECT_EQ(e.place, schedulers::CommPlace::inside_unit) << l.name;
-        if (e.collective.group == "cp" && e.call >= 0) EXPECT_EQ(e.stream, schedulers::CommStream::ring) << l.name;
-        if (e.collective.group == "pp") EXPECT_EQ(e.stream, schedulers::CommStream::pipeline) << l.name;
+        if (e.collective.group == "tp" && e.call >= 0) {
+          EXPECT_EQ(e.place, schedulers::CommPlace::inside_unit) << l.name;
+        }
+        if (e.collective.group == "cp" && e.call >= 0) {
+          EXPECT_EQ(e.stream, schedulers::CommStream::ring) << l.name;
+        }
+        if (e.collective.group == "pp") {
+          EXPECT_EQ(e.stream, schedulers::CommStream::pipeline) << l.name;
+        }
       }
       expect_events_sum_to_plan(d, l.name);
     }
@@ -294,8 +301,9 @@ TEST(StepSimulator, ModelLayoutsMoveThePlansBytes) {
       EXPECT_NEAR(st[r].step_s, st[r].compute_s + st[r].exposed_comm_s + st[r].pipeline_wait_s, 1e-9) << l.name;
       // Without stages a rank computes its micro-batches' every unit at its shard: 1/(tp · cp) of the whole.
       const int dp = 4 / (l.tp * l.cp * l.pp);
-      if (l.pp == 1)
+      if (l.pp == 1) {
         EXPECT_NEAR(st[r].compute_s, 8 / dp * ts[0].layout.num_units() * 0.03 / (l.tp * l.cp), 1e-9) << l.name;
+      }
     }
   }
 }
