@@ -175,9 +175,11 @@ std::vector<SchedulerOptionDecl> declare() {
                    [](S& s) { s.positive(); }));
   v.push_back(with(int_option("scheduler.ep", &O::ep,
                               "nd: expert-parallel degree: every MoE block's routed experts split over ep consecutive "
-                              "ranks of the data-parallel group (model.experts / ep each), tokens sent to their experts' "
-                              "ranks and back by all-to-all-v; those ranks stay data-parallel for every other weight; "
-                              "ep must divide dp = W / (tp · cp · pp) and model.experts"),
+                              "ranks of the data × context group (the cp ranks of a sequence first; model.experts / ep "
+                              "each), tokens sent to their experts' ranks and back by all-to-all-v; those ranks stay "
+                              "data-parallel for every other weight; ep must divide dp · cp = W / (tp · pp) and "
+                              "model.experts. Under tp the experts stay whole and each tp rank runs them on its 1/tp of "
+                              "the token rows; not with scheduler.distributed_optimizer"),
                    [](S& s) { s.positive(); }));
   {
     S spec = S::real("scheduler.debug_unit_sleep_ms", kDefaults.debug_unit_sleep_ms,

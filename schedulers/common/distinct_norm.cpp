@@ -10,6 +10,13 @@ namespace hzp::schedulers {
 
 std::vector<SliceRange> norm_counted_ranges(const workloads::ParamLayout& layout, const ShardLayout& shards, int index,
                                             int tp_rank) {
+  // A whole tensor counts on the group's first rank.
+  return norm_counted_ranges(layout, shards, index,
+                             [tp_rank](const workloads::ParamTensor& t) { return t.shard.sharded() || tp_rank == 0; });
+}
+
+std::vector<SliceRange> norm_counted_ranges(const workloads::ParamLayout& layout, const ShardLayout& shards, int index,
+                                            const std::function<bool(const workloads::ParamTensor&)>& counts) {
   HZP_CHECK(shards.num_segments() == layout.num_units(), "norm_counted_ranges: ", shards.num_segments(),
             " segments for ", layout.num_units(), " units");
   std::vector<SliceRange> out;
@@ -17,7 +24,7 @@ std::vector<SliceRange> norm_counted_ranges(const workloads::ParamLayout& layout
     if (!layout.unit(u).runs) continue;  // a table held for another stage's unit counts where it runs
     const ShardLayout::Range mine = shards.valid_range(u, index);  // unit coordinates
     for (const workloads::ParamTensor& t : layout.unit(u).tensors) {
-      if (!t.shard.sharded() && tp_rank != 0) continue;  // a whole tensor counts on the group's first rank
+      if (!counts(t)) continue;
       const std::int64_t begin = std::max(mine.begin, t.offset);
       const std::int64_t end = std::min(mine.begin + mine.count, t.offset + t.numel());
       if (end <= begin) continue;

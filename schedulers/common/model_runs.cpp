@@ -52,12 +52,13 @@ TensorWriter piece_writer(const ProcessGroups& groups, bool dense_writer, bool e
   const int tp_rank = groups.tensor() ? groups.tensor()->rank() : 0;
   const int cp_rank = groups.context() ? groups.context()->rank() : 0;
   return [=](const workloads::Unit& unit, const workloads::ParamTensor& t) {
-    if (!unit.runs || cp_rank != 0) return false;
+    if (!unit.runs) return false;
     const std::string& g = t.shard.sharded() ? t.shard.group : std::string();
     HZP_CHECK(g.empty() || g == "tp" || g == "ep", "checkpoint: tensor ", t.name, " is a piece over group '", g,
               "', whose writers are not chosen");
+    // The expert-data group spans the context ranks (an ep group may be a cp group): its first rank is the one.
     if (g == "ep") return expert_writer && tp_rank == 0;
-    return (g == "tp" || tp_rank == 0) && dense_writer;
+    return cp_rank == 0 && (g == "tp" || tp_rank == 0) && dense_writer;
   };
 }
 

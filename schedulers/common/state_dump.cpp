@@ -43,16 +43,27 @@ std::vector<float> gather_tensor_pieces(const workloads::ParamTensor& t, ConstTe
 
 namespace {
 
-// One component, tensor by tensor; pieces of tensor-parallel tensors gathered whole (every rank takes part).
+// The groups a tensor's pieces are gathered over: "ep" pieces over ep, every other piece over tp.
+struct PieceGroups {
+  coll::Communicator* tp = nullptr;
+  coll::Communicator* ep = nullptr;
+  coll::Communicator* of(const workloads::ParamTensor& t) const {
+    coll::Communicator* c = t.shard.group == "ep" ? ep : tp;
+    return c != nullptr && c->size() > 1 ? c : nullptr;
+  }
+};
+
+// One component, tensor by tensor; pieces of tensor- and expert-parallel tensors gathered whole (every rank takes
+// part).
 void visit_component(const workloads::ParamLayout& layout, std::string_view component, ConstTensorView flat,
-                     coll::Communicator* tp, bool root, StateVisitor& visitor) {
-  const bool split = tp != nullptr && tp->size() > 1;
+                     const PieceGroups& groups, bool root, StateVisitor& visitor) {
   for (int u = 0; u < layout.num_units(); ++u) {
     const ConstTensorView block = workloads::unit_block(layout, u, flat);
     for (int t = 0; t < static_cast<int>(layout.unit(u).tensors.size()); ++t) {
       const workloads::ParamTensor& pt = layout.unit(u).tensors[static_cast<std::size_t>(t)];
       const ConstTensorView mine = workloads::tensor_in_block(layout, u, t, block);
-      if (!split || !pt.shard.sharded()) {
+      coll::Communicator* const group = pt.shard.sharded() ? groups.of(pt) : nullptr;
+      if (group == nullptr) {
         if (root) visitor.tensor(component, pt.name, mine);
         continue;
       }
@@ -60,7 +71,7 @@ void visit_component(const workloads::ParamLayout& layout, std::string_view comp
       std::vector<float> wide(static_cast<std::size_t>(mine.numel()));
       kernels::cast(TensorView(wide.data(), mine.shape(), DType::f32), mine, StreamRef::host());
       const std::vector<float> full =
-          gather_tensor_pieces(pt, ConstTensorView(wide.data(), Shape{mine.numel()}, DType::f32), *tp);
+          gather_tensor_pieces(pt, ConstTensorView(wide.data(), Shape{mine.numel()}, DType::f32), *group);
       if (!root) continue;
       if (mine.dtype() == DType::f32) {
         visitor.tensor(component, pt.name, ConstTensorView(full.data(), pt.global_shape, DType::f32));
@@ -77,7 +88,9 @@ void visit_component(const workloads::ParamLayout& layout, std::string_view comp
 }  // namespace
 
 void visit_gathered_state(DataParallelScheduler& s, const workloads::ParamLayout& layout,
-                          workloads::Precision precision, bool root, coll::Communicator* tp, StateVisitor& visitor) {
+                          workloads::Precision precision, bool root, coll::Communicator* tp, StateVisitor& visitor,
+                          coll::Communicator* ep) {
+  const PieceGroups groups{tp, ep};
   // Every rank takes part in every gather, in the same order; only the root hands tensors over.
   const std::vector<float> param = s.gather_working_params();
   const std::vector<float> master =
@@ -96,11 +109,11 @@ void visit_gathered_state(DataParallelScheduler& s, const workloads::ParamLayout
     kernels::cast(TensorView(narrow.data(), pview.shape(), DType::bf16), pview, StreamRef::host());
     pview = ConstTensorView(narrow.data(), pview.shape(), DType::bf16);
   }
-  visit_component(layout, "param", pview, tp, root, visitor);
-  if (!master.empty()) visit_component(layout, "master", f32(master), tp, root, visitor);
-  visit_component(layout, "grad", f32(grad), tp, root, visitor);
-  visit_component(layout, "m", f32(m), tp, root, visitor);
-  visit_component(layout, "v", f32(v), tp, root, visitor);
+  visit_component(layout, "param", pview, groups, root, visitor);
+  if (!master.empty()) visit_component(layout, "master", f32(master), groups, root, visitor);
+  visit_component(layout, "grad", f32(grad), groups, root, visitor);
+  visit_component(layout, "m", f32(m), groups, root, visitor);
+  visit_component(layout, "v", f32(v), groups, root, visitor);
 }
 
 }  // namespace hzp::schedulers

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "hzp/schedulers/common/bucketed_all_reduce.hpp"
+#include "hzp/schedulers/common/expert_data_parallel.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
 #include "plan/engine_plans.hpp"
 
@@ -29,7 +30,9 @@ class DdpPlan final : public EnginePlan {
     } else if (dims.tp > 1) {
       tp_ = {"tp", mesh.group(kAxisTensor, in.rank)};
     }
-    if (dims.ep > 1) {  // expert parallelism (nd): buckets over the ranks holding the same experts, the norm over ep
+    // Expert parallelism (nd; or an MoE model's tensor-parallel row shares, ExpertDataParallel::make): buckets over
+    // the ranks holding the same experts, the norm over ep × tp × the stages.
+    if (dims.ep > 1 || (dims.tp > 1 && !tp_share_ranges(layout).empty())) {
       for (const std::vector<int>& g : dims.expert_data_groups(mesh))
         if (std::find(g.begin(), g.end(), in.rank) != g.end()) dp_ = {"dp", g};
       for (const std::vector<int>& g : dims.expert_distinct_groups(mesh))

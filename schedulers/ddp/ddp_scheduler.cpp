@@ -50,8 +50,8 @@ class DdpScheduler final : public DataParallelScheduler, private ParameterEngine
   std::vector<float> gather_working_params() override;
   std::vector<float> gather_moment(bool second) override;
   void visit_state(StateVisitor& visitor) override {
-    visit_gathered_state(*this, model_->layout(), train_.precision, groups_->rank() == 0,
-                         expert_ ? expert_->debug() : tpx_->debug(), visitor);
+    visit_gathered_state(*this, model_->layout(), train_.precision, groups_->rank() == 0, tpx_->debug(), visitor,
+                         expert_ ? expert_->debug() : nullptr);
   }
   // Whole replicas: the data-parallel rank 0 writes everything, every rank reads everything. Under nd the model is
   // this rank's pieces and stage, mapped to the whole model's order; one rank writes each piece (model_runs.hpp).
@@ -79,7 +79,7 @@ class DdpScheduler final : public DataParallelScheduler, private ParameterEngine
   std::unique_ptr<coll::Communicator> distinct_comm_;  // pipeline: the stages × tensor-parallel pieces, for the norm
   std::unique_ptr<SharedStageGrads> shared_;
   std::unique_ptr<DistinctNorm> norm_;
-  std::unique_ptr<ExpertDataParallel> expert_;  // nd with scheduler.ep > 1: expert and dense gradients' groups
+  std::unique_ptr<ExpertDataParallel> expert_;  // nd with ep > 1 or an MoE model under tp: the gradients' groups
   DType pdt_;
   std::int64_t n_;
   std::unique_ptr<coll::Communicator> dp_comm_, scalars_comm_;
@@ -108,7 +108,7 @@ class DdpScheduler final : public DataParallelScheduler, private ParameterEngine
   void backward_done(int u, const Action& a) override;
   void attempt_done() override {
     buckets_->finish();
-    if (expert_) expert_->reduce_dense(grads());  // the dense ranges' second level: over the ep group
+    if (expert_) expert_->finish_sums(grads());  // the dense ranges over the ep group, the tp shares over tp
   }
   FixedPointGrads* fixed_point() noexcept override { return fixed_.get(); }
   coll::Communicator& scalars() noexcept override { return *scalars_comm_; }
@@ -134,12 +134,10 @@ DdpScheduler::DdpScheduler(const SchedulerArgs& args, std::string name) : name_(
   shared_ = std::make_unique<SharedStageGrads>(*groups_, model_->layout());
   norm_ = std::make_unique<DistinctNorm>(model_->layout(), ShardLayout::per_unit(model_->layout(), 1), 0, tpx_->size(),
                                          tpx_->rank(), distinct_comm_ ? distinct_comm_.get() : tpx_->group());
-  // Expert parallelism (no tensor parallelism beside it): the ep ranks hold distinct experts, whole tensors count on
-  // the group's first rank, the norm sums over the ep group × the stages.
+  // Expert parallelism (and an MoE model under tensor parallelism): the ep ranks hold distinct experts, the tp ranks
+  // distinct pieces; the norm counts each once and sums over the ep group × the tp group × the stages.
   expert_ = ExpertDataParallel::make(*groups_, model_->layout());
-  if (expert_)
-    norm_ = std::make_unique<DistinctNorm>(model_->layout(), ShardLayout::per_unit(model_->layout(), 1), 0,
-                                           expert_->ep_size(), expert_->ep_rank(), expert_->distinct());
+  if (expert_) norm_ = std::make_unique<DistinctNorm>(expert_->norm_ranges(model_->layout()), expert_->distinct());
   pdt_ = workloads::param_dtype(train_.precision);
   n_ = model_->layout().total_numel();
   // Gradients are summed over the ranks with the same pieces: the data-parallel group, times the context-parallel
@@ -225,7 +223,8 @@ Allocation DdpScheduler::converted_gradient() const {
 
 ReplicaDigests DdpScheduler::replicated_state() const {
   ReplicaDigests d;  // everything is replicated over the data-parallel group (the world without tensor parallelism)
-  d.replica_key = expert_ ? expert_->ep_rank() : tpx_->rank();  // expert pieces differ across the ep group
+  // Pieces differ across the tp group, expert pieces across the ep group.
+  d.replica_key = expert_ ? expert_->ep_rank() * tpx_->size() + tpx_->rank() : tpx_->rank();
   const auto add = [&](const char* name, ConstTensorView v) {
     const std::vector<std::byte> host = host_copy(v, stream_);  // device state is read on the host
     d.digests.emplace_back(name, state_digest(host.data(), host.size()));

@@ -46,13 +46,15 @@ class NdPlan final : public EnginePlan {
                                                         ep_.members.begin())
                                      : 0;
     const workloads::ParamLayout pieces = !in.model ? *in.layout
-                                          : dims_.ep > 1 ? in.model->expert_parallel_layout(dims_.ep, ep_rank)
+                                          : dims_.ep > 1 ? in.model->expert_parallel_layout(dims_.ep, ep_rank, dims_.tp, tp_rank)
                                                          : in.model->tensor_parallel_layout(dims_.tp, tp_rank);
+    if (in.options.distributed_optimizer) refuse_tp_shares(pieces, dims_.tp, "nd");
     pipeline_ = std::make_unique<PipelinePlan>(in, dims_, mesh, pieces);
     PlanInputs mine = in;
     mine.layout = &pipeline_->layout();
     inner_ = in.options.distributed_optimizer ? plan_zero_engine(mine, 1, false, "nd") : plan_ddp_engine(mine, "nd");
     if (dims_.ep > 1) dense_ = dense_ranges(pipeline_->layout());
+    if (dims_.tp > 1) shares_ = tp_share_ranges(pipeline_->layout());
     state_bytes = inner_->state_bytes;
     micro_batches_per_rank = inner_->micro_batches_per_rank;
     driver_group = inner_->driver_group;
@@ -86,6 +88,8 @@ class NdPlan final : public EnginePlan {
     if (dims_.ep > 1) {
       workloads::ExpertParallelRun run;
       run.ep = dims_.ep;
+      run.tp = dims_.tp;
+      run.cp = dims_.cp;
       run.recompute = run_.recompute;
       run.micro_batch_size = run_.micro_batch_size;
       run.precision = run_.precision;
@@ -110,13 +114,19 @@ class NdPlan final : public EnginePlan {
     const PlanGroup ep_grads{"ep_grads", ep_.members};
     for (const SliceRange& r : dense_)
       out.all_reduce(ep_grads, r.count, wire_, 1, "per step (dense gradients over ep, after the buckets)");
+    // Tensor parallelism with experts: the router's and the routed experts' gradients, each tp rank's share of the
+    // token rows, summed over tp (ExpertDataParallel::finish_sums).
+    const PlanGroup tp_grads{"tp_grads", tp_.members};
+    for (const SliceRange& r : shares_)
+      out.all_reduce(tp_grads, r.count, wire_, 1, "per step (router and expert gradients: the tp ranks' row shares)");
     inner_->step_end(out);
   }
 
  private:
   ParallelDims dims_;
   PlanGroup tp_, ep_;
-  std::vector<SliceRange> dense_;  // ep > 1: the ranges summed over the ep group at the step's end
+  std::vector<SliceRange> dense_;   // ep > 1: the ranges summed over the ep group at the step's end
+  std::vector<SliceRange> shares_;  // tp > 1: the tensor-parallel shares summed over the tp group at the step's end
   std::unique_ptr<ContextParallelPlan> cp_;
   std::unique_ptr<PipelinePlan> pipeline_;
   DType wire_ = DType::f32;

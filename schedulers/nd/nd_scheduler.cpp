@@ -19,19 +19,13 @@ ParallelDims nd_parallel_dims(const SchedulerOptions& o, int w) {
               "tensor-parallel group, but scheduler.tp = 1. Fix: scheduler.tp > 1, or sequence_parallel = false");
   const int dp = static_cast<int>(w / split);
   if (o.ep != 1) {
-    // The expert groups are carved out of the data-parallel ranks (ParallelDims::expert_groups), which stay
-    // data-parallel for every weight but their experts.
-    if (o.ep < 1 || dp % o.ep != 0)
-      HZP_THROW(ConfigError, "scheduler nd: scheduler.ep = ", o.ep, " does not divide the data-parallel degree dp = W / "
-                "(tp · cp · pp) = ", w, " / ", split, " = ", dp, " (an ep group is ep consecutive data-parallel ranks). "
-                "Fix: an ep that divides ", dp, ", or a world of a multiple of ep · tp · cp · pp ranks");
-    if (o.tp > 1)
-      HZP_THROW(ConfigError, "scheduler nd: scheduler.ep = ", o.ep, " with scheduler.tp = ", o.tp, ": expert "
-                "parallelism beside tensor parallelism is not implemented (the MoE model is not split over a "
-                "tensor-parallel group). Fix: scheduler.tp = 1, or scheduler.ep = 1");
-    if (o.cp > 1)
-      HZP_THROW(ConfigError, "scheduler nd: scheduler.ep = ", o.ep, " with scheduler.cp = ", o.cp, ": the MoE model "
-                "does not run under context parallelism. Fix: scheduler.cp = 1, or scheduler.ep = 1");
+    // The expert groups are carved out of the data × context ranks (ParallelDims::expert_groups: the cp ranks of a
+    // sequence first), which stay data-parallel for every weight but their experts.
+    if (o.ep < 1 || (dp * o.cp) % o.ep != 0)
+      HZP_THROW(ConfigError, "scheduler nd: scheduler.ep = ", o.ep, " does not divide the data × context ranks dp · cp "
+                "= W / (tp · pp) = ", w, " / ", 1LL * o.tp * o.pp, " = ", dp * o.cp, " (dp = W / (tp · cp · pp) = ", dp,
+                ", cp = ", o.cp, "; an ep group is ep consecutive data × context ranks). Fix: an ep that divides ",
+                dp * o.cp, ", or a world of a multiple of ep · tp · pp ranks");
     if (o.distributed_optimizer)
       HZP_THROW(ConfigError, "scheduler nd: scheduler.ep = ", o.ep, " with scheduler.distributed_optimizer = true is "
                 "not implemented (the optimizer would shard expert weights over their own data-parallel group, dp / ep "

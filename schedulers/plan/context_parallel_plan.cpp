@@ -55,7 +55,8 @@ void ContextParallelPlan::unit(const Action& a, int u, CollectiveLedger& out) co
 }
 
 void ContextParallelPlan::step_end(std::int64_t micro_batches_per_rank, CollectiveLedger& out) const {
-  if (active()) StepDriver::plan_context_collectives(group_, micro_batches_per_rank, out);
+  if (active())
+    StepDriver::plan_context_collectives(group_, micro_batches_per_rank, spec_ ? spec_->step_statistics() : 0, out);
 }
 
 }  // namespace hzp::schedulers

@@ -2,6 +2,7 @@
 // mode's retries, the step end and the StepStats.
 #include "hzp/schedulers/step/step_driver.hpp"
 
+#include <algorithm>
 #include <tuple>
 
 #include "hzp/core/clock.hpp"
@@ -129,10 +130,18 @@ StepStats StepDriver::step(const StepBatch& batch, ParameterEngine& engine) {
     accepted = !fixed || conclude_fixed_point_attempt(*fixed, engine.verdict_group());
     if (!accepted) engine.attempt_voided();
   }
-  if (context_ != nullptr)  // each rank's losses are its tokens' shares: the micro-batches' are their sums
-    context_->all_reduce(TensorView(losses.data(), Shape{static_cast<std::int64_t>(losses.size())}, DType::f64),
+  // The model's step statistics (the MoE load) are this rank's tokens' routing: under context parallelism they
+  // travel with the losses, whose shares are summed over the cp group, then over the data-parallel replicas.
+  std::vector<double> stats = model_.take_step_statistics();
+  if (context_ != nullptr) {  // each rank's losses are its tokens' shares: the micro-batches' are their sums
+    std::vector<double> sums = losses;
+    sums.insert(sums.end(), stats.begin(), stats.end());
+    context_->all_reduce(TensorView(sums.data(), Shape{static_cast<std::int64_t>(sums.size())}, DType::f64),
                          coll::ReduceOp::sum, StreamRef::host());
-  end_model_step(engine.scalars());
+    std::copy(sums.begin(), sums.begin() + static_cast<std::ptrdiff_t>(losses.size()), losses.begin());
+    std::copy(sums.begin() + static_cast<std::ptrdiff_t>(losses.size()), sums.end(), stats.begin());
+  }
+  end_model_step(std::move(stats), engine.scalars());
   const double compute_seconds = whole.wall() - waited;
 
   const StepFinish end = engine.finish_step(batch.step, scheduled_learning_rate(train_, batch.step));
@@ -165,10 +174,9 @@ std::pair<double, double> StepDriver::device_phase_seconds() const {
   return {fwd, bwd};
 }
 
-void StepDriver::end_model_step(coll::Communicator& data_parallel) {
+void StepDriver::end_model_step(std::vector<double> stats, coll::Communicator& data_parallel) {
   // The model's non-gradient state (the MoE balancing bias) moves by the whole global batch's statistics: this
   // rank's summed over its data-parallel replicas (counts: exact in any order), so every replica updates alike.
-  std::vector<double> stats = model_.take_step_statistics();
   if (stats.empty()) return;
   data_parallel.all_reduce(TensorView(stats.data(), Shape{static_cast<std::int64_t>(stats.size())}, DType::f64),
                            coll::ReduceOp::sum, StreamRef::host());
@@ -227,8 +235,10 @@ void StepDriver::plan_pipeline_collectives(const PlanGroup& pipeline, std::int64
 }
 
 void StepDriver::plan_context_collectives(const PlanGroup& context, std::int64_t micro_batches,
-                                          CollectiveLedger& out) {
-  out.all_reduce(context, micro_batches, DType::f64, 1, "per step (micro-batch losses: the shares of each sequence)");
+                                          std::int64_t step_statistics, CollectiveLedger& out) {
+  out.all_reduce(context, micro_batches + step_statistics, DType::f64, 1,
+                 step_statistics > 0 ? "per step (micro-batch losses: the shares of each sequence; and the MoE load)"
+                                     : "per step (micro-batch losses: the shares of each sequence)");
 }
 
 void StepDriver::plan_collectives(const workloads::TrainConfig& train, const workloads::ParamLayout& layout,

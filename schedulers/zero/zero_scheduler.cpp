@@ -27,6 +27,7 @@
 #include "hzp/schedulers/common/checkpoint_state.hpp"
 #include "hzp/schedulers/common/model_runs.hpp"
 #include "hzp/schedulers/common/distinct_norm.hpp"
+#include "hzp/schedulers/common/expert_data_parallel.hpp"
 #include "hzp/schedulers/common/engine_memory.hpp"
 #include "hzp/schedulers/common/fixed_point_grads.hpp"
 #include "hzp/schedulers/common/gather_scatter.hpp"
@@ -164,6 +165,7 @@ ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, 
   world_ = &groups_->data_parallel();
   check_tensor_parallel_model(name_, *groups_, *model_);
   check_context_parallel_model(name_, *groups_, *model_);
+  refuse_tp_shares(model_->layout(), groups_->dims().tp, name_);
   shard_comm_ = groups_->split({kAxisShard, kAxisContext}, "shard");
   if (hybrid_) replica_comm_ = groups_->split({kAxisReplicate}, "replica");
   scalars_comm_ = world_->duplicate("scalars");

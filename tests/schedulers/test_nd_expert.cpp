@@ -1,13 +1,16 @@
 // nd with expert parallelism (scheduler.ep; docs/nd-parallel.md "Expert parallelism") under mpiexec, on tiny's shape
 // with tiny-moe's experts (8 routed, top-2, 1 shared, block 0 dense), fp32:
 // - parity with `none` over 12 steps: losses and gradient norms to 1e-5 relative every step, the final parameters
-//   (every expert piece gathered whole) to 1e-5 relative L2 per tensor and the balancing bias equal: ep2 (2 ranks),
-//   ep2 with recompute and a capacity that drops, ep4, ep2 × dp2, ep2 × pp2 (4 ranks; losses and norms);
+//   (every expert and tensor-parallel piece gathered whole) to 1e-5 relative L2 per tensor and the balancing bias
+//   equal: ep2, ep2 with recompute and a capacity that drops, tp2 without ep (capacity), ep2 × cp2 (2 ranks); ep4,
+//   ep2 × dp2, ep2 × pp2 (losses and norms), ep2 × tp2 (capacity), ep2 × tp2 with sequence parallelism and
+//   recompute, ep2 × cp2, ep4 × cp2 with recompute (4 ranks);
 // - the all-to-alls per step against closed forms: one all-to-all of E counts per MoE block and forward, four
 //   all-to-all-v of rows; dispatched rows are every kept assignment of the rank's tokens (N·k·d elements per
 //   micro-batch, dropless), so summed over the group the all-to-all-v moves 4·P·N·k·d per block and micro-batch;
 //   and the plan against the counters (all-to-all-v by calls; its elements are the balanced expectation, which
-//   times P is the group's sum);
+//   times P is the group's sum); beside tp and cp the same over the world with each rank's row share, the tp row
+//   shares' step-end sum of the routers and expert pieces, and the plan against the counters;
 // - the refusals, each one message naming the key, the value and the fix.
 #include <gtest/gtest.h>
 
@@ -20,6 +23,7 @@
 #include "../workloads/data_test_util.hpp"
 #include "data_parallel_test_util.hpp"
 #include "nd_test_util.hpp"
+#include "hzp/schedulers/common/expert_data_parallel.hpp"
 #include "hzp/schedulers/nd.hpp"
 #include "hzp/workloads/model_factory.hpp"
 
@@ -74,12 +78,39 @@ struct EpCase {
   int ep = 2, pp = 1;
   bool recompute = false;
   void (*shape)(workloads::LlamaConfig&) = tiny_moe_still;
+  int tp = 1, cp = 1;
+  bool sequence_parallel = false;
 };
 
 std::vector<EpCase> cases_at(int w) {
-  if (w == 2) return {{"ep2", 2}, {"ep2 recompute capacity 1.0", 2, 1, true, tiny_moe_capacity}};
-  if (w == 4) return {{"ep4", 4}, {"ep2 x dp2", 2}, {"ep2 x pp2", 2, 2}};
+  if (w == 2)
+    return {{"ep2", 2},
+            {"ep2 recompute capacity 1.0", 2, 1, true, tiny_moe_capacity},
+            // MoE under tensor parallelism without ep: the tp ranks split the rows over whole experts.
+            {"tp2 (ep1) capacity 1.0", 1, 1, false, tiny_moe_capacity, 2},
+            // The ep group is the cp group: each rank's tokens are its chunks of the same sequences.
+            {"ep2 x cp2", 2, 1, false, tiny_moe_still, 1, 2}};
+  if (w == 4)
+    return {{"ep4", 4},
+            {"ep2 x dp2", 2},
+            {"ep2 x pp2", 2, 2},
+            {"ep2 x tp2 capacity 1.0", 2, 1, false, tiny_moe_capacity, 2},
+            {"ep2 x tp2 sequence parallel recompute", 2, 1, true, tiny_moe_still, 2, 1, true},
+            {"ep2 x cp2", 2, 1, false, tiny_moe_still, 1, 2},
+            {"ep4 x cp2 recompute", 4, 1, true, tiny_moe_still, 1, 2}};
   return {};
+}
+
+NdRunSpec spec_of(const EpCase& c) {
+  NdRunSpec spec;
+  spec.options.ep = c.ep;
+  spec.options.pp = c.pp;
+  spec.options.tp = c.tp;
+  spec.options.cp = c.cp;
+  spec.options.sequence_parallel = c.sequence_parallel;
+  spec.shape = c.shape;
+  spec.recompute = c.recompute;
+  return spec;
 }
 
 TEST(NdExpert, MatchesNone) {
@@ -94,12 +125,7 @@ TEST(NdExpert, MatchesNone) {
       TinySetup ref(Precision::fp32, c.shape);
       ref.train.recompute = c.recompute;
       auto none = schedulers::make_scheduler("none", ref.args());
-      NdRunSpec spec;
-      spec.options.ep = c.ep;
-      spec.options.pp = c.pp;
-      spec.shape = c.shape;
-      spec.recompute = c.recompute;
-      NdRun run(*world, topo, spec);
+      NdRun run(*world, topo, spec_of(c));
       double worst = 0;
       for (int i = 0; i < kSteps; ++i) {
         const schedulers::StepStats want = none->step({i, ref.source.get()});
@@ -108,6 +134,7 @@ TEST(NdExpert, MatchesNone) {
         EXPECT_LE(rel_diff(got.grad_norm, want.grad_norm), 1e-5) << c.label << " step " << i << " grad norm";
       }
       EXPECT_LE(worst, 1e-5) << c.label << ": largest relative loss difference over " << kSteps << " steps";
+      if (world->rank() == 0) std::printf("[%s] largest relative loss difference %.3g\n", c.label.c_str(), worst);
       if (c.pp > 1) continue;  // a stage holds its own blocks: the dump is compared at pp = 1
       Capture mine("param"), theirs("param");
       run.scheduler->visit_state(mine);  // collective: the expert pieces gathered over the ep group to rank 0
@@ -126,29 +153,33 @@ TEST(NdExpert, MatchesNone) {
 }
 
 // Routing and capacity are decided on each rank's tokens as on one rank, and the load is summed over the data-parallel
-// group (ep included) before the update: the bias after every step equals none's (a rank updating from its own
-// tokens' load, or from its ep group's, would differ from the first step on). Over the first 4 steps, before fp32
-// sums in another order can flip an assignment at an exactly average load (see tiny_moe_still).
+// group (ep included; and over the cp group, whose ranks hold different tokens of each sequence; a tp group routes
+// every token alike and counts it once) before the update: the bias after every step equals none's (a rank updating
+// from its own tokens' load, or from its ep group's, would differ from the first step on). Over the first 4 steps,
+// before fp32 sums in another order can flip an assignment at an exactly average load (see tiny_moe_still).
 TEST(NdExpert, BiasFollowsNone) {
   auto world = make_world(world_size());
   const int w = world->size();
   if (w != 2 && w != 4) GTEST_SKIP() << "ep = W at 2 and 4 ranks";
   const coll::Topology topo = one_node(*world);
+  const std::vector<EpCase> cases = {{"ep = W", w, 1, false, tiny_moe},
+                                     {"ep2 x cp2", 2, 1, false, tiny_moe, 1, 2},
+                                     {"tp2", w / 2, 1, false, tiny_moe, 2}};
   run_then_barrier([&] {
-    TinySetup ref(Precision::fp32, tiny_moe);
-    auto none = schedulers::make_scheduler("none", ref.args());
-    NdRunSpec spec;
-    spec.options.ep = w;
-    spec.shape = tiny_moe;
-    NdRun run(*world, topo, spec);
-    for (int i = 0; i < 4; ++i) {
-      none->step({i, ref.source.get()});
-      run.step(i);
-      const std::vector<double> want = metric(*ref.model, "moe/bias"), got = metric(*run.setup.model, "moe/bias");
-      ASSERT_EQ(got.size(), want.size());
-      ASSERT_FALSE(want.empty());
-      for (std::size_t e = 0; e < want.size(); ++e) EXPECT_EQ(got[e], want[e]) << "step " << i << " bias " << e;
-      EXPECT_EQ(metric(*run.setup.model, "moe/load"), metric(*ref.model, "moe/load")) << "step " << i;
+    for (const EpCase& c : cases) {
+      SCOPED_TRACE(c.label);
+      TinySetup ref(Precision::fp32, tiny_moe);
+      auto none = schedulers::make_scheduler("none", ref.args());
+      NdRun run(*world, topo, spec_of(c));
+      for (int i = 0; i < 4; ++i) {
+        none->step({i, ref.source.get()});
+        run.step(i);
+        const std::vector<double> want = metric(*ref.model, "moe/bias"), got = metric(*run.setup.model, "moe/bias");
+        ASSERT_EQ(got.size(), want.size());
+        ASSERT_FALSE(want.empty());
+        for (std::size_t e = 0; e < want.size(); ++e) EXPECT_EQ(got[e], want[e]) << "step " << i << " bias " << e;
+        EXPECT_EQ(metric(*run.setup.model, "moe/load"), metric(*ref.model, "moe/load")) << "step " << i;
+      }
     }
   }, 120);
 }
@@ -201,6 +232,43 @@ TEST(NdExpert, AllToAllsMatchClosedFormsAndThePlan) {
   }, 300);
 }
 
+// Expert parallelism beside tensor and context parallelism: each rank dispatches its share of the rows (1/tp of its
+// cp chunk's tokens), so over the world the all-to-all-v moves (2·passes + 2)·blocks·m·W·(N/(cp·tp))·k·d elements per
+// step (m micro-batches per rank); the router's and experts' gradients, each tp rank's row share, are summed over tp
+// once per step ("tp_grads": every element of the rank's routers and expert pieces); everything else as the plan says.
+TEST(NdExpert, CompositeLayoutsMatchClosedFormsAndThePlan) {
+  auto world = make_world(world_size());
+  const int w = world->size();
+  std::vector<EpCase> cases;
+  if (w == 2) cases = {{"tp2 (ep1)", 1, 1, false, tiny_moe, 2}, {"ep2 x cp2", 2, 1, false, tiny_moe, 1, 2}};
+  if (w == 4)
+    cases = {{"ep2 x tp2", 2, 1, false, tiny_moe, 2},
+             {"ep2 x tp2 sequence parallel recompute", 2, 1, true, tiny_moe, 2, 1, true},
+             {"ep2 x cp2 recompute", 2, 1, true, tiny_moe, 1, 2}};
+  if (cases.empty()) GTEST_SKIP() << "cases for 2 and 4 ranks";
+  const coll::Topology topo = one_node(*world);
+  run_then_barrier([&] {
+    for (const EpCase& c : cases) {
+      SCOPED_TRACE(c.label);
+      const NdRunSpec spec = spec_of(c);
+      NdRun run(*world, topo, spec);
+      const coll::CounterSnapshot d = run.second_step_counters(*world);
+      const workloads::LlamaConfig& m = run.setup.model_config;
+      const std::int64_t dp = w / (c.tp * c.cp), blocks = m.layers - m.moe.dense_layers;
+      const std::int64_t mb = run.setup.train.micro_batches() / dp, passes = c.recompute ? 2 : 1;
+      const std::int64_t rows = run.setup.train.micro_batch_size * m.seq_len / (c.cp * c.tp) * m.moe.top_k;
+      std::int64_t group = d.total("ep", coll::CollOp::all_to_allv).elements;
+      world->all_reduce(TensorView(&group, Shape{1}, DType::i64), coll::ReduceOp::sum, StreamRef::host());
+      EXPECT_EQ(group, c.ep > 1 ? (2 * passes + 2) * blocks * mb * w * rows * m.hidden : 0);
+      const coll::OpTotals shares = d.total("tp_grads", coll::CollOp::all_reduce);
+      const std::int64_t experts_here = m.moe.experts / c.ep;
+      const std::int64_t per_block = m.moe.experts * m.hidden + 3 * experts_here * m.moe.expert_ffn * m.hidden;
+      EXPECT_EQ(shares.elements, c.tp > 1 ? blocks * per_block : 0);
+      expect_plan_matches_run(run.plan(spec.options, w, world->rank()), d, /*routed_calls_only=*/true);
+    }
+  }, 300);
+}
+
 TEST(NdExpert, RefusesBadLayoutsWithOneMessage) {
   SchedulerOptions o;
   o.ep = 3;  // does not divide dp = 4
@@ -209,10 +277,6 @@ TEST(NdExpert, RefusesBadLayoutsWithOneMessage) {
   o.ep = 2;  // world not divisible: dp = 3
   EXPECT_TRUE(throws_with<ConfigError>([&] { schedulers::scheduler_parallel_dims("nd", o, 3); },
                                        {"scheduler.ep = 2", "= 3", "Fix"}));
-  o.tp = 2;
-  EXPECT_TRUE(throws_with<ConfigError>([&] { schedulers::scheduler_parallel_dims("nd", o, 8); },
-                                       {"scheduler.ep = 2", "scheduler.tp = 2", "not implemented", "Fix"}));
-  o.tp = 1;
   o.distributed_optimizer = true;
   EXPECT_TRUE(throws_with<ConfigError>([&] { schedulers::scheduler_parallel_dims("nd", o, 4); },
                                        {"scheduler.ep = 2", "distributed_optimizer", "Fix"}));
@@ -225,6 +289,23 @@ TEST(NdExpert, RefusesBadLayoutsWithOneMessage) {
   tiny_moe(moe);
   EXPECT_TRUE(throws_with<ConfigError>([&] { workloads::llama_expert_parallel_layout(moe, 3, 0); },
                                        {"scheduler.ep = 3", "does not divide model.experts = 8", "fix"}));
+  // Tokens split over cp: capacity and the auxiliary loss are statistics of the whole micro-batch.
+  workloads::MoeConfig capped = moe.moe;
+  capped.capacity_factor = 1.25;
+  EXPECT_TRUE(throws_with<ConfigError>([&] { workloads::check_moe_token_split(capped, "scheduler.cp", 2); },
+                                       {"scheduler.cp = 2", "model.capacity_factor = 1.25", "fix"}));
+  workloads::MoeConfig aux = moe.moe;
+  aux.balance = workloads::MoeBalance::aux_loss;
+  EXPECT_TRUE(throws_with<ConfigError>([&] { workloads::check_moe_token_split(aux, "scheduler.cp", 2); },
+                                       {"scheduler.cp = 2", "model.balance = aux_loss", "fix"}));
+  // tp must divide the shared experts' width, and the distributed optimizer does not sum the tp row shares.
+  workloads::LlamaConfig odd = moe;
+  odd.moe.expert_ffn = 63;
+  EXPECT_TRUE(throws_with<ConfigError>([&] { workloads::llama_layout(odd, 2, 0); },
+                                       {"tp = 2", "model.shared_experts x model.expert_ffn", "63", "fix"}));
+  EXPECT_TRUE(throws_with<ConfigError>(
+      [&] { schedulers::refuse_tp_shares(workloads::llama_expert_parallel_layout(moe, 2, 0, 2, 0), 2, "nd"); },
+      {"scheduler.tp = 2", "scheduler.distributed_optimizer = true", "Fix"}));
   workloads::LlamaConfig wide = moe;
   wide.moe.top_k = 9;
   EXPECT_TRUE(throws_with<ConfigError>([&] { wide.validate(); }, {"model.top_k = 9", "model.experts = 8", "fix"}));

@@ -228,12 +228,16 @@ TEST(MoeConfig, BadKeysAreRefusedNamingKeyValueAndFix) {
   workloads::LlamaConfig dense;
   dense.moe.top_k = 99;
   EXPECT_NO_THROW(dense.validate());
-  // Tensor parallelism is not implemented for experts: refused naming the keys.
+  // Tensor parallelism splits the shared experts' width like the dense MLP's: tp must divide it.
+  workloads::LlamaConfig odd = c;
+  odd.moe.shared_experts = 1;
+  odd.moe.expert_ffn = 63;
   try {
-    workloads::check_tensor_parallel(c, 2);
-    ADD_FAILURE() << "tp = 2 with experts was accepted";
+    workloads::check_tensor_parallel(odd, 2);
+    ADD_FAILURE() << "tp = 2 with a shared-expert width of 63 was accepted";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("model.experts = 8"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.shared_experts x model.expert_ffn = 1 x 63"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -112,8 +112,14 @@ UnitActivationBytes block(const Sizes& s, bool recompute) {
   g.free(s.ffn);               // a
   g.free(s.ffn);               // da (dgate and dup overwrite gate and up)
   g.alloc(s.x_all);            // dh2
-  sum_partial(g, s);
-  g.free(2 * s.ffn + s.moe + (s.sp ? s.x_all : s.x_rows));  // g, u, the routed experts' rows, h2
+  if (s.moe > 0) {             // an MoE block sums dh2 once the routed experts have added their rows' share
+    g.free(2 * s.ffn + s.moe);  // g, u, the routed experts' rows
+    sum_partial(g, s);
+    g.free(s.sp ? s.x_all : s.x_rows);  // h2
+  } else {
+    sum_partial(g, s);
+    g.free(2 * s.ffn + (s.sp ? s.x_all : s.x_rows));  // g, u, h2
+  }
   g.alloc(s.x_rows);           // dx2
   g.free(s.sp ? s.x_rows : s.x_all);                // dh2
   g.free(s.stat_rows + s.x_rows);                   // rstd2, x2
@@ -181,11 +187,14 @@ UnitActivationBytes llama_activation_bytes(const LlamaConfig& config, int unit, 
   if (unit == 0) return embedding(s);
   if (unit == head_unit) return head(s, run.recompute);
   const std::int64_t layer = unit - 1;
-  if (config.moe.is_moe_layer(layer)) {  // no tensor or context parallelism with experts (refused)
-    const std::int64_t tokens = run.micro_batch_size * config.seq_len;
+  if (config.moe.is_moe_layer(layer)) {
+    // The rank's context-parallel share of the tokens; the shared experts' width split over tp, and the routed
+    // experts run on the rank's tensor-parallel share of the rows (moe_block.cpp). Under ep the rows a rank's
+    // experts receive depend on the routing: this is the single-rank (balanced) figure.
+    const std::int64_t tokens = run.micro_batch_size * config.seq_len / run.cp;
     const DType at = activation_dtype(run.precision);
-    s.ffn = static_cast<std::uint64_t>(tokens * config.mlp_width(layer)) * dtype_size(at);  // shared experts
-    s.moe = static_cast<std::uint64_t>(moe_saved_bytes(config.moe, tokens, config.hidden, at));
+    s.ffn = static_cast<std::uint64_t>(tokens * config.mlp_width(layer) / run.tp) * dtype_size(at);
+    s.moe = static_cast<std::uint64_t>(moe_saved_bytes(config.moe, tokens / run.tp, config.hidden, at));
   }
   return block(s, run.recompute);
 }

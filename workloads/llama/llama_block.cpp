@@ -8,7 +8,9 @@
 // the group (row-parallel outputs in forward, column-parallel inputs' gradients in backward) make the
 // residual stream and its gradient whole again on every rank; under sequence parallelism the residual
 // stream, the norms and the adds run on the rank's rows, the sums become reduce-scatters to those rows, and
-// the matmuls' inputs (and the output gradients they read) are all-gathered from them.
+// the matmuls' inputs (and the output gradients they read) are all-gathered from them. An MoE block's routed
+// experts run on the rank's 1/tp of the token rows and add into its rows of the MLP's partial (moe_block.cpp), so
+// the same sums complete them.
 // Every tensor between kernels is in the activation dtype (bf16 in bf16-mixed: each kernel accumulates
 // in fp32 and rounds once on store); parameter gradients go straight into the fp32 gradient blocks.
 #include <cstddef>
@@ -94,7 +96,9 @@ void LlamaModel::block_compute(int unit, const UnitParams& params, LlamaContext&
     linear_fwd(partial.view, s.a.view, w(kWdown), alloc, stream);
   else  // the MoE block's routed experts add into it (host only)
     std::memset(partial.view.data(), 0, static_cast<std::size_t>(partial.view.numel()) * dtype_size(at));
-  if (moe) moe_forward(unit, params, ctx, s, partial.view);  // no tensor parallelism with experts: nothing partial
+  // Under tensor parallelism the routed experts add their output on this rank's rows only (moe_rows): the sum
+  // over the group that completes the shared experts' row-parallel output completes theirs too.
+  if (moe) moe_forward(unit, params, ctx, s, partial.view);
   *out = sum_partial(std::move(partial), ctx);
   kernels::add(out->view, s.x2.view, out->view, stream);
 }
@@ -127,6 +131,7 @@ void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext
 
   // --- MLP: y = x2 + a·Wdᵀ (+ the routed experts' output in an MoE block) ---
   const std::int64_t ffn = block_ffn(unit);
+  const bool moe = config_.moe.is_moe_layer(unit - 1);
   Act dh2;
   if (ffn > 0) {
     Act dy_all;
@@ -145,14 +150,18 @@ void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext
     dh2 = make_act(alloc, Shape{d.tokens, d.hidden}, at);
     linear_bwd_data(dh2.view, dg, w(kWgate), false, alloc, stream);
     linear_bwd_data(dh2.view, du, w(kWup), true, alloc, stream);
-    dh2 = sum_partial(std::move(dh2), ctx);  // h2 fed every rank's column-parallel piece: the sum of theirs
+    if (!moe) dh2 = sum_partial(std::move(dh2), ctx);  // h2 fed every rank's column-parallel piece: the sum of theirs
     s.g.reset();
     s.u.reset();
   } else {
     dh2 = make_act(alloc, Shape{d.tokens, d.hidden}, at);
     std::memset(dh2.view.data(), 0, static_cast<std::size_t>(dh2.view.numel()) * dtype_size(at));
   }
-  if (config_.moe.is_moe_layer(unit - 1)) moe_backward(unit, params, ctx, s, grads, dy.view, dh2.view);
+  if (moe) {
+    // The routed experts add their rows' share (moe_rows) before the sum over the group (a no-op without tp).
+    moe_backward(unit, params, ctx, s, grads, dy.view, dh2.view);
+    dh2 = sum_partial(std::move(dh2), ctx);
+  }
   s.h2.reset();
   Act dx2 = make_act(alloc, Shape{local_rows(d), d.hidden}, at);
   norm_backward(unit, kMlpNorm, params, ctx, dx2.view, dh2.view, s.x2, s.rstd2, gb);

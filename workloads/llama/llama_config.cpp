@@ -112,9 +112,12 @@ std::string LlamaConfig::describe() const {
 }
 
 void check_tensor_parallel(const LlamaConfig& c, int tp) {
-  if (tp > 1 && c.moe.enabled())
-    HZP_THROW(ConfigError, "tensor parallelism (tp = ", tp, ") is not implemented for the MoE model (model.experts = ",
-              c.moe.experts, "); fix: scheduler.tp = 1, or model.experts = 0 for the dense model");
+  // An MoE block's shared experts are one SwiGLU of S·F, split over tp like the dense MLP.
+  const std::int64_t shared = c.moe.enabled() ? c.moe.shared_experts * c.moe.expert_ffn : 0;
+  if (tp > 1 && shared % tp != 0)
+    HZP_THROW(ConfigError, "tensor parallelism over tp = ", tp, " ranks splits an MoE block's shared experts (one "
+              "SwiGLU of model.shared_experts x model.expert_ffn = ", c.moe.shared_experts, " x ", c.moe.expert_ffn,
+              " = ", shared, ") like the dense MLP, so tp must divide ", shared, "; fix: a tp that divides it");
   const bool ok = tp >= 1 && c.heads % tp == 0 && c.kv_heads % tp == 0 && c.ffn_hidden % tp == 0 && c.vocab % tp == 0;
   // The vocabulary is not padded: a padded row would change the softmax of every token unless masked, and the
   // presets' vocabularies (155,136 and the powers of two) divide by every tp a node holds.
@@ -147,12 +150,16 @@ ParamLayout tensor_parallel_layout(const ParamLayout& whole, int tp, int rank) {
       const std::string_view n = w.name;
       // Column-parallel (output rows split) and row-parallel (input columns split) projections; the embedding
       // table and the LM head split by vocabulary rows.
+      // An MoE block's shared experts are split as the dense MLP is.
       const bool column = n.ends_with("attn.wq") || n.ends_with("attn.wk") || n.ends_with("attn.wv") ||
-                          n.ends_with("mlp.w_gate") || n.ends_with("mlp.w_up") || n == "tok_embeddings" ||
-                          n == "lm_head";
-      const bool row = n.ends_with("attn.wo") || n.ends_with("mlp.w_down");
+                          n.ends_with("mlp.w_gate") || n.ends_with("mlp.w_up") || n.ends_with("shared.w_gate") ||
+                          n.ends_with("shared.w_up") || n == "tok_embeddings" || n == "lm_head";
+      const bool row = n.ends_with("attn.wo") || n.ends_with("mlp.w_down") || n.ends_with("shared.w_down");
       const std::int64_t global = whole.tensor_offset(u, static_cast<int>(t));
       if (column || row) unit.tensors[t] = piece_of(w, global, column ? 0 : 1, tp, rank);
+      // The router and the routed experts stay whole (expert tensor parallelism 1, as Megatron-Core's MoE parallel
+      // folding): each tp rank runs them on its share of the token rows, so their gradients are shares of the sum.
+      if (n.find(".moe.") != std::string_view::npos) unit.tensors[t].grad_summed_over = "tp";
       // A whole tensor after the first piece sits elsewhere in this layout than in the unsharded one.
       unit.tensors[t].global_offset = global;
       unit.tensors[t].offset = unit.numel;

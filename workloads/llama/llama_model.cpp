@@ -69,8 +69,9 @@ ParamLayout layout_of(const LlamaConfig& config, const TensorParallel& tp, const
                       const ExpertParallel& ep) {
   const int tp_size = tp.group ? tp.group->size() : 1, ep_size = ep.group ? ep.group->size() : 1;
   check_expert_parallel(config, ep_size, tp_size);
-  ParamLayout whole = ep_size > 1 ? llama_expert_parallel_layout(config, ep_size, ep.group->rank())
-                                  : llama_layout(config, tp_size, tp.group ? tp.group->rank() : 0);
+  const int tp_rank = tp.group ? tp.group->rank() : 0;
+  ParamLayout whole = ep_size > 1 ? llama_expert_parallel_layout(config, ep_size, ep.group->rank(), tp_size, tp_rank)
+                                  : llama_layout(config, tp_size, tp_rank);
   return stage.empty() ? whole : stage_layout(whole, stage);
 }
 }  // namespace
@@ -86,10 +87,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, const Ten
       tp_size_(tp_ ? tp_->size() : 1),
       tp_rank_(tp_ ? tp_->rank() : 0),
       sp_(tp_ != nullptr && tp.sequence_parallel) {
-  if (cp_ && config.moe.enabled())
-    HZP_THROW(ConfigError, "context parallelism (scheduler.cp = ", cp_->size(), ") is not implemented for the MoE model "
-              "(model.experts = ", config.moe.experts, "): its balancing would need each sequence's load summed over "
-              "the cp group. Fix: scheduler.cp = 1, or model.experts = 0");
+  if (cp_) check_moe_token_split(config.moe, "scheduler.cp", cp_->size());
   if (cp_) set_context_shard(ContextShard(config.seq_len, cp_->size(), cp_->rank()));  // ConfigError: T vs 2·cp
 }
 
@@ -166,6 +164,12 @@ std::unique_ptr<MicroBatchContext> LlamaModel::new_context(CachingAllocator& all
               cp_ ? "(model.seq_len / scheduler.cp)" : "model.seq_len", " = ", options.micro_batch_size, " x ", seq,
               " = ", tokens, " tokens over tp = ", tp_size_, " ranks, which does not divide them; fix: a micro-batch "
               "size or sequence length whose product tp divides");
+  if (config_.moe.enabled() && tp_ && tokens % tp_size_ != 0)
+    HZP_THROW(ConfigError, "tensor parallelism splits an MoE block's token rows over tp = ", tp_size_, " ranks for "
+              "its routed experts, but a micro-batch holds train.micro_batch_size x ",
+              cp_ ? "(model.seq_len / scheduler.cp)" : "model.seq_len", " = ", options.micro_batch_size, " x ", seq,
+              " = ", tokens, " tokens, which tp does not divide; fix: a micro-batch size or sequence length whose "
+              "product tp divides");
   if (config_.moe.enabled() && allocator.device().is_cuda())
     HZP_THROW(ConfigError, "the MoE model (model.experts = ", config_.moe.experts, ") runs on backend = cpu only for "
               "now: its router and expert dispatch have no CUDA kernels yet. Fix: backend = cpu, or model.experts = 0");

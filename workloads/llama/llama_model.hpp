@@ -141,6 +141,8 @@ class LlamaModel final : public Workload {
   void block_backward(int unit, const UnitParams& params, LlamaContext& ctx, const UnitGrads& grads) const;
   // moe_block.cpp: the routed experts of an MoE block on its normed input s.h2; forward adds their output to `y`
   // (none: a recompute, which neither combines nor counts the routing again).
+  /// The token rows this rank runs the routed experts on: every row, or under tensor parallelism its 1/tp share.
+  MoeTokenRows moe_rows(const LlamaContext& ctx) const;
   void moe_forward(int unit, const UnitParams& params, LlamaContext& ctx, BlockActs& s, TensorView y) const;
   void moe_backward(int unit, const UnitParams& params, LlamaContext& ctx, BlockActs& s, const UnitGrads& grads,
                     ConstTensorView dy, TensorView dh2) const;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <type_traits>
 
 #include "hzp/core/error.hpp"
 #include "llama/llama_model.hpp"
@@ -140,6 +141,28 @@ std::vector<StepMetric> LlamaModel::step_metrics() const {
   return m;
 }
 
+MoeTokenRows LlamaModel::moe_rows(const LlamaContext& ctx) const {
+  if (tp_ == nullptr) return {};
+  // Under tensor parallelism every rank holds (or has gathered) every token after the block's attention; as in
+  // Megatron-Core with expert tensor parallelism 1, the group splits the rows for the routed experts, rank t taking
+  // the same rows sequence parallelism gives it, so the routed output and input gradient are row shares that the
+  // block's existing sums over the group complete.
+  const std::int64_t n = ctx.tokens() / tp_size_;
+  return {tp_rank_ * n, (tp_rank_ + 1) * n};
+}
+
+namespace {
+// Rows [rows.begin, rows.end) of a [tokens, d] tensor (all of it when rows.all()).
+template <class View>
+View rows_of(View v, MoeTokenRows rows) {
+  if (rows.all() || v.data() == nullptr) return v;
+  const std::int64_t d = v.shape()[1];
+  using Byte = std::conditional_t<std::is_same_v<View, TensorView>, std::byte, const std::byte>;
+  return View(static_cast<Byte*>(v.data()) + rows.begin * d * static_cast<std::int64_t>(dtype_size(v.dtype())),
+              Shape{rows.end - rows.begin, d}, v.dtype(), v.device());
+}
+}  // namespace
+
 void LlamaModel::moe_forward(int unit, const UnitParams& params, LlamaContext& ctx, BlockActs& s, TensorView y) const {
   const ConstTensorView block = params.block(unit);
   const int first = static_cast<int>(layout().unit(unit).tensors.size()) - kRoutedTensors;
@@ -149,8 +172,9 @@ void LlamaModel::moe_forward(int unit, const UnitParams& params, LlamaContext& c
   // as its cross-entropy does, so the micro-batches' terms add up to one mean over the batch at any world size.
   const double aux_weight =
       config_.moe.balance == MoeBalance::aux_loss ? static_cast<double>(ctx.tokens()) / ctx.normaliser() : 0.0;
-  moe_experts_forward(config_.moe, s.h2.view, {w(0), w(1), w(2), w(3)}, balance_.bias(layer), aux_weight, y, s.moe,
-                      ctx.allocator(), ctx.stream(), ep_);
+  const MoeTokenRows rows = moe_rows(ctx);
+  moe_experts_forward(config_.moe, s.h2.view, {w(0), w(1), w(2), w(3)}, balance_.bias(layer), aux_weight,
+                      rows_of(y, rows), s.moe, ctx.allocator(), ctx.stream(), ep_, rows);
   if (y.data() != nullptr) balance_.record(layer, s.moe.routing, s.moe.aux * aux_weight);
 }
 
@@ -161,8 +185,11 @@ void LlamaModel::moe_backward(int unit, const UnitParams& params, LlamaContext& 
   const int first = static_cast<int>(layout().unit(unit).tensors.size()) - kRoutedTensors;
   auto w = [&](int t) { return tensor_in_block(layout(), unit, first + t, block); };
   auto dw = [&](int t) { return tensor_in_block(layout(), unit, first + t, gb.view); };
-  moe_experts_backward(config_.moe, dy, s.h2.view, {w(0), w(1), w(2), w(3)}, {dw(0), dw(1), dw(2), dw(3), gb.accumulate},
-                       dh2, s.moe, ctx.allocator(), ctx.stream(), ep_);
+  // Under sequence parallelism dy is already the rank's rows; h2 and dh2 cover every token.
+  const MoeTokenRows rows = moe_rows(ctx);
+  moe_experts_backward(config_.moe, sp_ ? dy : rows_of(dy, rows), rows_of(ConstTensorView(s.h2.view), rows),
+                       {w(0), w(1), w(2), w(3)}, {dw(0), dw(1), dw(2), dw(3), gb.accumulate}, rows_of(dh2, rows), s.moe,
+                       ctx.allocator(), ctx.stream(), ep_);
 }
 
 }  // namespace hzp::workloads::llama

@@ -55,24 +55,32 @@ std::int64_t moe_saved_bytes(const MoeConfig& c, std::int64_t tokens, std::int64
   return rows * (3 * c.expert_ffn + hidden) * static_cast<std::int64_t>(dtype_size(act));
 }
 
-void moe_experts_forward(const MoeConfig& c, ConstTensorView h, const MoeExpertWeights& w,
+void moe_experts_forward(const MoeConfig& c, ConstTensorView h_all, const MoeExpertWeights& w,
                          std::span<const double> bias, double aux_weight, TensorView y, MoeSaved& saved,
-                         CachingAllocator& alloc, StreamRef s, coll::Communicator* ep) {
-  check_host(h, s);
+                         CachingAllocator& alloc, StreamRef s, coll::Communicator* ep, MoeTokenRows rows) {
+  check_host(h_all, s);
   if (ep != nullptr && ep->size() == 1) ep = nullptr;
-  const std::int64_t N = h.shape()[0], d = h.shape()[1], E = c.experts, F = c.expert_ffn, k = c.top_k;
-  const DType at = h.dtype();
-  const Device dev = h.device();
+  const std::int64_t N_all = h_all.shape()[0], d = h_all.shape()[1], E = c.experts, F = c.expert_ffn, k = c.top_k;
+  const DType at = h_all.dtype();
+  const Device dev = h_all.device();
   saved.reset();
   {
-    Allocation z = alloc.allocate(static_cast<std::size_t>(N * E) * dtype_size(at), AllocationTag::workspace);
-    const TensorView logits(z.data(), Shape{N, E}, at, dev);
-    linear_fwd(logits, h, w.router, alloc, s);
-    saved.routing = route_tokens(c, to_doubles(logits), bias, N);
+    // Every token is routed (on every rank of a tensor-parallel group alike), so capacity and the auxiliary loss
+    // are the whole micro-batch's whichever rows this rank then runs.
+    Allocation z = alloc.allocate(static_cast<std::size_t>(N_all * E) * dtype_size(at), AllocationTag::workspace);
+    const TensorView logits(z.data(), Shape{N_all, E}, at, dev);
+    linear_fwd(logits, h_all, w.router, alloc, s);
+    saved.routing = route_tokens(c, to_doubles(logits), bias, N_all);
   }
-  const MoeRouting& r = saved.routing;
-  if (c.balance == MoeBalance::aux_loss) saved.aux = aux_loss_of(c, r);
+  if (c.balance == MoeBalance::aux_loss) saved.aux = aux_loss_of(c, saved.routing);
   saved.aux_weight = aux_weight;
+  if (!rows.all()) saved.routing = restrict_routing(saved.routing, rows.begin, rows.end);
+  const MoeRouting& r = saved.routing;
+  const std::int64_t N = r.tokens;
+  const ConstTensorView h = rows.all() ? h_all
+                                       : ConstTensorView(static_cast<const std::byte*>(h_all.data()) +
+                                                             rows.begin * d * static_cast<std::int64_t>(dtype_size(at)),
+                                                         Shape{N, d}, at, dev);
 
   const std::size_t esz = dtype_size(at);
   const std::int64_t rows_all = N * k;
@@ -194,10 +202,12 @@ void moe_experts_backward(const MoeConfig& c, ConstTensorView dy, ConstTensorVie
       const double* sc = r.scores.data() + t * E;
       // dL/dp_e for this token's probabilities p: the loss is α·E·Σ_e f_e·mean_t p_te.
       std::vector<double> dp(static_cast<std::size_t>(E));
+      // Over the whole micro-batch's tokens B (batch_tokens), whichever share of them this routing holds.
+      const auto B = static_cast<double>(r.batch_tokens);
       for (std::int64_t e = 0; e < E; ++e)
         dp[static_cast<std::size_t>(e)] = saved.aux_weight * c.aux_loss_coef * static_cast<double>(E) *
                                           static_cast<double>(r.load[static_cast<std::size_t>(e)]) /
-                                          static_cast<double>(N * k) / static_cast<double>(N);
+                                          (B * static_cast<double>(k)) / B;
       double* dst = ds.data() + t * E;
       if (c.router_score == RouterScore::softmax) {
         for (std::int64_t e = 0; e < E; ++e) dst[e] += dp[static_cast<std::size_t>(e)];

@@ -48,11 +48,40 @@ void MoeConfig::collect_problems(std::int64_t layers, std::vector<std::string>& 
     add("model.aux_loss_coef = ", aux_loss_coef, " must be finite and >= 0; fix: e.g. 0.01 (Switch Transformer's)");
 }
 
+void check_moe_token_split(const MoeConfig& c, std::string_view key, int degree) {
+  if (!c.enabled() || degree <= 1) return;
+  if (c.capacity_factor > 0)
+    HZP_THROW(ConfigError, key, " = ", degree, " splits each micro-batch's tokens over ", degree, " ranks, but "
+              "model.capacity_factor = ", c.capacity_factor, " admits assignments in the order of the whole "
+              "micro-batch's tokens, which no rank holds; fix: model.capacity_factor = 0 (dropless), or ", key, " = 1");
+  if (c.balance == MoeBalance::aux_loss)
+    HZP_THROW(ConfigError, key, " = ", degree, " splits each micro-batch's tokens over ", degree, " ranks, but "
+              "model.balance = aux_loss takes its load fractions and mean probabilities over the whole micro-batch, "
+              "which no rank holds; fix: model.balance = bias (its load is summed over the ranks), or ", key, " = 1");
+}
+
 std::int64_t capacity_of(const MoeConfig& c, std::int64_t tokens) noexcept {
   if (c.capacity_factor <= 0) return tokens * c.top_k;
   return static_cast<std::int64_t>(
       std::ceil(c.capacity_factor * static_cast<double>(tokens * c.top_k) / static_cast<double>(c.experts)));
 }
+
+namespace {
+
+// The kept assignments' rows in the expert-sorted buffers: offsets per expert, and each kept assignment's slot, stable
+// in assignment order (r.slot stays −1 for the others).
+void assign_slots(MoeRouting& r, const std::vector<char>& kept) {
+  r.offsets.assign(static_cast<std::size_t>(r.experts + 1), 0);
+  for (std::size_t a = 0; a < kept.size(); ++a)
+    if (kept[a]) ++r.offsets[static_cast<std::size_t>(r.expert[a] + 1)];
+  for (std::int64_t e = 0; e < r.experts; ++e)
+    r.offsets[static_cast<std::size_t>(e + 1)] += r.offsets[static_cast<std::size_t>(e)];
+  std::vector<std::int64_t> next(r.offsets.begin(), r.offsets.end() - 1);
+  for (std::size_t a = 0; a < kept.size(); ++a)
+    if (kept[a]) r.slot[a] = next[static_cast<std::size_t>(r.expert[a])]++;
+}
+
+}  // namespace
 
 MoeRouting route_tokens(const MoeConfig& c, std::span<const double> logits, std::span<const double> bias,
                         std::int64_t tokens) {
@@ -62,7 +91,7 @@ MoeRouting route_tokens(const MoeConfig& c, std::span<const double> logits, std:
   HZP_CHECK(bias.empty() || static_cast<std::int64_t>(bias.size()) == E, "route_tokens: ", bias.size(),
             " biases for ", E, " experts");
   MoeRouting r;
-  r.tokens = tokens;
+  r.tokens = r.batch_tokens = tokens;
   r.experts = E;
   r.top_k = k;
   r.scores.resize(static_cast<std::size_t>(tokens * E));
@@ -113,13 +142,29 @@ MoeRouting route_tokens(const MoeConfig& c, std::span<const double> logits, std:
       ++r.dropped;
     }
   }
-  r.offsets.assign(static_cast<std::size_t>(E + 1), 0);
-  for (std::int64_t e = 0; e < E; ++e) r.offsets[static_cast<std::size_t>(e + 1)] = r.offsets[static_cast<std::size_t>(e)] + kept[static_cast<std::size_t>(e)];
-  std::vector<std::int64_t> next(r.offsets.begin(), r.offsets.end() - 1);
-  for (std::int64_t a = 0; a < tokens * k; ++a)
-    if (admitted[static_cast<std::size_t>(a)])
-      r.slot[static_cast<std::size_t>(a)] = next[static_cast<std::size_t>(r.expert[static_cast<std::size_t>(a)])]++;
+  assign_slots(r, admitted);
   return r;
+}
+
+MoeRouting restrict_routing(const MoeRouting& r, std::int64_t begin, std::int64_t end) {
+  const std::int64_t E = r.experts, k = r.top_k, n = end - begin;
+  HZP_CHECK(begin >= 0 && begin <= end && end <= r.tokens, "restrict_routing: rows [", begin, ", ", end, ") of ",
+            r.tokens, " tokens");
+  MoeRouting out;
+  out.tokens = n;
+  out.experts = E;
+  out.top_k = k;
+  out.batch_tokens = r.batch_tokens;
+  out.load = r.load;
+  out.dropped = r.dropped;
+  out.scores.assign(r.scores.begin() + begin * E, r.scores.begin() + end * E);
+  out.expert.assign(r.expert.begin() + begin * k, r.expert.begin() + end * k);
+  out.gate.assign(r.gate.begin() + begin * k, r.gate.begin() + end * k);
+  out.slot.assign(static_cast<std::size_t>(n * k), -1);
+  std::vector<char> kept(static_cast<std::size_t>(n * k));
+  for (std::int64_t a = 0; a < n * k; ++a) kept[static_cast<std::size_t>(a)] = r.slot[static_cast<std::size_t>(begin * k + a)] >= 0;
+  assign_slots(out, kept);
+  return out;
 }
 
 void update_balance_bias(std::span<double> bias, std::span<const double> load, double rate) {

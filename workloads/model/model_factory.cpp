@@ -127,8 +127,8 @@ class LlamaSpec final : public ModelSpec {
   FlopsPerToken flops_per_token() const override { return c_.flops_per_token(); }
   ParamLayout layout() const override { return llama_layout(c_); }
   ParamLayout tensor_parallel_layout(int tp, int tp_rank) const override { return llama_layout(c_, tp, tp_rank); }
-  ParamLayout expert_parallel_layout(int ep, int ep_rank) const override {
-    return llama_expert_parallel_layout(c_, ep, ep_rank);
+  ParamLayout expert_parallel_layout(int ep, int ep_rank, int tp, int tp_rank) const override {
+    return llama_expert_parallel_layout(c_, ep, ep_rank, tp, tp_rank);
   }
   std::int64_t step_statistics() const override {  // MoeBalanceState's [load][dropped][aux] over every MoE block
     return c_.moe.enabled() ? (c_.layers - c_.moe.dense_layers) * (c_.moe.experts + 2) : 0;

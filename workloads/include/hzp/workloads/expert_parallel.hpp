@@ -25,6 +25,8 @@ struct ExpertParallel {
 /// What the plan asks an MoE model about an expert-parallel run.
 struct ExpertParallelRun {
   int ep = 1;
+  int tp = 1;  ///< the tensor-parallel ranks split each micro-batch's token rows for the routed experts
+  int cp = 1;  ///< a context-parallel rank holds seq_len / cp tokens of each sequence
   bool recompute = false;
   std::int64_t micro_batch_size = 1;
   Precision precision = Precision::fp32;

@@ -96,14 +96,15 @@ ParamLayout llama_layout(const LlamaConfig& config, int tp_size = 1, int tp_rank
 /// all four (the vocabulary is not padded).
 void check_tensor_parallel(const LlamaConfig& config, int tp);
 
-/// The layout of rank `ep_rank` of an expert-parallel group of `ep` over `whole` (a llama_layout at tp = 1): every
+/// The layout of rank `ep_rank` of an expert-parallel group of `ep` over llama_layout(config, tp, tp_rank): every
 /// MoE block's moe.w_gate, moe.w_up and moe.w_down cut along the expert dimension into ep pieces, this rank's E/ep
 /// consecutive experts (shard group "ep"), each piece initialised to its slice of the unsharded tensor; every other
-/// tensor whole. check_expert_parallel first.
-ParamLayout llama_expert_parallel_layout(const LlamaConfig& config, int ep, int ep_rank);
+/// tensor as the tensor-parallel layout has it (whole at tp = 1). Under tp the routed experts and the router are
+/// not split over tp (expert tensor parallelism 1) and carry grad_summed_over "tp". check_expert_parallel first.
+ParamLayout llama_expert_parallel_layout(const LlamaConfig& config, int ep, int ep_rank, int tp = 1, int tp_rank = 0);
 
 /// ConfigError naming the key, the value and the fix unless expert parallelism over `ep` ranks fits `config`: the
-/// model has experts (model.experts > 0), ep divides model.experts, and there is no tensor parallelism beside it.
+/// model has experts (model.experts > 0) and ep divides model.experts. Tensor parallelism (`tp`) composes.
 void check_expert_parallel(const LlamaConfig& config, int ep, int tp = 1);
 
 /// The expert-parallel collectives one micro-batch issues in unit `unit`'s forward or backward (recompute's repeated

@@ -38,9 +38,10 @@ class ModelSpec {
   /// The layout of rank `tp_rank` of a tensor-parallel group of `tp` (layout() at tp = 1): its pieces.
   /// ConfigError naming the sizes tp must divide.
   virtual ParamLayout tensor_parallel_layout(int tp, int tp_rank) const = 0;
-  /// The layout of rank `ep_rank` of an expert-parallel group of `ep` (layout() at ep = 1): its experts' pieces.
-  /// ConfigError naming the key when the model cannot be split so (no experts, ep not dividing them).
-  virtual ParamLayout expert_parallel_layout(int ep, int ep_rank) const = 0;
+  /// The layout of rank `ep_rank` of an expert-parallel group of `ep` (tensor_parallel_layout(tp, tp_rank) at ep =
+  /// 1): its experts' pieces, beside its tensor-parallel pieces. ConfigError naming the key when the model cannot
+  /// be split so (no experts, ep not dividing them).
+  virtual ParamLayout expert_parallel_layout(int ep, int ep_rank, int tp = 1, int tp_rank = 0) const = 0;
   /// Elements (f64) of the model's per-step statistics (Workload::take_step_statistics: the MoE load, dropped
   /// assignments and auxiliary losses per MoE block), which the step driver all-reduces once per step; 0 for none.
   virtual std::int64_t step_statistics() const { return 0; }

@@ -54,6 +54,14 @@ struct MoeConfig {
   void collect_problems(std::int64_t layers, std::vector<std::string>& problems) const;
 };
 
+/// ConfigError naming the keys, the values and the fix unless an MoE layer (c.enabled()) can route a rank's share of
+/// a micro-batch's tokens on its own when `key` (e.g. "scheduler.cp") = `degree` > 1 splits them over ranks: capacity
+/// (model.capacity_factor > 0) and the auxiliary loss (model.balance = aux_loss) are statistics of the whole
+/// micro-batch, which a rank holding 1/degree of its tokens does not see. Dropless bias balancing routes every
+/// token on its own (its load is summed over the ranks at the step's end), so it is allowed. Nothing for a dense
+/// model or degree 1.
+void check_moe_token_split(const MoeConfig& c, std::string_view key, int degree);
+
 /// Assignments an expert takes from a micro-batch of `tokens` tokens: ceil(cf·tokens·top_k/experts), or every
 /// one (tokens·top_k) when dropless (cf = 0).
 std::int64_t capacity_of(const MoeConfig& c, std::int64_t tokens) noexcept;
@@ -69,8 +77,24 @@ struct MoeRouting {
   std::vector<std::int64_t> offsets;  ///< [experts + 1] the first sorted row of each expert
   std::vector<std::int64_t> load;     ///< [experts] assignments chosen (before capacity), what balancing reads
   std::int64_t dropped = 0;           ///< assignments beyond capacity
+  /// The micro-batch's tokens that load, dropped and the auxiliary loss are over: `tokens`, or more when this is a
+  /// rank's share of the rows (restrict_routing).
+  std::int64_t batch_tokens = 0;
   std::int64_t kept() const noexcept { return offsets.empty() ? 0 : offsets.back(); }
 };
+
+/// A rank's share of a micro-batch's token rows, [begin, end): under tensor parallelism each rank of the group runs
+/// the routed experts on its own rows (moe_block.cpp). end < 0: every row.
+struct MoeTokenRows {
+  std::int64_t begin = 0, end = -1;
+  bool all() const noexcept { return end < 0; }
+};
+
+/// The routing of tokens [begin, end) of `r` (a routing of the whole micro-batch), as a routing of end − begin
+/// tokens: their scores, choices and gates; a kept assignment stays kept and a dropped one dropped (capacity was the
+/// whole micro-batch's), the kept ones re-slotted by expert, stable in assignment order. load, dropped and
+/// batch_tokens stay the whole micro-batch's (what balancing and the auxiliary loss read).
+MoeRouting restrict_routing(const MoeRouting& r, std::int64_t begin, std::int64_t end);
 
 /// Routes `tokens` rows of router logits [tokens, experts]: scores, top_k of score + bias (bias: one per expert,
 /// empty for none; it changes only which experts are chosen, never the gates), gates normalised over the chosen
@@ -131,15 +155,20 @@ std::int64_t moe_saved_bytes(const MoeConfig& c, std::int64_t tokens, std::int64
 /// rank's tokens exactly as on one rank; the kept rows travel to their experts' ranks and the outputs back by
 /// all-to-all-v (the counts first, by an all-to-all), so every rank of the group must call this for the same
 /// layer in the same order.
+/// `rows` (tensor parallelism): every token of h is routed, identically on every rank of the tp group (capacity and
+/// the auxiliary loss stay the whole micro-batch's), and the experts run on rows [rows.begin, rows.end) only
+/// (restrict_routing: `saved` holds that share); y is then [end − begin, d], those rows' output.
 void moe_experts_forward(const MoeConfig& c, ConstTensorView h, const MoeExpertWeights& w,
                          std::span<const double> bias, double aux_weight, TensorView y, MoeSaved& saved,
-                         CachingAllocator& alloc, StreamRef s, coll::Communicator* ep = nullptr);
+                         CachingAllocator& alloc, StreamRef s, coll::Communicator* ep = nullptr,
+                         MoeTokenRows rows = {});
 /// Backward: from dy [tokens, d] (the gradient of the layer's output) adds the routed half's input gradient to
 /// dh [tokens, d] and writes (or accumulates) every expert's and the router's weight gradient, an expert that got
 /// no rows included (zero, or left as it was). Includes the auxiliary loss's gradient (weighted as in forward).
 /// Frees `saved`. With `ep` (the forward's group) g's expert tensors are this rank's experts' and receive the
 /// gradient of every row the group sent them; the output gradients go to the experts' ranks and the input
-/// gradients come back by all-to-all-v, the forward's exchanges mirrored.
+/// gradients come back by all-to-all-v, the forward's exchanges mirrored. After a forward on a share of the rows
+/// (`rows`), dy, h and dh are those rows only, and the router's and experts' gradients are those rows' share.
 void moe_experts_backward(const MoeConfig& c, ConstTensorView dy, ConstTensorView h, const MoeExpertWeights& w,
                           const MoeExpertGrads& g, TensorView dh, MoeSaved& saved,
                           CachingAllocator& alloc, StreamRef s, coll::Communicator* ep = nullptr);

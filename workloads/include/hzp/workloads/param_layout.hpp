@@ -44,6 +44,10 @@ struct ParamTensor {
   /// unset, and sets global_offset when its own offset differs from the unsharded model's (a layout whose
   /// earlier tensors are pieces).
   ParamShard shard;
+  /// A process group ("tp") over which this tensor is replicated but each rank's gradient is only its share (it
+  /// ran on the rank's share of the tokens: an MoE router or expert under tensor parallelism): the engine sums the
+  /// gradient over that group once per step. Empty: the gradient is whole on this rank (or a piece's own).
+  std::string grad_summed_over;
   Shape global_shape;            ///< the whole tensor's shape; empty (ndim 0) = shape
   std::int64_t global_offset = -1;  ///< -1 = this tensor's own flat offset in its layout
   std::int64_t numel() const noexcept { return shape.numel(); }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -32,6 +33,10 @@ struct SliceRange {
 /// of a whole one, in units that run here. Slice coordinates, ascending, adjacent ranges merged.
 std::vector<SliceRange> norm_counted_ranges(const workloads::ParamLayout& layout, const ShardLayout& shards, int index,
                                             int tp_rank);
+/// The same with the rule given: the real elements of the tensors `counts` accepts (e.g. expert pieces on one rank of
+/// the tp group, tensor-parallel pieces on one of the ep group: ExpertDataParallel::norm_ranges).
+std::vector<SliceRange> norm_counted_ranges(const workloads::ParamLayout& layout, const ShardLayout& shards, int index,
+                                            const std::function<bool(const workloads::ParamTensor&)>& counts);
 
 class DistinctNorm {
  public:

@@ -23,9 +23,11 @@ void visit_flat_component(const workloads::ParamLayout& layout, std::string_view
 /// Collective over the scheduler's ranks: gathers param (in the parameter dtype), master (bf16-mixed only),
 /// grad, m and v, and hands them over on `root` only (the other ranks' visitors get nothing), in none's
 /// order and names. With a tensor-parallel group `tp` (size > 1; its traffic should be uncounted), every piece
-/// is all-gathered over it and handed over whole, in the unsharded model's shape.
+/// is all-gathered over it and handed over whole, in the unsharded model's shape; the expert pieces (shard group
+/// "ep") likewise over `ep` when given.
 void visit_gathered_state(DataParallelScheduler& s, const workloads::ParamLayout& layout,
-                          workloads::Precision precision, bool root, coll::Communicator* tp, StateVisitor& visitor);
+                          workloads::Precision precision, bool root, coll::Communicator* tp, StateVisitor& visitor,
+                          coll::Communicator* ep = nullptr);
 
 /// The whole tensor of which `piece` is this rank's (t.shard: consecutive pieces along t.shard.dim, piece i on
 /// rank i of `tp`), all-gathered over `tp` (collective; fp32), in t.global_shape's row-major order.

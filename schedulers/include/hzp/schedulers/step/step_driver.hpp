@@ -73,12 +73,16 @@ class StepDriver {
   /// What step() adds under pipeline parallelism: the micro-batch losses summed over `pipeline` (from the last
   /// stage) once per step.
   static void plan_pipeline_collectives(const PlanGroup& pipeline, std::int64_t micro_batches, CollectiveLedger& out);
-  /// What step() adds under context parallelism: the micro-batch losses summed over `context` once per step.
-  static void plan_context_collectives(const PlanGroup& context, std::int64_t micro_batches, CollectiveLedger& out);
+  /// What step() adds under context parallelism: the micro-batch losses, and after them the model's
+  /// `step_statistics` (Workload::take_step_statistics: each cp rank's tokens' MoE load), summed over `context` in
+  /// one call once per step.
+  static void plan_context_collectives(const PlanGroup& context, std::int64_t micro_batches,
+                                       std::int64_t step_statistics, CollectiveLedger& out);
 
  private:
-  /// Sums the model's step statistics over `data_parallel` and ends the model's step (workload.hpp).
-  void end_model_step(coll::Communicator& data_parallel);
+  /// Sums the model's step statistics `stats` (already summed over the cp group) over `data_parallel` and ends the
+  /// model's step (workload.hpp).
+  void end_model_step(std::vector<double> stats, coll::Communicator& data_parallel);
   // What every attempt of a step shares: the batch, its plan, this rank's micro-batches, the loss normaliser.
   struct Attempt {
     const StepBatch& batch;
