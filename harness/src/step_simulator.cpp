@@ -56,6 +56,10 @@ class Simulation {
         HZP_THROW(UnsupportedError, "simulate: point-to-point calls outside a pipeline or a ring (", e.collective.when,
                   ") are not simulated");
       if (e.stream == CommStream::ring && e.collective.op == CollOp::recv) continue;  // the sender is charged
+      if (e.place == CommPlace::step_start) {
+        starting_.push_back(&e);
+        continue;
+      }
       if (e.call < 0) {
         (e.stream == CommStream::gradients ? end_gradients_ : e.stream == CommStream::params ? end_params_ : end_compute_)
             .push_back(&e);
@@ -77,6 +81,16 @@ class Simulation {
     for (std::size_t c = 0; c < calls; ++c)
       if (!params_[c].empty()) gathering_.push_back(static_cast<int>(c));
     gathered_.assign(calls, 0.0);
+    // What was queued at the step's start (asynchzp's refreshes, on the gradients stream) runs from 0 in declaration
+    // order; the unit call it is declared at gathers (or, gathering nothing, computes) once it is done; declared at
+    // the step end, all of it comes before the first gathering call.
+    ready_.assign(calls, 0.0);
+    for (const StepEvent* e : starting_) {
+      HZP_CHECK(e->stream == CommStream::gradients, "simulate: only the gradients stream is queued at the step's start");
+      gradients_free_ = run_call(*e, gradients_free_);
+      const int at = e->call >= 0 ? e->call : gathering_.empty() ? 0 : gathering_.front();
+      if (static_cast<std::size_t>(at) < calls) ready_[static_cast<std::size_t>(at)] = gradients_free_;
+    }
   }
 
   // Runs until the step ends (true) or a wait on another rank that has not got there yet (false: call again
@@ -88,6 +102,7 @@ class Simulation {
       const auto& [action, unit] = d_.calls[ci];
       switch (phase_) {
         case Phase::enter:
+          wait_until(ready_[ci], s_.exposed_comm_s);  // a unit that gathers nothing still reads its refreshed shard
           if (k_ < gathering_.size() && gathering_[k_] == c_) {
             // Compute reaches the unit: the params stream may now run up to prefetch gathering calls beyond it.
             issue_up_to(k_ + static_cast<std::size_t>(d_.prefetch), now_);
@@ -256,7 +271,7 @@ class Simulation {
   void issue_up_to(std::size_t k_last, double gate) {
     for (; issued_ < gathering_.size() && issued_ <= k_last; ++issued_) {
       const auto c = static_cast<std::size_t>(gathering_[issued_]);
-      double at = std::max(params_free_, gate);
+      double at = std::max({params_free_, gate, ready_[c]});
       for (const StepEvent* e : params_[c]) at = run_call(*e, at);
       params_free_ = at;
       gathered_[c] = at;
@@ -306,6 +321,8 @@ class Simulation {
   double scale_ = 1;
   std::vector<std::vector<const StepEvent*>> before_, after_, inside_, params_;
   std::vector<const StepEvent*> end_compute_, end_gradients_, end_params_;
+  std::vector<const StepEvent*> starting_;  // queued at the step's start (CommPlace::step_start)
+  std::vector<double> ready_;               // per unit call: when what it waits for from the step's start is done
   std::vector<int> gathering_;
   std::vector<double> gathered_;
   std::size_t issued_ = 0, k_ = 0, i_ = 0;  // gathering calls placed; the next one compute consumes; event index

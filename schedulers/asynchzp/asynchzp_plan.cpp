@@ -91,9 +91,11 @@ class AsyncHzpPlan final : public EnginePlan {
     const auto block_bytes = [&](int b) { return static_cast<std::uint64_t>(seg_.unit_block_numel(b)) * dtype_size(pdt_); };
     out.stream(async_ ? CommStream::params : CommStream::compute);  // the parameter thread, ahead of use
     for (int b : c.gather) {  // the order AsyncComm's gather_order issues them in
-      if (spread_ && !refreshed_[static_cast<std::size_t>(b)]) {  // the unit's refresh, just before its first gather
+      if (spread_ && !refreshed_[static_cast<std::size_t>(b)]) {  // the unit's refresh, which its first gather waits for
         refreshed_[static_cast<std::size_t>(b)] = true;
+        out.stream(CommStream::gradients, CommPlace::step_start);  // queued on the gradient thread at the step's start
         declare_refresh(out, seg_.first(b), seg_.end(b));
+        out.stream(CommStream::params);
       }
       for (int s = seg_.first(b); s < seg_.end(b); ++s)
         out.all_gather(z3_, seg_.l3.slice_numel(s), pdt_, 1, "per micro-batch (forward + backward)");
@@ -123,9 +125,8 @@ class AsyncHzpPlan final : public EnginePlan {
     const int segments = seg_.l3.num_segments();
     declare_norm(out, z1_, deterministic_);
     // Async, the exchange runs on the gradient thread behind each unit's last reduce-scatter; the refresh is queued
-    // there too, at the next step's start, and each unit's first gather waits for its refresh (docs/data-parallel.md).
-    // It is declared on the params stream just before that gather: the simulator then runs it in series with the
-    // gathers, not beside them (an upper bound by the gathers' intra-node time).
+    // there too, at the next step's start, and each unit's first gather waits for its refresh (docs/data-parallel.md;
+    // CommPlace::step_start).
     out.stream(async_ ? CommStream::gradients : CommStream::compute);
     if (!rs_end_) {
       if (replica_.members.size() > 1 && !async_ && seg_.l2.slice_total() > 0)
@@ -142,7 +143,10 @@ class AsyncHzpPlan final : public EnginePlan {
           out.all_gather(opt_replica_, seg_.in_opt_slice.slice_numel(s), wire_, 1, "per step (optimizer-slice gradients)");
       }
     }
-    out.stream(async_ ? CommStream::params : CommStream::compute);
+    if (async_)
+      out.stream(CommStream::gradients, CommPlace::step_start);  // the first gather waits for them all (pp: no units)
+    else
+      out.stream(CommStream::compute);
     if (!spread_) declare_refresh(out, 0, segments);
   }
 

@@ -189,6 +189,37 @@ TEST(StepSimulator, FreeLinksLeaveTheCompute) {
   }
 }
 
+// asynchzp async queues every unit's refresh on the gradients stream at the step's start, and a unit's first gather
+// waits for its own. With free forwards, z3 = z2 = 1 (nothing gathered over a network) and backwards long enough to
+// hide every exchange but the last unit's, the exposed time is every refresh back to back plus that tail.
+TEST(StepSimulator, RefreshesQueuedAtTheStepStartGateTheForwards) {
+  Tiny s = tiny(0, "asynchzp");
+  s.in.layout = &s.layout;
+  s.in.options.async = true;
+  s.in.options.z2 = s.in.options.z3 = 1;
+  const StepDescription d = schedulers::describe_step("asynchzp", s.in);
+  const SimulatorLinks l = links(10, 1, 0.1);
+  const int last = static_cast<int>(d.calls.size()) - 1;
+  double refreshes = 0, tail = 0;
+  int declared = 0;
+  for (const schedulers::StepEvent& e : d.events) {
+    const double t = static_cast<double>(e.collective.calls) * model_planned_call(e.collective, e.members, 0, l).duration_s;
+    if (e.collective.group == "refresh") {
+      EXPECT_EQ(e.stream, schedulers::CommStream::gradients);
+      EXPECT_EQ(e.place, schedulers::CommPlace::step_start);
+      EXPECT_GE(e.call, 0);
+      refreshes += t;
+      ++declared;
+    } else if (e.call == last || (e.call < 0 && e.stream == schedulers::CommStream::compute)) {
+      tail += t;
+    }
+  }
+  ASSERT_GT(declared, 2);
+  ASSERT_GT(refreshes, 0);
+  const SimulatedStep st = simulate_step(d, times(s.layout.num_units(), 0.0, 1.0), l);
+  EXPECT_NEAR(st.exposed_comm_s, refreshes + tail, 1e-9);
+}
+
 // The same compute and links: asynchzp's threads hide communication that zero3 waits for, and async hides more
 // than asynchzp inline.
 TEST(StepSimulator, AsyncExposesLessThanZero3) {

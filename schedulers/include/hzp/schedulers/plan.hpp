@@ -109,8 +109,11 @@ SchedulerPlan plan_scheduler(std::string_view name, const PlanInputs& in);
 enum class CommStream { compute, params, gradients, pipeline, ring };
 std::string_view to_string(CommStream s);
 /// Whether a unit call's collective is needed before the unit runs (its parameters), follows it (the gradients
-/// it made final), or runs inside its compute (the model's own tensor-parallel collectives, between its matmuls).
-enum class CommPlace { before_unit, after_unit, inside_unit };
+/// it made final), runs inside its compute (the model's own tensor-parallel collectives, between its matmuls), or
+/// was queued on its stream at the step's start, before any unit (asynchzp's refreshes on the gradient thread, in
+/// declaration order): the unit call it is declared at (every gathering call when declared at the step end) gathers
+/// only after it completed.
+enum class CommPlace { before_unit, after_unit, inside_unit, step_start };
 
 /// One declared call of a step, in the order the engine declares it: where (the unit call of the schedule
 /// walk, or the step end), on which stream, the call itself (calls = 1; bytes sent by PlanInputs::rank per
