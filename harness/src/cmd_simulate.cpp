@@ -125,19 +125,25 @@ Calibration profile_calibration(const RunSetup& s, int rpn) {
   links.enabled = true;
   links.intra.bandwidth_gbps = p->intra_gbps;
   links.inter.bandwidth_gbps = p->inter_gbps;
+  links.intra.latency_us = p->intra_latency_us;
+  links.inter.latency_us = p->inter_latency_us;
   if (rpn == 0 && s.world_size % p->cards_per_node != 0)
     HZP_THROW(ConfigError, "topology.ranks_per_node = 0 takes links.profile = ", p->name, "'s ", p->cards_per_node,
               " cards per node, which do not divide topology.world_size = ", s.world_size,
               ". Fix: set topology.ranks_per_node to a divisor of ", s.world_size, ", or a world size that is a multiple of ",
               p->cards_per_node);
-  c.links = {links, rpn > 0 ? rpn : p->cards_per_node, s.comm.small_message_bytes};
-  char buf[256];
+  c.links = {links, rpn > 0 ? rpn : p->cards_per_node, s.comm.small_message_bytes, p->nic_per_device};
+  char buf[768];
   std::snprintf(buf, sizeof buf, "profile %s: %.4g TFLOP/s x simulate.mfu %.3g, units by their parameters' share of "
                 "the model FLOPs", std::string(p->name).c_str(), p->peak_tflops, s.opt.sim_mfu);
   c.source = buf;
-  std::snprintf(buf, sizeof buf, "profile %s as given: intra %.4g GB/s, inter %.4g GB/s per device, %d per node (%s)",
+  char lat[384];
+  std::snprintf(lat, sizeof lat, "latency intra %.3g us, inter %.3g us (%s)%s", p->intra_latency_us,
+                p->inter_latency_us, std::string(p->latency_source).c_str(),
+                p->nic_per_device ? ", a NIC per device" : "");
+  std::snprintf(buf, sizeof buf, "profile %s as given: intra %.4g GB/s, inter %.4g GB/s per device, %d per node (%s); %s",
                 std::string(p->name).c_str(), p->intra_gbps, p->inter_gbps, c.links.ranks_per_node,
-                std::string(p->source).c_str());
+                std::string(p->source).c_str(), lat);
   c.links_how = buf;
   c.micro_batch_s = mb_flops / rate;
   c.peak_flops_per_s = p->peak_tflops * 1e12;

@@ -392,7 +392,7 @@ coll::CollectiveModel model_planned_call(const schedulers::PlannedCollective& c,
   m.duration_s *= times;
   m.intra_busy_s *= times;
   const double nic = times * coll::model_collective(l.links, loads, node_of, leader).nic_busy_s;
-  const int copies = l.ranks_per_node > 0 ? (l.ranks_per_node + local - 1) / local : 1;
+  const int copies = l.ranks_per_node > 0 && !l.nic_per_rank ? (l.ranks_per_node + local - 1) / local : 1;
   m.nic_busy_s = copies * nic;
   m.duration_s += (copies - 1) * nic;
   return m;
@@ -414,7 +414,7 @@ coll::CollectiveModel model_message(const schedulers::PlannedCollective& c, cons
   int local = 0;
   for (int q : members)
     if (q / rpn == world_rank / rpn) ++local;
-  const int copies = l.ranks_per_node > 0 ? (l.ranks_per_node + local - 1) / local : 1;
+  const int copies = l.ranks_per_node > 0 && !l.nic_per_rank ? (l.ranks_per_node + local - 1) / local : 1;
   const double one = l.links.inter.seconds(bytes);
   m.nic_busy_s = m.duration_s = copies * one;
   return m;

@@ -128,6 +128,25 @@ TEST(StepSimulator, RingAllGatherIsItsClosedForm) {
   EXPECT_DOUBLE_EQ(model_planned_call(c, {0, 1, 2, 3}, 1, l).duration_s, 3 * (20e-6 + 4000 / 0.5e9));
 }
 
+// A group with one member per node (a data-parallel replica group): on a node link shared by the node's ranks the
+// copies the other ranks run at once queue behind each other, (rpn − 1) interface times more; with a NIC per rank
+// (the cluster profiles) they do not.
+TEST(StepSimulator, ANicPerRankDoesNotQueueTheNodesCopies) {
+  schedulers::PlannedCollective c;
+  c.op = coll::CollOp::all_gather;
+  c.group = "replica";
+  c.dtype = DType::f32;
+  c.calls = 1;
+  c.elements = 1000;
+  c.bytes = {0, 1 * 1000 * 4};
+  SimulatorLinks l = links(20, 2, 0.5);
+  l.ranks_per_node = 4;
+  const double one = 20e-6 + 4000 / 0.5e9;
+  EXPECT_DOUBLE_EQ(model_planned_call(c, {0, 4}, 0, l).duration_s, one + 3 * one);
+  l.nic_per_rank = true;
+  EXPECT_DOUBLE_EQ(model_planned_call(c, {0, 4}, 0, l).duration_s, one);
+}
+
 // zero3 waits for every collective where it is declared: the step is its compute plus each call's duration.
 TEST(StepSimulator, NoOverlapIsTheSumOfItsParts) {
   for (int rank : {0, 1}) {

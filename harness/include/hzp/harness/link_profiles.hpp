@@ -21,6 +21,14 @@ struct LinkProfile {
   double inter_gbps = 0;   ///< GB/s per device between nodes
   int cards_per_node = 0;  ///< devices a node holds (what `hzpbench simulate` lays ranks out by when asked to)
   std::string_view source;
+  /// Per-message latency inside a node and between nodes, for `hzpbench simulate`'s profile calibration (the
+  /// emulator's links.*.latency_us are sized for CPU ranks, two orders of magnitude above a cluster's). Assumed: the
+  /// sources give bandwidths only.
+  double intra_latency_us = 0, inter_latency_us = 0;
+  /// Each device has its own inter-node interface (a NIC per card): the copies of a group that a node's ranks run
+  /// at the same time do not queue on one interface.
+  bool nic_per_device = false;
+  std::string_view latency_source;
 
   constexpr double intra_flop_per_byte() const noexcept { return peak_tflops * 1e12 / (intra_gbps * 1e9); }
   constexpr double inter_flop_per_byte() const noexcept { return peak_tflops * 1e12 / (inter_gbps * 1e9); }
@@ -30,12 +38,17 @@ struct LinkProfile {
 /// (50 GB/s) per GPU: ~2.2k FLOP per byte inside a node, ~19.8k across nodes.
 inline constexpr LinkProfile kH100Dgx{"h100-dgx", 989, 450, 50, 8,
                                       "NVIDIA H100 SXM datasheet; DGX H100: 8 GPUs, NVLink 4 (900 GB/s "
-                                      "bidirectional) and one 400 Gb/s NIC per GPU"};
+                                      "bidirectional) and one 400 Gb/s NIC per GPU",
+                                      2, 5, true,
+                                      "assumed: a ring step's latency of a few microseconds over NVLink (2 us) and "
+                                      "InfiniBand NDR (5 us)"};
 /// The AsyncHZP paper's accelerator: 300 TFLOP/s, ~400 GB/s inside an 8-card full mesh, 200 Gb/s RoCE
 /// (25 GB/s) per card: 750 FLOP per byte inside a node, 12k across; 16 cards a node.
 inline constexpr LinkProfile kPaperNpu{"paper-npu", 300, 400, 25, 16,
                                        "AsyncHZP, arXiv 2510.20111 §5.1: 8-card mesh, 16 cards a node, 200 Gb/s "
-                                       "RoCE per card"};
+                                       "RoCE per card",
+                                       2, 10, true,
+                                       "assumed (the paper gives none): 2 us inside the mesh, 10 us over RoCE"};
 
 /// The named profiles (h100-dgx, paper-npu).
 std::span<const LinkProfile> link_profiles();

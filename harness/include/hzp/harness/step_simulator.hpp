@@ -26,6 +26,9 @@ struct SimulatorLinks {
   coll::LinkEmulationConfig links;  ///< latency and bandwidth per level (as the emulated run's)
   int ranks_per_node = 0;           ///< 0: every rank on one node
   std::size_t small_message_bytes = 65536;  ///< below it the backend's latency-optimal algorithms (fewer rounds)
+  /// Every rank has its own inter-node interface (a NIC per device, as the cluster profiles have): the copies of a
+  /// group that a node's ranks run at once do not queue on one shared interface (false: the emulator's node link).
+  bool nic_per_rank = false;
 };
 
 /// One rank's simulated step, in the run's metric terms (docs/run.md): the step time closes into compute and
