@@ -111,14 +111,20 @@ TEST(StepDescription, CallsSumToThePlanRows) {
 }
 
 // A ring all-gather of n fp32 elements per rank over p ranks on one node: p − 1 rounds of latency + 4n / bandwidth.
-TEST(StepSimulator, RingAllGatherIsItsClosedForm) {
+// One fp32 all-gather call of 1000 elements per rank over group `g`, with the bytes this rank sends per level.
+schedulers::PlannedCollective one_all_gather(std::string g, std::uint64_t intra_bytes, std::uint64_t inter_bytes) {
   schedulers::PlannedCollective c;
   c.op = coll::CollOp::all_gather;
-  c.group = "g";
+  c.group = std::move(g);
   c.dtype = DType::f32;
   c.calls = 1;
   c.elements = 1000;
-  c.bytes = {3 * 1000 * 4, 0};
+  c.bytes = {intra_bytes, inter_bytes};
+  return c;
+}
+
+TEST(StepSimulator, RingAllGatherIsItsClosedForm) {
+  const schedulers::PlannedCollective c = one_all_gather("g", 3 * 1000 * 4, 0);
   SimulatorLinks l = links(20, 2, 0.5);
   l.ranks_per_node = 4;
   const coll::CollectiveModel m = model_planned_call(c, {0, 1, 2, 3}, 1, l);
@@ -132,13 +138,7 @@ TEST(StepSimulator, RingAllGatherIsItsClosedForm) {
 // copies the other ranks run at once queue behind each other, (rpn − 1) interface times more; with a NIC per rank
 // (the cluster profiles) they do not.
 TEST(StepSimulator, ANicPerRankDoesNotQueueTheNodesCopies) {
-  schedulers::PlannedCollective c;
-  c.op = coll::CollOp::all_gather;
-  c.group = "replica";
-  c.dtype = DType::f32;
-  c.calls = 1;
-  c.elements = 1000;
-  c.bytes = {0, 1 * 1000 * 4};
+  const schedulers::PlannedCollective c = one_all_gather("replica", 0, 1 * 1000 * 4);
   SimulatorLinks l = links(20, 2, 0.5);
   l.ranks_per_node = 4;
   const double one = 20e-6 + 4000 / 0.5e9;
