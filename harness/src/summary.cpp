@@ -165,6 +165,9 @@ std::string format_summary(std::span<const StepRecord> steps, const SummaryConte
   }
   if (!steps.empty()) {
     os << "  loss           first " << fmt("%.5g", steps.front().loss) << ", last " << fmt("%.5g", steps.back().loss);
+    if (ctx.phantom_rank >= 0)
+      os << " (phantom: rank " << ctx.phantom_rank << " of " << ctx.world_size
+         << " on stand-in data, not comparable with a real run)";
     if (!std::isfinite(steps.back().loss)) {
       for (auto it = steps.rbegin(); it != steps.rend(); ++it)
         if (std::isfinite(it->loss)) {

@@ -75,6 +75,7 @@ struct SummaryContext {
   std::array<std::int64_t, 5> model_state{};  ///< rank 0's param, grad, master, m, v bytes
   std::int64_t spike_window = 20;
   double spike_threshold = 4;
+  int phantom_rank = -1;           ///< >= 0: a phantom run of this rank (docs/phantom.md); its loss is not comparable
 };
 
 /// The multi-line summary rank 0 prints at the end.
