@@ -42,9 +42,6 @@ void apply_phantom(RunSetup& s, const PhantomSpec& p, bool resuming) {
     HZP_THROW(ConfigError, what, " with scheduler.pp = ", s.dims.pp, ": pipeline stages are not run with phantom peers "
               "yet (the stages' shared-embedding group and asynchzp's per-stage z1 group are still split by this rank's "
               "colour alone). Fix: scheduler.pp = 1, or topology.phantom_world = 0");
-  if (s.dims.cp > 1)
-    HZP_THROW(ConfigError, what, " with scheduler.cp = ", s.dims.cp, ": context parallelism is not run with phantom "
-              "peers yet (not validated against a real run). Fix: scheduler.cp = 1, or topology.phantom_world = 0");
   if (s.dims.ep > 1)
     HZP_THROW(ConfigError, what, " with scheduler.ep = ", s.dims.ep, ": expert parallelism is not run with phantom "
               "peers yet (its all-to-alls' counts come from the other ranks' routing, which a phantom run does not "

@@ -2,7 +2,7 @@
 """Phantom peers (docs/phantom.md): one process runs rank r of a W-rank job.
 
 Scenarios (one CTest each, see run_tests.cmake):
-  exact_<layout>  zero3, hsdp, asynchzp (z1=4, z2=z3=2) and nd tp2 on `tiny`, W = 4 in two virtual nodes of 2,
+  exact_<layout>  zero3, hsdp, asynchzp (z1=4, z2=z3=2, async and inline), nd tp2 and cp2, asynchzp cp2 on `tiny`, W = 4 in two virtual nodes of 2,
                   2 steps: the real 4-rank run (mpiexec -n 4) against phantom runs of ranks 0 and 3. Per step, op
                   and link level, the phantom's bytes equal the real run's column of that rank, and its model-state
                   bytes per component (memory/model_state_bytes) equal that rank's row. Every phantom column is
@@ -34,6 +34,8 @@ LAYOUTS = {
     "asynchzp_inline": ["scheduler.name=asynchzp", "scheduler.z1=4", "scheduler.z2=2", "scheduler.z3=2",
                         "scheduler.async=false"],
     "nd_tp2": ["scheduler.name=nd", "scheduler.tp=2"],
+    "nd_cp2": ["scheduler.name=nd", "scheduler.cp=2"],
+    "asynchzp_cp2": ["scheduler.name=asynchzp", "scheduler.cp=2", "scheduler.z1=4", "scheduler.z2=2", "scheduler.z3=2"],
 }
 # Links off where only bytes are compared: the presets emulate links scaled to this machine's compute rate, slow here.
 TINY = ["model.preset=tiny", "train.steps=2", "harness.warmup_steps=0", "links.emulate=false",

@@ -220,6 +220,8 @@ if(Python3_Interpreter_FOUND)
     "phantom_exact_asynchzp_np4|exact_asynchzp|4|240"
     "phantom_exact_asynchzp_inline_np4|exact_asynchzp_inline|4|240"
     "phantom_exact_nd_tp2_np4|exact_nd_tp2|4|240"
+    "phantom_exact_nd_cp2_np4|exact_nd_cp2|4|240"
+    "phantom_exact_asynchzp_cp2_np4|exact_asynchzp_cp2|4|240"
     "phantom_scale_w64|scale|1|300"
     "phantom_links|links|1|240")
   # Nothing lost (results_durability_test.py): --force on a live file, a failing --force run, a full disk, a
