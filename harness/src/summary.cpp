@@ -158,7 +158,7 @@ std::string format_summary(std::span<const StepRecord> steps, const SummaryConte
       reserved = std::max(reserved, s->mean[static_cast<int>(RankField::mem_reserved_bytes)]);
     }
     os << "  memory         peak allocated " << human_bytes(peak) << " (max over ranks), reserved " << human_bytes(reserved)
-       << " (mean over ranks); model state on rank 0: param " << human_bytes(static_cast<double>(ctx.model_state[0]))
+       << " (mean over ranks); model state on rank " << std::max(ctx.phantom_rank, 0) << ": param " << human_bytes(static_cast<double>(ctx.model_state[0]))
        << ", grad " << human_bytes(static_cast<double>(ctx.model_state[1])) << ", master "
        << human_bytes(static_cast<double>(ctx.model_state[2])) << ", m " << human_bytes(static_cast<double>(ctx.model_state[3]))
        << ", v " << human_bytes(static_cast<double>(ctx.model_state[4])) << "\n";
