@@ -67,6 +67,19 @@ CommState::~CommState() {
   if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
 }
 
+void set_members(CommState& st, std::shared_ptr<const WorldContext> world, const MpiCommConfig& config,
+                 std::vector<int> world_ranks, std::string name, std::shared_ptr<CommCounters> counters) {
+  st.name = std::move(name);
+  st.config = config;
+  st.world = std::move(world);
+  st.world_ranks = std::move(world_ranks);
+  st.nodes.resize(st.world_ranks.size());
+  for (std::size_t i = 0; i < st.world_ranks.size(); ++i)
+    st.nodes[i] = st.world->node_of_world_rank[static_cast<std::size_t>(st.world_ranks[i])];
+  st.counters = std::move(counters);
+  st.group_id = st.counters->intern_group(st.name);
+}
+
 void CommState::check_usable(CollOp op) const {
   if (!failed.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(fail_mu);

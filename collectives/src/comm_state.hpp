@@ -98,6 +98,8 @@ struct CommState {
   std::uint64_t channel_id = 0;
   std::uint64_t children = 0;
   std::unique_ptr<ShmTransport> shm;
+  // A phantom world's communicator (docs/phantom.md): no MPI_Comm, no peers; calls run phantom operations.
+  bool phantom = false;
 
   CommState() = default;
   CommState(const CommState&) = delete;
@@ -112,6 +114,11 @@ struct CommState {
   void check_usable(CollOp op) const;
   void mark_failed(const std::string& reason);
 };
+
+/// Fills the members' part of a new communicator's state: name, config, world, the members' world ranks and their
+/// nodes, counters (interned as group `name`). Shared by the world, split/duplicate children and phantom worlds.
+void set_members(CommState& st, std::shared_ptr<const WorldContext> world, const MpiCommConfig& config,
+                 std::vector<int> world_ranks, std::string name, std::shared_ptr<CommCounters> counters);
 
 /// Tags: user point-to-point uses 2*tag (data) and 2*tag+1 (header), tag <= kMaxUserTag; each
 /// collective uses a pair above that, chosen by its sequence number, so overlapping nonblocking

@@ -122,6 +122,11 @@ LinkEmulator::LinkEmulator(const LinkEmulationConfig& config, std::span<const in
   }
 }
 
+LinkEmulator::LinkEmulator(const LinkEmulationConfig& config) : config_(config) {
+  config_.validate();
+  nic_busy_ns_ = &local_nic_busy_ns_;
+}
+
 LinkEmulator::~LinkEmulator() {
   if (shm_) munmap(shm_, shm_bytes_);
 }

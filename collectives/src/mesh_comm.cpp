@@ -12,7 +12,7 @@ std::unique_ptr<Communicator> split_groups(Communicator& parent, const RankGroup
                                            std::string name, bool share_counters) {
   const int size = parent.size();
   std::vector<int> seen(static_cast<std::size_t>(size), -1);
-  int color = -1, key = 0;
+  std::vector<GroupSlot> slots(static_cast<std::size_t>(size), GroupSlot{-1, 0});
   for (std::size_t g = 0; g < groups.size(); ++g) {
     for (std::size_t p = 0; p < groups[g].size(); ++p) {
       const int r = groups[g][p];
@@ -20,13 +20,12 @@ std::unique_ptr<Communicator> split_groups(Communicator& parent, const RankGroup
                 " names rank ", r, " outside the parent '", parent.name(), "' of ", size, " ranks");
       HZP_CHECK(seen[r] < 0, "split '", name, "': rank ", r, " is in group ", seen[r], " and in group ", g);
       seen[r] = static_cast<int>(g);
-      if (r == parent.rank()) {
-        color = static_cast<int>(g);
-        key = static_cast<int>(p);
-      }
+      slots[static_cast<std::size_t>(r)] = {static_cast<int>(g), static_cast<int>(p)};
     }
   }
-  return parent.split(color, key, std::move(name), share_counters);
+  // Every rank's slot is known here, so a phantom parent can build the group too (docs/phantom.md).
+  return parent.split_by([slots = std::move(slots)](int r) { return slots[static_cast<std::size_t>(r)]; },
+                         std::move(name), share_counters);
 }
 
 namespace {
@@ -41,8 +40,8 @@ std::unique_ptr<Communicator> split_axis(Communicator& world, const RankMesh& me
   check_world(world, mesh);
   if (name.empty()) name = std::string(axis);
   // Colour = group index and key = position, computed locally: the same numbers groups() lists.
-  return world.split(mesh.group_index(axis, world.rank()), mesh.position(axis, world.rank()),
-                     std::move(name), share_counters);
+  return world.split_by([&mesh, axis](int r) { return GroupSlot{mesh.group_index(axis, r), mesh.position(axis, r)}; },
+                        std::move(name), share_counters);
 }
 
 std::unique_ptr<Communicator> split_intra_node(Communicator& world, const RankMesh& mesh, std::string name,

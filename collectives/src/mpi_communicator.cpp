@@ -12,6 +12,7 @@
 #include "hzp/core/clock.hpp"
 #include "mpi_check.hpp"
 #include "native_collectives.hpp"
+#include "phantom.hpp"
 #include "shm_transport.hpp"
 #include "wait_policy.hpp"
 
@@ -78,14 +79,9 @@ MpiCommunicator::MpiCommunicator(MPI_Comm world, const Topology& topology, MpiCo
   detail::discover_machines(*ctx, st->comm, config, name);
   st->rank = wr;
   st->size = ws;
-  st->name = std::move(name);
-  st->config = config;
-  st->world = ctx;
-  st->world_ranks.resize(static_cast<std::size_t>(ws));
-  std::iota(st->world_ranks.begin(), st->world_ranks.end(), 0);
-  st->nodes = ctx->node_of_world_rank;
-  st->counters = std::make_shared<CommCounters>();
-  st->group_id = st->counters->intern_group(st->name);
+  std::vector<int> members(static_cast<std::size_t>(ws));
+  std::iota(members.begin(), members.end(), 0);
+  detail::set_members(*st, ctx, config, std::move(members), std::move(name), std::make_shared<CommCounters>());
   st->channel_id = 1;  // segment names also carry the world's job_uid
   st->shm = detail::ShmTransport::create(*st);
   state_ = std::move(st);
@@ -108,15 +104,8 @@ std::shared_ptr<CommState> child_state(const CommState& parent, MPI_Comm comm, s
   HZP_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
   HZP_MPI_CHECK(MPI_Comm_rank(comm, &st->rank));
   HZP_MPI_CHECK(MPI_Comm_size(comm, &st->size));
-  st->name = std::move(name);
-  st->config = parent.config;
-  st->world = parent.world;
-  st->world_ranks = std::move(world_ranks);
-  st->nodes.resize(st->world_ranks.size());
-  for (std::size_t i = 0; i < st->world_ranks.size(); ++i)
-    st->nodes[i] = parent.world->node_of_world_rank[static_cast<std::size_t>(st->world_ranks[i])];
-  st->counters = share_counters ? parent.counters : std::make_shared<CommCounters>();
-  st->group_id = st->counters->intern_group(st->name);
+  detail::set_members(*st, parent.world, parent.config, std::move(world_ranks), std::move(name),
+                      share_counters ? parent.counters : std::make_shared<CommCounters>());
   st->channel_id = detail::child_channel_id(parent.channel_id, ordinal, st->world_ranks.front());
   st->shm = detail::ShmTransport::create(*st);  // collective over the child
   return st;
@@ -126,6 +115,8 @@ std::shared_ptr<CommState> child_state(const CommState& parent, MPI_Comm comm, s
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, std::string name, bool share_counters) {
   CommState& st = *state_;
   st.check_usable(CollOp::barrier);
+  HZP_CHECK(!st.phantom, "split '", name, "' of phantom communicator '", st.name, "' (colour ", color, ", key ", key,
+            "): a phantom world has no peers to tell their colours; the caller must use split_by (docs/phantom.md)");
   const std::uint64_t ordinal = ++st.children;  // counted by every member, also those left out
   MPI_Comm comm = MPI_COMM_NULL;
   // MPI_Comm_split has no nonblocking form; it is a setup call, off the hot path.
@@ -146,6 +137,7 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, std::st
 std::unique_ptr<Communicator> MpiCommunicator::duplicate(std::string name, bool share_counters) {
   CommState& st = *state_;
   st.check_usable(CollOp::barrier);
+  if (st.phantom) return phantom_child(st.world_ranks, st.rank, std::move(name), share_counters);
   const std::uint64_t ordinal = ++st.children;
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Request req = MPI_REQUEST_NULL;
@@ -208,7 +200,11 @@ Request launch_unguarded(const std::shared_ptr<CommState>& sp, const CallInfo& i
     model_ptr = &model;
   }
   std::unique_ptr<detail::Operation> op;
-  if (native != nullptr) {
+  if (st.phantom) {
+    // The stand-in data was written by start_X; the bytes are this rank's algorithm's, replayed dry.
+    auto self = dry(st.rank);
+    op = detail::make_phantom_operation(own, detail::replay_bytes(st, *self), self->name());
+  } else if (native != nullptr) {
     auto self = dry(st.rank);
     const auto bytes = detail::replay_bytes(st, *self);
     op = detail::make_native_operation(st, *native, own, std::move(scratch), bytes,
@@ -273,6 +269,10 @@ Request MpiCommunicator::start_all_gather(ConstTensorView in, TensorView out, St
                  : detail::make_ring_all_gather(q, p, o, i, detail::Blocks{n * p, p}, elem);
   };
   const detail::DryFactory dry = [=](int q) { return make(q, nullptr, nullptr); };
+  if (st.phantom) {
+    detail::phantom_all_gather(bytes_of(in), bytes_of(out), shard, st.rank, p);
+    return launch(state_, info, {}, nullptr, dry, true, nullptr);
+  }
   if (st.config.mpi_native) {
     detail::NativeCall nc;
     nc.op = op;
@@ -307,6 +307,10 @@ Request MpiCommunicator::start_reduce_scatter(ConstTensorView in, TensorView out
                  : detail::make_ring_reduce_scatter(q, p, i, o, blocks, red, scratch);
   };
   const detail::DryFactory dry = [=](int q) { return make(q, nullptr, nullptr, nullptr); };
+  if (st.phantom) {
+    detail::phantom_reduce_scatter(bytes_of(in), bytes_of(out), n, red, st.rank, p);
+    return launch(state_, info, {}, nullptr, dry, true, nullptr);
+  }
   if (st.config.mpi_native) {
     detail::NativeCall nc;
     nc.op = op;
@@ -339,6 +343,10 @@ Request MpiCommunicator::start_all_reduce(TensorView buf, ReduceOp rop, StreamRe
                  : detail::make_ring_all_reduce(q, p, b, n, red, scratch);
   };
   const detail::DryFactory dry = [=](int q) { return make(q, nullptr, nullptr); };
+  if (st.phantom) {
+    detail::phantom_all_reduce(bytes_of(buf), n, red, p);
+    return launch(state_, info, {}, nullptr, dry, true, nullptr);
+  }
   if (st.config.mpi_native) {
     detail::NativeCall nc;
     nc.op = op;
@@ -408,6 +416,10 @@ Request MpiCommunicator::start_all_to_allv_impl(CollOp op, ConstTensorView in,
     HZP_CHECK(q == me, "all_to_all(v) can only be replayed for the calling rank");
     return detail::make_pairwise_all_to_allv(q, p, nullptr, *sc, nullptr, *rc, elem, small);
   };
+  if (st.phantom) {
+    detail::phantom_all_to_allv(bytes_of(in), *sc, bytes_of(out), *rc, elem);
+    return launch(state_, info, {}, nullptr, dry, false, nullptr);
+  }
   if (st.config.mpi_native) {
     detail::NativeCall nc;
     nc.op = op;
@@ -432,6 +444,8 @@ Request MpiCommunicator::start_broadcast(TensorView buf, int root, StreamRef s) 
   const int p = st.size;
   const std::size_t bytes = buf.bytes();
   const detail::DryFactory dry = [=](int q) { return detail::make_binomial_broadcast(q, p, root, nullptr, bytes); };
+  // Phantom: buf is left as it is (this rank's data stands for the root's).
+  if (st.phantom) return launch(state_, info, {}, nullptr, dry, true, nullptr);
   if (st.config.mpi_native) {
     detail::NativeCall nc;
     nc.op = op;
@@ -449,6 +463,7 @@ Request MpiCommunicator::start_barrier() {
   const CallInfo info = begin_call(st, CollOp::barrier, DType::u8, 0);
   const int p = st.size;
   const detail::DryFactory dry = [=](int q) { return detail::make_dissemination_barrier(q, p); };
+  if (st.phantom) return launch(state_, info, {}, nullptr, dry, true, nullptr);
   if (st.config.mpi_native) {
     detail::NativeCall nc;
     nc.op = CollOp::barrier;
@@ -480,6 +495,11 @@ Request MpiCommunicator::start_p2p(CollOp op, const std::byte* send_data, std::b
   const detail::DryFactory dry = [=](int) {
     return is_send ? detail::make_send(nullptr, bytes, peer) : detail::make_recv(nullptr, bytes, peer);
   };
+  if (st.phantom) {
+    // A send completes once its modelled time has passed; a receive too, its data zeros (docs/phantom.md).
+    if (!is_send && bytes > 0) std::memset(recv_data, 0, bytes);
+    return launch(state_, info, {}, nullptr, dry, /*model_all_ranks=*/false, nullptr);
+  }
   auto live = is_send ? detail::make_send(send_data, bytes, peer) : detail::make_recv(recv_data, bytes, peer);
   // Only the caller's side is known: the model uses its own message (for a receive, the sender's).
   return launch(state_, info, {}, std::move(live), dry, /*model_all_ranks=*/false, nullptr);

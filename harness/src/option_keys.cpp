@@ -26,6 +26,17 @@ void register_keys(OptionTable& t) {
                    "one machine")
             .non_negative()
             .with_unit("ranks"));
+  t.add(S::integer("topology.phantom_world", 0,
+                   "Phantom peers (docs/phantom.md): W > 0 runs this one process as rank topology.phantom_rank "
+                   "of a W-rank job, with that rank's shards, memory, compute and collective bytes; the other "
+                   "ranks' data is a stand-in and links are modelled for the whole group. Needs one MPI process; "
+                   "topology.world_size must be 0 or W, and ranks_per_node 0 puts all W on one node. 0 = off")
+            .non_negative()
+            .with_unit("ranks"));
+  t.add(S::integer("topology.phantom_rank", 0,
+                   "The rank a phantom run plays, 0..topology.phantom_world-1")
+            .non_negative()
+            .with_unit("rank"));
 
   // ---- collectives: backend, algorithms and how ranks wait (collectives/) ------------------------
   // nccl joins the allowed values with the CUDA backend, unconditionally (refused at run time when not

@@ -37,16 +37,23 @@ MpiSession::~MpiSession() {
   if (owned_) MPI_Finalize();
 }
 
-RunContext RunContext::create(const RunSetup& setup, int ranks_per_node) {
+RunContext RunContext::create(const RunSetup& setup, int ranks_per_node, int phantom_world, int phantom_rank) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  RunContext c{rank, size, coll::discover_topology(MPI_COMM_WORLD, ranks_per_node), nullptr, nullptr, {}};
+  const bool phantom = phantom_world > 0;
+  RunContext c{phantom ? phantom_rank : rank,
+               phantom ? phantom_world : size,
+               phantom ? coll::Topology::virtual_nodes(phantom_world, ranks_per_node > 0 ? ranks_per_node : phantom_world,
+                                                       phantom_rank)
+                       : coll::discover_topology(MPI_COMM_WORLD, ranks_per_node),
+               nullptr, nullptr, {}, rank, phantom};
   // The harness's own traffic: never emulated (it is not the cluster's), counted apart.
   coll::MpiCommConfig hc = setup.comm;
   hc.links.enabled = false;
   hc.mpi_native = false;
-  c.harness = coll::make_mpi_world(c.topology, hc, MPI_COMM_WORLD, "harness");
+  c.harness = phantom ? coll::make_phantom_world(c.topology, hc, c.rank, "harness")
+                      : coll::make_mpi_world(c.topology, hc, MPI_COMM_WORLD, "harness");
   c.control = std::make_unique<ControlChannel>(MPI_COMM_WORLD);
 
   MPI_Comm machine = MPI_COMM_NULL;

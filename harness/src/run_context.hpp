@@ -59,16 +59,19 @@ int affinity_cpus();
 bool set_compute_threads(const RunSetup& setup, int ranks_on_machine);
 
 struct RunContext {
-  int rank = 0;
-  int world_size = 1;
+  int rank = 0;        ///< the run's rank (a phantom run's: topology.phantom_rank)
+  int world_size = 1;  ///< the run's world (a phantom run's: topology.phantom_world)
   coll::Topology topology;
   std::unique_ptr<coll::MpiCommunicator> harness;  ///< "harness": metrics gathers, agreement, the trace
   std::unique_ptr<ControlChannel> control;         ///< failure reports to rank 0
   ThreadSettings threads;
+  int process_rank = 0;  ///< this process's MPI rank: 0 writes the results file
+  bool phantom = false;  ///< a phantom run (docs/phantom.md): harness and world are phantom communicators
 
   /// Collective over MPI_COMM_WORLD. Sets OpenBLAS's threads by openblas_threads_for (docs/environment.md:
-  /// with the ranks filling the cores, more threads only oversubscribe).
-  static RunContext create(const RunSetup& setup, int ranks_per_node);
+  /// with the ranks filling the cores, more threads only oversubscribe). A phantom run (phantom_world > 0, one
+  /// process) plays rank phantom_rank of phantom_world on virtual nodes of ranks_per_node (0: all on one node).
+  static RunContext create(const RunSetup& setup, int ranks_per_node, int phantom_world = 0, int phantom_rank = 0);
 };
 
 /// What the results file records from the start (RunInfo of results_file.hpp).

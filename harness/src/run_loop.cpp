@@ -53,6 +53,7 @@
 #include "hzp/schedulers/scheduler.hpp"
 #include "hzp/schedulers/step/step_driver.hpp"
 #include "metrics.hpp"
+#include "phantom_run.hpp"
 #include "progress.hpp"
 #include "run_checkpoints.hpp"
 #include "results_rows.hpp"
@@ -123,7 +124,7 @@ class Run {
       const workloads::DataSource& source, std::atomic<coll::CommCounters*>& scheduler_counters,
       ResumeSource* resume, RunCheckpoints& checkpoints, const std::atomic<int>& stop_signal)
       : s_(setup), o_(setup.opt), ctx_(ctx), results_(results), progress_(progress), source_(source),
-        scheduler_counters_(scheduler_counters), root_(ctx.rank == 0), resume_(resume), checkpoints_(checkpoints),
+        scheduler_counters_(scheduler_counters), root_(ctx.process_rank == 0), resume_(resume), checkpoints_(checkpoints),
         stop_signal_(stop_signal) {}
 
   ~Run() {
@@ -260,7 +261,8 @@ class Run {
     } else if (s_.uses_world_comm) {
       coll::MpiCommConfig cc = s_.comm;
       cc.links = links_.links;  // the emulator is configured at construction, after calibration
-      auto mpi = coll::make_mpi_world(ctx_.topology, cc, MPI_COMM_WORLD, "world");
+      auto mpi = ctx_.phantom ? coll::make_phantom_world(ctx_.topology, cc, ctx_.rank, "world")
+                              : coll::make_mpi_world(ctx_.topology, cc, MPI_COMM_WORLD, "world");
       mpi_world_ = mpi.get();
       world_ = std::move(mpi);
       scheduler_counters_.store(&world_->counters());
@@ -328,6 +330,13 @@ class Run {
         {"parallel.tp", std::int64_t{s_.dims.tp}},
         {"parallel.ep", std::int64_t{s_.dims.ep}},
     };
+    if (ctx_.phantom) {
+      // docs/phantom.md: one process ran rank phantom.rank of phantom.world_size; its loss is on stand-in data.
+      a.emplace_back("phantom", std::int64_t{1});
+      a.emplace_back("phantom.world_size", std::int64_t{ctx_.world_size});
+      a.emplace_back("phantom.rank", std::int64_t{ctx_.rank});
+      a.emplace_back("loss.comparable", std::int64_t{0});
+    }
     if (mpi_world_) a.emplace_back("collectives.transport_used", std::string(coll::transport_name(mpi_world_->transport())));
     else if (world_) a.emplace_back("collectives.transport_used", std::string("nccl"));
     // Row i of the steps/* and ranks/* series is step first_step + i: a resumed run's file starts at the stored step
@@ -567,6 +576,7 @@ class Run {
     sc.model_state = model_state_;
     sc.spike_window = o_.spike_window;
     sc.spike_threshold = o_.spike_threshold;
+    if (ctx_.phantom) sc.phantom_rank = ctx_.rank;
     const std::string summary = format_summary(records_, sc);
     results_->post(summary_attributes_job());
     const RunStatus status =
@@ -674,15 +684,23 @@ class Run {
 
 int run_main(const RunCliArgs& args, const std::vector<std::string>& argv) {
   MpiSession mpi;
-  const int world = mpi.size();
+  int world = mpi.size();
   const bool root = mpi.rank() == 0;
 
   // ---- 1. configuration -----------------------------------------------------------------------------
   std::optional<ResolvedConfig> cfg;
   std::optional<RunSetup> setup;
+  PhantomSpec phantom;
   try {
     cfg.emplace(resolve_run_config(args, world));
+    // A phantom run (docs/phantom.md) plans for its phantom world: the configuration is resolved again for it.
+    phantom = phantom_spec(*cfg, world);
+    if (phantom.on()) {
+      world = phantom.world;
+      cfg.emplace(resolve_run_config(args, world));
+    }
     setup.emplace(plan_run(*cfg, world, args.dump_tensors));
+    apply_phantom(*setup, phantom, !args.resume.empty());
   } catch (const Error& e) {
     bad_input(e, root);
   }
@@ -721,7 +739,8 @@ int run_main(const RunCliArgs& args, const std::vector<std::string>& argv) {
   }
 
   // ---- 3. context -------------------------------------------------------------------------------------
-  RunContext ctx = RunContext::create(*setup, static_cast<int>(cfg->get_int("topology.ranks_per_node")));
+  RunContext ctx = RunContext::create(*setup, static_cast<int>(cfg->get_int("topology.ranks_per_node")), phantom.world,
+                                      phantom.rank);
 
   // ---- 4. the results file, on rank 0's results thread -----------------------------------------------
   // Only rank 0 names and creates the file. The default name is the time to the second and the

@@ -158,13 +158,16 @@ std::string format_summary(std::span<const StepRecord> steps, const SummaryConte
       reserved = std::max(reserved, s->mean[static_cast<int>(RankField::mem_reserved_bytes)]);
     }
     os << "  memory         peak allocated " << human_bytes(peak) << " (max over ranks), reserved " << human_bytes(reserved)
-       << " (mean over ranks); model state on rank 0: param " << human_bytes(static_cast<double>(ctx.model_state[0]))
+       << " (mean over ranks); model state on rank " << std::max(ctx.phantom_rank, 0) << ": param " << human_bytes(static_cast<double>(ctx.model_state[0]))
        << ", grad " << human_bytes(static_cast<double>(ctx.model_state[1])) << ", master "
        << human_bytes(static_cast<double>(ctx.model_state[2])) << ", m " << human_bytes(static_cast<double>(ctx.model_state[3]))
        << ", v " << human_bytes(static_cast<double>(ctx.model_state[4])) << "\n";
   }
   if (!steps.empty()) {
     os << "  loss           first " << fmt("%.5g", steps.front().loss) << ", last " << fmt("%.5g", steps.back().loss);
+    if (ctx.phantom_rank >= 0)
+      os << " (phantom: rank " << ctx.phantom_rank << " of " << ctx.world_size
+         << " on stand-in data, not comparable with a real run)";
     if (!std::isfinite(steps.back().loss)) {
       for (auto it = steps.rbegin(); it != steps.rend(); ++it)
         if (std::isfinite(it->loss)) {

@@ -72,9 +72,10 @@ struct SummaryContext {
   std::string peak_text;           ///< "61.2 GFLOP/s per rank (measured: sgemm 512x512x256, 1 thread)"
   bool active_only = false;        ///< the model FLOPs count only each token's active parameters (MoE)
   double loss_floor = -1;          ///< the synthetic source's floor (nats/token), < 0 when unknown
-  std::array<std::int64_t, 5> model_state{};  ///< rank 0's param, grad, master, m, v bytes
+  std::array<std::int64_t, 5> model_state{};  ///< rank 0's (a phantom run's: its rank's) param, grad, master, m, v bytes
   std::int64_t spike_window = 20;
   double spike_threshold = 4;
+  int phantom_rank = -1;           ///< >= 0: a phantom run of this rank (docs/phantom.md); its loss is not comparable
 };
 
 /// The multi-line summary rank 0 prints at the end.

@@ -234,17 +234,21 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
   world_ = &groups.data_context();
   stages_ = groups.pipeline();
   const int r = world_->rank(), w = world_->size();
-  auto split = [&](GroupSlot s, const char* name) { return world_->split(s.color, s.key, name); };
-  z3_comm_ = split(g_.z3_group(r), "z3");
-  z2_comm_ = split(g_.z2_group(r), "z2");
+  // Slots as functions of any rank, so that a phantom world (docs/phantom.md) can build the groups too.
+  const NestedGroups& g = g_;
+  auto split = [&](GroupSlot (NestedGroups::*slot)(int) const noexcept, const char* name) {
+    return world_->split_by([&g, slot](int q) { return (g.*slot)(q); }, name);
+  };
+  z3_comm_ = split(&NestedGroups::z3_group, "z3");
+  z2_comm_ = split(&NestedGroups::z2_group, "z2");
   // The norm's group: z1's ranks, and with pipeline stages the same place on every stage (whose slices together
   // hold the model once; each stage counts only the units it runs, so the tied table's second copy is left out).
   const int stage = groups.pipeline() ? groups.pipeline()->rank() : 0;
   z1_comm_ = groups.dims().pp > 1 ? groups.world().split(g_.z1_group(r).color, stage * g_.z1() + g_.z1_group(r).key, "z1")
-                                  : split(g_.z1_group(r), "z1");
-  replica_comm_ = split(g_.replica_group(r), "replica");
-  opt_replica_comm_ = split(g_.opt_replica_group(r), "opt_replica");
-  refresh_comm_ = split(g_.refresh_group(r), "refresh");
+                                  : split(&NestedGroups::z1_group, "z1");
+  replica_comm_ = split(&NestedGroups::replica_group, "replica");
+  opt_replica_comm_ = split(&NestedGroups::opt_replica_group, "opt_replica");
+  refresh_comm_ = split(&NestedGroups::refresh_group, "refresh");
   // The step's scalars (the loss, the fixed-point losses) over the ranks with distinct micro-batches: the
   // driver has already summed each micro-batch's loss shares over cp.
   scalars_comm_ = groups.data_parallel().duplicate("scalars");

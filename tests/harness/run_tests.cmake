@@ -156,6 +156,22 @@ hzp_add_cli_test(NAME validate_nd_cp ARGS validate --set model.preset=tiny --set
 hzp_add_cli_test(NAME validate_bad_output_exists ARGS validate --out ${CMAKE_CURRENT_SOURCE_DIR}/topology_8x2.toml
                  RC 2 MATCH "already exists")
 
+# Phantom peers' bad input (docs/phantom.md): the key, its value and the fix, exit 2 before anything runs.
+hzp_add_cli_test(NAME phantom_world_size_mismatch ARGS run --set model.preset=tiny --set topology.phantom_world=4
+                 --set topology.world_size=8 RC 2
+                 MATCH "topology\\.phantom_world = 4 but topology\\.world_size = 8.*Fix: topology\\.world_size = 4 or 0")
+hzp_add_cli_test(NAME phantom_rank_out_of_range ARGS run --set model.preset=tiny --set topology.phantom_world=4
+                 --set topology.phantom_rank=4 RC 2
+                 MATCH "topology\\.phantom_rank = 4 is outside the phantom world's ranks 0\\.\\.3.*Fix: a rank in 0\\.\\.3")
+hzp_add_cli_test(NAME phantom_rank_without_world ARGS run --set model.preset=tiny --set topology.phantom_rank=2 RC 2
+                 MATCH "topology\\.phantom_rank = 2 with topology\\.phantom_world = 0.*Fix:")
+hzp_add_cli_test(NAME phantom_refuses_pipeline ARGS run --set model.preset=tiny --set topology.phantom_world=4
+                 --set scheduler.name=nd --set scheduler.pp=2 RC 2
+                 MATCH "topology\\.phantom_world = 4 with scheduler\\.pp = 2.*Fix: scheduler\\.pp = 1")
+hzp_add_cli_test(NAME phantom_refuses_cuda ARGS run --set model.preset=tiny --set topology.phantom_world=4
+                 --set backend=cuda --set scheduler.name=zero3 RC 2
+                 MATCH "backend = cuda.*(phantom peers run on the CPU backend only|built without CUDA).*Fix:")
+
 # --- end to end, read back with h5py (the PATH python3, as for results_killed_writer above)
 if(Python3_Interpreter_FOUND)
   # hzp_add_e2e_tests(SCRIPT <python script> SPECS "name|scenario|ranks|timeout" ...): one CTest per spec,
@@ -195,6 +211,19 @@ if(Python3_Interpreter_FOUND)
     "run_e2e_stall_np2|stall|2|90"
     "run_e2e_stall_asynchzp_np4|stall_asynchzp|4|150"
     "run_e2e_killed|killed|1|180")
+  # Phantom peers (phantom_run_test.py, docs/phantom.md): one process as rank r of W. exact_*: bytes per op and level
+  # and model state equal rank r's of the real 4-rank run (ranks 0 and 3); scale: W = 64 on `small` reads back
+  # phantom; links: the emulated links hold a phantom rank's calls.
+  hzp_add_e2e_tests(SCRIPT phantom_run_test.py SPECS
+    "phantom_exact_zero3_np4|exact_zero3|4|240"
+    "phantom_exact_hsdp_np4|exact_hsdp|4|240"
+    "phantom_exact_asynchzp_np4|exact_asynchzp|4|240"
+    "phantom_exact_asynchzp_inline_np4|exact_asynchzp_inline|4|240"
+    "phantom_exact_nd_tp2_np4|exact_nd_tp2|4|240"
+    "phantom_exact_nd_cp2_np4|exact_nd_cp2|4|240"
+    "phantom_exact_asynchzp_cp2_np4|exact_asynchzp_cp2|4|240"
+    "phantom_scale_w64|scale|1|300"
+    "phantom_links|links|1|240")
   # Nothing lost (results_durability_test.py): --force on a live file, a failing --force run, a full disk, a
   # file replaced under the run, SIGTERM/SIGINT, a cut file, default names of simultaneous runs.
   hzp_add_e2e_tests(SCRIPT results_durability_test.py SPECS

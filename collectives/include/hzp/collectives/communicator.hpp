@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -31,6 +32,16 @@
 namespace hzp::coll {
 
 class CommCounters;
+
+/// A rank's place in a split: ranks with equal `color` form a group, ordered by `key`; color < 0 = no group.
+struct GroupSlot {
+  int color = 0;
+  int key = 0;
+};
+
+/// The slot of every rank of a parent communicator, as a function of the parent rank (the world rank when the
+/// parent is the world). Pure: it may be evaluated for any rank, in any order (docs/phantom.md).
+using SlotOf = std::function<GroupSlot(int parent_rank)>;
 
 /// An in-flight operation. Move-only; destroying an unfinished request waits for it (a destructor
 /// cannot throw, so errors there are logged), because the buffers it names must outlive the transfer.
@@ -139,6 +150,13 @@ class Communicator {
                                               bool share_counters = true) = 0;
   /// Collective: same group, independent message space (for a background thread).
   virtual std::unique_ptr<Communicator> duplicate(std::string name, bool share_counters = true) = 0;
+  /// split() given every rank's slot, not only this one's: a real communicator evaluates slot_of(rank()) and
+  /// splits (the same collective, the same result); a phantom one (docs/phantom.md), which has no peers to ask,
+  /// evaluates it for every parent rank to learn its new group's members. Collective like split().
+  virtual std::unique_ptr<Communicator> split_by(const SlotOf& slot_of, std::string name, bool share_counters = true) {
+    const GroupSlot s = slot_of(rank());
+    return split(s.color, s.key, std::move(name), share_counters);
+  }
 };
 
 }  // namespace hzp::coll

@@ -72,6 +72,9 @@ class LinkEmulator {
   /// ranks cannot share memory (its ranks are on different machines).
   LinkEmulator(const LinkEmulationConfig& config, std::span<const int> node_of_world_rank,
                int world_rank, MPI_Comm world);
+  /// One process alone (a phantom world, docs/phantom.md): the node interface's clock lives in this process, since
+  /// no other process shares the node. No MPI call.
+  explicit LinkEmulator(const LinkEmulationConfig& config);
   ~LinkEmulator();
   LinkEmulator(const LinkEmulator&) = delete;
   LinkEmulator& operator=(const LinkEmulator&) = delete;
@@ -101,6 +104,7 @@ class LinkEmulator {
   LinkEmulationConfig config_;
   std::atomic<std::int64_t> intra_busy_ns_{0};
   std::atomic<std::int64_t>* nic_busy_ns_ = nullptr;  // in the node's shared-memory segment
+  std::atomic<std::int64_t> local_nic_busy_ns_{0};  // the node clock of a phantom world
   void* shm_ = nullptr;
   std::size_t shm_bytes_ = 0;
 };

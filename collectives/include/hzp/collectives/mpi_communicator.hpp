@@ -110,8 +110,14 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key, std::string name, bool share_counters = true) override;
   /// Collective (MPI_Comm_idup): same group and nodes, its own message space.
   std::unique_ptr<Communicator> duplicate(std::string name, bool share_counters = true) override;
+  /// Real: split(slot_of(rank())). Phantom: the members are the parent ranks whose slot has this rank's colour,
+  /// in key order (ties by parent rank, as MPI_Comm_split orders them); no MPI call.
+  std::unique_ptr<Communicator> split_by(const SlotOf& slot_of, std::string name, bool share_counters = true) override;
 
   static constexpr int kMaxUserTag = 4095;
+
+  /// True for a communicator of a phantom world (make_phantom_world).
+  bool phantom() const noexcept;
 
   // --- introspection (tests, the harness) ---------------------------------------------------------
   const MpiCommConfig& config() const noexcept;
@@ -136,6 +142,10 @@ class MpiCommunicator final : public Communicator {
 
  private:
   explicit MpiCommunicator(std::shared_ptr<detail::CommState> state);
+  friend std::unique_ptr<MpiCommunicator> make_phantom_world(const Topology&, const MpiCommConfig&, int, std::string);
+  // A phantom child (split_by, duplicate): members given by their world ranks, this rank at position `rank`.
+  std::unique_ptr<Communicator> phantom_child(std::vector<int> world_ranks, int rank, std::string name,
+                                              bool share_counters);
   Request start_all_to_allv_impl(CollOp op, ConstTensorView in, std::span<const std::int64_t> send_counts,
                                  TensorView out, std::span<const std::int64_t> recv_counts, StreamRef s);
   Request start_p2p(CollOp op, const std::byte* send_data, std::byte* recv_data, ConstTensorView buf, int peer,
@@ -145,6 +155,13 @@ class MpiCommunicator final : public Communicator {
 
 /// The usual way to build the world: `topology` from discover_topology(world, ranks_per_node)
 /// (topology_mpi.hpp) or Topology::virtual_nodes. Collective over `world`.
+/// A phantom world (docs/phantom.md): this process plays rank `rank` of the topology's W ranks, alone. Every call
+/// runs this rank's algorithm dry (its bytes per level counted exactly as a real run's), does a local stand-in for
+/// the data (src/phantom.hpp), and with links.emulate is held for the link model's time of
+/// the whole group. No MPI call, ever; split() (one colour, no peers to ask) throws: use split_by().
+std::unique_ptr<MpiCommunicator> make_phantom_world(const Topology& topology, const MpiCommConfig& config, int rank,
+                                                    std::string name = "world");
+
 std::unique_ptr<MpiCommunicator> make_mpi_world(const Topology& topology, const MpiCommConfig& config,
                                                 MPI_Comm world = MPI_COMM_WORLD, std::string name = "world");
 

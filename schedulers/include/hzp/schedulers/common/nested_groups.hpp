@@ -16,11 +16,8 @@
 
 namespace hzp::schedulers {
 
-/// A group a rank belongs to: ranks with equal `color` form it, ordered by `key` (Communicator::split).
-struct GroupSlot {
-  int color = 0;
-  int key = 0;
-};
+/// A group a rank belongs to: ranks with equal `color` form it, ordered by `key` (Communicator::split_by).
+using coll::GroupSlot;
 
 /// For world rank r, with f2 = z2/z3, f1 = z1/z2, R = W/z2, Q = W/z1 and r = d·z1 + c·z2 + a·z3 + b:
 ///   parameter shard  b                   (of z3 per unit)

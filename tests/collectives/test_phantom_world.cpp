@@ -1,0 +1,93 @@
+// Phantom worlds (docs/phantom.md): groups built by split_by without peers, the stand-in data of each collective,
+// and the bytes per level recorded, against formulas computed here (docs/collectives.md, "Bytes per level").
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "hzp/collectives/counters.hpp"
+#include "hzp/collectives/mesh.hpp"
+#include "hzp/collectives/mesh_comm.hpp"
+#include "hzp/collectives/mpi_communicator.hpp"
+#include "hzp/collectives/topology.hpp"
+
+namespace hzp::coll {
+namespace {
+
+MpiCommConfig ring_only() {
+  MpiCommConfig c;
+  c.small_message_bytes = 0;  // always the ring: the byte formulas below are the ring's
+  return c;
+}
+
+TEST(PhantomWorld, SplitByFindsTheMembersOfEveryRanksGroup) {
+  // W = 8, nodes of 2; rank 5 in the strided groups {r : r mod 4 = c}, ordered by r / 4 reversed.
+  const Topology topo = Topology::virtual_nodes(8, 2, 5);
+  auto world = make_phantom_world(topo, ring_only(), 5);
+  EXPECT_TRUE(world->phantom());
+  EXPECT_EQ(world->rank(), 5);
+  EXPECT_EQ(world->size(), 8);
+  auto g = world->split_by([](int r) { return GroupSlot{r % 4, -(r / 4)}; }, "strided");
+  ASSERT_NE(g, nullptr);
+  auto* m = dynamic_cast<MpiCommunicator*>(g.get());
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(g->size(), 2);
+  EXPECT_EQ(g->rank(), 0);  // key -1 sorts before rank 1's key 0
+  EXPECT_EQ(m->world_rank_of(0), 5);
+  EXPECT_EQ(m->world_rank_of(1), 1);
+  EXPECT_EQ(m->level_to(1), LinkLevel::inter);
+  // A split of the split, and a rank left out.
+  auto alone = g->split_by([](int r) { return GroupSlot{r, 0}; }, "alone");
+  ASSERT_NE(alone, nullptr);
+  EXPECT_EQ(alone->size(), 1);
+  EXPECT_EQ(world->split_by([](int r) { return GroupSlot{r == 5 ? -1 : 0, 0}; }, "none"), nullptr);
+  // split() cannot learn the other colours: refused, naming split_by.
+  EXPECT_THROW(world->split(0, 0, "x"), Error);
+}
+
+TEST(PhantomWorld, MeshGroupsEqualTheMeshs) {
+  const Topology topo = Topology::virtual_nodes(8, 2, 6);
+  auto world = make_phantom_world(topo, ring_only(), 6);
+  const RankMesh mesh(topo, {{"replica", 2}, {"shard", 4}});
+  for (const char* axis : {"replica", "shard"}) {
+    auto c = split_axis(*world, mesh, axis);
+    auto* m = dynamic_cast<MpiCommunicator*>(c.get());
+    const std::vector<int> want = mesh.group(axis, 6);
+    ASSERT_EQ(c->size(), static_cast<int>(want.size())) << axis;
+    EXPECT_EQ(c->rank(), mesh.position(axis, 6)) << axis;
+    for (int p = 0; p < c->size(); ++p) EXPECT_EQ(m->world_rank_of(p), want[static_cast<std::size_t>(p)]) << axis;
+  }
+}
+
+TEST(PhantomWorld, StandInDataAndRingBytes) {
+  // Group of 4 over two nodes of 2; rank 3.
+  const Topology topo = Topology::virtual_nodes(4, 2, 3);
+  auto world = make_phantom_world(topo, ring_only(), 3);
+  const std::int64_t n = 1000;
+  std::vector<float> in(n), out(4 * n, -1.f);
+  std::iota(in.begin(), in.end(), 1.f);
+  const auto before = world->counters().snapshot();
+  world->all_gather(ConstTensorView(in.data(), Shape{n}, DType::f32), TensorView(out.data(), Shape{4 * n}, DType::f32),
+                    StreamRef::host());
+  for (int q = 0; q < 4; ++q)
+    for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(out[static_cast<std::size_t>(q * n + i)], in[static_cast<std::size_t>(i)]);
+  std::vector<float> rs(n);
+  world->reduce_scatter(ConstTensorView(out.data(), Shape{4 * n}, DType::f32), TensorView(rs.data(), Shape{n}, DType::f32),
+                        ReduceOp::sum, StreamRef::host());
+  for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(rs[static_cast<std::size_t>(i)], 4 * in[static_cast<std::size_t>(i)]);
+  std::vector<float> buf(in);
+  world->all_reduce(TensorView(buf.data(), Shape{n}, DType::f32), ReduceOp::max, StreamRef::host());
+  EXPECT_EQ(buf, in);
+  const auto d = world->counters().delta(before);
+  // Ring: rank 3 sends to rank 0, on the other node: everything inter-node.
+  EXPECT_EQ(d.level(CollOp::all_gather, LinkLevel::inter).bytes, 3u * n * 4);
+  EXPECT_EQ(d.level(CollOp::all_gather, LinkLevel::intra).bytes, 0u);
+  EXPECT_EQ(d.level(CollOp::reduce_scatter, LinkLevel::inter).bytes, 3u * n * 4);  // fp32: e = e_acc
+  for (const CallRecord& r : d.records) {
+    EXPECT_TRUE(r.bytes_modelled);
+    EXPECT_EQ(r.algorithm, "phantom(model: ring)");
+  }
+}
+
+}  // namespace
+}  // namespace hzp::coll

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Phantom peers (docs/phantom.md): one process runs rank r of a W-rank job.
+
+Scenarios (one CTest each, see run_tests.cmake):
+  exact_<layout>  zero3, hsdp, asynchzp (z1=4, z2=z3=2, async and inline), nd tp2 and cp2, asynchzp cp2 on `tiny`, W = 4 in two virtual nodes of 2,
+                  2 steps: the real 4-rank run (mpiexec -n 4) against phantom runs of ranks 0 and 3. Per step, op
+                  and link level, the phantom's bytes equal the real run's column of that rank, and its model-state
+                  bytes per component (memory/model_state_bytes) equal that rank's row. Every phantom column is
+                  its own rank's (the stand-in gathers copy it), so all are compared.
+  scale           `small` zero3 at W = 64 (8 ranks a node), rank 37: completes, reads back phantom (attributes
+                  phantom, phantom.world_size, phantom.rank, loss.comparable = 0, [step, 64] series), finite loss;
+                  the summary line says the loss is not comparable.
+  links           tiny zero3 at W = 4, rank 0, with links emulated at 0.02 GB/s between nodes: each step lasts at
+                  least this rank's inter-node bytes over the bandwidth (rank 0 leads its node's interface in every
+                  group, so its calls hold it one after another), and far longer than without emulation.
+usage: phantom_run_test.py SCENARIO --hzpbench PATH --mpiexec PATH --ranks N --workdir DIR
+"""
+import argparse
+import os
+import subprocess
+import sys
+
+try:
+    import h5py
+    import numpy as np
+except ImportError as e:  # a skip, not a pass
+    print(f"SKIP: {e}; run scripts/bootstrap to install h5py and numpy")
+    sys.exit(77)
+
+LAYOUTS = {
+    "zero3": ["scheduler.name=zero3"],
+    "hsdp": ["scheduler.name=hsdp", "scheduler.group_size=2"],
+    "asynchzp": ["scheduler.name=asynchzp", "scheduler.z1=4", "scheduler.z2=2", "scheduler.z3=2"],
+    "asynchzp_inline": ["scheduler.name=asynchzp", "scheduler.z1=4", "scheduler.z2=2", "scheduler.z3=2",
+                        "scheduler.async=false"],
+    "nd_tp2": ["scheduler.name=nd", "scheduler.tp=2"],
+    "nd_cp2": ["scheduler.name=nd", "scheduler.cp=2"],
+    "asynchzp_cp2": ["scheduler.name=asynchzp", "scheduler.cp=2", "scheduler.z1=4", "scheduler.z2=2", "scheduler.z3=2"],
+}
+# Links off where only bytes are compared: the presets emulate links scaled to this machine's compute rate, slow here.
+TINY = ["model.preset=tiny", "train.steps=2", "harness.warmup_steps=0", "links.emulate=false",
+        "topology.ranks_per_node=2"]
+
+
+def sets(pairs):
+    out = []
+    for p in pairs:
+        out += ["--set", p]
+    return out
+
+
+def run(cmd, what):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    if p.returncode != 0:
+        sys.exit(f"FAIL: {what} exited {p.returncode}:\n{p.stdout[-4000:]}")
+    return p.stdout
+
+
+def comm_bytes(f):
+    """{(op, level): array [step, rank]} of comm/*/*/bytes."""
+    return {(op, lv): np.asarray(f["comm"][op][lv]["bytes"][...], dtype=np.int64)
+            for op in f["comm"] for lv in f["comm"][op]}
+
+
+def exact(a, layout):
+    real = os.path.join(a.workdir, "real.h5")
+    cfg = TINY + LAYOUTS[layout]
+    run([a.mpiexec, "-n", "4", a.hzpbench, "run", *sets(cfg), "--out", real, "--force"], "the real 4-rank run")
+    with h5py.File(real, "r", locking=False) as f:
+        rb, rs = comm_bytes(f), f["memory/model_state_bytes"][...]
+        assert "phantom" not in f.attrs, "a real run's file says phantom"
+    failures = []
+    for r in (0, 3):
+        ph = os.path.join(a.workdir, f"phantom{r}.h5")
+        run([a.hzpbench, "run", *sets(cfg + ["topology.phantom_world=4", f"topology.phantom_rank={r}"]), "--out", ph,
+             "--force"], f"the phantom run of rank {r}")
+        with h5py.File(ph, "r", locking=False) as f:
+            assert int(f.attrs["phantom"]) == 1 and int(f.attrs["phantom.world_size"]) == 4
+            assert int(f.attrs["phantom.rank"]) == r and int(f.attrs["loss.comparable"]) == 0
+            pb, ps = comm_bytes(f), f["memory/model_state_bytes"][...]
+        keys = {k for k in set(rb) | set(pb) if (k in rb and rb[k][:, r].any()) or (k in pb and pb[k].any())}
+        if not keys:
+            failures.append(f"rank {r}: no bytes recorded at all")
+        for k in sorted(keys):
+            want = rb[k][:, r] if k in rb else None
+            for col in range(4):
+                got = pb[k][:, col] if k in pb else None
+                if want is None or got is None or not np.array_equal(want, got):
+                    failures.append(f"rank {r}, {k[0]}/{k[1]}: real {None if want is None else want.tolist()}, "
+                                    f"phantom column {col} {None if got is None else got.tolist()}")
+                    break
+        for row in range(4):
+            if not np.array_equal(ps[row], rs[r]):
+                failures.append(f"rank {r}: model state real {rs[r].tolist()}, phantom row {row} {ps[row].tolist()}")
+                break
+        print(f"{layout} rank {r}: {len(keys)} op/level series and the model state compared")
+    if failures:
+        sys.exit("FAIL:\n" + "\n".join(failures))
+
+
+def scale(a):
+    out = os.path.join(a.workdir, "w64.h5")
+    text = run([a.hzpbench, "run", *sets(["model.preset=small", "train.steps=2", "harness.warmup_steps=0",
+                                          "scheduler.name=zero3", "topology.ranks_per_node=8", "links.emulate=false",
+                                          "topology.phantom_world=64", "topology.phantom_rank=37",
+                                          "train.global_batch=64", "train.micro_batch_size=1"]),
+                "--out", out, "--force"], "the W = 64 phantom run")
+    with h5py.File(out, "r", locking=False) as f:
+        at = f.attrs
+        assert at["status"] == "ok" if isinstance(at["status"], str) else at["status"].decode() == "ok", at["status"]
+        assert int(at["phantom"]) == 1 and int(at["phantom.world_size"]) == 64 and int(at["phantom.rank"]) == 37
+        assert int(at["loss.comparable"]) == 0 and int(at["world_size"]) == 64
+        assert f["ranks/step_time_s"].shape == (2, 64), f["ranks/step_time_s"].shape
+        loss = f["steps/loss"][...]
+        assert np.isfinite(loss).all(), loss
+    assert "not comparable" in text, text[-2000:]
+    print(f"W = 64 rank 37: ok, loss {loss.tolist()}")
+
+
+def links(a):
+    common = TINY + ["scheduler.name=zero3", "train.steps=3",
+                          "topology.phantom_world=4", "topology.phantom_rank=0"]
+    slow = ["links.emulate=true", "links.profile=none", "links.comm_to_compute=0", "links.inter.bandwidth_gbps=0.02",
+            "links.inter.latency_us=0", "links.intra.bandwidth_gbps=1000", "links.intra.latency_us=0"]
+    times = {}
+    for name, extra in (("off", []), ("on", slow)):
+        out = os.path.join(a.workdir, f"links_{name}.h5")
+        run([a.hzpbench, "run", *sets(common + extra), "--out", out, "--force"], f"the phantom run, links {name}")
+        with h5py.File(out, "r", locking=False) as f:
+            step = f["ranks/step_time_s"][...][:, 0]
+            inter = sum(f["comm"][op]["inter"]["bytes"][...][:, 0] for op in f["comm"] if "inter" in f["comm"][op])
+            times[name] = (step, inter)
+    step, inter = times["on"]
+    bound = inter / 0.02e9
+    print(f"links on: step {step.tolist()} s, inter-node bytes {inter.tolist()}, bound {bound.tolist()} s; "
+          f"off: {times['off'][0].tolist()} s")
+    assert inter.min() > 0, "no inter-node bytes"
+    assert (step >= 0.95 * bound).all(), "a step shorter than its inter-node bytes over the bandwidth"
+    assert step.min() > times["off"][0].max(), "emulation did not hold the calls"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("scenario")
+    ap.add_argument("--hzpbench", required=True)
+    ap.add_argument("--mpiexec", default="mpiexec")
+    ap.add_argument("--ranks", type=int, default=1)
+    ap.add_argument("--workdir", required=True)
+    a = ap.parse_args()
+    os.makedirs(a.workdir, exist_ok=True)
+    if a.scenario.startswith("exact_"):
+        exact(a, a.scenario[len("exact_"):])
+    elif a.scenario == "scale":
+        scale(a)
+    elif a.scenario == "links":
+        links(a)
+    else:
+        sys.exit(f"unknown scenario {a.scenario}")
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
