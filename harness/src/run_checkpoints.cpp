@@ -8,7 +8,6 @@
 #include <system_error>
 
 #include "hzp/core/error.hpp"
-#include "hzp/schedulers/common/expert_data_parallel.hpp"
 
 namespace hzp::harness {
 
@@ -16,14 +15,6 @@ std::string checkpoint_unsupported(const RunSetup& s) {
   if (s.opt.collective_only)
     return "debug.collective_only = true: the stand-in scheduler has no training state. Fix: debug.collective_only "
            "= false";
-  // nd's distributed optimizer with expert pieces or tp row shares (nd_expert_optimizer.cpp): two shard layouts,
-  // which checkpoints do not describe yet.
-  const bool shares = s.sched.tp > 1 && !schedulers::tp_share_ranges(s.model->tensor_parallel_layout(s.sched.tp, 0)).empty();
-  if (s.opt.scheduler == "nd" && s.sched.distributed_optimizer && (s.sched.ep > 1 || shares))
-    return "scheduler.distributed_optimizer = true at scheduler.ep = " + std::to_string(s.sched.ep) +
-           ", scheduler.tp = " + std::to_string(s.sched.tp) + " (" + (s.sched.ep > 1 ? "expert pieces" : "an MoE "
-           "model's tp row shares") + "): the expert optimizer's two shard layouts are not checkpointed yet. Fix: "
-           "scheduler.distributed_optimizer = false";
   return {};
 }
 

@@ -6,7 +6,9 @@
 // updated slices are all-gathered back over the same groups. zero1's engine (zero_scheduler.cpp) keeps the one
 // layout of the dense model; this one packs each part into its own padded buffer around the collectives (a
 // transient copy of one part's gradient or parameters, tag comm; Megatron lays its buffers out that way from the
-// start). fp32 and bf16-mixed; deterministic mode and checkpoints are refused, one message each.
+// start). fp32 and bf16-mixed, checkpointed in the whole model's order like every layout; deterministic mode is
+// refused by name.
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -15,11 +17,13 @@
 #include "hzp/core/cuda_backing.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/cast.hpp"
+#include "hzp/schedulers/common/checkpoint_state.hpp"
 #include "hzp/schedulers/common/distinct_norm.hpp"
 #include "hzp/schedulers/common/engine_memory.hpp"
 #include "hzp/schedulers/common/expert_data_parallel.hpp"
 #include "hzp/schedulers/common/expert_shard_layout.hpp"
 #include "hzp/schedulers/common/gather_scatter.hpp"
+#include "hzp/schedulers/common/model_runs.hpp"
 #include "hzp/schedulers/common/shared_stage_grads.hpp"
 #include "hzp/schedulers/common/sharded_optimizer.hpp"
 #include "hzp/schedulers/common/state_dump.hpp"
@@ -50,13 +54,7 @@ class ExpertOptimizerScheduler final : public DataParallelScheduler, private Par
     visit_gathered_state(*this, model_->layout(), train_.precision, groups_->rank() == 0, tpx_->debug(), visitor,
                          expert_->debug());
   }
-  void checkpoint(StateArchive&) override {
-    HZP_THROW(ConfigError, "scheduler nd: checkpoints of the distributed optimizer with expert pieces or "
-              "tensor-parallel gradient shares (scheduler.ep = ", groups_->dims().ep, ", scheduler.tp = ",
-              groups_->dims().tp, ", scheduler.distributed_optimizer = true) are not implemented yet (two shard "
-              "layouts: dense over data × context, experts over their expert-data group). Fix: "
-              "scheduler.distributed_optimizer = false, or run without checkpoints");
-  }
+  void checkpoint(StateArchive& archive) override;
 
  private:
   TensorView flat(const Allocation& a, DType t) const { return view_at(a, t, 0, n_, alloc_->device()); }
@@ -193,6 +191,31 @@ ExpertOptimizerScheduler::ExpertOptimizerScheduler(const SchedulerArgs& args) {
                                          groups_->data_parallel().size(),
                                          step_pipeline(args.options, *groups_, layout.num_units()), groups_->context(),
                                          stream_);
+}
+
+// This rank's slice as flat runs mapped to the whole model's order (model_runs.hpp). Every slice element is this
+// rank's alone over data × context (dense slices over it, expert slices over the expert-data group, the ep ranks'
+// experts distinct), so each rank writes its own: over tp, pieces everywhere and whole tensors (experts included) on
+// tp rank 0; a table held for another stage's unit where it runs. On load every rank reads its runs, then the
+// parameters are gathered from the restored slices as after construction.
+void ExpertOptimizerScheduler::checkpoint(StateArchive& archive) {
+  std::vector<StateArchive::Run> runs;
+  for (const ExpertShardLayout::SliceRun& r : mine_) runs.push_back({r.flat, r.local, r.count});
+  // In the model's order, as the archive packs and writes them (the slice holds the dense part first).
+  std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.global < b.global; });
+  const int tp_rank = tpx_->rank();
+  const TensorWriter writes =
+      archive.loading() ? TensorWriter([](const auto&, const auto&) { return true; })
+                        : TensorWriter([tp_rank](const workloads::Unit& unit, const workloads::ParamTensor& t) {
+                            const bool tp_piece = t.shard.sharded() && t.shard.group != "ep";
+                            return unit.runs && (tp_piece || tp_rank == 0);
+                          });
+  opt_->checkpoint(archive, model_runs(model_->layout(), runs, writes), true);
+  if (archive.loading()) {
+    gather_params();
+    driver_->resume_at(archive.next_step());
+  }
+  checkpoint_side_state(archive, *model_, nullptr, groups_->pipeline());
 }
 
 void ExpertOptimizerScheduler::gather_params() {

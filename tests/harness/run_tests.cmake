@@ -97,11 +97,6 @@ hzp_add_cli_test(NAME validate_checkpoint_asynchzp_pp ARGS validate --set model.
 hzp_add_cli_test(NAME validate_bad_checkpoint_collective_only ARGS validate --set model.preset=tiny
   --set topology.world_size=2 --set debug.collective_only=true --set output.checkpoint_every=5 RC 2
   MATCH "output\\.checkpoint_every = 5 with debug\\.collective_only = true: the stand-in scheduler has no training state\\. Fix: debug\\.collective_only = false, or output\\.checkpoint_every = 0")
-# nd's distributed optimizer with expert pieces: its two shard layouts are not checkpointed yet.
-hzp_add_cli_test(NAME validate_bad_checkpoint_expert_optimizer ARGS validate --set model.preset=tiny-moe
-  --set topology.world_size=2 --set scheduler.name=nd --set scheduler.ep=2 --set scheduler.distributed_optimizer=true
-  --set output.checkpoint_every=1 RC 2
-  MATCH "output\\.checkpoint_every = 1 with scheduler\\.distributed_optimizer = true at scheduler\\.ep = 2, scheduler\\.tp = 1 \\(expert pieces\\): the expert optimizer's two shard layouts are not checkpointed yet\\. Fix: scheduler\\.distributed_optimizer = false")
 # A checkpoint on the signal only (what a sweep asks of every task) is off, with a note, where it cannot be written.
 hzp_add_cli_test(NAME validate_checkpoint_on_signal_off_note ARGS validate --set model.preset=tiny
   --set topology.world_size=2 --set debug.collective_only=true --set output.checkpoint_on_signal=true
