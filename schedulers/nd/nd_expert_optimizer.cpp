@@ -111,11 +111,7 @@ ExpertOptimizerScheduler::ExpertOptimizerScheduler(const SchedulerArgs& args) {
   stream_ = args.stream;
   pdt_ = workloads::param_dtype(train_.precision);
   groups_ = &scheduler_groups("nd", args, own_groups_);
-  if (train_.deterministic)
-    HZP_THROW(ConfigError, "scheduler nd: train.deterministic = true with scheduler.distributed_optimizer = true and "
-              "expert pieces or tensor-parallel gradient shares (scheduler.ep = ", groups_->dims().ep,
-              ", scheduler.tp = ", groups_->dims().tp, ") is not implemented. Fix: train.deterministic = false, or "
-              "scheduler.distributed_optimizer = false");
+  check_expert_optimizer(train_, groups_->dims());
   check_tensor_parallel_model("nd", *groups_, *model_);
   check_context_parallel_model("nd", *groups_, *model_);
   const workloads::ParamLayout& layout = model_->layout();
@@ -306,6 +302,14 @@ ReplicaDigests ExpertOptimizerScheduler::replicated_state() const {
 }
 
 }  // namespace
+
+void check_expert_optimizer(const workloads::TrainConfig& train, const ParallelDims& dims) {
+  if (train.deterministic)
+    HZP_THROW(ConfigError, "scheduler nd: train.deterministic = true with scheduler.distributed_optimizer = true and "
+              "expert pieces or tensor-parallel gradient shares (scheduler.ep = ", dims.ep, ", scheduler.tp = ",
+              dims.tp, ") is not implemented. Fix: train.deterministic = false, or scheduler.distributed_optimizer "
+              "= false");
+}
 
 std::unique_ptr<Scheduler> make_expert_optimizer_nd_scheduler(const SchedulerArgs& args) {
   return std::make_unique<ExpertOptimizerScheduler>(args);

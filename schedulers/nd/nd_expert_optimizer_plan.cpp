@@ -4,6 +4,7 @@
 // norm, and the same two all-gathers of the updated slices. The tp shares' sum before them is nd's (nd_plan.cpp).
 #include "hzp/schedulers/common/expert_shard_layout.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
+#include "hzp/schedulers/data_parallel.hpp"
 #include "plan/engine_plans.hpp"
 
 namespace hzp::schedulers {
@@ -19,8 +20,8 @@ class ExpertOptimizerPlan final : public EnginePlan {
  public:
   explicit ExpertOptimizerPlan(const PlanInputs& in)
       : dims_(scheduler_parallel_dims("nd", in.options, in.world_size)),
-        pdt_(workloads::param_dtype(in.train.precision)),
-        wire_(grad_wire_dtype(in.train)) {
+        pdt_(workloads::param_dtype(in.train.precision)) {
+    check_expert_optimizer(in.train, dims_);
     check_plan_batches("nd", in, 0, dims_.dp());
     const coll::RankMesh mesh = dims_.mesh(plan_topology(in));
     const std::string_view shard_axes[] = {kAxisShard, kAxisContext};
@@ -71,7 +72,7 @@ class ExpertOptimizerPlan final : public EnginePlan {
     return p == ExpertShardLayout::Part::dense ? shard_ : edp_;
   }
   ParallelDims dims_;
-  DType pdt_, wire_;
+  DType pdt_;
   PlanGroup shard_, edp_, norm_;
   std::unique_ptr<ExpertShardLayout> shards_;
 };

@@ -321,6 +321,11 @@ TEST(NdExpert, DistributedOptimizerRefusesDeterministicMode) {
   spec.deterministic = true;
   EXPECT_TRUE(throws_with<ConfigError>([&] { NdRun run(*world, topo, spec); },
                                        {"train.deterministic = true", "scheduler.ep = 2", "Fix"}));
+  // The plan refuses the same (hzpbench plan and validate go through it).
+  TinySetup s(Precision::fp32, tiny_moe_still);
+  s.train.deterministic = true;
+  EXPECT_TRUE(throws_with<ConfigError>([&] { (void)plan_for("nd", s.model_config, s.train, spec.options, 2, 0); },
+                                       {"train.deterministic = true", "scheduler.ep = 2", "Fix"}));
 }
 
 TEST(NdExpert, RefusesBadLayoutsWithOneMessage) {
