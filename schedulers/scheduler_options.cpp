@@ -179,7 +179,9 @@ std::vector<SchedulerOptionDecl> declare() {
                               "each), tokens sent to their experts' ranks and back by all-to-all-v; those ranks stay "
                               "data-parallel for every other weight; ep must divide dp · cp = W / (tp · pp) and "
                               "model.experts. Under tp the experts stay whole and each tp rank runs them on its 1/tp of "
-                              "the token rows; not with scheduler.distributed_optimizer"),
+                              "the token rows. With scheduler.distributed_optimizer the expert pieces' optimizer state "
+                              "is sharded over their expert-data group (dp · cp / ep ranks), the rest over data × "
+                              "context"),
                    [](S& s) { s.positive(); }));
   {
     S spec = S::real("scheduler.debug_unit_sleep_ms", kDefaults.debug_unit_sleep_ms,

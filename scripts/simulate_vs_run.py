@@ -4,14 +4,18 @@
 (its recorded bandwidths and latencies, so both are charged the same links; the simulator's compute comes from its
 own calibration). Prints, per scheduler, simulated / measured for the step time (median after the warm-up) and the
 exposed communication (and the pipeline wait, the bubble, where the run has one), and whether the bytes per op,
-level and rank of the simulated step equal the measured last step's. `--layouts model` runs the tensor-, context-
-and pipeline-parallel layouts (nd tp2, cp2, pp2 over dp2; asynchzp cp2, pp2) instead of the data-parallel ones.
+level and rank of the simulated step equal the measured last step's. `--layouts model` runs the tensor-, context-,
+pipeline- and expert-parallel layouts (nd tp2, cp2, pp2 over dp2, nd ep2 × dp2 on the preset's MoE twin, tiny-moe
+or small-moe, with and without the distributed optimizer; asynchzp cp2, pp2)
+instead of the data-parallel ones. The expert all-to-all-v's bytes depend on the routing, which the simulator takes
+at the balanced expectation (every expert chosen equally often): they are compared summed over the ranks, as a ratio.
 
 --check (the CTest tests simulate_vs_run_np4 and simulate_vs_run_model_np4): exit 1 unless every byte count is
-equal; the ratios are printed, not checked. --check-times also requires the step-time and exposed-communication
-ratios to lie in [1/3, 3]: for an idle machine only, since a test never asserts on a duration (CI shares 2 cores
-between the ranks, their threads, the calibration and other work, and the model-layout ratios left [1/3, 3] once
-under a concurrent build); the bytes do not move at all.
+equal (the all-to-all-v's summed bytes within [1/2, 2]: an untrained router sends an uneven share of its rows to the
+other ranks); the timing ratios are printed, not checked. --check-times also requires the step-time and
+exposed-communication ratios to lie in [1/3, 3]: for an idle machine only, since a test never asserts on a duration
+(CI shares 2 cores between the ranks, their threads, the calibration and other work, and the model-layout ratios left
+[1/3, 3] once under a concurrent build); the bytes do not move at all.
 
     scripts/simulate_vs_run.py --hzpbench build/bin/hzpbench --ranks 4 --preset tiny
     scripts/simulate_vs_run.py --hzpbench build/bin/hzpbench --ranks 4 --preset small --steps 2 --layouts model
@@ -38,9 +42,16 @@ LAYOUTS = {  # name -> extra --set arguments (W = 4 in two nodes of 2)
     "nd-pp2": ["scheduler.name=nd", "scheduler.pp=2"],
     "asynchzp-cp2": ["scheduler.name=asynchzp", "scheduler.cp=2", "scheduler.z1=4", "scheduler.z2=2", "scheduler.z3=2"],
     "asynchzp-pp2": ["scheduler.name=asynchzp", "scheduler.pp=2", "scheduler.z1=2", "scheduler.z2=2", "scheduler.z3=2"],
+    # Expert parallelism: the preset's MoE twin (MOE_PRESETS), its 8 experts over ep groups of 2 (inside a node), 2
+    # expert-data ranks across nodes.
+    "nd-ep2": ["scheduler.name=nd", "scheduler.ep=2"],
+    "nd-ep2-do": ["scheduler.name=nd", "scheduler.ep=2", "scheduler.distributed_optimizer=true"],
 }
+MOE_LAYOUTS = {"nd-ep2", "nd-ep2-do"}
+MOE_PRESETS = {"tiny": "tiny-moe", "small": "small-moe"}  # the dense preset's shape with experts
 DEFAULT_LAYOUTS = ["zero3", "hsdp", "ddp", "asynchzp-async", "asynchzp-inline"]
-MODEL_LAYOUTS = ["nd-tp2", "nd-cp2", "nd-pp2", "asynchzp-cp2", "asynchzp-pp2"]
+MODEL_LAYOUTS = ["nd-tp2", "nd-cp2", "nd-pp2", "nd-ep2", "nd-ep2-do", "asynchzp-cp2", "asynchzp-pp2"]
+ROUTED = "all_to_allv"  # bytes set by the routing: compared summed over ranks and levels
 
 
 def sets(pairs):
@@ -81,6 +92,8 @@ def main():
     names = MODEL_LAYOUTS if a.layouts == "model" else a.layouts.split(",")
     for name in names:
         cfg = common + LAYOUTS[name]
+        if name in MOE_LAYOUTS:
+            cfg.append(f"model.preset={MOE_PRESETS.get(a.preset, a.preset)}")
         run_h5 = os.path.join(a.dir, f"run-{name}.h5")
         sim_h5 = os.path.join(a.dir, f"sim-{name}.h5")
         subprocess.run([a.mpiexec, "-n", str(a.ranks), a.hzpbench, "run", *sets(cfg), "--out", run_h5, "--force"],
@@ -104,11 +117,16 @@ def main():
             sim_exposed = float(g["ranks/exposed_comm_s"][0].mean())
             sim_pipeline = float(g["ranks/pipeline_wait_s"][0].mean())
             sim_bytes = comm_bytes(g, 0)
-        nonzero = lambda d: {k: v for k, v in d.items() if any(v)}
+        nonzero = lambda d: {k: v for k, v in d.items() if any(v) and k[0] != ROUTED}
         same = nonzero(measured_bytes) == nonzero(sim_bytes)
+        routed = lambda d: sum(sum(v) for k, v in d.items() if k[0] == ROUTED)
+        r_routed = routed(sim_bytes) / routed(measured_bytes) if routed(measured_bytes) > 0 else None
         r_step, r_exp = sim_step / measured_step, sim_exposed / measured_exposed
         r_pipe = sim_pipeline / measured_pipeline if measured_pipeline > 0 else float("nan")
-        print(f"{name:18} {r_step:14.3f} {r_exp:17.3f} {r_pipe:18.3f}  {'equal' if same else 'DIFFER'}", flush=True)
+        print(f"{name:18} {r_step:14.3f} {r_exp:17.3f} {r_pipe:18.3f}  {'equal' if same else 'DIFFER'}"
+              + (f" (all-to-all-v sim/meas {r_routed:.3f})" if r_routed is not None else ""), flush=True)
+        if r_routed is not None and not (1 / 2 <= r_routed <= 2):
+            failures.append(f"{name}: simulated/measured all-to-all-v bytes = {r_routed:.3f}, outside [1/2, 2]")
         if not same:
             failures.append(f"{name}: bytes per op/level/rank differ:\n  measured {nonzero(measured_bytes)}\n"
                             f"  simulated {nonzero(sim_bytes)}")

@@ -34,30 +34,55 @@ namespace {
 // What the simulator cannot describe yet, refused before anything is measured: one line per field.
 void refuse_undescribed(const RunSetup& s) {
   std::string bad;
-  if (s.sched.ep > 1)
-    bad += "\n  scheduler.ep = " + std::to_string(s.sched.ep) +
-           ": expert all-to-alls (their routing-dependent sizes and the expert compute they wrap) are not simulated "
-           "yet. Fix: scheduler.ep = 1";
   if (s.opt.backend != "cpu")
     bad += "\n  backend = " + s.opt.backend + ": the calibration runs on the CPU only so far. Fix: backend = cpu";
   if (!bad.empty()) HZP_THROW(ConfigError, "hzpbench simulate cannot describe this configuration:", bad);
 }
 
-// The share of each unit's compute that is attention, which ring attention overlaps its messages with: the causal
-// attention FLOPs of a block (6·heads·head_dim·T per token, forward and backward: the kernels compute only visible
-// pairs) against them plus its matmuls' (6 per weight it reads). A FLOP share, not a measurement: the CPU's
+// The weights unit u's matmuls read per token (its own and the blocks it uses; an MoE block's routed experts at
+// top_k / experts of theirs: ModelSpec::active_reads), the routed experts' part in `routed`.
+workloads::ModelSpec::ActiveReads unit_reads(const RunSetup& s, const workloads::ParamLayout& layout, int u) {
+  workloads::ModelSpec::ActiveReads r;
+  for (int b : layout.param_blocks(u)) {
+    const workloads::ModelSpec::ActiveReads a = s.model->active_reads(b);
+    r.total += a.total;
+    r.routed += a.routed;
+  }
+  return r;
+}
+
+// A block's causal attention FLOPs per token (6·heads·head_dim·T, forward and backward: the kernels compute only
+// visible pairs).
+double block_attention_flops(const RunSetup& s, int units) {
+  const workloads::FlopsPerToken f = s.model->flops_per_token();
+  return (f.full_attention - f.causal_attention) / std::max(units - 2, 1);
+}
+
+// The share of each unit's compute that is attention, which ring attention overlaps its messages with: its attention
+// FLOPs against them plus its matmuls' (6 per weight it reads per token). A FLOP share, not a measurement: the CPU's
 // attention and GEMMs run at different rates. The simulator reads it only where a unit's ring is declared.
 std::vector<double> attention_shares(const RunSetup& s) {
   const workloads::ParamLayout layout = s.model->layout();
-  const workloads::FlopsPerToken f = s.model->flops_per_token();
   const int units = layout.num_units();
-  const double blocks = std::max(units - 2, 1);
-  const double attention = (f.full_attention - f.causal_attention) / blocks;
+  const double attention = block_attention_flops(s, units);
+  std::vector<double> share(static_cast<std::size_t>(units), 0.0);
+  for (int u = 0; u < units; ++u)
+    share[static_cast<std::size_t>(u)] = attention / (attention + 6 * unit_reads(s, layout, u).total);
+  return share;
+}
+
+// The share of each unit's compute that is its routed experts' grouped GEMMs, which expert parallelism's all-to-alls
+// wrap: their FLOPs per token (6 per routed weight a token reads: top_k experts) against the unit's (its attention and
+// every weight it reads). A FLOP share, as attention's: the router, the gating and the rows' reordering count as the
+// rest of the unit, and GEMMs of a few rows per expert run slower than the big ones on a real machine.
+std::vector<double> expert_shares(const RunSetup& s) {
+  const workloads::ParamLayout layout = s.model->layout();
+  const int units = layout.num_units();
+  const double attention = block_attention_flops(s, units);
   std::vector<double> share(static_cast<std::size_t>(units), 0.0);
   for (int u = 0; u < units; ++u) {
-    double reads = 0;
-    for (int b : layout.param_blocks(u)) reads += static_cast<double>(layout.unit_numel(b));
-    share[static_cast<std::size_t>(u)] = attention / (attention + 6 * reads);
+    const workloads::ModelSpec::ActiveReads r = unit_reads(s, layout, u);
+    if (r.routed > 0) share[static_cast<std::size_t>(u)] = 6 * r.routed / (attention + 6 * r.total);
   }
   return share;
 }
@@ -83,7 +108,7 @@ Calibration measured_calibration(const RunSetup& s, const workloads::DataSource&
   li.micro_batch_s = rate.micro_batch_s;
   const LinkPlan lp = plan_links(li);
   Calibration c;
-  c.times = {rate.unit_forward_s, rate.unit_backward_s, attention_shares(s)};
+  c.times = {rate.unit_forward_s, rate.unit_backward_s, attention_shares(s), expert_shares(s)};
   c.links = {lp.links, rpn, s.comm.small_message_bytes};
   c.source = "measured: each unit's forward and backward on one rank of this machine, mean of " +
              std::to_string(rate.micro_batches) + " micro-batch(es) at the run's shapes, " +
@@ -95,7 +120,7 @@ Calibration measured_calibration(const RunSetup& s, const workloads::DataSource&
   return c;
 }
 
-// The cluster of links.profile: each unit's share of a micro-batch's model FLOPs (in proportion to the parameters
+// The cluster of links.profile: each unit's share of a micro-batch's model FLOPs (in proportion to the active parameters
 // it reads: the attention term is spread like the weights) at the profile's peak times simulate.mfu, forward one
 // third and backward two thirds; the profile's own bandwidths, and its cards per node unless the topology says.
 Calibration profile_calibration(const RunSetup& s, int rpn) {
@@ -108,7 +133,7 @@ Calibration profile_calibration(const RunSetup& s, int rpn) {
   std::vector<double> reads(static_cast<std::size_t>(units), 0.0);
   double total = 0;
   for (int u = 0; u < units; ++u) {
-    for (int b : layout.param_blocks(u)) reads[static_cast<std::size_t>(u)] += static_cast<double>(layout.unit_numel(b));
+    reads[static_cast<std::size_t>(u)] = unit_reads(s, layout, u).total;  // an MoE block's active weights
     total += reads[static_cast<std::size_t>(u)];
   }
   const double rate = p->peak_tflops * 1e12 * s.opt.sim_mfu;
@@ -116,6 +141,7 @@ Calibration profile_calibration(const RunSetup& s, int rpn) {
                           static_cast<double>(s.train.micro_batch_size * s.model->seq_len());
   Calibration c;
   c.times.attention_share = attention_shares(s);
+  c.times.expert_share = expert_shares(s);
   for (int u = 0; u < units; ++u) {
     const double t = mb_flops * reads[static_cast<std::size_t>(u)] / total / rate;
     c.times.forward_s.push_back(t / 3);
@@ -134,7 +160,7 @@ Calibration profile_calibration(const RunSetup& s, int rpn) {
               p->cards_per_node);
   c.links = {links, rpn > 0 ? rpn : p->cards_per_node, s.comm.small_message_bytes, p->nic_per_device};
   char buf[768];
-  std::snprintf(buf, sizeof buf, "profile %s: %.4g TFLOP/s x simulate.mfu %.3g, units by their parameters' share of "
+  std::snprintf(buf, sizeof buf, "profile %s: %.4g TFLOP/s x simulate.mfu %.3g, units by their active parameters' share of "
                 "the model FLOPs", std::string(p->name).c_str(), p->peak_tflops, s.opt.sim_mfu);
   c.source = buf;
   char lat[384];

@@ -227,7 +227,8 @@ class Simulation {
 
   // The unit's compute (its shard's share of the calibration's time) with what runs inside it: the model's own
   // collectives between equal slices of the non-attention part, and the ring's steps, each overlapping one attention
-  // block with the messages posted before it and waiting for them and those sent after it.
+  // block with the messages posted before it and waiting for them and those sent after it. Expert parallelism's
+  // all-to-alls (group "ep") wrap the routed experts' share of the time instead (expert_calls).
   void compute(const schedulers::Action& action, int unit, const std::vector<const StepEvent*>& inside) {
     const bool fwd = action.kind == schedulers::Action::Kind::forward;
     const auto u = static_cast<std::size_t>(unit);
@@ -235,20 +236,49 @@ class Simulation {
     (fwd ? s_.forward_s : s_.backward_s) += dt;
     const StepEvent *ring_before = nullptr, *ring_after = nullptr;
     std::vector<std::pair<const StepEvent*, std::int64_t>> between;  // each call of the inside collectives
+    std::vector<const StepEvent*> experts;                            // each call of the ep all-to-alls, in order
     for (const StepEvent* e : inside) {
       if (e->stream == CommStream::ring)
         (e->place == CommPlace::after_unit ? ring_after : ring_before) = e;
+      else if (e->collective.group == "ep")
+        for (std::int64_t i = 0; i < e->collective.calls; ++i) experts.push_back(e);
       else
         for (std::int64_t i = 0; i < e->collective.calls; ++i) between.emplace_back(e, i);
     }
+    const double expert = experts.empty() || u >= t_.expert_share.size() ? 0.0 : dt * t_.expert_share[u];
+    // The MoE layer follows the attention in a block: forward runs the rest of the unit, then the exchange around the
+    // experts; backward the exchange first, then the rest.
+    if (!fwd) expert_calls(experts, expert, fwd);
+    const double rest = dt - expert;
     const bool ring = ring_before != nullptr && ring_before->blocks > 0;
-    const double attention = ring && u < t_.attention_share.size() ? dt * t_.attention_share[u] : 0.0;
-    const double slice = (dt - attention) / static_cast<double>(between.size() + 1);
+    const double attention = ring && u < t_.attention_share.size() ? std::min(dt * t_.attention_share[u], rest) : 0.0;
+    const double slice = (rest - attention) / static_cast<double>(between.size() + 1);
     const std::size_t ring_at = between.size() / 2;  // attention sits mid-unit, between the projections
     for (std::size_t i = 0; i <= between.size(); ++i) {
       now_ += slice;
       if (ring && i == ring_at) ring_steps(*ring_before, ring_after, attention);
       if (i < between.size()) wait_until(run_call(*between[i].first, now_, 1), s_.exposed_comm_s);
+    }
+    if (fwd) expert_calls(experts, expert, fwd);
+  }
+
+  // What moe_expert_parallel.cpp does on the compute thread, each call blocking: a forward pass exchanges the row
+  // counts (all_to_all), dispatches the rows (all_to_allv), runs the rank's experts and combines (all_to_allv); a
+  // backward pass sends the outputs' gradients where the rows went, runs the experts' backward and returns the inputs'
+  // gradients. A backward unit under recompute holds a forward pass first (its counts call says so), which takes a
+  // third of the experts' time (the forward's share of forward + backward), the backward pass the rest.
+  void expert_calls(const std::vector<const StepEvent*>& calls, double expert, bool fwd) {
+    if (calls.empty()) return;
+    const bool rerun = !fwd && std::any_of(calls.begin(), calls.end(),
+                                           [](const StepEvent* e) { return e->collective.op == CollOp::all_to_all; });
+    bool forward_pass = fwd, dispatched = false;
+    for (const StepEvent* e : calls) {
+      if (e->collective.op == CollOp::all_to_all) forward_pass = true;
+      wait_until(run_call(*e, now_, 1), s_.exposed_comm_s);
+      if (e->collective.op != CollOp::all_to_allv) continue;
+      if (!dispatched) now_ += !rerun ? expert : forward_pass ? expert / 3 : 2 * expert / 3;
+      dispatched = !dispatched;
+      if (!dispatched) forward_pass = false;  // a pass ends with its second exchange
     }
   }
 

@@ -101,10 +101,13 @@ void ExpertDataParallel::finish_sums(TensorView grads) const {
     const profile::ScopedPhase phase(profile::Phase::comm_wait, "ep dense grads");
     all_reduce_ranges(*dense_, ranges_, grads);
   }
-  if (tp_shares_) {
-    const profile::ScopedPhase phase(profile::Phase::comm_wait, "tp expert grads");
-    all_reduce_ranges(*tp_shares_, shares_, grads);
-  }
+  sum_tp_shares(grads);
+}
+
+void ExpertDataParallel::sum_tp_shares(TensorView grads) const {
+  if (!tp_shares_) return;
+  const profile::ScopedPhase phase(profile::Phase::comm_wait, "tp expert grads");
+  all_reduce_ranges(*tp_shares_, shares_, grads);
 }
 
 std::vector<SliceRange> ExpertDataParallel::norm_ranges(const workloads::ParamLayout& layout) const {

@@ -48,12 +48,17 @@ class NdPlan final : public EnginePlan {
     const workloads::ParamLayout pieces = !in.model ? *in.layout
                                           : dims_.ep > 1 ? in.model->expert_parallel_layout(dims_.ep, ep_rank, dims_.tp, tp_rank)
                                                          : in.model->tensor_parallel_layout(dims_.tp, tp_rank);
-    if (in.options.distributed_optimizer) refuse_tp_shares(pieces, dims_.tp, "nd");
     pipeline_ = std::make_unique<PipelinePlan>(in, dims_, mesh, pieces);
     PlanInputs mine = in;
     mine.layout = &pipeline_->layout();
-    inner_ = in.options.distributed_optimizer ? plan_zero_engine(mine, 1, false, "nd") : plan_ddp_engine(mine, "nd");
-    if (dims_.ep > 1) dense_ = dense_ranges(pipeline_->layout());
+    // The engine make_nd_scheduler picks: with expert pieces or tp row shares, the distributed optimizer is the
+    // expert optimizer's (two shard layouts), which needs no dense sum over ep.
+    const bool expert_optimizer =
+        in.options.distributed_optimizer && (dims_.ep > 1 || (dims_.tp > 1 && !tp_share_ranges(pieces).empty()));
+    inner_ = expert_optimizer                     ? plan_expert_optimizer_engine(mine)
+             : in.options.distributed_optimizer ? plan_zero_engine(mine, 1, false, "nd")
+                                                : plan_ddp_engine(mine, "nd");
+    if (dims_.ep > 1 && !expert_optimizer) dense_ = dense_ranges(pipeline_->layout());
     if (dims_.tp > 1) shares_ = tp_share_ranges(pipeline_->layout());
     state_bytes = inner_->state_bytes;
     micro_batches_per_rank = inner_->micro_batches_per_rank;

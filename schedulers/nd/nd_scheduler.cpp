@@ -1,8 +1,10 @@
-// nd's degrees and its factory (nd.hpp): the engines are ddp's and zero1's, each run over the mesh's
-// data-parallel group with the tensor-parallel model; what nd adds is the mesh.
+// nd's degrees and its factory (nd.hpp): the engines are ddp's and zero1's (with expert pieces or tp gradient shares,
+// the expert optimizer's: nd_expert_optimizer.cpp), each run over the mesh's data-parallel group with the
+// tensor-parallel model; what nd adds is the mesh.
 #include "hzp/schedulers/nd.hpp"
 
 #include "hzp/core/error.hpp"
+#include "hzp/schedulers/common/expert_data_parallel.hpp"
 #include "hzp/schedulers/data_parallel.hpp"
 
 namespace hzp::schedulers {
@@ -26,10 +28,6 @@ ParallelDims nd_parallel_dims(const SchedulerOptions& o, int w) {
                 "= W / (tp · pp) = ", w, " / ", 1LL * o.tp * o.pp, " = ", dp * o.cp, " (dp = W / (tp · cp · pp) = ", dp,
                 ", cp = ", o.cp, "; an ep group is ep consecutive data × context ranks). Fix: an ep that divides ",
                 dp * o.cp, ", or a world of a multiple of ep · tp · pp ranks");
-    if (o.distributed_optimizer)
-      HZP_THROW(ConfigError, "scheduler nd: scheduler.ep = ", o.ep, " with scheduler.distributed_optimizer = true is "
-                "not implemented (the optimizer would shard expert weights over their own data-parallel group, dp / ep "
-                "ranks). Fix: scheduler.distributed_optimizer = false, or scheduler.ep = 1");
   }
   ParallelDims d;
   d.ep = o.ep;
@@ -42,8 +40,12 @@ ParallelDims nd_parallel_dims(const SchedulerOptions& o, int w) {
 }
 
 std::unique_ptr<Scheduler> make_nd_scheduler(const SchedulerArgs& args) {
-  return args.options.distributed_optimizer ? make_distributed_optimizer_nd_scheduler(args)
-                                            : make_replicated_nd_scheduler(args);
+  if (!args.options.distributed_optimizer) return make_replicated_nd_scheduler(args);
+  // Expert pieces, or the tp ranks' row shares of an MoE model's router and experts: two shard layouts (dense over
+  // data × context, experts over their expert-data group) and a sum over tp first, which zero1's engine does not make.
+  const bool shares = args.options.tp > 1 && args.model != nullptr && !tp_share_ranges(args.model->layout()).empty();
+  return args.options.ep > 1 || shares ? make_expert_optimizer_nd_scheduler(args)
+                                       : make_distributed_optimizer_nd_scheduler(args);
 }
 
 }  // namespace hzp::schedulers

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "hzp/schedulers/step/engine_plan.hpp"
+#include "hzp/schedulers/step/process_groups.hpp"
 
 namespace hzp::schedulers {
 
@@ -18,8 +19,14 @@ std::unique_ptr<EnginePlan> plan_ddp_engine(const PlanInputs& in, std::string_vi
 /// zero1/2/3 (stage) and hsdp (stage 3, sharded over scheduler.group_size); nd's distributed optimizer is stage 1
 /// as `name` "nd".
 std::unique_ptr<EnginePlan> plan_zero_engine(const PlanInputs& in, int stage, bool hybrid, std::string_view name);
+/// The group a sharded engine's norm sums over (zero_plan.cpp): every rank holding a distinct part of the model (the
+/// shards × tp × stages: "distinct") under tp or pp, else the shard group itself.
+PlanGroup sharded_norm_group(const ParallelDims& dims, const coll::RankMesh& mesh, int rank, const PlanGroup& shard);
 /// nd: the model's tensor-parallel collectives around ddp's or zero1's engine over its data-parallel group.
 std::unique_ptr<EnginePlan> plan_nd_engine(const PlanInputs& in);
+/// nd's distributed optimizer with expert pieces or tp gradient shares (nd_expert_optimizer_plan.cpp); `in.layout` is
+/// the rank's pieces of its stage.
+std::unique_ptr<EnginePlan> plan_expert_optimizer_engine(const PlanInputs& in);
 std::unique_ptr<EnginePlan> plan_asynchzp_engine(const PlanInputs& in);
 
 }  // namespace hzp::schedulers

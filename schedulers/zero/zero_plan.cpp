@@ -33,14 +33,7 @@ class ZeroPlan final : public EnginePlan {
     const coll::RankMesh mesh = dims_.mesh(plan_topology(in));
     const std::string_view shard_axes[] = {kAxisShard, kAxisContext};  // cp ranks are data-parallel for the weights
     shard_ = {"shard", mesh.group(shard_axes, in.rank)};
-    norm_ = shard_;
-    if (dims_.pp > 1) {
-      const std::string_view distinct[] = {kAxisPipeline, kAxisShard, kAxisContext, kAxisTensor};
-      norm_ = {"distinct", mesh.group(distinct, in.rank)};
-    } else if (dims_.tp > 1) {
-      const std::string_view distinct[] = {kAxisShard, kAxisContext, kAxisTensor};
-      norm_ = {"distinct", mesh.group(distinct, in.rank)};
-    }
+    norm_ = sharded_norm_group(dims_, mesh, in.rank, shard_);
     if (verdict_over_world(dims_) && in.train.deterministic)
       verdict_group = world_plan_group("verdict", in.world_size);
     if (hybrid) replica_ = {"replica", mesh.group(kAxisReplicate, in.rank)};
@@ -87,6 +80,18 @@ class ZeroPlan final : public EnginePlan {
 };
 
 }  // namespace
+
+PlanGroup sharded_norm_group(const ParallelDims& dims, const coll::RankMesh& mesh, int rank, const PlanGroup& shard) {
+  if (dims.pp > 1) {
+    const std::string_view distinct[] = {kAxisPipeline, kAxisShard, kAxisContext, kAxisTensor};
+    return {"distinct", mesh.group(distinct, rank)};
+  }
+  if (dims.tp > 1) {
+    const std::string_view distinct[] = {kAxisShard, kAxisContext, kAxisTensor};
+    return {"distinct", mesh.group(distinct, rank)};
+  }
+  return shard;
+}
 
 std::unique_ptr<EnginePlan> plan_zero_engine(const PlanInputs& in, int stage, bool hybrid, std::string_view name) {
   return std::make_unique<ZeroPlan>(in, stage, hybrid, name);

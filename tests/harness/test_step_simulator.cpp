@@ -51,7 +51,7 @@ Tiny tiny(int rank, std::string_view scheduler) {
 
 UnitTimes times(int units, double f, double b) {
   return {std::vector<double>(static_cast<std::size_t>(units), f), std::vector<double>(static_cast<std::size_t>(units), b),
-          {}};
+          {}, {}};
 }
 
 SimulatorLinks links(double latency_us, double intra_gbps, double inter_gbps) {
@@ -268,8 +268,8 @@ struct TinyModel {
   PlanInputs in;
 };
 
-TinyModel tiny_model(int world, int rank, const schedulers::SchedulerOptions& options) {
-  const auto& preset = workloads::model_preset("tiny");
+TinyModel tiny_model(int world, int rank, const schedulers::SchedulerOptions& options, const char* name = "tiny") {
+  const auto& preset = workloads::model_preset(name);
   auto held = std::make_unique<workloads::ParamLayout>(workloads::llama_layout(preset.model));
   const workloads::ParamLayout& layout = *held;
   TinyModel t{workloads::llama_spec(preset.model), std::move(held), layout, {}};
@@ -379,6 +379,41 @@ TEST(StepSimulator, TensorParallelIsBlockingInsideTheUnit) {
   EXPECT_NEAR(st.compute_s, compute, 1e-12);
   EXPECT_NEAR(st.step_s, compute + comm, 1e-9);
   EXPECT_NEAR(st.exposed_comm_s, comm, 1e-9);
+}
+
+// Expert parallelism (nd ep2 on tiny-moe at W = 2: the expert-data group is one rank, so no buckets run and the dense
+// sum over ep is the step end's, blocking): the all-to-alls block the compute thread around the experts' share of each
+// MoE unit, so the step is the whole compute plus every call's duration, whatever that share; each all-to-all is
+// described inside its unit, on the ep group, and the calls sum to the plan's rows.
+TEST(StepSimulator, ExpertAllToAllsBlockAroundTheExperts) {
+  schedulers::SchedulerOptions o;
+  o.ep = 2;
+  TinyModel t = tiny_model(2, 0, o, "tiny-moe");
+  const StepDescription d = schedulers::describe_step("nd", t.in);
+  expect_events_sum_to_plan(d, "nd ep2");
+  const SimulatorLinks l = links(10, 1, 0.1);
+  const int units = t.layout.num_units();
+  double comm = 0;
+  int ep_calls = 0;
+  for (const schedulers::StepEvent& e : d.events) {
+    comm += static_cast<double>(e.collective.calls) * model_planned_call(e.collective, e.members, 0, l).duration_s;
+    if (e.collective.group != "ep") continue;
+    ep_calls += static_cast<int>(e.collective.calls);
+    EXPECT_EQ(e.place, schedulers::CommPlace::inside_unit);
+    EXPECT_GE(e.call, 0);
+  }
+  // Per MoE block and micro-batch: forward the counts, dispatch and combine; backward two exchanges.
+  const auto& m = workloads::model_preset("tiny-moe").model;
+  EXPECT_EQ(ep_calls, 4 * (m.layers - m.moe.dense_layers) * 5);  // 4 micro-batches per rank
+  const double compute = 4 * units * (0.01 + 0.03);
+  for (const double share : {0.0, 0.5}) {
+    UnitTimes ut = times(units, 0.01, 0.03);
+    ut.expert_share.assign(static_cast<std::size_t>(units), share);
+    const SimulatedStep st = simulate_step(d, ut, l);
+    EXPECT_NEAR(st.compute_s, compute, 1e-12) << share;
+    EXPECT_NEAR(st.step_s, compute + comm, 1e-9) << share;
+    EXPECT_NEAR(st.exposed_comm_s, comm, 1e-9) << share;
+  }
 }
 
 // Ring attention (nd cp2, dp = 1, the buckets blocking): with blocks far longer than a message, K and V travel

@@ -11,6 +11,10 @@
 //   and the plan against the counters (all-to-all-v by calls; its elements are the balanced expectation, which
 //   times P is the group's sum); beside tp and cp the same over the world with each rank's row share, the tp row
 //   shares' step-end sum of the routers and expert pieces, and the plan against the counters;
+// - the distributed optimizer (dense slices over data × context, expert slices over the expert-data group): parity
+//   as above for ep2 and tp2 (2 ranks), ep2 × dp2, ep2 × tp2, ep2 × cp2 and ep2 × pp2 (4 ranks); its reduce-scatters
+//   per step against the rank's dense and expert elements (up to each unit's padding), no dense sum over ep, the plan
+//   against the counters and the model state per component against the plan;
 // - the refusals, each one message naming the key, the value and the fix.
 #include <gtest/gtest.h>
 
@@ -80,6 +84,7 @@ struct EpCase {
   void (*shape)(workloads::LlamaConfig&) = tiny_moe_still;
   int tp = 1, cp = 1;
   bool sequence_parallel = false;
+  bool distributed_optimizer = false;  // the expert optimizer (nd_expert_optimizer.cpp)
 };
 
 std::vector<EpCase> cases_at(int w) {
@@ -89,7 +94,10 @@ std::vector<EpCase> cases_at(int w) {
             // MoE under tensor parallelism without ep: the tp ranks split the rows over whole experts.
             {"tp2 (ep1) capacity 1.0", 1, 1, false, tiny_moe_capacity, 2},
             // The ep group is the cp group: each rank's tokens are its chunks of the same sequences.
-            {"ep2 x cp2", 2, 1, false, tiny_moe_still, 1, 2}};
+            {"ep2 x cp2", 2, 1, false, tiny_moe_still, 1, 2},
+            // The distributed optimizer: dense slices over data × context, expert slices over the expert-data group.
+            {"ep2 distributed optimizer", 2, 1, false, tiny_moe_still, 1, 1, false, true},
+            {"tp2 (ep1) distributed optimizer capacity 1.0", 1, 1, false, tiny_moe_capacity, 2, 1, false, true}};
   if (w == 4)
     return {{"ep4", 4},
             {"ep2 x dp2", 2},
@@ -97,7 +105,11 @@ std::vector<EpCase> cases_at(int w) {
             {"ep2 x tp2 capacity 1.0", 2, 1, false, tiny_moe_capacity, 2},
             {"ep2 x tp2 sequence parallel recompute", 2, 1, true, tiny_moe_still, 2, 1, true},
             {"ep2 x cp2", 2, 1, false, tiny_moe_still, 1, 2},
-            {"ep4 x cp2 recompute", 4, 1, true, tiny_moe_still, 1, 2}};
+            {"ep4 x cp2 recompute", 4, 1, true, tiny_moe_still, 1, 2},
+            {"ep2 x dp2 distributed optimizer", 2, 1, false, tiny_moe_still, 1, 1, false, true},
+            {"ep2 x tp2 distributed optimizer capacity 1.0", 2, 1, false, tiny_moe_capacity, 2, 1, false, true},
+            {"ep2 x cp2 distributed optimizer", 2, 1, false, tiny_moe_still, 1, 2, false, true},
+            {"ep2 x pp2 distributed optimizer", 2, 2, false, tiny_moe_still, 1, 1, false, true}};
   return {};
 }
 
@@ -108,6 +120,7 @@ NdRunSpec spec_of(const EpCase& c) {
   spec.options.tp = c.tp;
   spec.options.cp = c.cp;
   spec.options.sequence_parallel = c.sequence_parallel;
+  spec.options.distributed_optimizer = c.distributed_optimizer;
   spec.shape = c.shape;
   spec.recompute = c.recompute;
   return spec;
@@ -240,11 +253,18 @@ TEST(NdExpert, CompositeLayoutsMatchClosedFormsAndThePlan) {
   auto world = make_world(world_size());
   const int w = world->size();
   std::vector<EpCase> cases;
-  if (w == 2) cases = {{"tp2 (ep1)", 1, 1, false, tiny_moe, 2}, {"ep2 x cp2", 2, 1, false, tiny_moe, 1, 2}};
+  if (w == 2)
+    cases = {{"tp2 (ep1)", 1, 1, false, tiny_moe, 2},
+             {"ep2 x cp2", 2, 1, false, tiny_moe, 1, 2},
+             {"ep2 distributed optimizer", 2, 1, false, tiny_moe, 1, 1, false, true},
+             {"tp2 (ep1) distributed optimizer", 1, 1, false, tiny_moe, 2, 1, false, true}};
   if (w == 4)
     cases = {{"ep2 x tp2", 2, 1, false, tiny_moe, 2},
              {"ep2 x tp2 sequence parallel recompute", 2, 1, true, tiny_moe, 2, 1, true},
-             {"ep2 x cp2 recompute", 2, 1, true, tiny_moe, 1, 2}};
+             {"ep2 x cp2 recompute", 2, 1, true, tiny_moe, 1, 2},
+             {"ep2 x dp2 distributed optimizer", 2, 1, false, tiny_moe, 1, 1, false, true},
+             {"ep2 x tp2 distributed optimizer", 2, 1, false, tiny_moe, 2, 1, false, true},
+             {"ep2 x cp2 distributed optimizer", 2, 1, false, tiny_moe, 1, 2, false, true}};
   if (cases.empty()) GTEST_SKIP() << "cases for 2 and 4 ranks";
   const coll::Topology topo = one_node(*world);
   run_then_barrier([&] {
@@ -264,9 +284,48 @@ TEST(NdExpert, CompositeLayoutsMatchClosedFormsAndThePlan) {
       const std::int64_t experts_here = m.moe.experts / c.ep;
       const std::int64_t per_block = m.moe.experts * m.hidden + 3 * experts_here * m.moe.expert_ffn * m.hidden;
       EXPECT_EQ(shares.elements, c.tp > 1 ? blocks * per_block : 0);
-      expect_plan_matches_run(run.plan(spec.options, w, world->rank()), d, /*routed_calls_only=*/true);
+      if (c.distributed_optimizer) {
+        // Expert pieces reduce-scattered once per step over the ranks holding the same experts, the rest over data ×
+        // context (each unit's part padded by fewer elements than its group's size), no dense sum over ep.
+        const std::int64_t edp = dp * c.cp / c.ep, units = run.setup.model->layout().num_units();
+        const std::int64_t experts = blocks * 3 * experts_here * m.moe.expert_ffn * m.hidden;
+        const std::int64_t e_rs = d.total("edp", coll::CollOp::reduce_scatter).elements;
+        EXPECT_GE(e_rs, c.ep > 1 ? experts : 0);
+        EXPECT_LT(e_rs, c.ep > 1 ? experts + blocks * edp : 1);
+        const std::int64_t dense = run.setup.model->layout().total_numel() - (c.ep > 1 ? experts : 0);
+        const std::int64_t d_rs = d.total("shard", coll::CollOp::reduce_scatter).elements;
+        EXPECT_GE(d_rs, dense);
+        EXPECT_LT(d_rs, dense + units * dp * c.cp);
+        EXPECT_EQ(d.total("ep_grads", coll::CollOp::all_reduce).calls, 0u);
+      }
+      const schedulers::SchedulerPlan plan = run.plan(spec.options, w, world->rank());
+      expect_plan_matches_run(plan, d, /*routed_calls_only=*/true);
+      if (c.distributed_optimizer) {
+        // Model state by component as the plan says: the flat parameters and gradient, m and v of the two slices.
+        const AllocatorStats a = run.setup.alloc->stats();
+        const AllocationTag tags[] = {AllocationTag::param, AllocationTag::grad, AllocationTag::master,
+                                      AllocationTag::adam_m, AllocationTag::adam_v};
+        for (std::size_t i = 0; i < 5; ++i)
+          EXPECT_EQ(a.tag(tags[i]).requested_bytes, plan.state_bytes[i]) << "component " << i;
+      }
     }
   }, 300);
+}
+
+// The distributed optimizer with expert pieces sums in fp32 only: deterministic mode is refused by name.
+TEST(NdExpert, DistributedOptimizerRefusesDeterministicMode) {
+  auto world = make_world(world_size());
+  if (world->size() != 2) GTEST_SKIP() << "2 ranks";
+  const coll::Topology topo = one_node(*world);
+  NdRunSpec spec = spec_of({"ep2 distributed optimizer", 2, 1, false, tiny_moe_still, 1, 1, false, true});
+  spec.deterministic = true;
+  EXPECT_TRUE(throws_with<ConfigError>([&] { NdRun run(*world, topo, spec); },
+                                       {"train.deterministic = true", "scheduler.ep = 2", "Fix"}));
+  // The plan refuses the same (hzpbench plan and validate go through it).
+  TinySetup s(Precision::fp32, tiny_moe_still);
+  s.train.deterministic = true;
+  EXPECT_TRUE(throws_with<ConfigError>([&] { (void)plan_for("nd", s.model_config, s.train, spec.options, 2, 0); },
+                                       {"train.deterministic = true", "scheduler.ep = 2", "Fix"}));
 }
 
 TEST(NdExpert, RefusesBadLayoutsWithOneMessage) {
@@ -277,10 +336,6 @@ TEST(NdExpert, RefusesBadLayoutsWithOneMessage) {
   o.ep = 2;  // world not divisible: dp = 3
   EXPECT_TRUE(throws_with<ConfigError>([&] { schedulers::scheduler_parallel_dims("nd", o, 3); },
                                        {"scheduler.ep = 2", "= 3", "Fix"}));
-  o.distributed_optimizer = true;
-  EXPECT_TRUE(throws_with<ConfigError>([&] { schedulers::scheduler_parallel_dims("nd", o, 4); },
-                                       {"scheduler.ep = 2", "distributed_optimizer", "Fix"}));
-  o.distributed_optimizer = false;
   // The model's side: ep without experts, ep not dividing the experts, top_k above the experts.
   workloads::LlamaConfig dense = workloads::model_preset("tiny").model;
   EXPECT_TRUE(throws_with<ConfigError>([&] { workloads::llama_expert_parallel_layout(dense, 2, 0); },

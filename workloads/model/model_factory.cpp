@@ -133,6 +133,18 @@ class LlamaSpec final : public ModelSpec {
   std::int64_t step_statistics() const override {  // MoeBalanceState's [load][dropped][aux] over every MoE block
     return c_.moe.enabled() ? (c_.layers - c_.moe.dense_layers) * (c_.moe.experts + 2) : 0;
   }
+  ActiveReads active_reads(int unit) const override {
+    const ParamLayout l = layout();
+    const double fraction = c_.moe.enabled() ? static_cast<double>(c_.moe.top_k) / static_cast<double>(c_.moe.experts) : 1;
+    ActiveReads r;
+    for (const ParamTensor& t : l.unit(unit).tensors) {
+      const bool routed = t.name.ends_with("moe.w_gate") || t.name.ends_with("moe.w_up") || t.name.ends_with("moe.w_down");
+      const double n = static_cast<double>(t.numel()) * (routed ? fraction : 1.0);
+      r.total += n;
+      if (routed) r.routed += n;
+    }
+    return r;
+  }
   std::vector<ExpertParallelCall> expert_parallel_calls(int unit, bool backward,
                                                         const ExpertParallelRun& run) const override {
     return llama_expert_parallel_calls(c_, unit, backward, run);

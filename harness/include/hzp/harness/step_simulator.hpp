@@ -20,6 +20,8 @@ namespace hzp::harness {
 struct UnitTimes {
   std::vector<double> forward_s, backward_s;
   std::vector<double> attention_share;
+  /// Of each unit's time, its routed experts' GEMMs (expert parallelism's all-to-alls wrap them); empty: none.
+  std::vector<double> expert_share;
 };
 
 struct SimulatorLinks {

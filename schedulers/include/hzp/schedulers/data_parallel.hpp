@@ -58,5 +58,11 @@ std::unique_ptr<Scheduler> make_hsdp_scheduler(const SchedulerArgs& args);
 /// each over nd's data-parallel group of a tensor-parallel model.
 std::unique_ptr<Scheduler> make_replicated_nd_scheduler(const SchedulerArgs& args);
 std::unique_ptr<Scheduler> make_distributed_optimizer_nd_scheduler(const SchedulerArgs& args);
+/// nd's distributed optimizer for a model with expert pieces (scheduler.ep > 1) or tensor-parallel gradient shares (an
+/// MoE model under tp > 1): dense elements sharded over data × context, expert pieces over their expert-data group.
+std::unique_ptr<Scheduler> make_expert_optimizer_nd_scheduler(const SchedulerArgs& args);
+/// What the expert optimizer cannot run, refused by the engine and its plan alike (ConfigError naming the keys):
+/// deterministic mode.
+void check_expert_optimizer(const workloads::TrainConfig& train, const ParallelDims& dims);
 
 }  // namespace hzp::schedulers

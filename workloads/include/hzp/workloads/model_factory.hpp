@@ -45,6 +45,15 @@ class ModelSpec {
   /// Elements (f64) of the model's per-step statistics (Workload::take_step_statistics: the MoE load, dropped
   /// assignments and auxiliary losses per MoE block), which the step driver all-reduces once per step; 0 for none.
   virtual std::int64_t step_statistics() const { return 0; }
+  /// Of unit `unit`'s parameters in layout(), the elements one token's matmuls read (`total`: every weight once, an
+  /// MoE block's routed experts top_k / experts of theirs) and the routed experts' part of it (`routed`). What the
+  /// simulator splits a unit's calibrated time by (FLOP shares); the default: a dense unit, every element read.
+  struct ActiveReads {
+    double total = 0, routed = 0;
+  };
+  virtual ActiveReads active_reads(int unit) const {
+    return {static_cast<double>(layout().unit_numel(unit)), 0.0};
+  }
   /// The expert-parallel collectives one micro-batch issues in unit `unit`'s forward or backward (for the plan; the
   /// all-to-all-v at the balanced expectation).
   virtual std::vector<ExpertParallelCall> expert_parallel_calls(int unit, bool backward,

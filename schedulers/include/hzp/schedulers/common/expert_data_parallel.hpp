@@ -46,6 +46,9 @@ class ExpertDataParallel {
   /// ranges over the ep group (then they are the data × context group's sum), and the tensor-parallel shares over the
   /// tp group.
   void finish_sums(TensorView grads) const;
+  /// finish_sums' second half alone: the tensor-parallel shares summed over the tp group (the distributed optimizer,
+  /// whose reduce-scatters then sum over data × context and over the expert-data group; nothing without shares).
+  void sum_tp_shares(TensorView grads) const;
   /// The norm's group (the ep group × the tensor-parallel pieces × the pipeline stages: ranks whose counted elements
   /// are the model once).
   coll::Communicator* distinct() const noexcept { return distinct_.get(); }
