@@ -15,17 +15,15 @@ Scenarios (one CTest each, see run_tests.cmake):
                   group, so its calls hold it one after another), and far longer than without emulation.
 usage: phantom_run_test.py SCENARIO --hzpbench PATH --mpiexec PATH --ranks N --workdir DIR
 """
-import argparse
 import os
 import subprocess
 import sys
 
-try:
-    import h5py
-    import numpy as np
-except ImportError as e:  # a skip, not a pass
-    print(f"SKIP: {e}; run scripts/bootstrap to install h5py and numpy")
-    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import run_e2e_test as e2e  # noqa: E402  (the arguments, the fresh workdir, h5py/numpy import and the skip live there)
+
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
 
 LAYOUTS = {
     "zero3": ["scheduler.name=zero3"],
@@ -140,24 +138,11 @@ def links(a):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("scenario")
-    ap.add_argument("--hzpbench", required=True)
-    ap.add_argument("--mpiexec", default="mpiexec")
-    ap.add_argument("--ranks", type=int, default=1)
-    ap.add_argument("--workdir", required=True)
-    a = ap.parse_args()
-    os.makedirs(a.workdir, exist_ok=True)
-    if a.scenario.startswith("exact_"):
-        exact(a, a.scenario[len("exact_"):])
-    elif a.scenario == "scale":
-        scale(a)
-    elif a.scenario == "links":
-        links(a)
-    else:
-        sys.exit(f"unknown scenario {a.scenario}")
-    print("PASS")
+    # run_e2e_test's argument parsing and dispatch, over this script's scenarios (exact_<layout>, scale, links).
+    scenarios = {f"scenario_exact_{k}": (lambda k=k: exact(e2e.ARGS, k)) for k in LAYOUTS}
+    scenarios.update(scenario_scale=lambda: scale(e2e.ARGS), scenario_links=lambda: links(e2e.ARGS))
+    return e2e.main(scenarios)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
