@@ -71,6 +71,17 @@ void register_model_keys(OptionTable& t) {
   t.add(S::integer("data.synthetic.seed", static_cast<std::int64_t>(tiny.chain.seed),
                    "Seed of the chain's table and of its samples")
             .non_negative());
+  t.add(S::enumeration("data.packing", {"none", "documents"}, "none",
+                       "none: a sequence is one document; documents: log-normal documents packed into each "
+                       "sequence, attention inside a document only (docs/data.md, Document packing)"));
+  t.add(S::real("data.documents.mean_tokens", workloads::DocumentPacking{}.mean_tokens,
+                "Mean document length in tokens (data.packing = documents)")
+            .positive());
+  t.add(S::real("data.documents.sigma", workloads::DocumentPacking{}.sigma,
+                "Standard deviation of a document's log length; 0 = every document mean_tokens long")
+            .non_negative());
+  t.add(S::integer("data.documents.seed", 0, "Seed of the document lengths (independent of the tokens')")
+            .non_negative());
 
   workloads::register_model_presets(t);
 }
@@ -107,6 +118,10 @@ workloads::DataConfig data_config_from(const ResolvedConfig& c) {
   d.synthetic.successors = c.get_int("data.synthetic.successors");
   d.synthetic.concentration = c.get_double("data.synthetic.concentration");
   d.synthetic.seed = static_cast<std::uint64_t>(c.get_int("data.synthetic.seed"));
+  d.packing.kind = workloads::parse_packing_kind(c.get_string("data.packing"));
+  d.packing.mean_tokens = c.get_double("data.documents.mean_tokens");
+  d.packing.sigma = c.get_double("data.documents.sigma");
+  d.packing.seed = static_cast<std::uint64_t>(c.get_int("data.documents.seed"));
   d.validate();
   return d;
 }

@@ -164,6 +164,9 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
   s.model = workloads::model_spec_from(cfg);
   s.train = train_config_from(cfg);
   s.data = data_config_from(cfg);
+  if (s.data.packing.enabled())
+    HZP_THROW(ConfigError, "data.packing = documents: the document boundaries exist (docs/data.md) but no run or "
+              "simulation reads them yet. Fix: data.packing = none");
   s.comm = mpi_comm_config_from(cfg);
   s.comm.validate();
 

@@ -66,6 +66,11 @@ void DataConfig::validate() const {
       problem() << "data.source=nanogpt stores uint16 tokens but model.vocab=" << vocab << " is over "
                 << kMaxUint16Vocab << " (use an llm.c uint32 shard, data.source=llmc)";
   }
+  try {
+    packing.validate();
+  } catch (const ConfigError& e) {
+    problem() << e.message();
+  }
   if (bad.tellp() > 0) HZP_THROW(ConfigError, "invalid data configuration: ", bad.str());
 }
 
