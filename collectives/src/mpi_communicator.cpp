@@ -8,6 +8,7 @@
 #include <functional>
 #include <numeric>
 
+#include "carried_algorithm_name.hpp"
 #include "comm_state.hpp"
 #include "hzp/core/clock.hpp"
 #include "mpi_check.hpp"
@@ -208,7 +209,7 @@ Request launch_unguarded(const std::shared_ptr<CommState>& sp, const CallInfo& i
     auto self = dry(st.rank);
     const auto bytes = detail::replay_bytes(st, *self);
     op = detail::make_native_operation(st, *native, own, std::move(scratch), bytes,
-                                       detail::native_algorithm_name(self->name()));
+                                       detail::carried_algorithm_name(detail::Carrier::native, self->name()));
   } else {
     const bool p2p = info.op == CollOp::send || info.op == CollOp::recv;
     const detail::TagPair tags = p2p ? detail::p2p_tags(info.tag) : detail::collective_tags(info.seq);

@@ -166,18 +166,6 @@ std::size_t native_scratch_bytes(const NativeCall& call, int p) {
                                            : n * call.red.acc_elem();
 }
 
-std::string_view native_algorithm_name(std::string_view modelled) noexcept {
-  if (modelled == "ring") return "native(model: ring)";
-  if (modelled == "bruck") return "native(model: bruck)";
-  if (modelled == "direct") return "native(model: direct)";
-  if (modelled == "recursive_doubling") return "native(model: recursive_doubling)";
-  if (modelled == "pairwise") return "native(model: pairwise)";
-  if (modelled == "pairwise_all_at_once") return "native(model: pairwise_all_at_once)";
-  if (modelled == "binomial_tree") return "native(model: binomial_tree)";
-  if (modelled == "dissemination") return "native(model: dissemination)";
-  return "native";
-}
-
 std::unique_ptr<Operation> make_native_operation(CommState& st, const NativeCall& call, Header own,
                                                  ScratchPool::Lease scratch,
                                                  std::array<std::uint64_t, kNumLinkLevels> modelled_bytes,

@@ -26,8 +26,6 @@ struct NativeCall {
 
 /// fp32 scratch needed to reduce bf16 through MPI in fp32.
 std::size_t native_scratch_bytes(const NativeCall& call, int p);
-/// "native(model: ring)": a static name recording which algorithm the bytes were modelled on.
-std::string_view native_algorithm_name(std::string_view modelled) noexcept;
 /// Starts the MPI collective and its join-time companion before returning.
 std::unique_ptr<Operation> make_native_operation(CommState& st, const NativeCall& call, Header own,
                                                  ScratchPool::Lease scratch,

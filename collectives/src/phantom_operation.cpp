@@ -2,6 +2,7 @@
 #include <cstring>
 #include <string>
 
+#include "carried_algorithm_name.hpp"
 #include "hzp/core/error.hpp"
 #include "phantom.hpp"
 
@@ -25,20 +26,6 @@ class PhantomOperation final : public Operation {
   std::array<std::uint64_t, kNumLinkLevels> bytes_;
   std::string_view algorithm_;
 };
-
-// Counter records keep a string_view: the names must be static.
-std::string_view phantom_algorithm_name(std::string_view modelled) noexcept {
-  if (modelled == "ring") return "phantom(model: ring)";
-  if (modelled == "bruck") return "phantom(model: bruck)";
-  if (modelled == "direct") return "phantom(model: direct)";
-  if (modelled == "recursive_doubling") return "phantom(model: recursive_doubling)";
-  if (modelled == "pairwise") return "phantom(model: pairwise)";
-  if (modelled == "pairwise_all_at_once") return "phantom(model: pairwise_all_at_once)";
-  if (modelled == "binomial_tree") return "phantom(model: binomial_tree)";
-  if (modelled == "dissemination") return "phantom(model: dissemination)";
-  if (modelled == "p2p") return "phantom(model: p2p)";
-  return "phantom";
-}
 
 template <class T>
 void scale(T* x, std::int64_t n, int p) {
@@ -67,7 +54,7 @@ void sum_of_copies(std::byte* buf, std::int64_t n, DType dtype, int p) {
 
 std::unique_ptr<Operation> make_phantom_operation(Header own, std::array<std::uint64_t, kNumLinkLevels> bytes,
                                                   std::string_view modelled_algorithm) {
-  return std::make_unique<PhantomOperation>(own, bytes, phantom_algorithm_name(modelled_algorithm));
+  return std::make_unique<PhantomOperation>(own, bytes, carried_algorithm_name(Carrier::phantom, modelled_algorithm));
 }
 
 void phantom_all_gather(const std::byte* in, std::byte* out, std::size_t block_bytes, int rank, int p) {
