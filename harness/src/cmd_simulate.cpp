@@ -18,11 +18,13 @@
 #include "hzp/core/intra_op.hpp"
 #include "hzp/harness/compute_rate.hpp"
 #include "hzp/harness/link_profiles.hpp"
+#include "hzp/harness/packing_imbalance.hpp"
 #include "hzp/harness/results_file.hpp"
 #include "hzp/harness/run_options.hpp"
 #include "hzp/harness/scheduler_options.hpp"
 #include "hzp/harness/step_simulator.hpp"
 #include "hzp/workloads/data/data_config.hpp"
+#include "packed_simulation.hpp"
 #include "results_rows.hpp"
 #include "run_context.hpp"
 #include "run_setup.hpp"
@@ -200,7 +202,7 @@ Command add_simulate_command(CLI::App& app, std::vector<std::string> argv) {
             const auto w0 = resolve_run_config(args->run, 1).get_int("topology.world_size");
             const int world = w0 > 0 ? static_cast<int>(w0) : 1;
             const ResolvedConfig cfg = resolve_run_config(args->run, world);
-            const RunSetup s = plan_run(cfg, world);
+            const RunSetup s = plan_run(cfg, world, {}, true);  // data.packing = documents is modelled
             refuse_undescribed(s);
             const int rpn = static_cast<int>(cfg.get_int("topology.ranks_per_node"));  // plan_run checked it
             const std::string path = s.opt.output_path.empty() ? default_output_path(cfg, unix_seconds()) : s.opt.output_path;
@@ -220,6 +222,14 @@ Command add_simulate_command(CLI::App& app, std::vector<std::string> argv) {
               in.ranks_per_node = sl.ranks_per_node;  // a profile's cards per node when the topology names none
               return schedulers::describe_step(s.opt.scheduler, in);
             };
+            // Document packing: the ranks compute differently, so each is simulated with every rank its collectives
+            // couple, each with its own attention (packed_simulation.hpp); without it, one pipeline group at a time.
+            JoinSets packed;
+            if (s.data.packing.enabled()) {
+              UnitTimes times = cal.times;
+              times.attention_share = block_attention_shares(layout, times.attention_share);
+              packed = simulate_packed(s, plan_inputs_from(cfg, *s.model, layout, 0).options, world, describe, times, sl);
+            }
             std::vector<bool> simulated(static_cast<std::size_t>(world), false);
             for (int r0 = 0; r0 < world; ++r0) {
               if (simulated[static_cast<std::size_t>(r0)]) continue;
@@ -237,7 +247,11 @@ Command add_simulate_command(CLI::App& app, std::vector<std::string> argv) {
                 if (r != r0) ds.push_back(describe(r));
               std::vector<const schedulers::StepDescription*> ptrs;
               for (const schedulers::StepDescription& d : ds) ptrs.push_back(&d);
-              const std::vector<SimulatedStep> steps = simulate_steps(ptrs, cal.times, sl);
+              std::vector<SimulatedStep> steps;
+              if (packed.steps.empty())
+                steps = simulate_steps(ptrs, cal.times, sl);
+              else
+                for (const schedulers::StepDescription& d : ds) steps.push_back(packed.steps[static_cast<std::size_t>(d.plan.rank)]);
               for (std::size_t i = 0; i < ds.size(); ++i) {
                 const SimulatedStep& st = steps[i];
                 const int r = ds[i].plan.rank;
@@ -288,6 +302,7 @@ Command add_simulate_command(CLI::App& app, std::vector<std::string> argv) {
             info.topology = coll::Topology::virtual_nodes(world, nodes_of, 0).describe();
             info.backend = s.opt.backend;
             for (const auto& [k, v] : source->provenance()) info.data.emplace_back(k, v);
+            for (const auto& [k, v] : s.data.packing.provenance()) info.data.emplace_back(k, v);
             ResultsWriter w = ResultsWriter::create(path, info, args->run.force);
             const std::vector<std::pair<std::string, AttrValue>> attrs = {
                 {"simulated", std::int64_t{1}},
@@ -308,6 +323,10 @@ Command add_simulate_command(CLI::App& app, std::vector<std::string> argv) {
                 {"links.inter_latency_us", sl.links.inter.latency_us},
                 {"warmup_steps", std::int64_t{0}}};
             for (const auto& [k, v] : attrs) w.set_attribute(k, v);
+            if (packed.sets > 0) {  // the ranks simulated together under document packing
+              w.set_attribute("simulate.join_sets", std::int64_t{packed.sets});
+              w.set_attribute("simulate.largest_join_set", std::int64_t{packed.largest});
+            }
             ResultsRows rows(world, false);
             rows.append(w, rec, samples);
             w.finish(RunStatus::ok());

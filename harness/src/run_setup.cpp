@@ -129,7 +129,7 @@ void check_output_path(const std::string& path, bool force) {
               "' is not writable. Fix: --out a path in a writable directory");
 }
 
-RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& dump_tensors) {
+RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& dump_tensors, bool reads_documents) {
   RunSetup s;
   s.world_size = world_size;
   s.opt = run_options_from(cfg);
@@ -164,9 +164,9 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
   s.model = workloads::model_spec_from(cfg);
   s.train = train_config_from(cfg);
   s.data = data_config_from(cfg);
-  if (s.data.packing.enabled())
-    HZP_THROW(ConfigError, "data.packing = documents: the document boundaries exist (docs/data.md) but no run or "
-              "simulation reads them yet. Fix: data.packing = none");
+  if (s.data.packing.enabled() && !reads_documents)
+    HZP_THROW(ConfigError, "data.packing = documents: the document boundaries exist (docs/data.md) and hzpbench "
+              "simulate models them, but a run does not read them yet. Fix: data.packing = none");
   s.comm = mpi_comm_config_from(cfg);
   s.comm.validate();
 

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 
 #include "hzp/core/error.hpp"
 
@@ -29,20 +31,41 @@ struct Links {
   double intra_free = 0, nic_free = 0;
 };
 
+// One collective over several of the ranks simulated together: how many joined, the last join, who has read it
+// (the entry goes once every member has), and the ranks waiting for the rest.
+struct Join {
+  int joined = 0, read = 0;
+  double last = 0;
+  std::vector<int> waiters;
+};
+
 // What the ranks simulated together tell each other: the arrival of each pipeline message at its receiver, and
-// each rank's join of a collective over several of them.
+// each rank's join of a collective over several of them; and which simulations may move again (a rank waiting on
+// another is woken by the post it waits for, so the cost is the events', not passes over every rank).
 struct Exchange {
-  // (receiver world rank, action kind, micro-batch, boundary unit) -> arrival
-  std::map<std::tuple<int, int, int, int>, double> messages;
-  // (group name, the group's n-th call on the rank) -> join time per rank
-  std::map<std::pair<std::string, int>, std::map<int, double>> joins;
-  std::int64_t posts = 0;  // messages and joins posted so far: whether a pass moved anything
+  using MessageKey = std::tuple<int, int, int, int>;  // (receiver world rank, action kind, micro-batch, boundary unit)
+  using JoinKey = std::tuple<std::string, int, int>;  // (group name, its lowest member, the group's n-th call on the rank)
+  std::map<MessageKey, double> messages;               // -> arrival
+  std::map<MessageKey, int> listening;                 // -> the receiver's simulation, waiting for it
+  std::map<JoinKey, Join> joins;
+  std::deque<int> runnable;
+
+  void post(const MessageKey& k, double arrival) {
+    messages[k] = arrival;
+    const auto it = listening.find(k);
+    if (it == listening.end()) return;
+    runnable.push_back(it->second);
+    listening.erase(it);
+  }
 };
 
 class Simulation {
  public:
-  Simulation(const schedulers::StepDescription& d, const UnitTimes& t, const SimulatorLinks& l, std::vector<int> together)
-      : d_(d), t_(t), l_(l), together_(std::move(together)) {
+  // `together`: which world ranks are simulated with this one; `factor`: each local micro-batch's attention factor
+  // (empty: 1); `join_streams`: the params and gradients streams' calls join too (else only the compute thread's).
+  Simulation(int id, const schedulers::StepDescription& d, const UnitTimes& t, const SimulatorLinks& l,
+             const std::vector<char>& together, const std::vector<double>& factor, bool join_streams)
+      : id_(id), d_(d), t_(t), l_(l), together_(together), factor_(factor), join_streams_(join_streams) {
     const int shard = std::max(d_.model_tp, 1) * std::max(d_.model_cp, 1);
     scale_ = 1.0 / shard;
     const auto calls = d_.calls.size();
@@ -105,8 +128,8 @@ class Simulation {
           wait_until(ready_[ci], s_.exposed_comm_s);  // a unit that gathers nothing still reads its refreshed shard
           if (k_ < gathering_.size() && gathering_[k_] == c_) {
             // Compute reaches the unit: the params stream may now run up to prefetch gathering calls beyond it.
-            issue_up_to(k_ + static_cast<std::size_t>(d_.prefetch), now_);
-            wait_until(gathered_[ci], s_.exposed_comm_s);
+            if (!issue_up_to(k_ + static_cast<std::size_t>(d_.prefetch), now_, x)) return false;
+            wait_stream(gathered_[ci], params_idle_);
             ++k_;
           }
           phase_ = Phase::before;
@@ -123,13 +146,14 @@ class Simulation {
           for (; i_ < after_[ci].size(); ++i_) {
             const StepEvent& e = *after_[ci][i_];
             if (e.stream == CommStream::gradients) {
-              gradients_free_ = run_call(e, std::max(gradients_free_, now_));
+              double start = 0;
+              if (!stream_join(e, std::max(gradients_free_, now_), x, start, gradients_idle_)) return false;
+              gradients_free_ = run_call(e, start);
             } else if (e.stream == CommStream::pipeline && e.collective.op == CollOp::send) {
               // Started without waiting; its arrival is what the peer stage's receive waits for.
               const double done = run_call(e, now_);
               sends_free_ = std::max(sends_free_, done);
-              x.messages[message_key(e, action, unit, true)] = done;
-              ++x.posts;
+              x.post(message_key(e, action, unit, true), done);
             } else if (!blocking(e, x)) {
               return false;
             }
@@ -141,8 +165,16 @@ class Simulation {
       }
     }
     if (phase_ == Phase::enter) {
-      issue_up_to(gathering_.size(), now_);
-      for (const StepEvent* e : end_gradients_) gradients_free_ = run_call(*e, std::max(gradients_free_, now_));
+      phase_ = Phase::finish;
+      i_ = 0;
+    }
+    if (phase_ == Phase::finish) {
+      if (!issue_up_to(gathering_.size(), now_, x)) return false;
+      for (; i_ < end_gradients_.size(); ++i_) {
+        double start = 0;
+        if (!stream_join(*end_gradients_[i_], std::max(gradients_free_, now_), x, start, gradients_idle_)) return false;
+        gradients_free_ = run_call(*end_gradients_[i_], start);
+      }
       wait_until(sends_free_, s_.pipeline_wait_s);  // the stage's own sends drain before the stages meet
       phase_ = Phase::end;
       i_ = 0;
@@ -152,12 +184,12 @@ class Simulation {
     for (; i_ < end_compute_.size(); ++i_) {
       const StepEvent& e = *end_compute_[i_];
       if (e.stream != CommStream::pipeline && !drained_) {
-        wait_until(gradients_free_, s_.exposed_comm_s);
+        wait_stream(gradients_free_, gradients_idle_);
         drained_ = true;
       }
       if (!blocking(e, x)) return false;
     }
-    if (!drained_) wait_until(gradients_free_, s_.exposed_comm_s);
+    if (!drained_) wait_stream(gradients_free_, gradients_idle_);
     drained_ = true;
     s_.compute_s = s_.forward_s + s_.backward_s;
     s_.step_s = now_;
@@ -165,6 +197,7 @@ class Simulation {
   }
 
   const SimulatedStep& result() const { return s_; }
+  int id() const { return id_; }
   int rank() const { return d_.plan.rank; }
   std::string where() const {
     return "rank " + std::to_string(d_.plan.rank) + " at unit call " + std::to_string(c_) + " of " +
@@ -173,7 +206,8 @@ class Simulation {
   }
 
  private:
-  enum class Phase { enter, before, after, end };
+  enum class Phase { enter, before, after, end, finish };
+  using Idle = std::deque<std::pair<double, double>>;  // a stream's spans held by a late peer, in time order
 
   // The compute thread waits for `until`; the wait is charged to `what` (exposed communication or pipeline wait).
   void wait_until(double until, double& what) {
@@ -181,6 +215,66 @@ class Simulation {
       what += until - now_;
       now_ = until;
     }
+  }
+
+  // The compute thread waits for a stream's call to end: exposed communication, of which the spans the stream sat
+  // waiting for a late peer to join one of its calls are join waits.
+  void wait_stream(double until, Idle& idle) {
+    if (until <= now_) return;
+    for (const auto& [a, b] : idle) s_.join_wait_s += std::max(0.0, std::min(b, until) - std::max(a, now_));
+    while (!idle.empty() && idle.front().second <= until) idle.pop_front();  // later waits begin after `until`
+    wait_until(until, s_.exposed_comm_s);
+  }
+
+  // The members of e's group simulated here, and the group's lowest member (which of the group's copies it is).
+  const std::pair<int, int>& group_of(const StepEvent& e) {
+    auto it = groups_.find(&e);
+    if (it != groups_.end()) return it->second;
+    int local = 0, lowest = e.members.empty() ? -1 : e.members.front();
+    for (int m : e.members) {
+      if (m >= 0 && static_cast<std::size_t>(m) < together_.size() && together_[static_cast<std::size_t>(m)]) ++local;
+      lowest = std::min(lowest, m);
+    }
+    return groups_.emplace(&e, std::pair{local, lowest}).first->second;
+  }
+
+  // Joins e's collective at `at`: true with `last` the last member's join once all of its members simulated here have
+  // joined (at when it has no other), false (waiting on them) before.
+  bool join(const StepEvent& e, double at, Exchange& x, double& last) {
+    last = at;
+    const auto& [local, lowest] = group_of(e);
+    if (local <= 1) return true;
+    if (!joined_) {
+      join_key_ = {e.collective.group, lowest, occurrence_[e.collective.group]++};
+      Join& j = x.joins[join_key_];
+      ++j.joined;
+      j.last = j.joined == 1 ? at : std::max(j.last, at);
+      if (j.joined == local) {
+        for (int w : j.waiters) x.runnable.push_back(w);
+        j.waiters.clear();
+      }
+      joined_ = true;
+    }
+    const auto it = x.joins.find(join_key_);
+    Join& j = it->second;
+    if (j.joined < local) {
+      j.waiters.push_back(id_);
+      return false;
+    }
+    last = std::max(at, j.last);
+    if (++j.read == local) x.joins.erase(it);
+    joined_ = false;
+    return true;
+  }
+
+  // A stream's call issued at `at` starts at `start`: at, or once the last member joined when the streams join; the
+  // span a late peer held the stream goes to `idle`.
+  bool stream_join(const StepEvent& e, double at, Exchange& x, double& start, Idle& idle) {
+    start = at;
+    if (!join_streams_) return true;
+    if (!join(e, at, x, start)) return false;
+    if (start > at) idle.emplace_back(at, start);
+    return true;
   }
 
   // The pipeline message a send delivers or a receive waits for: (receiver, direction, micro-batch, boundary unit).
@@ -198,29 +292,19 @@ class Simulation {
     double& waits = pipeline ? s_.pipeline_wait_s : s_.exposed_comm_s;
     if (e.collective.op == CollOp::recv) {
       const auto& [a, u] = d_.calls.at(static_cast<std::size_t>(e.call));
-      const auto it = x.messages.find(message_key(e, a, u, false));
-      if (it == x.messages.end()) return false;
+      const Exchange::MessageKey key = message_key(e, a, u, false);
+      const auto it = x.messages.find(key);
+      if (it == x.messages.end()) {
+        x.listening[key] = id_;
+        return false;
+      }
       wait_until(it->second, waits);
       return true;
     }
-    int local = 0;
-    for (int m : e.members)
-      if (std::find(together_.begin(), together_.end(), m) != together_.end()) ++local;
-    if (local > 1) {
-      if (!joined_) {
-        join_key_ = {e.collective.group, occurrence_[e.collective.group]++};
-        x.joins[join_key_][rank()] = now_;
-        ++x.posts;
-        joined_ = true;
-      }
-      const std::map<int, double>& j = x.joins[join_key_];
-      if (static_cast<int>(j.size()) < local) return false;
-      double last = now_;
-      for (const auto& [r, t] : j) last = std::max(last, t);
-      if (!pipeline && last > now_) s_.join_wait_s += last - now_;
-      wait_until(last, waits);
-      joined_ = false;
-    }
+    double last = now_;
+    if (!join(e, now_, x, last)) return false;
+    if (!pipeline && last > now_) s_.join_wait_s += last - now_;
+    wait_until(last, waits);
     wait_until(run_call(e, now_), waits);
     return true;
   }
@@ -232,7 +316,12 @@ class Simulation {
   void compute(const schedulers::Action& action, int unit, const std::vector<const StepEvent*>& inside) {
     const bool fwd = action.kind == schedulers::Action::Kind::forward;
     const auto u = static_cast<std::size_t>(unit);
-    const double dt = (fwd ? t_.forward_s : t_.backward_s).at(u) * scale_;
+    // Document packing: the micro-batch's attention takes its factor of the unit's attention share; the rest is
+    // unchanged (a factor of exactly 1 leaves the unit's time as it was, bit for bit).
+    const double base = (fwd ? t_.forward_s : t_.backward_s).at(u) * scale_;
+    const double f = factor(action.micro_batch);
+    const double share = u < t_.attention_share.size() ? t_.attention_share[u] : 0.0;
+    const double dt = f == 1.0 ? base : base + base * share * (f - 1.0);
     (fwd ? s_.forward_s : s_.backward_s) += dt;
     const StepEvent *ring_before = nullptr, *ring_after = nullptr;
     std::vector<std::pair<const StepEvent*, std::int64_t>> between;  // each call of the inside collectives
@@ -245,13 +334,13 @@ class Simulation {
       else
         for (std::int64_t i = 0; i < e->collective.calls; ++i) between.emplace_back(e, i);
     }
-    const double expert = experts.empty() || u >= t_.expert_share.size() ? 0.0 : dt * t_.expert_share[u];
+    const double expert = experts.empty() || u >= t_.expert_share.size() ? 0.0 : base * t_.expert_share[u];
     // The MoE layer follows the attention in a block: forward runs the rest of the unit, then the exchange around the
     // experts; backward the exchange first, then the rest.
     if (!fwd) expert_calls(experts, expert, fwd);
     const double rest = dt - expert;
     const bool ring = ring_before != nullptr && ring_before->blocks > 0;
-    const double attention = ring && u < t_.attention_share.size() ? std::min(dt * t_.attention_share[u], rest) : 0.0;
+    const double attention = ring && u < t_.attention_share.size() ? std::min(f == 1.0 ? dt * share : base * share * f, rest) : 0.0;
     const double slice = (rest - attention) / static_cast<double>(between.size() + 1);
     const std::size_t ring_at = between.size() / 2;  // attention sits mid-unit, between the projections
     for (std::size_t i = 0; i <= between.size(); ++i) {
@@ -298,14 +387,29 @@ class Simulation {
     }
   }
 
-  void issue_up_to(std::size_t k_last, double gate) {
+  double factor(int micro_batch) const {
+    if (factor_.empty()) return 1.0;
+    HZP_CHECK(micro_batch >= 0 && static_cast<std::size_t>(micro_batch) < factor_.size(), "simulate: rank ", rank(),
+              " has attention factors for ", factor_.size(), " micro-batches, not micro-batch ", micro_batch);
+    return factor_[static_cast<std::size_t>(micro_batch)];
+  }
+
+  // The params stream issues gathering calls up to k_last, none before `gate`; false while one of its calls waits
+  // for a peer to join (resumed where it stopped).
+  bool issue_up_to(std::size_t k_last, double gate, Exchange& x) {
     for (; issued_ < gathering_.size() && issued_ <= k_last; ++issued_) {
       const auto c = static_cast<std::size_t>(gathering_[issued_]);
-      double at = std::max({params_free_, gate, ready_[c]});
-      for (const StepEvent* e : params_[c]) at = run_call(*e, at);
-      params_free_ = at;
-      gathered_[c] = at;
+      if (param_event_ == 0) param_at_ = std::max({params_free_, gate, ready_[c]});
+      for (; param_event_ < params_[c].size(); ++param_event_) {
+        double start = 0;
+        if (!stream_join(*params_[c][param_event_], param_at_, x, start, params_idle_)) return false;
+        param_at_ = run_call(*params_[c][param_event_], start);
+      }
+      param_event_ = 0;
+      params_free_ = param_at_;
+      gathered_[c] = param_at_;
     }
+    return true;
   }
 
   // `n` calls of e (all of them when negative) issued at `at` on the rank's links, one after the other; returns when
@@ -344,10 +448,17 @@ class Simulation {
     return model_message(e.collective, e.members, rank(), e.peer, l_);
   }
 
+  int id_;
   const schedulers::StepDescription& d_;
   const UnitTimes& t_;
   const SimulatorLinks& l_;
-  std::vector<int> together_;
+  const std::vector<char>& together_;  // by world rank
+  const std::vector<double>& factor_;
+  bool join_streams_;
+  std::unordered_map<const StepEvent*, std::pair<int, int>> groups_;  // group_of's answers
+  std::size_t param_event_ = 0;                                       // issue_up_to's place in a call's gathers
+  double param_at_ = 0;
+  Idle params_idle_, gradients_idle_;
   double scale_ = 1;
   std::vector<std::vector<const StepEvent*>> before_, after_, inside_, params_;
   std::vector<const StepEvent*> end_compute_, end_gradients_, end_params_;
@@ -360,7 +471,7 @@ class Simulation {
   Phase phase_ = Phase::enter;
   double now_ = 0;
   bool joined_ = false, drained_ = false;
-  std::pair<std::string, int> join_key_;
+  Exchange::JoinKey join_key_;
   std::map<std::string, int> occurrence_;
   SimulatedStep s_;
   Links links_;
@@ -454,40 +565,53 @@ SimulatedStep simulate_step(const schedulers::StepDescription& d, const UnitTime
   return simulate_steps({&d}, t, links).front();
 }
 
-std::vector<SimulatedStep> simulate_steps(const std::vector<const schedulers::StepDescription*>& ranks,
-                                          const UnitTimes& t, const SimulatorLinks& links) {
-  std::vector<int> together;
-  for (const schedulers::StepDescription* d : ranks) together.push_back(d->plan.rank);
+namespace {
+
+// Runs `ranks` together until each step ends: every simulation moves as far as it can, then waits to be woken by the
+// message or the last join it waits for (the results do not depend on the order: each wait is for a time another
+// rank posts). A simulation left waiting when nothing can move is a cycle of waits.
+std::vector<SimulatedStep> run_together(const std::vector<SimulatedRank>& ranks, const UnitTimes& t,
+                                        const SimulatorLinks& links, bool join_streams) {
+  int world = 0;
+  for (const SimulatedRank& r : ranks) world = std::max(world, r.description->plan.rank + 1);
+  std::vector<char> together(static_cast<std::size_t>(world), 0);
+  for (const SimulatedRank& r : ranks) together[static_cast<std::size_t>(r.description->plan.rank)] = 1;
   std::vector<Simulation> sims;
   sims.reserve(ranks.size());
-  for (const schedulers::StepDescription* d : ranks) sims.emplace_back(*d, t, links, together);
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    sims.emplace_back(static_cast<int>(i), *ranks[i].description, t, links, together, ranks[i].attention_factor,
+                      join_streams);
   Exchange x;
   std::vector<bool> done(sims.size(), false);
-  // Each rank runs as far as it can; a pass in which no rank moves while some are not done is a cycle of waits.
-  for (std::size_t left = sims.size(); left > 0;) {
-    bool moved = false;
-    for (std::size_t i = 0; i < sims.size(); ++i) {
-      if (done[i]) continue;
-      const std::string before = sims[i].where();
-      const std::int64_t posts = x.posts;
-      if (sims[i].advance(x)) {
-        done[i] = true;
-        --left;
-        moved = true;
-      } else if (sims[i].where() != before || x.posts != posts) {
-        moved = true;
-      }
-    }
-    if (!moved && left > 0) {
-      std::string stuck;
-      for (std::size_t i = 0; i < sims.size(); ++i)
-        if (!done[i]) stuck += "\n  " + sims[i].where();
-      HZP_THROW(PreconditionError, "simulate: the ranks wait on each other and none can move:", stuck);
-    }
+  for (std::size_t i = 0; i < sims.size(); ++i) x.runnable.push_back(static_cast<int>(i));
+  while (!x.runnable.empty()) {
+    const auto i = static_cast<std::size_t>(x.runnable.front());
+    x.runnable.pop_front();
+    if (!done[i]) done[i] = sims[i].advance(x);
   }
+  std::string stuck;
+  for (std::size_t i = 0; i < sims.size(); ++i)
+    if (!done[i]) stuck += "\n  " + sims[i].where();
+  if (!stuck.empty()) HZP_THROW(PreconditionError, "simulate: the ranks wait on each other and none can move:", stuck);
   std::vector<SimulatedStep> out;
+  out.reserve(sims.size());
   for (const Simulation& s : sims) out.push_back(s.result());
   return out;
+}
+
+}  // namespace
+
+std::vector<SimulatedStep> simulate_steps(const std::vector<const schedulers::StepDescription*>& ranks,
+                                          const UnitTimes& t, const SimulatorLinks& links) {
+  std::vector<SimulatedRank> rs;
+  rs.reserve(ranks.size());
+  for (const schedulers::StepDescription* d : ranks) rs.push_back({d, {}});
+  return run_together(rs, t, links, false);
+}
+
+std::vector<SimulatedStep> simulate_joined(const std::vector<SimulatedRank>& ranks, const UnitTimes& t,
+                                           const SimulatorLinks& links) {
+  return run_together(ranks, t, links, true);
 }
 
 }  // namespace hzp::harness

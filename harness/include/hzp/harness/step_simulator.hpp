@@ -37,8 +37,9 @@ struct SimulatorLinks {
 /// exposed communication (the compute thread's waits); comm_time_s sums every call's duration over all streams.
 struct SimulatedStep {
   double step_s = 0, compute_s = 0, forward_s = 0, backward_s = 0, exposed_comm_s = 0, comm_time_s = 0;
-  /// Of exposed_comm_s: the waits for a peer stage to join a collective over several stages (the tied table's sum,
-  /// the norm over stages); peers of one stage join together.
+  /// Of exposed_comm_s: the waits for a peer simulated together to join a collective (simulate_steps: a peer stage,
+  /// at the tied table's sum or the norm over stages; simulate_joined besides: a slower data-parallel peer at any
+  /// collective, and on a stream the spans its next call sat waiting for a late member while compute waited on it).
   double join_wait_s = 0;
   /// The compute thread's waits on the pipeline stream (a peer stage's message, its own sends' drain, the losses'
   /// sum where the stages meet): the bubble, not in exposed_comm_s.
@@ -75,5 +76,23 @@ SimulatedStep simulate_step(const schedulers::StepDescription& d, const UnitTime
 /// PreconditionError naming the stuck ranks when the descriptions wait on each other in a cycle.
 std::vector<SimulatedStep> simulate_steps(const std::vector<const schedulers::StepDescription*>& ranks,
                                           const UnitTimes& t, const SimulatorLinks& links);
+
+/// One rank of those simulated together: its description and, per local micro-batch (Action::micro_batch), the
+/// factor its attention time takes (document packing, packing_imbalance.hpp); empty: 1 throughout. Ranks whose
+/// factors differ compute differently, so a simulation that folds the ranks of one role into one must keep them
+/// apart (the factors are part of the role).
+struct SimulatedRank {
+  const schedulers::StepDescription* description = nullptr;
+  std::vector<double> attention_factor;
+};
+
+/// As simulate_steps, for ranks that do not compute alike (a join set: every rank some collective of theirs couples,
+/// e.g. all data-parallel replicas of every stage): each unit's attention share (UnitTimes::attention_share) takes
+/// the rank's factor for the micro-batch, and every collective over several of these ranks starts when its last
+/// member issues it, on the params and gradients streams too (the stream's next call waits, not compute; the
+/// refreshes queued at the step's start and the calls inside a unit, over ranks of the same rows, do not join).
+/// With every factor 1 and symmetric peers it equals simulate_steps.
+std::vector<SimulatedStep> simulate_joined(const std::vector<SimulatedRank>& ranks, const UnitTimes& t,
+                                           const SimulatorLinks& links);
 
 }  // namespace hzp::harness
