@@ -201,10 +201,12 @@ std::vector<int> RankMesh::axis_mask(std::span<const std::string_view> axes) con
 }
 
 int RankMesh::group_index_masked(const std::vector<int>& in_group, int rank) const {
-  const std::vector<int> c = coord(rank);
+  // coord(rank)'s digits without its vector: groups() asks this for every rank of the world, and `hzpbench simulate`
+  // builds a mesh's groups for every rank it describes.
+  check_rank(rank);
   int g = 0;
   for (int i = 0; i < ndim(); ++i)
-    if (!in_group[i]) g = g * axes_[i].size + c[i];
+    if (!in_group[i]) g = g * axes_[i].size + (rank / stride_[i]) % axes_[i].size;
   return g;
 }
 
@@ -243,6 +245,7 @@ RankGroups RankMesh::groups(std::span<const std::string_view> axes) const {
   // Ranks visited in increasing order land in each group in position order (the in-group digits
   // grow with the rank).
   RankGroups out(static_cast<std::size_t>(world_size() / size));
+  for (std::vector<int>& g : out) g.reserve(static_cast<std::size_t>(size));
   for (int r = 0; r < world_size(); ++r) out[group_index_masked(mask, r)].push_back(r);
   return out;
 }

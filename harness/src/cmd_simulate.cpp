@@ -22,6 +22,7 @@
 #include "hzp/harness/results_file.hpp"
 #include "hzp/harness/run_options.hpp"
 #include "hzp/harness/scheduler_options.hpp"
+#include "hzp/harness/step_fold.hpp"
 #include "hzp/harness/step_simulator.hpp"
 #include "hzp/workloads/data/data_config.hpp"
 #include "packed_simulation.hpp"
@@ -223,64 +224,46 @@ Command add_simulate_command(CLI::App& app, std::vector<std::string> argv) {
               return schedulers::describe_step(s.opt.scheduler, in);
             };
             // Document packing: the ranks compute differently, so each is simulated with every rank its collectives
-            // couple, each with its own attention (packed_simulation.hpp); without it, one pipeline group at a time.
+            // couple, each with its own attention (packed_simulation.hpp), and none is folded into another; without
+            // it, one pipeline group at a time, ranks of one role simulated once (step_fold.hpp).
+            WorldStats stats;
             JoinSets packed;
+            std::vector<SimulatedStep> steps;
             if (s.data.packing.enabled()) {
               UnitTimes times = cal.times;
               times.attention_share = block_attention_shares(layout, times.attention_share);
               packed = simulate_packed(s, plan_inputs_from(cfg, *s.model, layout, 0).options, world, describe, times, sl);
+              steps = packed.steps;
+              stats.ranks_simulated = stats.roles = world;
+            } else {
+              steps = simulate_world(world, describe, cal.times, sl, s.opt.sim_fold, &stats);
             }
-            std::vector<bool> simulated(static_cast<std::size_t>(world), false);
-            for (int r0 = 0; r0 < world; ++r0) {
-              if (simulated[static_cast<std::size_t>(r0)]) continue;
-              // The ranks whose steps wait on each other: rank r0's pipeline group (its pipeline calls' members), run
-              // together; one rank alone without stages.
-              std::vector<schedulers::StepDescription> ds;
-              ds.push_back(describe(r0));
-              std::vector<int> group{r0};
-              for (const schedulers::StepEvent& e : ds.front().events)
-                if (e.stream == schedulers::CommStream::pipeline) {
-                  group = e.members;
-                  break;
+            for (int r = 0; r < world; ++r) {
+              const SimulatedStep& st = steps[static_cast<std::size_t>(r)];
+              RankSample& x = samples[static_cast<std::size_t>(r)];
+              x[RankField::step_time_s] = st.step_s;
+              x[RankField::cpu_time_s] = st.compute_s;
+              x[RankField::compute_s] = st.compute_s;
+              x[RankField::forward_s] = st.forward_s;
+              x[RankField::backward_s] = st.backward_s;
+              x[RankField::exposed_comm_s] = st.exposed_comm_s;
+              x[RankField::join_wait_s] = st.join_wait_s;  // a peer stage late to a collective over stages
+              x[RankField::transfer_wait_s] = st.exposed_comm_s - st.join_wait_s;
+              x[RankField::pipeline_wait_s] = st.pipeline_wait_s;  // the bubble: compute idle on its peer stages
+              x[RankField::comm_time_s] = st.comm_time_s;
+              x[StepField::tokens] = static_cast<double>(s.train.global_batch * s.model->seq_len());
+              x[StepField::loss] = std::nan("");
+              x[StepField::grad_norm] = std::nan("");
+              x[StepField::lr] = std::nan("");
+              x[StepField::clip_coefficient] = std::nan("");
+              for (int op = 0; op < coll::kNumCollOps; ++op)
+                for (int lv = 0; lv < coll::kNumLinkLevels; ++lv) {
+                  const auto o = static_cast<coll::CollOp>(op);
+                  const auto l = static_cast<coll::LinkLevel>(lv);
+                  x.comm(o, l, 0) = static_cast<double>(st.count[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)]);
+                  x.comm(o, l, 1) = static_cast<double>(st.bytes[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)]);
+                  x.comm(o, l, 2) = st.time_s[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)];
                 }
-              for (int r : group)
-                if (r != r0) ds.push_back(describe(r));
-              std::vector<const schedulers::StepDescription*> ptrs;
-              for (const schedulers::StepDescription& d : ds) ptrs.push_back(&d);
-              std::vector<SimulatedStep> steps;
-              if (packed.steps.empty())
-                steps = simulate_steps(ptrs, cal.times, sl);
-              else
-                for (const schedulers::StepDescription& d : ds) steps.push_back(packed.steps[static_cast<std::size_t>(d.plan.rank)]);
-              for (std::size_t i = 0; i < ds.size(); ++i) {
-                const SimulatedStep& st = steps[i];
-                const int r = ds[i].plan.rank;
-                simulated[static_cast<std::size_t>(r)] = true;
-                RankSample& x = samples[static_cast<std::size_t>(r)];
-                x[RankField::step_time_s] = st.step_s;
-                x[RankField::cpu_time_s] = st.compute_s;
-                x[RankField::compute_s] = st.compute_s;
-                x[RankField::forward_s] = st.forward_s;
-                x[RankField::backward_s] = st.backward_s;
-                x[RankField::exposed_comm_s] = st.exposed_comm_s;
-                x[RankField::join_wait_s] = st.join_wait_s;  // a peer stage late to a collective over stages
-                x[RankField::transfer_wait_s] = st.exposed_comm_s - st.join_wait_s;
-                x[RankField::pipeline_wait_s] = st.pipeline_wait_s;  // the bubble: compute idle on its peer stages
-                x[RankField::comm_time_s] = st.comm_time_s;
-                x[StepField::tokens] = static_cast<double>(s.train.global_batch * s.model->seq_len());
-                x[StepField::loss] = std::nan("");
-                x[StepField::grad_norm] = std::nan("");
-                x[StepField::lr] = std::nan("");
-                x[StepField::clip_coefficient] = std::nan("");
-                for (int op = 0; op < coll::kNumCollOps; ++op)
-                  for (int lv = 0; lv < coll::kNumLinkLevels; ++lv) {
-                    const auto o = static_cast<coll::CollOp>(op);
-                    const auto l = static_cast<coll::LinkLevel>(lv);
-                    x.comm(o, l, 0) = static_cast<double>(st.count[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)]);
-                    x.comm(o, l, 1) = static_cast<double>(st.bytes[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)]);
-                    x.comm(o, l, 2) = st.time_s[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)];
-                  }
-              }
             }
             const double sim_s = sim_clock.wall();
 
@@ -335,11 +318,11 @@ Command add_simulate_command(CLI::App& app, std::vector<std::string> argv) {
                 rec.step_time_s > 0 ? rec.mean[static_cast<std::size_t>(RankField::pipeline_wait_s)] / rec.step_time_s : 0;
             std::printf("simulated %s at W = %d (%d per node): step %.4g s, exposed communication %.1f%% and pipeline "
                         "wait %.1f%% of it (mean over ranks), compute "
-                        "%.4g s per rank; calibration %.4g s per micro-batch; links %s; %d ranks simulated in %.3g s\n"
+                        "%.4g s per rank; calibration %.4g s per micro-batch; links %s; %d ranks simulated in %.3g s (%d roles)\n"
                         "results: %s\n",
                         s.opt.scheduler.c_str(), world, nodes_of, rec.step_time_s, 100.0 * rec.exposed_comm_frac,
                         100.0 * pipeline_frac,
-                        samples[0][RankField::compute_s], cal.micro_batch_s, cal.links_how.c_str(), world, sim_s,
+                        samples[0][RankField::compute_s], cal.micro_batch_s, cal.links_how.c_str(), world, sim_s, stats.roles,
                         path.c_str());
             return 0;
           }};

@@ -81,6 +81,10 @@ void register_run_keys(OptionTable& t) {
                 "(assumed, recorded in the results file)")
             .positive()
             .at_most(1));
+  t.add(S::boolean("simulate.fold", true,
+                   "hzpbench simulate: simulate one set of ranks per role (ranks whose step descriptions the model "
+                   "cannot tell apart) and give its results to the others; false = every rank simulated. Results are "
+                   "the same either way; with data.packing = documents nothing is folded (docs/simulate.md \"Scale\")"));
 
   // ---- output: the results file and the trace (results_file.hpp, trace.cpp) -----------------------
   t.add(S::string("output.path", "",
@@ -176,6 +180,7 @@ RunOptions run_options_from(const ResolvedConfig& c) {
   o.peak_tflops = c.get_double("device.peak_tflops");
   o.sim_calibration = c.get_string("simulate.calibration");
   o.sim_mfu = c.get_double("simulate.mfu");
+  o.sim_fold = c.get_bool("simulate.fold");
   o.output_path = c.get_string("output.path");
   o.flush_s = c.get_double("output.flush_s");
   o.trace = c.get_bool("output.trace");

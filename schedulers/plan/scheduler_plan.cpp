@@ -154,9 +154,11 @@ class Builder final : public CollectiveLedger {
     }
     // Ring: reduce-scatter then all-gather over p nearly equal chunks c_j = ⌊N/p⌋ + [j < N mod p].
     auto chunk = [&](int j) { return std::uint64_t(count / p + ((((j % p) + p) % p) < count % p ? 1 : 0)); };
-    std::uint64_t b = 0;
-    for (int s = 0; s < p - 1; ++s) b += chunk(g.pos - s - 1) * (s == 0 ? e : ea);
-    for (int s = 0; s < p - 1; ++s) b += chunk(g.pos - s) * e;
+    // The reduce-scatter's p − 1 steps send every chunk but the rank's own, the first (chunk pos − 1) at e bytes
+    // and the partial sums after it at ea; the all-gather's send every chunk but pos + 1's. Summed in closed form:
+    // a step walks the world's ring once per call, which at thousands of ranks dominated describing them.
+    const std::uint64_t n = static_cast<std::uint64_t>(count);
+    const std::uint64_t b = chunk(g.pos - 1) * e + (n - chunk(g.pos) - chunk(g.pos - 1)) * ea + (n - chunk(g.pos + 1)) * e;
     c.bytes[g.level_to((g.pos + 1) % p)] += b * times;
   }
 

@@ -38,6 +38,7 @@ struct RunOptions {
   double peak_tflops = 0;         ///< device.peak_tflops (0 = device table / measured GEMM peak)
   std::string sim_calibration = "measure";  ///< simulate.calibration: measure | profile
   double sim_mfu = 0.5;                     ///< simulate.mfu
+  bool sim_fold = true;                     ///< simulate.fold: one simulation per role
   std::string output_path;        ///< output.path ("" = results/<UTC time>-<config hash>.h5)
   double flush_s = 5;             ///< output.flush_s (0 = after every step)
   bool trace = false;             ///< output.trace

@@ -1,0 +1,155 @@
+// Roles of a simulated world (step_fold.hpp): the fold key of ranks simulated together, and the loop over a
+// world's ranks that simulates one set of ranks per key and hands its results to the others of its role.
+#include "hzp/harness/step_fold.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <type_traits>
+
+namespace hzp::harness {
+namespace {
+
+using schedulers::StepDescription;
+using schedulers::StepEvent;
+
+// A field the key misses would fold ranks the model tells apart: a new field of the description must join the key
+// (RoleKeys::key). The sizes are those of this ABI (x86-64, libstdc++).
+static_assert(sizeof(StepEvent) == 168, "StepEvent changed: add the new field to RoleKeys::key, then this size");
+static_assert(sizeof(StepDescription) == 248, "StepDescription changed: add the new field to RoleKeys::key, then this size");
+
+template <typename T>
+void put(std::string& k, const T& v) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  k.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+void put(std::string& k, const std::string& s) {
+  put(k, s.size());
+  k += s;
+}
+
+}  // namespace
+
+int RoleKeys::shape(const StepEvent& e, int me, const std::vector<int>& together, int& rotation) {
+  const std::vector<int>& m = e.members;
+  const int p = static_cast<int>(m.size());
+  const int pos = static_cast<int>(std::find(m.begin(), m.end(), me) - m.begin());
+  int joined = 0;
+  for (int q : m)
+    if (std::find(together.begin(), together.end(), q) != together.end()) ++joined;
+  // A group joining several ranks of `together` is kept in its own order: who waits for whom depends on positions.
+  rotation = joined > 1 || pos >= p ? 0 : pos;
+  std::string s;
+  s.reserve(static_cast<std::size_t>(p) * 2 * sizeof(int));
+  std::map<int, int> label;  // node -> label by first appearance from the rotation's start
+  for (int i = 0; i < p; ++i) {
+    const int q = m[static_cast<std::size_t>((i + rotation) % p)];
+    const int next = static_cast<int>(label.size());
+    put(s, label.emplace(q / rpn_, next).first->second);
+    put(s, static_cast<int>(std::find(together.begin(), together.end(), q) - together.begin()));
+  }
+  put(s, pos < p ? 1 : 0);  // whether the rank is a member at all
+  return shapes_.emplace(std::move(s), static_cast<int>(shapes_.size())).first->second;
+}
+
+std::string RoleKeys::key(const std::vector<const StepDescription*>& together) {
+  std::vector<int> ranks;
+  for (const StepDescription* d : together) ranks.push_back(d->plan.rank);
+  std::string k;
+  for (const StepDescription* d : together) {
+    put(k, d->prefetch);
+    put(k, d->model_tp);
+    put(k, d->model_cp);
+    put(k, d->calls.size());
+    for (const auto& [a, u] : d->calls) {
+      put(k, a.kind);
+      put(k, a.micro_batch);
+      put(k, a.first_unit);
+      put(k, a.end_unit);
+      put(k, u);
+    }
+    put(k, d->events.size());
+    // A step's events name few distinct groups (a unit's gathers, its reduce-scatters, the exchanges): each group's
+    // shape is computed once per description.
+    std::vector<std::pair<const std::vector<int>*, std::pair<int, int>>> seen;  // members -> (shape, rotation)
+    for (const StepEvent& e : d->events) {
+      auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& x) { return *x.first == e.members; });
+      if (it == seen.end()) {
+        int rotation = 0;
+        const int id = shape(e, d->plan.rank, ranks, rotation);
+        it = seen.insert(seen.end(), {&e.members, {id, rotation}});
+      }
+      const auto [last_shape, last_rotation] = it->second;
+      const int p = static_cast<int>(e.members.size());
+      put(k, last_shape);
+      put(k, e.peer < 0 || p == 0 ? e.peer : (e.peer - last_rotation + p) % p);
+      put(k, e.call);
+      put(k, e.stream);
+      put(k, e.place);
+      put(k, e.rounds);
+      put(k, e.blocks);
+      const schedulers::PlannedCollective& c = e.collective;
+      put(k, c.op);
+      put(k, c.group);
+      put(k, c.group_size);
+      put(k, c.dtype);
+      put(k, c.calls);
+      put(k, c.elements);
+      put(k, c.bytes);
+      put(k, c.when);
+    }
+  }
+  return k;
+}
+
+std::vector<SimulatedStep> simulate_world(int world, const std::function<StepDescription(int)>& describe,
+                                          const UnitTimes& t, const SimulatorLinks& links, bool fold,
+                                          WorldStats* stats) {
+  std::vector<SimulatedStep> out(static_cast<std::size_t>(world));
+  std::vector<bool> simulated(static_cast<std::size_t>(world), false);
+  RoleKeys keys(links.ranks_per_node);
+  std::unordered_map<std::string, std::vector<SimulatedStep>> roles;
+  WorldStats st;
+  for (int r0 = 0; r0 < world; ++r0) {
+    if (simulated[static_cast<std::size_t>(r0)]) continue;
+    // The ranks whose steps wait on each other: rank r0's pipeline group (its pipeline calls' members), run
+    // together; one rank alone without stages.
+    std::vector<StepDescription> ds;
+    ds.push_back(describe(r0));
+    std::vector<int> group{r0};
+    for (const StepEvent& e : ds.front().events)
+      if (e.stream == schedulers::CommStream::pipeline) {
+        group = e.members;
+        break;
+      }
+    for (int r : group)
+      if (r != r0) ds.push_back(describe(r));
+    std::vector<const StepDescription*> ptrs;
+    for (const StepDescription& d : ds) ptrs.push_back(&d);
+    const std::vector<SimulatedStep>* steps = nullptr;
+    std::vector<SimulatedStep> own;
+    if (fold) {
+      auto [it, fresh] = roles.try_emplace(keys.key(ptrs));
+      if (fresh) {
+        it->second = simulate_steps(ptrs, t, links);
+        st.ranks_simulated += static_cast<int>(ptrs.size());
+      }
+      steps = &it->second;
+    } else {
+      own = simulate_steps(ptrs, t, links);
+      st.ranks_simulated += static_cast<int>(ptrs.size());
+      steps = &own;
+    }
+    for (std::size_t i = 0; i < ds.size(); ++i) {
+      const int r = ds[i].plan.rank;
+      simulated[static_cast<std::size_t>(r)] = true;
+      out[static_cast<std::size_t>(r)] = (*steps)[i];
+    }
+  }
+  st.roles = fold ? static_cast<int>(roles.size()) : st.ranks_simulated;
+  if (stats != nullptr) *stats = st;
+  return out;
+}
+
+}  // namespace hzp::harness
