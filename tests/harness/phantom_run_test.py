@@ -8,6 +8,10 @@ Scenarios (one CTest each, see run_tests.cmake):
                   run's column of that rank (the pipeline's sends included), and its model-state bytes per component
                   (memory/model_state_bytes) equal that rank's row. Every phantom column is its own rank's (the
                   stand-in gathers copy it), so all are compared.
+  exact_nd_ep<P>  the same on `tiny-moe` with nd ep2 (the ep group inside a node) and ep4 (across both): model
+                  state and every op but all_to_allv exact; all_to_allv's bytes per level equal the phantom's model
+                  (docs/phantom.md, "Expert parallelism"), computed here from the rank's own routing (steps/moe/load,
+                  the stand-in sum of dp copies of the rank's load).
   pipeline_wait   nd pp2 at W = 4 with emulated links: phantom runs of ranks 0 and 3 (stage 1) against the real run.
                   Stage 1's phantom waits on its absent peer stage (pipeline_wait_s > 0 after the first step) and
                   no phantom step is shorter than its own compute; the phantom/real step ratio is printed, never
@@ -42,6 +46,8 @@ LAYOUTS = {
     "nd_pp2": ["scheduler.name=nd", "scheduler.pp=2"],
     "asynchzp_pp2": ["scheduler.name=asynchzp", "scheduler.pp=2", "scheduler.z1=2", "scheduler.z2=2", "scheduler.z3=1"],
 }
+# Expert parallelism: its all_to_allv bytes are modelled, not exact (the peers' routing is not known).
+EP_LAYOUT = ["model.preset=tiny-moe", "scheduler.name=nd"]
 # Links off where only bytes are compared: the presets emulate links scaled to this machine's compute rate, slow here.
 TINY = ["model.preset=tiny", "train.steps=2", "harness.warmup_steps=0", "links.emulate=false",
         "topology.ranks_per_node=2"]
@@ -82,13 +88,16 @@ def real_and_phantoms(a, cfg, ranks=(0, 3)):
         with h5py.File(ph, "r", locking=False) as f:
             assert int(f.attrs["phantom"]) == 1 and int(f.attrs["phantom.world_size"]) == 4
             assert int(f.attrs["phantom.rank"]) == r and int(f.attrs["loss.comparable"]) == 0
-            phantoms[r] = (comm_bytes(f), f["memory/model_state_bytes"][...])
+            load = f["steps/moe/load"][...] if "moe" in f["steps"] else None
+            dropped = f["steps/moe/dropped"][...] if "moe" in f["steps"] else None
+            phantoms[r] = (comm_bytes(f), f["memory/model_state_bytes"][...], load, dropped)
     return rb, rs, phantoms
 
 
-def compare(r, rb, rs, pb, ps, failures):
+def compare(r, rb, rs, pb, ps, failures, skip=()):
     """Bytes per step, op and level (every phantom column) and model state (every row) against the real rank r's."""
-    keys = {k for k in set(rb) | set(pb) if (k in rb and rb[k][:, r].any()) or (k in pb and pb[k].any())}
+    keys = {k for k in set(rb) | set(pb)
+            if k[0] not in skip and ((k in rb and rb[k][:, r].any()) or (k in pb and pb[k].any()))}
     if not keys:
         failures.append(f"rank {r}: no bytes recorded at all")
     for k in sorted(keys):
@@ -109,9 +118,45 @@ def compare(r, rb, rs, pb, ps, failures):
 def exact(a, layout):
     rb, rs, phantoms = real_and_phantoms(a, TINY + LAYOUTS[layout])
     failures = []
-    for r, (pb, ps) in phantoms.items():
+    for r, (pb, ps, _, _) in phantoms.items():
         keys = compare(r, rb, rs, pb, ps, failures)
         print(f"{layout} rank {r}: {len(keys)} op/level series and the model state compared")
+    if failures:
+        sys.exit("FAIL:\n" + "\n".join(failures))
+
+
+def exact_ep(a, ep):
+    """nd ep on tiny-moe: everything exact but all_to_allv, whose bytes are the model's (docs/phantom.md)."""
+    rb, rs, phantoms = real_and_phantoms(a, TINY + EP_LAYOUT + [f"scheduler.ep={ep}"])
+    # tiny-moe: 8 experts, d = 64, fp32; dp = 4 (tp = pp = cp = 1); the ep groups are ep consecutive ranks, the
+    # virtual nodes {0, 1} and {2, 3}.
+    experts, hidden, elem, dp = 8, 64, 4, 4
+    failures = []
+    for r, (pb, ps, load, dropped) in phantoms.items():
+        keys = compare(r, rb, rs, pb, ps, failures, skip=("all_to_allv",))
+        assert load is not None and dropped is not None, "no steps/moe datasets in the phantom file"
+        assert not dropped.any(), f"assignments dropped: {dropped.tolist()} (the count below assumes none)"
+        # The rank's own routing per step and MoE block: the stand-in sum over the dp ranks is dp copies of it.
+        own = load.reshape(load.shape[0], -1, experts) / dp
+        to_rank = own.reshape(own.shape[0], own.shape[1], ep, experts // ep).sum(axis=3)  # [step, block, ep rank]
+        me, first = r % ep, r - r % ep
+        for level in ("intra", "inter"):
+            peers = [p for p in range(ep) if p != me and ((first + p) // 2 == r // 2) == (level == "intra")]
+            # Per block and micro-batch, forward and backward each dispatch (the rank's rows to a peer's experts: its
+            # own routing) and combine (back to each peer what it sent: taken to be what the rank sends itself).
+            want = sum(2 * (to_rank[:, :, p] + to_rank[:, :, me]).sum(axis=1) * hidden * elem for p in peers)
+            want = np.zeros(load.shape[0]) if not peers else want
+            key = ("all_to_allv", level)
+            got = pb[key] if key in pb else np.zeros((load.shape[0], 4), dtype=np.int64)
+            for col in range(4):
+                if not np.array_equal(got[:, col], want.astype(np.int64)):
+                    failures.append(f"rank {r}: all_to_allv/{level} phantom column {col} {got[:, col].tolist()}, "
+                                    f"model {want.tolist()}")
+                    break
+            real = rb[key][:, r].tolist() if key in rb else None
+            print(f"ep{ep} rank {r}: all_to_allv/{level} {got[:, 0].tolist()} = model {want.tolist()} "
+                  f"(real run: {real})")
+        print(f"ep{ep} rank {r}: {len(keys)} other op/level series exact")
     if failures:
         sys.exit("FAIL:\n" + "\n".join(failures))
 
@@ -189,10 +234,12 @@ def links(a):
 
 
 def main():
-    # run_e2e_test's argument parsing and dispatch, over this script's scenarios (exact_<layout>, scale, links,
-    # pipeline_wait).
+    # run_e2e_test's argument parsing and dispatch, over this script's scenarios (exact_<layout>, exact_nd_ep<P>,
+    # scale, links, pipeline_wait).
     scenarios = {f"scenario_exact_{k}": (lambda k=k: exact(e2e.ARGS, k)) for k in LAYOUTS}
     scenarios.update(scenario_scale=lambda: scale(e2e.ARGS), scenario_links=lambda: links(e2e.ARGS),
+                     scenario_exact_nd_ep2=lambda: exact_ep(e2e.ARGS, 2),
+                     scenario_exact_nd_ep4=lambda: exact_ep(e2e.ARGS, 4),
                      scenario_pipeline_wait=lambda: pipeline_wait(e2e.ARGS))
     return e2e.main(scenarios)
 

@@ -212,9 +212,9 @@ if(Python3_Interpreter_FOUND)
     "run_e2e_stall_asynchzp_np4|stall_asynchzp|4|150"
     "run_e2e_killed|killed|1|180")
   # Phantom peers (phantom_run_test.py, docs/phantom.md): one process as rank r of W. exact_*: bytes per op and level
-  # and model state equal rank r's of the real 4-rank run (ranks 0 and 3); scale: W = 64 on `small` reads back
-  # phantom; links: the emulated links hold a phantom rank's calls; pipeline_wait: a phantom stage waits for its
-  # absent peer stage.
+  # and model state equal rank r's of the real 4-rank run (ranks 0 and 3; under ep the all-to-all-v's bytes equal the
+  # model's); scale: W = 64 on `small` reads back phantom; links: the emulated links hold a phantom rank's calls;
+  # pipeline_wait: a phantom stage waits for its absent peer stage.
   hzp_add_e2e_tests(SCRIPT phantom_run_test.py SPECS
     "phantom_exact_zero3_np4|exact_zero3|4|240"
     "phantom_exact_hsdp_np4|exact_hsdp|4|240"
@@ -225,6 +225,8 @@ if(Python3_Interpreter_FOUND)
     "phantom_exact_asynchzp_cp2_np4|exact_asynchzp_cp2|4|240"
     "phantom_exact_nd_pp2_np4|exact_nd_pp2|4|240"
     "phantom_exact_asynchzp_pp2_np4|exact_asynchzp_pp2|4|240"
+    "phantom_exact_nd_ep2_np4|exact_nd_ep2|4|240"
+    "phantom_exact_nd_ep4_np4|exact_nd_ep4|4|240"
     "phantom_pipeline_wait_np4|pipeline_wait|4|300"
     "phantom_scale_w64|scale|1|300"
     "phantom_links|links|1|240")
