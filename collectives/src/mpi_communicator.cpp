@@ -418,7 +418,7 @@ Request MpiCommunicator::start_all_to_allv_impl(CollOp op, ConstTensorView in,
     return detail::make_pairwise_all_to_allv(q, p, nullptr, *sc, nullptr, *rc, elem, small);
   };
   if (st.phantom) {
-    detail::phantom_all_to_allv(bytes_of(in), *sc, bytes_of(out), *rc, elem);
+    detail::phantom_all_to_allv(bytes_of(in), *sc, bytes_of(out), *rc, elem, me);
     return launch(state_, info, {}, nullptr, dry, false, nullptr);
   }
   if (st.config.mpi_native) {

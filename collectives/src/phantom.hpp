@@ -22,9 +22,10 @@ std::unique_ptr<Operation> make_phantom_operation(Header own, std::array<std::ui
 
 // ---- stand-in data: "every peer holds what this rank holds" ------------------------------------------------------
 // A sum over p ranks is p times this rank's contribution; max and min are this rank's; a gathered block of another
-// rank is a copy of this rank's block; a received message is zeros. Values stay finite and of the real run's scale
-// (a gradient summed over the group and divided by it is this rank's gradient, the loss the mean over this rank's
-// micro-batches), and every output byte is written as the real transfer writes it.
+// rank is a copy of this rank's block; an exchanged (all-to-all) block is what this rank sends itself; a received
+// message is zeros. Values stay finite and of the real run's scale (a gradient summed over the group and divided by
+// it is this rank's gradient, the loss the mean over this rank's micro-batches), and every output byte is written
+// as the real transfer writes it.
 
 /// out block q = in for every q (in may be out's own block).
 void phantom_all_gather(const std::byte* in, std::byte* out, std::size_t block_bytes, int rank, int p);
@@ -32,8 +33,9 @@ void phantom_all_gather(const std::byte* in, std::byte* out, std::size_t block_b
 void phantom_reduce_scatter(const std::byte* in, std::byte* out, std::int64_t n, const Reducer& red, int rank, int p);
 /// buf = red over p copies of buf.
 void phantom_all_reduce(std::byte* buf, std::int64_t n, const Reducer& red, int p);
-/// out block q (recv_counts[q] elements) = the first of in's block q, zeros past what it holds.
+/// out block q (recv_counts[q] elements) = the first of in's block `rank` (what this rank sends itself: a peer that
+/// holds and routes what this rank does sends it that), zeros past what it holds.
 void phantom_all_to_allv(const std::byte* in, std::span<const std::int64_t> send_counts, std::byte* out,
-                         std::span<const std::int64_t> recv_counts, std::size_t elem);
+                         std::span<const std::int64_t> recv_counts, std::size_t elem, int rank);
 
 }  // namespace hzp::coll::detail

@@ -77,15 +77,18 @@ void phantom_all_reduce(std::byte* buf, std::int64_t n, const Reducer& red, int 
 }
 
 void phantom_all_to_allv(const std::byte* in, std::span<const std::int64_t> send_counts, std::byte* out,
-                         std::span<const std::int64_t> recv_counts, std::size_t elem) {
-  std::size_t in_off = 0, out_off = 0;
+                         std::span<const std::int64_t> recv_counts, std::size_t elem, int rank) {
+  std::size_t own_off = 0;
+  for (int q = 0; q < rank; ++q) own_off += static_cast<std::size_t>(send_counts[static_cast<std::size_t>(q)]) * elem;
+  const std::byte* own = in + own_off;
+  const std::size_t have = static_cast<std::size_t>(send_counts[static_cast<std::size_t>(rank)]) * elem;
+  std::size_t out_off = 0;
   for (std::size_t q = 0; q < recv_counts.size(); ++q) {
     const std::size_t want = static_cast<std::size_t>(recv_counts[q]) * elem;
-    const std::size_t have = static_cast<std::size_t>(send_counts[q]) * elem;
     const std::size_t copy = want < have ? want : have;
-    if (copy > 0) std::memcpy(out + out_off, in + in_off, copy);
+    // Every block, the own one included, is the own block (in and out do not overlap: start_all_to_allv checks).
+    if (copy > 0) std::memcpy(out + out_off, own, copy);
     if (want > copy) std::memset(out + out_off + copy, 0, want - copy);
-    in_off += have;
     out_off += want;
   }
 }

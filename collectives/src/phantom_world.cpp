@@ -8,6 +8,7 @@
 
 #include "comm_state.hpp"
 #include "hzp/collectives/mpi_communicator.hpp"
+#include "hzp/collectives/phantom_peers.hpp"
 #include "hzp/core/error.hpp"
 #include "shm_transport.hpp"  // CommState's transport member must be complete where a state is made
 
@@ -37,6 +38,11 @@ std::unique_ptr<MpiCommunicator> make_phantom_world(const Topology& topology, co
 }
 
 bool MpiCommunicator::phantom() const noexcept { return state_->phantom; }
+
+bool phantom_peers(const Communicator& c) noexcept {
+  const auto* mpi = dynamic_cast<const MpiCommunicator*>(&c);
+  return mpi != nullptr && mpi->phantom();
+}
 
 std::unique_ptr<Communicator> MpiCommunicator::phantom_child(std::vector<int> world_ranks, int rank, std::string name,
                                                              bool share_counters) {

@@ -38,14 +38,6 @@ void apply_phantom(RunSetup& s, const PhantomSpec& p, bool resuming) {
   if (s.opt.backend == "cuda")
     HZP_THROW(ConfigError, what, " with backend = cuda: phantom peers run on the CPU backend only so far (the NCCL "
               "communicator has no phantom form; issue 24). Fix: backend = cpu, or topology.phantom_world = 0");
-  if (s.dims.pp > 1)
-    HZP_THROW(ConfigError, what, " with scheduler.pp = ", s.dims.pp, ": pipeline stages are not run with phantom peers "
-              "yet (the stages' shared-embedding group and asynchzp's per-stage z1 group are still split by this rank's "
-              "colour alone). Fix: scheduler.pp = 1, or topology.phantom_world = 0");
-  if (s.dims.ep > 1)
-    HZP_THROW(ConfigError, what, " with scheduler.ep = ", s.dims.ep, ": expert parallelism is not run with phantom "
-              "peers yet (its all-to-alls' counts come from the other ranks' routing, which a phantom run does not "
-              "have). Fix: scheduler.ep = 1, or topology.phantom_world = 0");
   if (s.opt.checkpoint_every > 0)
     HZP_THROW(ConfigError, what, " with output.checkpoint_every = ", s.opt.checkpoint_every, ": a phantom run holds "
               "one rank's shards, not a checkpoint's. Fix: output.checkpoint_every = 0");

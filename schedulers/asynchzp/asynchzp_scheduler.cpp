@@ -26,6 +26,7 @@
 // docs/deterministic.md) gives them int64 fixed-point blocks and shards: each micro-batch's final fp32 block
 // is converted on the compute thread, the reduce-scatters (inline or on the gradient thread) and the step-end
 // exchange sum int64 exactly, and the optimizer slice is converted back once.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -243,9 +244,20 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
   z2_comm_ = split(&NestedGroups::z2_group, "z2");
   // The norm's group: z1's ranks, and with pipeline stages the same place on every stage (whose slices together
   // hold the model once; each stage counts only the units it runs, so the tied table's second copy is left out).
-  const int stage = groups.pipeline() ? groups.pipeline()->rank() : 0;
-  z1_comm_ = groups.dims().pp > 1 ? groups.world().split(g_.z1_group(r).color, stage * g_.z1() + g_.z1_group(r).key, "z1")
-                                  : split(&NestedGroups::z1_group, "z1");
+  // Split over the world by a pure slot: world rank q's stage and its place in its stage's data × context group.
+  if (groups.dims().pp > 1) {
+    const coll::RankMesh& mesh = groups.mesh();
+    z1_comm_ = groups.world().split_by(
+        [&g, &mesh](int q) {
+          const std::vector<int> dc = data_context_ranks(mesh, q);
+          const int at = static_cast<int>(std::find(dc.begin(), dc.end(), q) - dc.begin());
+          const GroupSlot z1 = g.z1_group(at);
+          return GroupSlot{z1.color, mesh.position(kAxisPipeline, q) * g.z1() + z1.key};
+        },
+        "z1");
+  } else {
+    z1_comm_ = split(&NestedGroups::z1_group, "z1");
+  }
   replica_comm_ = split(&NestedGroups::replica_group, "replica");
   opt_replica_comm_ = split(&NestedGroups::opt_replica_group, "opt_replica");
   refresh_comm_ = split(&NestedGroups::refresh_group, "refresh");

@@ -2,6 +2,7 @@
 // boundary tensors sent to and received from the neighbouring stages.
 #include "hzp/schedulers/step/pipeline_stage.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <iterator>
 #include <thread>
@@ -97,7 +98,25 @@ int PipelineStage::tag(int micro_batch, int chunk, bool gradient) const {
   return (micro_batch * layout_.chunks() + chunk) * 2 + (gradient ? 1 : 0);
 }
 
-void PipelineStage::receive(TensorView into, int peer, int t) {
+void PipelineStage::model_peer_stages(PipelineScheduleKind kind) {
+  peers_ = std::make_unique<PhantomPeerStages>(kind, layout_, stage_);
+}
+
+// A modelled peer's time: slept in short slices (the process is alone, its cores belong to its own threads),
+// polling the stage's sends between them, and timed as pipeline wait.
+void PipelineStage::wait_for_time(double wall_s) {
+  wait_until([&] {
+    const double left = wall_s - wall_seconds();
+    if (left <= 0) return true;
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::min(left, 1e-4)));
+    return false;
+  });
+}
+
+void PipelineStage::receive(TensorView into, int peer, int t, const Action& a) {
+  // Phantom: the message cannot leave before the absent stage has run the action that sends it; its transfer is
+  // then the communicator's (the link model's time, as for any phantom receive).
+  if (peers_) wait_for_time(peers_->input_sent_at(a));
   coll::Request r = pp_.start_recv(into, peer, t, base_.stream);  // test() enforces the communicator's deadline
   wait_until([&] { return r.test(); });
 }
@@ -122,16 +141,18 @@ std::vector<double> PipelineStage::run(const std::vector<Action>& actions, int m
                                        Hooks& hooks) {
   check_stage_schedule(actions, layout_, stage_, micro_batches);
   wait_s_ = 0;
+  if (peers_) peers_->begin(wall_seconds(), micro_batches);
   const int units = layout_.units(), last = layout_.chunks() - 1;
   std::vector<double> losses(static_cast<std::size_t>(micro_batches), 0.0);
   for (const Action& a : actions) {
     const int k = layout_.chunk_at(a);  // one of this stage's: check_stage_schedule held
     const ActionSpan span(a, k);
+    const double action_start = wall_seconds(), waited_before = wait_s_;
     // Chunk k's neighbours: chunk k − 1 (input side) and k + 1 (output side), on their stages.
     const int prev = (k + layout_.pp - 1) % layout_.pp, next = (k + 1) % layout_.pp;
     if (a.kind == Action::Kind::forward) {
       InFlight& f = begin_chunk(a, k, normaliser, hooks);
-      if (k > 0) receive(f.ctx->input_slot(), prev, tag(a.micro_batch, k, false));
+      if (k > 0) receive(f.ctx->input_slot(), prev, tag(a.micro_batch, k, false), a);
       for (int u = a.first_unit; u < a.end_unit; ++u) {
         model_.forward(u, hooks.params(u, a), *f.ctx);
         sleep_after(u);
@@ -146,7 +167,7 @@ std::vector<double> PipelineStage::run(const std::vector<Action>& actions, int m
       HZP_CHECK(it != live_.end(), "pipeline stage ", stage_, ": ", to_string(a), " has no forward in flight");
       InFlight& f = *it->second;
       wait_until([&] { return f.sends.empty(); });  // the output's buffer is about to be replaced by its gradient's
-      if (k < last) receive(f.ctx->output_grad_slot(), next, tag(a.micro_batch, k, true));
+      if (k < last) receive(f.ctx->output_grad_slot(), next, tag(a.micro_batch, k, true), a);
       for (int u = a.end_unit - 1; u >= a.first_unit; --u) {
         // Parameters first, then gradient buffers: an engine with rings hands them out in that order.
         const workloads::UnitParams params = hooks.params(u, a);
@@ -158,9 +179,12 @@ std::vector<double> PipelineStage::run(const std::vector<Action>& actions, int m
       if (k > 0) f.sends.push_back(pp_.start_send(f.ctx->input_grad(), prev, tag(a.micro_batch, k - 1, true), base_.stream));
       f.backward_done = true;
     }
+    if (peers_) peers_->measured(a, wall_seconds() - action_start - (wait_s_ - waited_before));
   }
   // The input gradients still in flight hold their contexts until the previous stage has them.
   wait_until([&] { return live_.empty(); });
+  // Phantom: the stages meet after the run (the losses' sum), where a stage that finished early waits for the last.
+  if (peers_) wait_for_time(peers_->end_at());
   return losses;
 }
 

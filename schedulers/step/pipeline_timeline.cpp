@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "hzp/core/error.hpp"
 
@@ -52,6 +53,9 @@ PipelineTimeline pipeline_timeline(PipelineScheduleKind kind, const PipelineLayo
     HZP_CHECK(next[static_cast<std::size_t>(s)] == lists[static_cast<std::size_t>(s)].size(),
               "pipeline timeline: stage ", s, " is stuck at action ", next[static_cast<std::size_t>(s)], " of ",
               lists[static_cast<std::size_t>(s)].size(), " (", to_string(kind), ", m = ", m, ")");
+  t.chunks = chunks;
+  t.forward_end = std::move(fwd);
+  t.backward_end = std::move(bwd);
   return t;
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <tuple>
 
+#include "hzp/collectives/phantom_peers.hpp"
 #include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
@@ -72,6 +73,7 @@ StepDriver::StepDriver(std::string scheduler, const workloads::Workload& model, 
                 "built for another cut (unit ", u, "). Fix: build the model with PipelineLayout::cut(stage)");
     stage_ = std::make_unique<PipelineStage>(model_, pipeline_->layout, *pipeline_->group, alloc, options);
     stage_->set_unit_sleep(pipeline_->unit_sleep_s);
+    if (coll::phantom_peers(*pipeline_->group)) stage_->model_peer_stages(pipeline_->kind);
   } else {
     actions_ = sequential_schedule(m, units);
     check_schedule(actions_, m, units);

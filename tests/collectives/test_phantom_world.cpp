@@ -89,5 +89,24 @@ TEST(PhantomWorld, StandInDataAndRingBytes) {
   }
 }
 
+TEST(PhantomWorld, AllToAllvReceivesWhatThisRankSendsItself) {
+  // Rank 1 of 4 on nodes of 2: every peer is taken to send rank 1 what rank 1 sends itself (docs/phantom.md, "Expert
+  // parallelism"), cut to the block's count or padded with zeros; the bytes are what rank 1 sends, level by level.
+  const Topology topo = Topology::virtual_nodes(4, 2, 1);
+  auto world = make_phantom_world(topo, ring_only(), 1);
+  const std::vector<std::int64_t> send{2, 3, 1, 4}, recv{3, 3, 1, 5};
+  std::vector<float> in(10), out(12, -1.f);
+  std::iota(in.begin(), in.end(), 1.f);  // block 1 (rank 1 to itself) is {3, 4, 5}
+  const auto before = world->counters().snapshot();
+  world->start_all_to_allv(ConstTensorView(in.data(), Shape{10}, DType::f32), send,
+                           TensorView(out.data(), Shape{12}, DType::f32), recv, StreamRef::host())
+      .wait();
+  const std::vector<float> want{3, 4, 5, 3, 4, 5, 3, 3, 4, 5, 0, 0};
+  EXPECT_EQ(out, want);
+  const auto d = world->counters().delta(before);
+  EXPECT_EQ(d.level(CollOp::all_to_allv, LinkLevel::intra).bytes, 2u * 4);        // to rank 0
+  EXPECT_EQ(d.level(CollOp::all_to_allv, LinkLevel::inter).bytes, (1u + 4u) * 4);  // to ranks 2 and 3
+}
+
 }  // namespace
 }  // namespace hzp::coll

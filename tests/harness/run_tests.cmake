@@ -165,9 +165,9 @@ hzp_add_cli_test(NAME phantom_rank_out_of_range ARGS run --set model.preset=tiny
                  MATCH "topology\\.phantom_rank = 4 is outside the phantom world's ranks 0\\.\\.3.*Fix: a rank in 0\\.\\.3")
 hzp_add_cli_test(NAME phantom_rank_without_world ARGS run --set model.preset=tiny --set topology.phantom_rank=2 RC 2
                  MATCH "topology\\.phantom_rank = 2 with topology\\.phantom_world = 0.*Fix:")
-hzp_add_cli_test(NAME phantom_refuses_pipeline ARGS run --set model.preset=tiny --set topology.phantom_world=4
-                 --set scheduler.name=nd --set scheduler.pp=2 RC 2
-                 MATCH "topology\\.phantom_world = 4 with scheduler\\.pp = 2.*Fix: scheduler\\.pp = 1")
+hzp_add_cli_test(NAME phantom_refuses_checkpoints ARGS run --set model.preset=tiny --set topology.phantom_world=4
+                 --set scheduler.name=nd --set scheduler.pp=2 --set output.checkpoint_every=5 RC 2
+                 MATCH "topology\\.phantom_world = 4 with output\\.checkpoint_every = 5.*Fix: output\\.checkpoint_every = 0")
 hzp_add_cli_test(NAME phantom_refuses_cuda ARGS run --set model.preset=tiny --set topology.phantom_world=4
                  --set backend=cuda --set scheduler.name=zero3 RC 2
                  MATCH "backend = cuda.*(phantom peers run on the CPU backend only|built without CUDA).*Fix:")
@@ -212,8 +212,9 @@ if(Python3_Interpreter_FOUND)
     "run_e2e_stall_asynchzp_np4|stall_asynchzp|4|150"
     "run_e2e_killed|killed|1|180")
   # Phantom peers (phantom_run_test.py, docs/phantom.md): one process as rank r of W. exact_*: bytes per op and level
-  # and model state equal rank r's of the real 4-rank run (ranks 0 and 3); scale: W = 64 on `small` reads back
-  # phantom; links: the emulated links hold a phantom rank's calls.
+  # and model state equal rank r's of the real 4-rank run (ranks 0 and 3; under ep the all-to-all-v's bytes equal the
+  # model's); scale: W = 64 on `small` reads back phantom; links: the emulated links hold a phantom rank's calls;
+  # pipeline_wait: a phantom stage waits for its absent peer stage.
   hzp_add_e2e_tests(SCRIPT phantom_run_test.py SPECS
     "phantom_exact_zero3_np4|exact_zero3|4|240"
     "phantom_exact_hsdp_np4|exact_hsdp|4|240"
@@ -222,6 +223,11 @@ if(Python3_Interpreter_FOUND)
     "phantom_exact_nd_tp2_np4|exact_nd_tp2|4|240"
     "phantom_exact_nd_cp2_np4|exact_nd_cp2|4|240"
     "phantom_exact_asynchzp_cp2_np4|exact_asynchzp_cp2|4|240"
+    "phantom_exact_nd_pp2_np4|exact_nd_pp2|4|240"
+    "phantom_exact_asynchzp_pp2_np4|exact_asynchzp_pp2|4|240"
+    "phantom_exact_nd_ep2_np4|exact_nd_ep2|4|240"
+    "phantom_exact_nd_ep4_np4|exact_nd_ep4|4|240"
+    "phantom_pipeline_wait_np4|pipeline_wait|4|300"
     "phantom_scale_w64|scale|1|300"
     "phantom_links|links|1|240")
   # Nothing lost (results_durability_test.py): --force on a live file, a failing --force run, a full disk, a

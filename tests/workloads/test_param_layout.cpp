@@ -265,6 +265,9 @@ TEST(StageLayout, KeepsTheStagesUnitsWithTheWholeModelsValues) {
         // The tied table is shared by the first stage (running it) and the last (its head uses it), and marked
         // so on the middle stage too, which holds neither.
         EXPECT_EQ(x.shared, tied && u == 0) << "stage " << stage << " unit " << u;
+        // Every stage knows the holders (a pure slot for the group of the two, docs/phantom.md).
+        const std::vector<int> holders = tied && u == 0 ? std::vector<int>{0, 2} : std::vector<int>{};
+        EXPECT_EQ(x.held_on_stages, holders) << "stage " << stage << " unit " << u;
         const bool kept = runs || (tied && u == 0 && stage == 2);
         EXPECT_EQ(x.numel, kept ? whole.unit_numel(u) : 0) << "stage " << stage << " unit " << u;
         EXPECT_EQ(x.absent_numel + x.numel, whole.unit_numel(u));

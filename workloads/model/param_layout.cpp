@@ -132,17 +132,30 @@ ParamLayout stage_layout(const ParamLayout& full, const StageCut& cut) {
             " running at least one");
   std::vector<bool> runs(static_cast<std::size_t>(n)), held(static_cast<std::size_t>(n)),
       shared(static_cast<std::size_t>(n), false);
+  std::vector<std::vector<int>> holders(static_cast<std::size_t>(n));
   for (int u = 0; u < n; ++u) held[u] = runs[u] = stage[u] == cut.stage;
   for (int u = 0; u < n; ++u)
     for (int v : full.unit(u).uses) {
       if (runs[u]) held[v] = true;
       if (stage[u] != stage[v]) shared[v] = true;
+      holders[v].push_back(stage[u]);
     }
+  for (int u = 0; u < n; ++u) {
+    std::vector<int>& h = holders[u];
+    if (!shared[u]) {
+      h.clear();
+      continue;
+    }
+    h.push_back(stage[u]);
+    std::sort(h.begin(), h.end());
+    h.erase(std::unique(h.begin(), h.end()), h.end());
+  }
   std::vector<Unit> units;
   for (int u = 0; u < n; ++u) {
     Unit x = full.unit(u);
     x.runs = runs[u];
     x.shared = shared[u];
+    x.held_on_stages = std::move(holders[u]);
     if (!runs[u]) x.uses.clear();
     if (!held[u]) {
       x.absent_tensors = static_cast<int>(x.tensors.size());

@@ -71,6 +71,9 @@ struct Unit {
   /// A unit two pipeline stages hold (the tied table: the first stage runs it, the last stage's head uses it),
   /// whether or not this stage is one of them: its final gradient is the sum of the two stages' contributions.
   bool shared = false;
+  /// A shared unit's holders, in stage order: the stage that runs it and the stages that run a unit using it. Every
+  /// stage's layout carries it, so that the group of the holders is a pure function of any rank (docs/phantom.md).
+  std::vector<int> held_on_stages;
   /// Tensors and elements the whole model's unit has that this layout leaves out (stage_layout's absent units),
   /// so that per-tensor records and model-wide counts agree on every stage (deterministic mode).
   int absent_tensors = 0;

@@ -17,6 +17,7 @@
 
 #include "hzp/collectives/communicator.hpp"
 #include "hzp/core/caching_allocator.hpp"
+#include "hzp/schedulers/step/phantom_stages.hpp"
 #include "hzp/schedulers/step/pipeline_schedule.hpp"
 #include "hzp/workloads/workload.hpp"
 
@@ -53,11 +54,16 @@ class PipelineStage {
   /// A benchmark hook (scheduler.debug_unit_sleep_ms): sleep this long after every block's forward and backward
   /// (not the embedding's or the head's), so that the bubble is measured against a known, balanced unit time.
   void set_unit_sleep(double seconds) noexcept { unit_sleep_s_ = seconds; }
+  /// A phantom world's pipeline group (docs/phantom.md): the other stages are absent, so each receive first waits
+  /// for the modelled end of the peer action that sends it (PhantomPeerStages, the `kind` schedule on every stage),
+  /// and the run ends no earlier than the modelled last stage.
+  void model_peer_stages(PipelineScheduleKind kind);
 
  private:
   struct InFlight;  // a micro-batch's context on one chunk, its tokens and its pending sends
   InFlight& begin_chunk(const Action& a, int chunk, double normaliser, Hooks& hooks);
-  void receive(TensorView into, int peer, int tag);
+  void receive(TensorView into, int peer, int tag, const Action& a);
+  void wait_for_time(double wall_s);
   void progress();
   void sleep_after(int u) const;
   void wait_until(const std::function<bool()>& done);
@@ -72,6 +78,7 @@ class PipelineStage {
   std::map<std::pair<int, int>, std::unique_ptr<InFlight>> live_;  // by (micro-batch, chunk)
   double wait_s_ = 0;
   double unit_sleep_s_ = 0;
+  std::unique_ptr<PhantomPeerStages> peers_;  // set in a phantom world only
 };
 
 }  // namespace hzp::schedulers

@@ -15,8 +15,16 @@ namespace hzp::schedulers {
 struct PipelineTimeline {
   double makespan = 0;             ///< the step's end: the last action's finish over every stage
   std::vector<double> busy;        ///< per stage: the sum of its actions' times
+  int chunks = 0;                  ///< the layout's chunks (the stride of the two lists below)
+  /// The finish of micro-batch mb's forward and backward on chunk k, at [mb · chunks + k]: when the message a
+  /// stage sends after that action leaves (a phantom stage's modelled peers, docs/phantom.md).
+  std::vector<double> forward_end, backward_end;
   /// Stage s's idle share of the step: 1 − busy[s] / makespan.
   double idle_fraction(int stage) const { return 1.0 - busy.at(static_cast<std::size_t>(stage)) / makespan; }
+  double forward_end_of(int mb, int chunk) const { return forward_end.at(static_cast<std::size_t>(mb * chunks + chunk)); }
+  double backward_end_of(int mb, int chunk) const {
+    return backward_end.at(static_cast<std::size_t>(mb * chunks + chunk));
+  }
 };
 
 /// Runs every stage's schedule of `kind` over `layout` and `micro_batches`, a forward of chunk k taking
