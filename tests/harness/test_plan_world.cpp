@@ -10,6 +10,7 @@
 #include "hzp/schedulers/plan.hpp"
 #include "hzp/schedulers/step/plan_world.hpp"
 #include "hzp/workloads/llama.hpp"
+#include "hzp/workloads/model_factory.hpp"
 #include "hzp/workloads/presets.hpp"
 
 namespace hzp::schedulers {
