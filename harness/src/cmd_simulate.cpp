@@ -24,6 +24,7 @@
 #include "hzp/harness/scheduler_options.hpp"
 #include "hzp/harness/step_fold.hpp"
 #include "hzp/harness/step_simulator.hpp"
+#include "hzp/schedulers/step/plan_world.hpp"
 #include "hzp/workloads/data/data_config.hpp"
 #include "packed_simulation.hpp"
 #include "results_rows.hpp"
@@ -218,9 +219,14 @@ Command add_simulate_command(CLI::App& app, std::vector<std::string> argv) {
             const workloads::ParamLayout layout = s.model->layout();
             const Stopwatch sim_clock;
             std::vector<RankSample> samples(static_cast<std::size_t>(world));
+            schedulers::PlanInputs inputs = plan_inputs_from(cfg, *s.model, layout, 0);
+            inputs.ranks_per_node = sl.ranks_per_node;  // a profile's cards per node when the topology names none
+            // The world's mesh and groups, built once for all the ranks described (plan_world.hpp).
+            schedulers::PlanWorld plan_world(world, inputs.ranks_per_node);
+            inputs.world = &plan_world;
             auto describe = [&](int r) {
-              schedulers::PlanInputs in = plan_inputs_from(cfg, *s.model, layout, r);
-              in.ranks_per_node = sl.ranks_per_node;  // a profile's cards per node when the topology names none
+              schedulers::PlanInputs in = inputs;
+              in.rank = r;
               return schedulers::describe_step(s.opt.scheduler, in);
             };
             // Document packing: the ranks compute differently, so each is simulated with every rank its collectives
@@ -232,7 +238,7 @@ Command add_simulate_command(CLI::App& app, std::vector<std::string> argv) {
             if (s.data.packing.enabled()) {
               UnitTimes times = cal.times;
               times.attention_share = block_attention_shares(layout, times.attention_share);
-              packed = simulate_packed(s, plan_inputs_from(cfg, *s.model, layout, 0).options, world, describe, times, sl);
+              packed = simulate_packed(s, inputs.options, world, describe, times, sl);
               steps = packed.steps;
               stats.ranks_simulated = stats.roles = world;
             } else {

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <numeric>
+#include <unordered_set>
 #include <utility>
 
 #include "hzp/harness/packing_imbalance.hpp"
@@ -27,11 +28,19 @@ JoinSets simulate_packed(const RunSetup& s, const schedulers::SchedulerOptions& 
   ds.reserve(static_cast<std::size_t>(world));
   std::vector<int> parent(static_cast<std::size_t>(world));
   std::iota(parent.begin(), parent.end(), 0);
+  // Groups whose members are joined already (ranks share a group's vector; the descriptions keep it alive): joining
+  // the rank to its first member is enough then.
+  std::unordered_set<const std::vector<int>*> joined;
   for (int r = 0; r < world; ++r) {
     ds.push_back(describe(r));
     // Any call over several ranks (a collective, a pipeline or ring message) makes them wait on each other.
-    for (const schedulers::StepEvent& e : ds.back().events)
-      for (int m : e.members) parent[static_cast<std::size_t>(find(parent, m))] = find(parent, r);
+    for (const schedulers::StepEvent& e : ds.back().events) {
+      if (e.members.empty()) continue;
+      if (joined.insert(&e.members.get()).second)
+        for (int m : e.members) parent[static_cast<std::size_t>(find(parent, m))] = find(parent, r);
+      else
+        parent[static_cast<std::size_t>(find(parent, e.members.front()))] = find(parent, r);
+    }
   }
   // The factors depend on the rank's rows only (tensor-parallel ranks and stages of one position share them).
   std::map<std::pair<int, int>, std::vector<double>> factors;

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 #include <type_traits>
 
 namespace hzp::harness {
@@ -15,7 +14,7 @@ using schedulers::StepEvent;
 
 // A field the key misses would fold ranks the model tells apart: a new field of the description must join the key
 // (RoleKeys::key). The sizes are those of this ABI (x86-64, libstdc++).
-static_assert(sizeof(StepEvent) == 168, "StepEvent changed: add the new field to RoleKeys::key, then this size");
+static_assert(sizeof(StepEvent) == 160, "StepEvent changed: add the new field to RoleKeys::key, then this size");
 static_assert(sizeof(StepDescription) == 248, "StepDescription changed: add the new field to RoleKeys::key, then this size");
 
 template <typename T>
@@ -42,13 +41,22 @@ int RoleKeys::shape(const StepEvent& e, int me, const std::vector<int>& together
   rotation = joined > 1 || pos >= p ? 0 : pos;
   std::string s;
   s.reserve(static_cast<std::size_t>(p) * 2 * sizeof(int));
-  std::map<int, int> label;  // node -> label by first appearance from the rotation's start
+  // Node -> label by first appearance from the rotation's start; label_ is -1 but for the nodes seen here, and reset
+  // after (a group of thousands of ranks, one per node, is labelled once per rank).
+  int labels = 0;
+  std::vector<int> seen;
   for (int i = 0; i < p; ++i) {
     const int q = m[static_cast<std::size_t>((i + rotation) % p)];
-    const int next = static_cast<int>(label.size());
-    put(s, label.emplace(q / rpn_, next).first->second);
+    const auto node = static_cast<std::size_t>(q / rpn_);
+    if (node >= label_.size()) label_.resize(node + 1, -1);
+    if (label_[node] < 0) {
+      label_[node] = labels++;
+      seen.push_back(static_cast<int>(node));
+    }
+    put(s, label_[node]);
     put(s, static_cast<int>(std::find(together.begin(), together.end(), q) - together.begin()));
   }
+  for (int node : seen) label_[static_cast<std::size_t>(node)] = -1;
   put(s, pos < p ? 1 : 0);  // whether the rank is a member at all
   return shapes_.emplace(std::move(s), static_cast<int>(shapes_.size())).first->second;
 }
@@ -72,9 +80,11 @@ std::string RoleKeys::key(const std::vector<const StepDescription*>& together) {
     put(k, d->events.size());
     // A step's events name few distinct groups (a unit's gathers, its reduce-scatters, the exchanges): each group's
     // shape is computed once per description.
-    std::vector<std::pair<const std::vector<int>*, std::pair<int, int>>> seen;  // members -> (shape, rotation)
+    std::vector<std::pair<const schedulers::GroupMembers*, std::pair<int, int>>> seen;  // members -> (shape, rotation)
     for (const StepEvent& e : d->events) {
-      auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& x) { return *x.first == e.members; });
+      auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& x) { return x.first->same(e.members); });
+      if (it == seen.end())  // the same ranks in another vector: compared only when no shared one matched
+        it = std::find_if(seen.begin(), seen.end(), [&](const auto& x) { return *x.first == e.members; });
       if (it == seen.end()) {
         int rotation = 0;
         const int id = shape(e, d->plan.rank, ranks, rotation);
@@ -120,7 +130,7 @@ std::vector<SimulatedStep> simulate_world(int world, const std::function<StepDes
     std::vector<int> group{r0};
     for (const StepEvent& e : ds.front().events)
       if (e.stream == schedulers::CommStream::pipeline) {
-        group = e.members;
+        group = e.members.get();
         break;
       }
     for (int r : group)

@@ -15,6 +15,7 @@
 #include "hzp/schedulers/common/nested_groups.hpp"
 #include "hzp/schedulers/common/shared_stage_grads.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
+#include "hzp/schedulers/step/plan_world.hpp"
 #include "hzp/schedulers/step/stage_reuse.hpp"
 #include "plan/context_parallel_plan.hpp"
 #include "plan/engine_plans.hpp"
@@ -27,7 +28,7 @@ class AsyncHzpPlan final : public EnginePlan {
  public:
   explicit AsyncHzpPlan(const PlanInputs& in)
       : dims_(asynchzp_parallel_dims(in.options, in.world_size)),
-        pipeline_(std::make_unique<PipelinePlan>(in, dims_, dims_.mesh(plan_topology(in)), *in.layout)),
+        pipeline_(std::make_unique<PipelinePlan>(in, dims_, *plan_mesh(in, dims_), *in.layout)),
         layout_(pipeline_->layout()),
         g_((check_plan_batches("asynchzp", in, 0, dims_.dp()), nested_groups_from(in.options, in.world_size))),
         rs_end_(in.options.step_end == SchedulerOptions::StepEnd::reduce_scatter),
@@ -47,10 +48,16 @@ class AsyncHzpPlan final : public EnginePlan {
     // The z-groups are laid over one stage's ranks (pp is the mesh's outermost axis): position p of the stage is
     // world rank base + p.
     const int r = in.rank, per_stage = g_.world(), base = r - r % per_stage;
+    // Each group is made once per world when the caller describes many ranks (PlanWorld): keyed by its kind, its
+    // colour and the stage's first rank, all that tells two of them apart in one configuration.
     auto group = [&](const char* name, auto slot_of) {
-      PlanGroup g{name, g_.members(r % per_stage, slot_of)};
-      for (int& m : g.members) m += base;
-      return g;
+      const std::string key =
+          std::string("asynchzp ") + name + " " + std::to_string(slot_of(r % per_stage).color) + " " + std::to_string(base);
+      return PlanGroup{name, plan_group(in, key, [&] {
+                         std::vector<int> m = g_.members(r % per_stage, slot_of);
+                         for (int& q : m) q += base;
+                         return m;
+                       })};
     };
     z3_ = group("z3", [&](int q) { return g_.z3_group(q); });
     z2_ = group("z2", [&](int q) { return g_.z2_group(q); });
@@ -60,15 +67,24 @@ class AsyncHzpPlan final : public EnginePlan {
     refresh_ = group("refresh", [&](int q) { return g_.refresh_group(q); });
     if (dims_.pp > 1) {
       // The norm over z1's place on every stage, stage by stage (the scheduler's split key).
-      std::vector<int> stage_members = z1_.members;
-      z1_.members.clear();
-      for (int st = 0; st < dims_.pp; ++st)
-        for (int m : stage_members) z1_.members.push_back(m - base + st * per_stage);
+      const std::string key = "asynchzp z1 stages " + std::to_string(g_.z1_group(r % per_stage).color);
+      z1_.members = plan_group(in, key, [&] {
+        std::vector<int> m;
+        for (int st = 0; st < dims_.pp; ++st)
+          for (int q : z1_.members) m.push_back(q - base + st * per_stage);
+        return m;
+      });
     }
-    const coll::RankMesh mesh = dims_.mesh(plan_topology(in));
-    driver_group = {"scalars", data_parallel_ranks(mesh, r)};
+    const std::shared_ptr<const coll::RankMesh> shared_mesh = plan_mesh(in, dims_);
+    const coll::RankMesh& mesh = *shared_mesh;
+    // The data-parallel group is the ranks agreeing with r on every other axis.
+    const std::string dp_key = "asynchzp scalars " + std::to_string(mesh.position(kAxisPipeline, r)) + " " +
+                               std::to_string(mesh.position(kAxisContext, r)) + " " +
+                               std::to_string(mesh.position(kAxisTensor, r));
+    driver_group = {"scalars", plan_group(in, dp_key, [&] { return data_parallel_ranks(mesh, r); })};
     // Every rank converts gradients in deterministic mode; with cp or pp the scalars' ranks are only some of them.
-    if (verdict_over_world(dims_) && in.train.deterministic) verdict_group = world_plan_group("verdict", in.world_size);
+    if (verdict_over_world(dims_) && in.train.deterministic)
+      verdict_group = {"verdict", plan_group(in, "verdict", [&] { return world_plan_group("", in.world_size).members.get(); })};
     cp_ = std::make_unique<ContextParallelPlan>(in, dims_, mesh);
     actions = pipeline_->actions(in.options, micro_batches_per_rank);
     chunks_per_stage = pipeline_->chunks_per_stage();

@@ -14,11 +14,11 @@ namespace {
 PlanGroup shared_stage_group(const workloads::ParamLayout& whole, const workloads::StageCut& cut,
                              const coll::RankMesh& mesh, int rank) {
   const std::vector<int> stages = mesh.group(kAxisPipeline, rank);
-  PlanGroup g{"embedding", {}};
+  std::vector<int> members;
   for (std::size_t s = 0; s < stages.size(); ++s)
     if (!shared_units(workloads::stage_layout(whole, {cut.stage_of_unit, static_cast<int>(s)})).empty())
-      g.members.push_back(stages[s]);
-  return g;
+      members.push_back(stages[s]);
+  return {"embedding", std::move(members)};
 }
 
 }  // namespace

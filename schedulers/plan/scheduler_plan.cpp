@@ -24,47 +24,61 @@ using coll::LinkLevel;
 
 // One rank's view of a group: the world ranks of its members in position order and its own position.
 struct Geometry {
-  std::vector<int> members;
+  const std::vector<int>* members = nullptr;
   int pos = 0;
   int rpn = 0;
-  int size() const { return static_cast<int>(members.size()); }
+  int size() const { return static_cast<int>(members->size()); }
   int level_to(int peer_pos) const {
     if (rpn <= 0) return static_cast<int>(LinkLevel::intra);
-    const bool same = members[pos] / rpn == members[peer_pos] / rpn;
+    const bool same = (*members)[static_cast<std::size_t>(pos)] / rpn == (*members)[static_cast<std::size_t>(peer_pos)] / rpn;
     return static_cast<int>(same ? LinkLevel::intra : LinkLevel::inter);
   }
 };
 
-Geometry geometry(std::vector<int> members, int world_rank, int rpn) {
-  Geometry g;
-  g.members = std::move(members);
-  g.pos = static_cast<int>(std::find(g.members.begin(), g.members.end(), world_rank) - g.members.begin());
-  g.rpn = rpn;
-  return g;
-}
+// The rank's position in each group it declares calls on, found once per group: a step declares many calls on a
+// few groups, some of thousands of ranks. Keyed by the shared vector, which the cache holds so that it stays alive.
+class Positions {
+ public:
+  explicit Positions(int rank) : rank_(rank) {}
+  int of(const GroupMembers& m) {
+    for (const auto& [g, pos] : seen_)
+      if (g.same(m)) return pos;
+    const int pos = static_cast<int>(std::find(m.begin(), m.end(), rank_) - m.begin());
+    if (seen_.size() >= 64) seen_.clear();  // groups made afresh per call (world_plan_group) would pile up
+    seen_.emplace_back(m, pos);
+    return pos;
+  }
+
+ private:
+  int rank_;
+  std::vector<std::pair<GroupMembers, int>> seen_;
+};
 
 std::size_t acc_size(DType t) { return t == DType::bf16 ? 4 : dtype_size(t); }
 
 class Builder final : public CollectiveLedger {
  public:
-  Builder(SchedulerPlan& plan, std::size_t small, int rank, int rpn) : plan_(plan), small_(small), rank_(rank), rpn_(rpn) {}
+  Builder(SchedulerPlan& plan, std::size_t small, Positions& positions, int rpn)
+      : plan_(plan), small_(small), positions_(positions), rpn_(rpn) {}
+
+  Geometry geometry(const GroupMembers& m) { return {&m.get(), positions_.of(m), rpn_}; }
 
   void all_gather(const PlanGroup& g, std::int64_t shard, DType t, std::int64_t times, std::string_view when) override {
-    all_gather(g.name, geometry(g.members, rank_, rpn_), shard, t, times, std::string(when));
+    all_gather(g.name, geometry(g.members), shard, t, times, std::string(when));
   }
   void reduce_scatter(const PlanGroup& g, std::int64_t full, DType t, std::int64_t times,
                       std::string_view when) override {
-    reduce_scatter(g.name, geometry(g.members, rank_, rpn_), full, t, times, std::string(when));
+    reduce_scatter(g.name, geometry(g.members), full, t, times, std::string(when));
   }
   void all_reduce(const PlanGroup& g, std::int64_t count, DType t, std::int64_t times, std::string_view when) override {
-    all_reduce(g.name, geometry(g.members, rank_, rpn_), count, t, times, std::string(when));
+    all_reduce(g.name, geometry(g.members), count, t, times, std::string(when));
   }
 
   // Pairwise exchange: count / p elements to every other member (the counters' element count includes the own share).
   void all_to_all(const PlanGroup& g, CollOp op, std::int64_t count, DType t, std::int64_t times,
                   std::string_view when) override {
     HZP_CHECK(op == CollOp::all_to_all || op == CollOp::all_to_allv, "plan: all_to_all takes all_to_all or all_to_allv");
-    const Geometry geo = geometry(g.members, rank_, rpn_);
+    const Geometry geo = geometry(g.members);
     PlannedCollective& c = entry(op, g.name, geo, t, std::string(when));
     c.calls += times;
     c.elements += count * times;
@@ -75,14 +89,14 @@ class Builder final : public CollectiveLedger {
   }
 
   void send(const PlanGroup& g, int peer, std::int64_t count, DType t, std::int64_t times, std::string_view when) override {
-    const Geometry geo = geometry(g.members, rank_, rpn_);
+    const Geometry geo = geometry(g.members);
     PlannedCollective& c = entry(CollOp::send, g.name, geo, t, std::string(when));
     c.calls += times;
     c.elements += count * times;
     c.bytes[geo.level_to(peer)] += static_cast<std::uint64_t>(count) * dtype_size(t) * times;
   }
   void recv(const PlanGroup& g, int, std::int64_t count, DType t, std::int64_t times, std::string_view when) override {
-    PlannedCollective& c = entry(CollOp::recv, g.name, geometry(g.members, rank_, rpn_), t, std::string(when));
+    PlannedCollective& c = entry(CollOp::recv, g.name, geometry(g.members), t, std::string(when));
     c.calls += times;
     c.elements += count * times;  // a receive sends nothing
   }
@@ -165,15 +179,16 @@ class Builder final : public CollectiveLedger {
  private:
   SchedulerPlan& plan_;
   std::size_t small_;
-  int rank_, rpn_;
+  Positions& positions_;
+  int rpn_;
 };
 
 // Forwards every declaration to the plan's builder and, for describe_step, records it alone too (its bytes from
 // the same builder code) with the walk's place and the stream the engine declared.
 class Recorder final : public CollectiveLedger {
  public:
-  Recorder(Builder& plan, StepDescription* out, const PlanInputs& in)
-      : plan_(plan), out_(out), small_(in.small_message_bytes), rank_(in.rank), rpn_(in.ranks_per_node) {}
+  Recorder(Builder& plan, StepDescription* out, const PlanInputs& in, Positions& positions)
+      : plan_(plan), out_(out), small_(in.small_message_bytes), positions_(positions), rpn_(in.ranks_per_node) {}
 
   /// The unit call declarations now belong to (-1: the step end); each place starts on the compute stream.
   void at(int call) {
@@ -225,7 +240,7 @@ class Recorder final : public CollectiveLedger {
   void record(const PlanGroup& g, Declare&& declare, int peer = -1) {
     if (out_ == nullptr) return;
     SchedulerPlan one;
-    Builder b(one, small_, rank_, rpn_);
+    Builder b(one, small_, positions_, rpn_);
     declare(b);
     out_->events.push_back({call_, stream_, place_, one.collectives.front(), g.members, peer, rounds_, blocks_});
   }
@@ -233,7 +248,8 @@ class Recorder final : public CollectiveLedger {
   Builder& plan_;
   StepDescription* out_;
   std::size_t small_;
-  int rank_, rpn_;
+  Positions& positions_;
+  int rpn_;
   int call_ = -1;
   CommStream stream_ = CommStream::compute;
   CommPlace place_ = CommPlace::before_unit;
@@ -340,9 +356,9 @@ void check_plan_batches(std::string_view scheduler, const PlanInputs& in, int gr
 }
 
 PlanGroup world_plan_group(std::string name, int world_size) {
-  PlanGroup g{std::move(name), std::vector<int>(static_cast<std::size_t>(world_size))};
-  for (int r = 0; r < world_size; ++r) g.members[static_cast<std::size_t>(r)] = r;
-  return g;
+  std::vector<int> members(static_cast<std::size_t>(world_size));
+  for (int r = 0; r < world_size; ++r) members[static_cast<std::size_t>(r)] = r;
+  return {std::move(name), std::move(members)};
 }
 
 void declare_norm(CollectiveLedger& out, const PlanGroup& g, bool deterministic) {
@@ -369,8 +385,9 @@ SchedulerPlan plan_from_engine(std::string scheduler, const PlanInputs& in, Engi
   p.params = in.layout->total_numel();
   p.micro_batches_per_rank = e.micro_batches_per_rank;
   p.state_bytes = e.state_bytes;
-  Builder builder(p, in.small_message_bytes, in.rank, in.ranks_per_node);
-  Recorder b(builder, events, in);
+  Positions positions(in.rank);
+  Builder builder(p, in.small_message_bytes, positions, in.ranks_per_node);
+  Recorder b(builder, events, in, positions);
   // The schedule the driver runs (step_driver.cpp), unit by unit in the order it calls the model.
   const int m = static_cast<int>(e.micro_batches_per_rank);
   const std::vector<Action> actions = e.actions.empty() ? sequential_schedule(m, in.layout->num_units()) : e.actions;

@@ -32,6 +32,7 @@ class RoleKeys {
 
   int rpn_;
   std::unordered_map<std::string, int> shapes_;
+  std::vector<int> label_;  // shape()'s scratch: a label per node
 };
 
 /// How a world's steps were computed: ranks simulated (one per role when folded) and roles found.

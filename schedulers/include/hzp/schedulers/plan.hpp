@@ -15,6 +15,7 @@
 
 #include "hzp/collectives/types.hpp"
 #include "hzp/core/dtype.hpp"
+#include "hzp/schedulers/group_members.hpp"
 #include "hzp/schedulers/scheduler.hpp"
 #include "hzp/schedulers/step/schedule.hpp"
 #include "hzp/workloads/param_layout.hpp"
@@ -25,6 +26,8 @@ class ModelSpec;
 }
 
 namespace hzp::schedulers {
+
+class PlanWorld;
 
 struct PlanInputs {
   const workloads::ParamLayout* layout = nullptr;
@@ -39,6 +42,9 @@ struct PlanInputs {
   /// collectives.small_message_bytes: below it the MPI backend uses latency-optimal algorithms, whose
   /// hops (and, for all-reduce, bytes) differ from the ring's.
   std::size_t small_message_bytes = 65536;
+  /// Where a caller describing many ranks of this configuration keeps what they share (step/plan_world.hpp);
+  /// nullptr: each plan builds its own.
+  PlanWorld* world = nullptr;
 };
 
 /// One kind of call per step on one group: `calls` calls of `elements_per_call` elements each (as the
@@ -117,13 +123,13 @@ enum class CommPlace { before_unit, after_unit, inside_unit, step_start };
 
 /// One declared call of a step, in the order the engine declares it: where (the unit call of the schedule
 /// walk, or the step end), on which stream, the call itself (calls = 1; bytes sent by PlanInputs::rank per
-/// level) and its group's members (world ranks, in position order).
+/// level) and its group's members (world ranks, in position order; shared with the group's other calls).
 struct StepEvent {
   int call = -1;  ///< index of the unit call in the schedule's walk (for_each_unit_call); -1: the step end
   CommStream stream = CommStream::compute;
   CommPlace place = CommPlace::before_unit;
   PlannedCollective collective;
-  std::vector<int> members;
+  GroupMembers members;
   int peer = -1;    ///< send / recv: the peer's position in members
   int rounds = 1;   ///< ring: the steps the calls are spread over, evenly
   int blocks = 0;   ///< ring: the attention blocks the unit's ring computes (its passes' steps)

@@ -21,10 +21,11 @@
 
 namespace hzp::schedulers {
 
-/// A group as the plan sees it: the communicator's name and its members' world ranks in position order.
+/// A group as the plan sees it: the communicator's name and its members' world ranks in position order (shared
+/// by every call declared on it).
 struct PlanGroup {
   std::string name;
-  std::vector<int> members;
+  GroupMembers members;
 };
 
 /// Where declarations go. Elements as the counters record them: all_gather the shard each rank sends,
