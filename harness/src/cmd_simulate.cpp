@@ -36,6 +36,10 @@ void refuse_undescribed(const RunSetup& s) {
   std::string bad;
   if (s.opt.backend != "cpu")
     bad += "\n  backend = " + s.opt.backend + ": the calibration runs on the CPU only so far. Fix: backend = cpu";
+  // The step description charges every rank the same causal attention; per-rank document costs are not modelled.
+  if (s.data.packing.enabled())
+    bad += "\n  data.packing = documents: the simulator charges every rank whole-sequence causal attention and does "
+           "not model per-rank document costs yet. Fix: data.packing = none (hzpbench run honours documents)";
   if (!bad.empty()) HZP_THROW(ConfigError, "hzpbench simulate cannot describe this configuration:", bad);
 }
 
