@@ -3,12 +3,16 @@
 // against (BM_AttentionRef*), with tokens/s and GFLOP/s from the problem size; and of the fused softmax
 // cross-entropy forward+backward with the bytes/s of logits read and dlogits written (V = 32k and Llama 3's
 // 155,136). Single-threaded: OpenBLAS is held to one thread (main), as one rank per core sees it.
+// BM_AttentionDocuments: forward + backward of small's attention (H = 8, KV = 4, D = 64) on one step's eight
+// sequences with their packed documents (data.packing = documents, mean_tokens = 0: none), the cost packing
+// changes; scripts/packing_bench turns it into attention's share of a step.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <vector>
 
 
@@ -16,6 +20,7 @@
 #include "hzp/core/dtype.hpp"
 #include "hzp/kernels/attention.hpp"
 #include "hzp/kernels/cross_entropy.hpp"
+#include "hzp/workloads/data/document_packing.hpp"
 #include "one_core_main.hpp"
 
 namespace {
@@ -69,17 +74,19 @@ struct AttentionProblem {
         ws(std::max(hzp::kernels::attention_fwd_workspace_bytes(d, DType::f32),
                     hzp::kernels::attention_bwd_workspace_bytes(d, DType::f32))) {}
 
-  void forward() {
+  void forward(std::span<const std::int32_t> first = {}) {
     hzp::kernels::attention_fwd(TensorView(out.data(), qs, DType::f32), TensorView(lse.data(), ls, DType::f32),
                                 ConstTensorView(q.data(), qs, DType::f32), ConstTensorView(k.data(), kvs, DType::f32),
-                                ConstTensorView(v.data(), kvs, DType::f32), d, ws, StreamRef::host());
+                                ConstTensorView(v.data(), kvs, DType::f32), d, ws, StreamRef::host(),
+                                hzp::kernels::AttentionImpl::automatic, first);
   }
-  void backward() {
+  void backward(std::span<const std::int32_t> first = {}) {
     hzp::kernels::attention_bwd(TensorView(dq.data(), qs, DType::f32), TensorView(dk.data(), kvs, DType::f32),
                                 TensorView(dv.data(), kvs, DType::f32), ConstTensorView(dout.data(), qs, DType::f32),
                                 ConstTensorView(q.data(), qs, DType::f32), ConstTensorView(k.data(), kvs, DType::f32),
                                 ConstTensorView(v.data(), kvs, DType::f32), ConstTensorView(out.data(), qs, DType::f32),
-                                ConstTensorView(lse.data(), ls, DType::f32), d, ws, StreamRef::host());
+                                ConstTensorView(lse.data(), ls, DType::f32), d, ws, StreamRef::host(),
+                                hzp::kernels::AttentionImpl::automatic, first);
   }
 };
 
@@ -141,6 +148,38 @@ void BM_AttentionRefBwd(benchmark::State& state) {
   set_attention_counters(state, p.d, 10.0 * static_cast<double>(p.d.head_dim));
 }
 
+/// One step of small (8 sequences of T tokens, samples 0..7) with documents of mean length range(1) (0: none):
+/// forward then backward of each sequence; the counter pairs/s counts the visible pairs (per head).
+void BM_AttentionDocuments(benchmark::State& state) {
+  const std::int64_t T = state.range(0);
+  AttentionProblem p({1, T, /*heads=*/8, /*kv_heads=*/4, /*head_dim=*/64});
+  hzp::workloads::DocumentPacking packing;
+  if (state.range(1) > 0) {
+    packing.kind = hzp::workloads::PackingKind::documents;
+    packing.mean_tokens = static_cast<double>(state.range(1));
+  }
+  std::vector<std::vector<std::int32_t>> firsts(8, std::vector<std::int32_t>(static_cast<std::size_t>(T)));
+  double pairs = 0;
+  for (std::int64_t i = 0; i < 8; ++i) {
+    const std::vector<std::int32_t> starts = packing.starts(i, T);
+    hzp::workloads::document_first_positions(starts, T, firsts[static_cast<std::size_t>(i)]);
+    pairs += hzp::workloads::document_causal_pairs(starts, T, 0, T);
+  }
+  for (auto _ : state)
+    for (const auto& f : firsts) {
+      const std::span<const std::int32_t> first = packing.enabled() ? std::span<const std::int32_t>(f)
+                                                                    : std::span<const std::int32_t>();
+      p.forward(first);
+      p.backward(first);
+      benchmark::ClobberMemory();
+    }
+  state.counters["pairs/s"] = benchmark::Counter(pairs * static_cast<double>(state.iterations()),
+                                                 benchmark::Counter::kIsRate);
+  state.counters["pair_share"] = pairs / (8.0 * static_cast<double>(T) * static_cast<double>(T + 1) / 2);
+}
+
+BENCHMARK(BM_AttentionDocuments)->ArgsProduct({{256, 1024}, {0, 256, 1024, 64}})->ArgNames({"T", "mean"})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AttentionFwd)->ArgsProduct({{1, 4}, {64, 256, 1024}})->ArgNames({"B", "T"})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AttentionRefFwd)->ArgsProduct({{1}, {64, 256, 1024}})->ArgNames({"B", "T"})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AttentionBwd)->ArgsProduct({{1, 4}, {64, 256, 1024}})->ArgNames({"B", "T"})->Unit(benchmark::kMillisecond);

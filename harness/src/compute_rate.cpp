@@ -115,7 +115,7 @@ ModelRate measure_model_rate(const workloads::Workload& model, const workloads::
   auto ctx = model.make_context(alloc, {.micro_batch_size = train.micro_batch_size, .recompute = train.recompute});
   const workloads::BatchPlan plan(train.global_batch, train.micro_batch_size, 1);
   const auto tokens = static_cast<std::size_t>(train.micro_batch_size * model.seq_len());
-  std::vector<std::int32_t> inputs(tokens), targets(tokens);
+  std::vector<std::int32_t> inputs(tokens), targets(tokens), first(source.packs_documents() ? tokens : 0);
   const double normaliser = static_cast<double>(train.global_batch * model.seq_len());
   const int units = layout.num_units();
 
@@ -126,9 +126,12 @@ ModelRate measure_model_rate(const workloads::Workload& model, const workloads::
   double cpu = 0, wall = 0;
   for (int i = 0; i <= timed; ++i) {
     const std::int64_t j = i % plan.micro_batches_per_step();
-    workloads::fill_micro_batch(source, plan, 0, j, inputs, targets);
+    if (first.empty())
+      workloads::fill_micro_batch(source, plan, 0, j, inputs, targets);
+    else
+      workloads::fill_micro_batch(source, plan, 0, j, inputs, targets, first);  // the run's documents
     const Stopwatch sw;
-    ctx->begin(inputs, targets, normaliser);
+    ctx->begin(inputs, targets, normaliser, first);
     // Each unit's own wall time too: `hzpbench simulate` charges every action with it.
     for (int u = 0; u < units; ++u) {
       const Stopwatch unit;

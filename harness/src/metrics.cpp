@@ -39,6 +39,8 @@ constexpr FieldInfo kFields[] = {
     {"ext_frag", "1", false, "1 - largest free block / free bytes after the step"},
     {"pool_occupancy", "1", false, "ring pool: peak in-use bytes over capacity during the step"},
     {"pool_stalls", "1", true, "ring pool: acquires that had to wait during the step"},
+    {"attention_pairs", "1", true,
+     "(query, key) position pairs attention visited: document_causal_pairs of the rank's rows over its micro-batches"},
 };
 static_assert(std::size(kFields) == kNumRankFields);
 
@@ -106,6 +108,7 @@ RankSample StepMeter::end(const schedulers::StepStats& st) {
   RankSample s;
   s[RankField::step_time_s] = wall;
   s[RankField::cpu_time_s] = cpu;
+  s[RankField::attention_pairs] = st.attention_pairs;
   s[RankField::forward_s] = ph.of(profile::Phase::forward);
   s[RankField::backward_s] = ph.of(profile::Phase::backward);
   s[RankField::recompute_s] = ph.of(profile::Phase::recompute);

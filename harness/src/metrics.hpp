@@ -41,6 +41,7 @@ enum class RankField : int {
   ext_frag,
   pool_occupancy,
   pool_stalls,
+  attention_pairs,
   kCount
 };
 inline constexpr int kNumRankFields = static_cast<int>(RankField::kCount);

@@ -60,10 +60,8 @@ struct RunSetup {
 };
 
 /// Checks the configuration for `world_size` ranks and returns the typed setup; ConfigError with the
-/// first problem found (each typed config lists all of its own problems at once). `reads_documents`: the caller
-/// models data.packing = documents (simulate does); else it is refused.
-RunSetup plan_run(const ResolvedConfig& config, int world_size, const std::string& dump_tensors = {},
-                  bool reads_documents = false);
+/// first problem found (each typed config lists all of its own problems at once).
+RunSetup plan_run(const ResolvedConfig& config, int world_size, const std::string& dump_tensors = {});
 
 /// links.* as the link plan's inputs, before any rate is measured: where run and simulate both start.
 LinkPlanInput link_plan_input(const RunSetup& setup);

@@ -53,20 +53,20 @@ std::int64_t bwd_items(const AttentionDims& d) { return d.batch * d.kv_heads; }
 
 template <typename T>
 void run_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
-             const AttentionDims& d, std::span<std::byte> ws) {
+             const AttentionDims& d, std::span<std::byte> ws, const std::int32_t* doc) {
   using A = acc_t<T>;
   A* work = workspace_as<A>(kFwd, ws, attention_fwd_workspace_bytes(d, dtype_of_v<T>));
   const std::int64_t per_range = attention_tiled::fwd_scratch_elems(d.head_dim);
   core::parallel_for_ranges(fwd_items(d), 1, [&](int r, std::int64_t first, std::int64_t last) {
     attention_tiled::attention_fwd<T>(out.as<T>(), lse.as<A>(), q.as<T>(), k.as<T>(), v.as<T>(), d,
-                                      work + r * per_range, first, last);
+                                      work + r * per_range, first, last, doc);
   });
 }
 
 template <typename T>
 void run_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q, ConstTensorView k,
              ConstTensorView v, ConstTensorView out, ConstTensorView lse, const AttentionDims& d,
-             std::span<std::byte> ws) {
+             std::span<std::byte> ws, const std::int32_t* doc) {
   using A = acc_t<T>;
   A* work = workspace_as<A>(kBwd, ws, attention_bwd_workspace_bytes(d, dtype_of_v<T>));
   const AttentionBlock whole{d.batch, d.seq, d.seq, d.heads, d.kv_heads, d.head_dim, 0, 0, true};
@@ -74,7 +74,7 @@ void run_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, 
   core::parallel_for_ranges(bwd_items(d), 1, [&](int r, std::int64_t first, std::int64_t last) {
     attention_tiled::attention_block_bwd<T>(dq.as<T>(), dk.as<T>(), dv.as<T>(), dout.as<T>(), q.as<T>(), k.as<T>(),
                                             v.as<T>(), out.as<T>(), lse.as<A>(), nullptr, whole, {},
-                                            work + r * per_range, first, last);
+                                            work + r * per_range, first, last, doc);
   });
 }
 
@@ -150,7 +150,8 @@ std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype
 }
 
 void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
-                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s, AttentionImpl impl) {
+                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s, AttentionImpl impl,
+                   std::span<const std::int32_t> first) {
   dims.validate(kFwd);
   const DType t = q.dtype();
   check_storage_dtype(kFwd, "q", t);
@@ -159,6 +160,8 @@ void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTenso
   check_tensor(kFwd, "v", v, dims, true, t, s);
   check_tensor(kFwd, "out", out, dims, false, t, s);
   check_lse(kFwd, lse, dims, t, s);
+  check_document_first(kFwd, first, dims.batch, dims.seq, 0, s);  // refuses a CUDA stream
+  const std::int32_t* doc = first.empty() ? nullptr : first.data();
   const AttentionImpl run = resolve_attention_impl(impl, dims, t, s.device());
   if (s.device().is_cuda()) {
     check_workspace(kFwd, workspace.size(), attention_fwd_workspace_bytes(dims, t, s.device(), run));
@@ -166,15 +169,16 @@ void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTenso
     return cuda::attention_fwd(out, lse, q, k, v, dims, workspace, s);
   }
   switch (t) {
-    case DType::f64: return run_fwd<double>(out, lse, q, k, v, dims, workspace);
-    case DType::f32: return run_fwd<float>(out, lse, q, k, v, dims, workspace);
-    default: return run_fwd<bf16>(out, lse, q, k, v, dims, workspace);
+    case DType::f64: return run_fwd<double>(out, lse, q, k, v, dims, workspace, doc);
+    case DType::f32: return run_fwd<float>(out, lse, q, k, v, dims, workspace, doc);
+    default: return run_fwd<bf16>(out, lse, q, k, v, dims, workspace, doc);
   }
 }
 
 void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
                    ConstTensorView k, ConstTensorView v, ConstTensorView out, ConstTensorView lse,
-                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s, AttentionImpl impl) {
+                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s, AttentionImpl impl,
+                   std::span<const std::int32_t> first) {
   dims.validate(kBwd);
   const DType t = q.dtype();
   check_storage_dtype(kBwd, "q", t);
@@ -187,6 +191,8 @@ void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView 
   check_tensor(kBwd, "dk", dk, dims, true, t, s);
   check_tensor(kBwd, "dv", dv, dims, true, t, s);
   check_lse(kBwd, lse, dims, t, s);
+  check_document_first(kBwd, first, dims.batch, dims.seq, 0, s);  // refuses a CUDA stream
+  const std::int32_t* doc = first.empty() ? nullptr : first.data();
   const AttentionImpl run = resolve_attention_impl(impl, dims, t, s.device());
   if (s.device().is_cuda()) {
     check_workspace(kBwd, workspace.size(), attention_bwd_workspace_bytes(dims, t, s.device(), run));
@@ -195,9 +201,9 @@ void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView 
     return cuda::attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, dims, workspace, s);
   }
   switch (t) {
-    case DType::f64: return run_bwd<double>(dq, dk, dv, dout, q, k, v, out, lse, dims, workspace);
-    case DType::f32: return run_bwd<float>(dq, dk, dv, dout, q, k, v, out, lse, dims, workspace);
-    default: return run_bwd<bf16>(dq, dk, dv, dout, q, k, v, out, lse, dims, workspace);
+    case DType::f64: return run_bwd<double>(dq, dk, dv, dout, q, k, v, out, lse, dims, workspace, doc);
+    case DType::f32: return run_bwd<float>(dq, dk, dv, dout, q, k, v, out, lse, dims, workspace, doc);
+    default: return run_bwd<bf16>(dq, dk, dv, dout, q, k, v, out, lse, dims, workspace, doc);
   }
 }
 

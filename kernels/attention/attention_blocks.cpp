@@ -77,7 +77,8 @@ void attention_block_state_init(TensorView acc, TensorView row_max, TensorView r
 }
 
 void attention_block_fwd(TensorView acc, TensorView row_max, TensorView row_sum, ConstTensorView q, ConstTensorView k,
-                         ConstTensorView v, const AttentionBlock& blk, std::span<std::byte> workspace, StreamRef s) {
+                         ConstTensorView v, const AttentionBlock& blk, std::span<std::byte> workspace, StreamRef s,
+                         std::span<const std::int32_t> first) {
   refuse_cuda(kFwd, s);
   blk.validate(kFwd);
   const DType t = q.dtype();
@@ -86,12 +87,14 @@ void attention_block_fwd(TensorView acc, TensorView row_max, TensorView row_sum,
   check_activation(kFwd, "k", k, key_rows(blk), t, s);
   check_activation(kFwd, "v", v, key_rows(blk), t, s);
   check_state(kFwd, acc, row_max, row_sum, blk.q_dims(), "q_len", acc_dtype(t), s);
+  check_document_first(kFwd, first, blk.batch, blk.q_len, blk.q_pos0, s);
+  const std::int32_t* doc = first.empty() ? nullptr : first.data();
   dispatch_float(t, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
     A* work = workspace_as<A>(kFwd, workspace, attention_block_fwd_workspace_bytes(blk, t));
     attention_tiled::attention_block_fwd<T>(acc.as<A>(), row_max.as<A>(), row_sum.as<A>(), q.as<T>(), k.as<T>(),
-                                            v.as<T>(), blk, work);
+                                            v.as<T>(), blk, work, doc);
   });
 }
 
@@ -129,7 +132,7 @@ void attention_row_delta(TensorView delta, ConstTensorView dout, ConstTensorView
 void attention_block_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
                          ConstTensorView k, ConstTensorView v, ConstTensorView lse, ConstTensorView delta,
                          const AttentionBlock& blk, AttentionBlockAccumulate accumulate, std::span<std::byte> workspace,
-                         StreamRef s) {
+                         StreamRef s, std::span<const std::int32_t> first) {
   refuse_cuda(kBwd, s);
   blk.validate(kBwd);
   const DType t = q.dtype();
@@ -144,12 +147,15 @@ void attention_block_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTenso
   check_activation(kBwd, "dv", dv, kr, t, s);
   check_row_stats(kBwd, "lse", lse, blk.q_dims(), acc_dtype(t), s);
   check_row_stats(kBwd, "delta", delta, blk.q_dims(), acc_dtype(t), s);
+  check_document_first(kBwd, first, blk.batch, blk.q_len, blk.q_pos0, s);
+  const std::int32_t* doc = first.empty() ? nullptr : first.data();
   dispatch_float(t, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
     A* work = workspace_as<A>(kBwd, workspace, attention_block_bwd_workspace_bytes(blk, t));
     attention_tiled::attention_block_bwd<T>(dq.as<T>(), dk.as<T>(), dv.as<T>(), dout.as<T>(), q.as<T>(), k.as<T>(),
-                                            v.as<T>(), nullptr, lse.as<A>(), delta.as<A>(), blk, accumulate, work);
+                                            v.as<T>(), nullptr, lse.as<A>(), delta.as<A>(), blk, accumulate, work, 0,
+                                            -1, doc);
   });
 }
 

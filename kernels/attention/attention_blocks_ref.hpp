@@ -3,6 +3,8 @@
 // attention_fwd_ref / attention_bwd_ref, so a sequence cut into blocks reproduces them to rounding. The
 // forward computes each score twice (once for the block's row max, once for the sum) instead of keeping a
 // row of them: the state tensors are its only memory, as they will be for the fused CUDA kernel.
+// Document masking (`first`, the global first key position of each query row; nullptr = plain causal) cuts
+// each row's keys to a range instead of a prefix: visible_range below is the one definition both paths use.
 #pragma once
 
 #include <algorithm>
@@ -34,6 +36,19 @@ inline std::int64_t visible_keys(const AttentionBlock& blk, std::int64_t i) noex
   return std::clamp<std::int64_t>(blk.q_pos0 + i - blk.k_pos0 + 1, 0, blk.k_len);
 }
 
+/// The keys [begin, end) of the block query row i sees. `first_row` points at the block's query rows' global
+/// first key positions (document masking; nullptr: plain causal, begin = 0). begin >= end: the row sees none.
+struct KeyRange {
+  std::int64_t begin, end;
+  bool empty() const noexcept { return begin >= end; }
+  std::int64_t size() const noexcept { return empty() ? 0 : end - begin; }
+};
+inline KeyRange visible_range(const AttentionBlock& blk, std::int64_t i, const std::int32_t* first_row) noexcept {
+  const std::int64_t begin =
+      first_row ? std::clamp<std::int64_t>(std::int64_t{first_row[i]} - blk.k_pos0, 0, blk.k_len) : 0;
+  return {begin, visible_keys(blk, i)};
+}
+
 }  // namespace attention_detail
 
 /// acc = 0, row_max = −inf, row_sum = 0: the state that the first visible key replaces exactly
@@ -47,9 +62,10 @@ void attention_block_state_init_ref(A* acc, A* row_max, A* row_sum, const Attent
 }
 
 /// Online-softmax fold of one kv block into a query block's state (see attention_block_fwd).
+/// `first` (nullptr, or [B, Tq] global positions): document masking, see visible_range.
 template <typename T>
 void attention_block_fwd_ref(acc_t<T>* acc, acc_t<T>* row_max, acc_t<T>* row_sum, const T* q, const T* k, const T* v,
-                             const AttentionBlock& blk) {
+                             const AttentionBlock& blk, const std::int32_t* first = nullptr) {
   using A = acc_t<T>;
   using attention_detail::axpy;
   using attention_detail::dot;
@@ -61,12 +77,13 @@ void attention_block_fwd_ref(acc_t<T>* acc, acc_t<T>* row_max, acc_t<T>* row_sum
     for (std::int64_t h = 0; h < blk.heads; ++h) {
       const std::int64_t g = h / group;
       for (std::int64_t i = 0; i < blk.q_len; ++i) {
-        const std::int64_t n = attention_detail::visible_keys(blk, i);
+        const attention_detail::KeyRange r =
+            attention_detail::visible_range(blk, i, first ? first + b * blk.q_len : nullptr);
         // No visible key: leave the row alone, so its state does not depend on masked blocks at all.
-        if (n == 0) continue;
+        if (r.empty()) continue;
         const T* qi = q + ix.q(b, i, h);
         A block_max = -std::numeric_limits<A>::infinity();
-        for (std::int64_t j = 0; j < n; ++j) block_max = std::max(block_max, scale * dot(qi, k + ix.kv(b, j, g), D));
+        for (std::int64_t j = r.begin; j < r.end; ++j) block_max = std::max(block_max, scale * dot(qi, k + ix.kv(b, j, g), D));
         A& m = row_max[ix.row(b, h, i)];
         A& l = row_sum[ix.row(b, h, i)];
         const A m_new = std::max(m, block_max);
@@ -75,7 +92,7 @@ void attention_block_fwd_ref(acc_t<T>* acc, acc_t<T>* row_max, acc_t<T>* row_sum
         A* ai = acc + ix.q(b, i, h);
         for (std::int64_t e = 0; e < D; ++e) ai[e] *= alpha;
         A sum = 0;
-        for (std::int64_t j = 0; j < n; ++j) {
+        for (std::int64_t j = r.begin; j < r.end; ++j) {
           const A p = std::exp(scale * dot(qi, k + ix.kv(b, j, g), D) - m_new);
           sum += p;
           axpy(ai, p, v + ix.kv(b, j, g), D);
@@ -128,10 +145,12 @@ inline std::int64_t attention_block_bwd_workspace_elems(const AttentionBlock& bl
 /// One block pair's gradient contribution (see attention_block_bwd), in attention_bwd_ref's loop order
 /// and arithmetic. Each gradient element is loaded (when accumulating), summed in acc_t<T> and stored
 /// once, so bf16 rounds once per call. `work` holds attention_block_bwd_workspace_elems(blk) elements.
+/// `first` (nullptr, or [B, Tq] global positions): document masking, see visible_range.
 template <typename T>
 void attention_block_bwd_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v,
                              const acc_t<T>* lse, const acc_t<T>* delta, const AttentionBlock& blk,
-                             AttentionBlockAccumulate accumulate, acc_t<T>* work) {
+                             AttentionBlockAccumulate accumulate, acc_t<T>* work,
+                             const std::int32_t* first = nullptr) {
   using A = acc_t<T>;
   using attention_detail::axpy;
   using attention_detail::dot;
@@ -162,9 +181,10 @@ void attention_block_bwd_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, con
         }
       for (std::int64_t h = g * group; h < (g + 1) * group; ++h) {
         for (std::int64_t i = 0; i < blk.q_len; ++i) {
-          const std::int64_t n = attention_detail::visible_keys(blk, i);
+          const attention_detail::KeyRange r =
+              attention_detail::visible_range(blk, i, first ? first + b * blk.q_len : nullptr);
           T* dqi = dq + ix.q(b, i, h);
-          if (n == 0) {
+          if (r.empty()) {
             if (!accumulate.dq) std::fill(dqi, dqi + D, store<T>(A(0)));
             continue;
           }
@@ -173,7 +193,7 @@ void attention_block_bwd_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, con
           const A lse_i = lse[ix.row(b, h, i)];
           const A delta_i = delta[ix.row(b, h, i)];
           std::fill(dq_acc, dq_acc + D, A(0));
-          for (std::int64_t j = 0; j < n; ++j) {
+          for (std::int64_t j = r.begin; j < r.end; ++j) {
             const T* kj = k + ix.kv(b, j, g);
             const T* vj = v + ix.kv(b, j, g);
             const A p = std::exp(scale * dot(qi, kj, D) - lse_i);

@@ -60,6 +60,29 @@ inline void check_row_stats(std::string_view kernel, std::string_view arg, const
   check_device(kernel, arg, t.device(), s);
 }
 
+/// Document masking's `first` ([batch, len] int32, row i of a sequence at global position pos0 + i): empty (plain
+/// causal), or for every row 0 <= first <= its position, non-decreasing along each sequence (documents follow one
+/// another; the tiled kernel relies on it to skip whole key tiles).
+inline void check_document_first(std::string_view kernel, std::span<const std::int32_t> first, std::int64_t batch,
+                                 std::int64_t len, std::int64_t pos0, StreamRef s) {
+  if (first.empty()) return;
+  if (s.device().is_cuda())
+    HZP_THROW(PreconditionError, kernel, ": document masking (first) runs on the CPU kernels only; the stream is on ",
+              to_string(s.device()), ". Fix: backend = cpu, or data.packing = none");
+  if (static_cast<std::int64_t>(first.size()) != batch * len)
+    HZP_THROW(PreconditionError, kernel, ": first holds ", first.size(), " entries, expected batch x rows = ", batch,
+              " x ", len, " = ", batch * len, " (one first key position per query row; empty for plain causal)");
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t i = 0; i < len; ++i) {
+      const std::int64_t f = first[static_cast<std::size_t>(b * len + i)];
+      const std::int64_t prev = i > 0 ? first[static_cast<std::size_t>(b * len + i - 1)] : 0;
+      if (f < prev || f > pos0 + i)
+        HZP_THROW(PreconditionError, kernel, ": first[", b, ", ", i, "] = ", f, " (query position ", pos0 + i,
+                  ") must lie in [", prev, ", ", pos0 + i,
+                  "]: a row's document starts at or before the row and no earlier than the previous row's");
+    }
+}
+
 /// The workspace is reinterpreted as acc_t<T>; refuse a misaligned span instead of faulting later.
 template <typename A>
 A* workspace_as(std::string_view kernel, std::span<std::byte> ws, std::size_t needed) {

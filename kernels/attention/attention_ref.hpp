@@ -1,6 +1,7 @@
 // CPU reference for causal grouped-query attention, templated on the storage type (double, float,
 // bf16). Naive O(T²) per head, but memory-bounded: the forward keeps one row of scores, the backward
-// recomputes each probability from the saved log-sum-exp and never holds a T×T matrix.
+// recomputes each probability from the saved log-sum-exp and never holds a T×T matrix. With document masking
+// (`first`, [B, T] int32, nullptr = plain causal) row i reads keys first[b, i] .. i only.
 #pragma once
 
 #include <algorithm>
@@ -53,10 +54,11 @@ inline std::int64_t attention_bwd_workspace_elems(const AttentionDims& d) noexce
 }
 
 /// out[b,i,h,:] = Σ_{j≤i} softmax_j(q_i·k_j / sqrt(D)) v_j ; lse[b,h,i] = log Σ_{j≤i} exp(q_i·k_j / sqrt(D)).
-/// `work` holds attention_fwd_workspace_elems(d) elements.
+/// `work` holds attention_fwd_workspace_elems(d) elements. `first` ([B, T]; nullptr: 0): the sums run over
+/// first[b, i] <= j <= i (document masking).
 template <typename T>
 void attention_fwd_ref(T* out, acc_t<T>* lse, const T* q, const T* k, const T* v, const AttentionDims& d,
-                       acc_t<T>* work) {
+                       acc_t<T>* work, const std::int32_t* first = nullptr) {
   using A = acc_t<T>;
   using attention_detail::dot;
   const attention_detail::Index ix{d.seq, d.heads, d.kv_heads, d.head_dim};
@@ -69,20 +71,22 @@ void attention_fwd_ref(T* out, acc_t<T>* lse, const T* q, const T* k, const T* v
       const std::int64_t g = h / group;
       for (std::int64_t i = 0; i < T_; ++i) {
         const T* qi = q + ix.q(b, i, h);
-        // Only keys j <= i are read: that is the causal mask, and why later positions cannot leak.
+        // Only keys j <= i are read: that is the causal mask, and why later positions cannot leak; keys before
+        // the row's document are never read either.
+        const std::int64_t j0 = first ? first[b * T_ + i] : 0;
         A m = -std::numeric_limits<A>::infinity();
-        for (std::int64_t j = 0; j <= i; ++j) {
+        for (std::int64_t j = j0; j <= i; ++j) {
           score[j] = scale * dot(qi, k + ix.kv(b, j, g), D);
           m = std::max(m, score[j]);
         }
         A sum = 0;
-        for (std::int64_t j = 0; j <= i; ++j) {
+        for (std::int64_t j = j0; j <= i; ++j) {
           score[j] = std::exp(score[j] - m);
           sum += score[j];
         }
         const A inv = A(1) / sum;
         std::fill(acc, acc + D, A(0));
-        for (std::int64_t j = 0; j <= i; ++j) attention_detail::axpy(acc, score[j] * inv, v + ix.kv(b, j, g), D);
+        for (std::int64_t j = j0; j <= i; ++j) attention_detail::axpy(acc, score[j] * inv, v + ix.kv(b, j, g), D);
         T* oi = out + ix.q(b, i, h);
         for (std::int64_t e = 0; e < D; ++e) oi[e] = store<T>(acc[e]);
         lse[ix.lse(b, h, i)] = m + std::log(sum);
@@ -95,10 +99,11 @@ void attention_fwd_ref(T* out, acc_t<T>* lse, const T* q, const T* k, const T* v
 ///   p_ij = exp(s_ij − lse_i), Δ_i = dout_i·out_i, ds_ij = p_ij (dout_i·v_j − Δ_i)
 ///   dq_i = scale Σ_j ds_ij k_j ; dk_j = scale Σ_{h∈group, i≥j} ds_ij q_i ; dv_j = Σ_{h∈group, i≥j} p_ij dout_i.
 /// dk and dv accumulate in acc_t<T> scratch and are stored once per kv head, so bf16 rounds once.
-/// `work` holds attention_bwd_workspace_elems(d) elements.
+/// `work` holds attention_bwd_workspace_elems(d) elements; `first` as for attention_fwd_ref.
 template <typename T>
 void attention_bwd_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* out,
-                       const acc_t<T>* lse, const AttentionDims& d, acc_t<T>* work) {
+                       const acc_t<T>* lse, const AttentionDims& d, acc_t<T>* work,
+                       const std::int32_t* first = nullptr) {
   using A = acc_t<T>;
   using attention_detail::axpy;
   using attention_detail::dot;
@@ -118,7 +123,7 @@ void attention_bwd_ref(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* 
           const A delta = dot(doi, out + ix.q(b, i, h), D);
           const A lse_i = lse[ix.lse(b, h, i)];
           std::fill(dq_acc, dq_acc + D, A(0));
-          for (std::int64_t j = 0; j <= i; ++j) {
+          for (std::int64_t j = first ? first[b * T_ + i] : 0; j <= i; ++j) {
             const T* kj = k + ix.kv(b, j, g);
             const T* vj = v + ix.kv(b, j, g);
             const A p = std::exp(scale * dot(qi, kj, D) - lse_i);

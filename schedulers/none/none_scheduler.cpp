@@ -37,7 +37,7 @@ struct NoneScheduler::State {
   Allocation master;   // bf16-mixed only: fp32 master weights
   Allocation grads, m, v;
   std::unique_ptr<workloads::MicroBatchContext> ctx;
-  std::vector<std::int32_t> inputs, targets;
+  std::vector<std::int32_t> inputs, targets, first;  // first: document starts (data.packing = documents)
   std::int64_t steps_done = 0;
   // On a CUDA stream, the step's timing: events recorded on the stream before each micro-batch's forward,
   // after it, after its backward (so 2·micro-batches + 1 of them, back to back), and after the update.
@@ -140,6 +140,7 @@ NoneScheduler::NoneScheduler(const SchedulerArgs& args) : state_(std::make_uniqu
   const auto tokens = static_cast<std::size_t>(s.train.micro_batch_size * s.model->seq_len());
   s.inputs.resize(tokens);
   s.targets.resize(tokens);
+  s.first.resize(tokens);
   if (s.stream.device().is_cuda()) {
     for (std::int64_t i = 0; i < 2 * s.train.micro_batches() + 1; ++i) s.marks.emplace_back(s.stream.device());
     s.done = TimedEvent(s.stream.device());
@@ -180,16 +181,24 @@ StepStats NoneScheduler::step(const StepBatch& batch) {
   const auto mark = [&](std::size_t i) {
     if (on_device) s.marks[i].record(s.stream);
   };
-  double loss = 0;
+  double loss = 0, pairs = 0;
   std::int64_t retries = 0;
+  const bool packed = src.packs_documents();
   for (bool accepted = false; !accepted;) {
     loss = 0;
+    pairs = 0;  // a retried attempt counts its micro-batches once
     if (s.fixed) s.fixed->begin_attempt(batch.step);
     (void)s.model->take_step_statistics();  // a retried attempt routes its micro-batches again
     for (std::int64_t j = 0; j < plan.micro_batches_per_step(); ++j) {
       mark(static_cast<std::size_t>(2 * j));
-      workloads::fill_micro_batch(src, plan, batch.step, j, s.inputs, s.targets);
-      s.ctx->begin(s.inputs, s.targets, normaliser);
+      if (packed) {
+        workloads::fill_micro_batch(src, plan, batch.step, j, s.inputs, s.targets, s.first);
+        s.ctx->begin(s.inputs, s.targets, normaliser, s.first);
+      } else {
+        workloads::fill_micro_batch(src, plan, batch.step, j, s.inputs, s.targets);
+        s.ctx->begin(s.inputs, s.targets, normaliser);
+      }
+      pairs += workloads::micro_batch_attention_pairs(src, plan, batch.step, j);
       for (int u = 0; u < units; ++u) s.model->forward(u, workloads::unit_params_from_flat(layout, u, params), *s.ctx);
       mark(static_cast<std::size_t>(2 * j + 1));
       loss += s.ctx->loss();
@@ -249,6 +258,7 @@ StepStats NoneScheduler::step(const StepBatch& batch) {
   st.clip_coefficient = coef;
   st.lr = lr;
   st.retries = retries;
+  st.attention_pairs = pairs;
   st.tokens = s.train.global_batch * s.model->seq_len();
   st.compute_seconds = compute_seconds;
   st.optimizer_seconds = opt.wall();

@@ -45,7 +45,7 @@ class ActionSpan {
 }  // namespace
 
 struct PipelineStage::InFlight {
-  std::vector<std::int32_t> inputs, targets;
+  std::vector<std::int32_t> inputs, targets, first;  // first: document starts (empty without packing)
   std::unique_ptr<workloads::MicroBatchContext> ctx;
   std::vector<coll::Request> sends;  // buffers held by ctx until these complete
   bool backward_done = false;        // then only its input gradient's send keeps it
@@ -126,12 +126,12 @@ PipelineStage::InFlight& PipelineStage::begin_chunk(const Action& a, int chunk, 
   const auto n = static_cast<std::size_t>(base_.micro_batch_size * model_.local_seq_len());
   f->inputs.resize(n);
   f->targets.resize(n);
-  hooks.tokens(a.micro_batch, f->inputs, f->targets);
+  hooks.tokens(a.micro_batch, f->inputs, f->targets, f->first);
   workloads::ContextOptions o = base_;
   o.first_unit = a.first_unit;
   o.end_unit = a.end_unit;
   f->ctx = model_.make_context(alloc_, o);
-  f->ctx->begin(f->inputs, f->targets, normaliser);
+  f->ctx->begin(f->inputs, f->targets, normaliser, f->first);
   InFlight& ref = *f;
   live_[{a.micro_batch, chunk}] = std::move(f);
   return ref;

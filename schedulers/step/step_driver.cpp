@@ -89,17 +89,31 @@ StepDriver::StepDriver(std::string scheduler, const workloads::Workload& model, 
     whole_inputs_.resize(static_cast<std::size_t>(train_.micro_batch_size * model_.seq_len()));
     whole_targets_.resize(whole_inputs_.size());
   }
+  // first_ and whole_first_ are sized by the first packed micro-batch (fill_tokens).
 }
 
-void StepDriver::fill_tokens(const Attempt& at, int mb, std::span<std::int32_t> inputs, std::span<std::int32_t> targets) {
+void StepDriver::fill_tokens(const Attempt& at, int mb, std::span<std::int32_t> inputs, std::span<std::int32_t> targets,
+                             std::span<std::int32_t> first) {
   const std::int64_t j = at.mine[static_cast<std::size_t>(mb)];
   const workloads::ContextShard* shard = model_.context_shard();
+  const bool packed = !first.empty();
   if (shard == nullptr) {
-    workloads::fill_micro_batch(*at.batch.source, at.plan, at.batch.step, j, inputs, targets);
+    if (packed)
+      workloads::fill_micro_batch(*at.batch.source, at.plan, at.batch.step, j, inputs, targets, first);
+    else
+      workloads::fill_micro_batch(*at.batch.source, at.plan, at.batch.step, j, inputs, targets);
     return;
   }
-  // Every rank of the context group reads the same whole sequences and keeps its two chunks of each.
-  workloads::fill_micro_batch(*at.batch.source, at.plan, at.batch.step, j, whole_inputs_, whole_targets_);
+  // Every rank of the context group reads the same whole sequences and keeps its two chunks of each; document
+  // starts stay global positions, which is what ring attention and RoPE read under context parallelism.
+  if (packed) {
+    whole_first_.resize(whole_inputs_.size());
+    workloads::fill_micro_batch(*at.batch.source, at.plan, at.batch.step, j, whole_inputs_, whole_targets_,
+                                whole_first_);
+    shard->take(whole_first_, first, train_.micro_batch_size);
+  } else {
+    workloads::fill_micro_batch(*at.batch.source, at.plan, at.batch.step, j, whole_inputs_, whole_targets_);
+  }
   shard->take(whole_inputs_, inputs, train_.micro_batch_size);
   shard->take(whole_targets_, targets, train_.micro_batch_size);
 }
@@ -156,6 +170,9 @@ StepStats StepDriver::step(const StepBatch& batch, ParameterEngine& engine) {
                                           train_.global_batch * model_.seq_len(), compute_seconds,
                                           end.optimizer_seconds, 0);
   st.pipeline_wait_seconds = waited;
+  for (const std::int64_t j : mine)
+    st.attention_pairs += workloads::micro_batch_attention_pairs(*batch.source, plan, batch.step, j,
+                                                                 model_.context_shard());
   st.background_waits = engine.background_waits();
   st.seconds = whole.wall();
   if (!marks_.empty()) {
@@ -194,8 +211,9 @@ void StepDriver::run_whole(const Attempt& at, ParameterEngine& engine, std::vect
     if (!marks_.empty() && u == (forward ? a.first_unit : a.end_unit - 1)) marks_[2 * i].record(stream_);
     if (forward) {
       if (u == 0) {
-        fill_tokens(at, a.micro_batch, inputs_, targets_);
-        ctx_->begin(inputs_, targets_, at.normaliser);
+        first_.resize(at.batch.source->packs_documents() ? inputs_.size() : 0);
+        fill_tokens(at, a.micro_batch, inputs_, targets_, first_);
+        ctx_->begin(inputs_, targets_, at.normaliser, first_);
       }
       model_.forward(u, engine.unit_params(u, a), *ctx_);
       engine.forward_done(u, a);
@@ -217,8 +235,10 @@ double StepDriver::run_stage(const Attempt& at, ParameterEngine& engine, std::ve
   hooks.grads = [&](int u, const Action& a) { return engine.unit_grads(u, a); };
   hooks.forward_done = [&](int u, const Action& a) { engine.forward_done(u, a); };
   hooks.backward_done = [&](int u, const Action& a) { engine.backward_done(u, a); };
-  hooks.tokens = [&](int mb, std::span<std::int32_t> inputs, std::span<std::int32_t> targets) {
-    fill_tokens(at, mb, inputs, targets);
+  hooks.tokens = [&](int mb, std::span<std::int32_t> inputs, std::span<std::int32_t> targets,
+                     std::vector<std::int32_t>& first) {
+    first.resize(at.batch.source->packs_documents() ? inputs.size() : 0);
+    fill_tokens(at, mb, inputs, targets, first);
   };
   const int m = static_cast<int>(at.mine.size());
   losses = stage_->run(actions_, m, at.normaliser, hooks);

@@ -14,6 +14,7 @@
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/attention.hpp"
 #include "hzp/kernels/scalar.hpp"
+#include "dense_attention.hpp"
 #include "kernel_test_util.hpp"
 
 namespace hzp::kernels {
@@ -23,13 +24,11 @@ using test::convert;
 using test::cview;
 using test::view;
 
-std::size_t q_elems(const AttentionDims& d) { return static_cast<std::size_t>(d.batch * d.seq * d.heads * d.head_dim); }
-std::size_t kv_elems(const AttentionDims& d) {
-  return static_cast<std::size_t>(d.batch * d.seq * d.kv_heads * d.head_dim);
-}
-Shape q_shape(const AttentionDims& d) { return {d.batch, d.seq, d.heads, d.head_dim}; }
-Shape kv_shape(const AttentionDims& d) { return {d.batch, d.seq, d.kv_heads, d.head_dim}; }
-Shape lse_shape(const AttentionDims& d) { return {d.batch, d.heads, d.seq}; }
+using test::kv_elems;
+using test::kv_shape;
+using test::lse_shape;
+using test::q_elems;
+using test::q_shape;
 
 template <typename T>
 struct Inputs {
@@ -73,36 +72,10 @@ Backward<T> run_bwd(const Inputs<T>& in, const Forward<T>& f, const AttentionDim
   return g;
 }
 
-/// The textbook definition, independent of the kernel: per (batch, head) the full T×T score matrix with
-/// −inf above the diagonal, a row softmax, and P·V, all in double.
+/// The textbook definition, independent of the kernel (dense_attention.hpp).
 Forward<double> naive_attention(const Inputs<double>& in, const AttentionDims& d) {
-  const std::int64_t B = d.batch, T = d.seq, H = d.heads, KV = d.kv_heads, D = d.head_dim;
-  Forward<double> f{std::vector<double>(q_elems(d)), std::vector<double>(static_cast<std::size_t>(B * H * T))};
-  std::vector<double> S(static_cast<std::size_t>(T * T));
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t h = 0; h < H; ++h) {
-      const std::int64_t g = h / (H / KV);
-      for (std::int64_t i = 0; i < T; ++i)
-        for (std::int64_t j = 0; j < T; ++j) {
-          double s = 0;
-          for (std::int64_t e = 0; e < D; ++e)
-            s += in.q[((b * T + i) * H + h) * D + e] * in.k[((b * T + j) * KV + g) * D + e];
-          S[i * T + j] = j <= i ? s / std::sqrt(static_cast<double>(D)) : -std::numeric_limits<double>::infinity();
-        }
-      for (std::int64_t i = 0; i < T; ++i) {
-        double m = -std::numeric_limits<double>::infinity(), z = 0;
-        for (std::int64_t j = 0; j < T; ++j) m = std::max(m, S[i * T + j]);
-        for (std::int64_t j = 0; j < T; ++j) z += std::exp(S[i * T + j] - m);
-        f.lse[(b * H + h) * T + i] = m + std::log(z);
-        for (std::int64_t e = 0; e < D; ++e) {
-          double o = 0;
-          for (std::int64_t j = 0; j < T; ++j)
-            o += std::exp(S[i * T + j] - m) / z * in.v[((b * T + j) * KV + g) * D + e];
-          f.out[((b * T + i) * H + h) * D + e] = o;
-        }
-      }
-    }
-  return f;
+  test::DenseAttention f = test::dense_attention(in.q, in.k, in.v, d);
+  return {std::move(f.out), std::move(f.lse)};
 }
 
 // Shapes covering the edge cases of the issue: GQA ratios 1, 2 and 8, one head, T = 1, and head_dim

@@ -53,7 +53,8 @@ void expect_pipeline_matches(coll::Communicator& world, PipelineScheduleKind kin
   hooks.grads = [&](int u, const Action& a) {
     return workloads::unit_grads_from_flat(layout, u, flat_view(grads), a.micro_batch == 0);
   };
-  hooks.tokens = [&](int mb, std::span<std::int32_t> in, std::span<std::int32_t> tg) {
+  hooks.tokens = [&](int mb, std::span<std::int32_t> in, std::span<std::int32_t> tg, std::vector<std::int32_t>& first) {
+    first.clear();  // one document per sequence
     std::copy(mbs[static_cast<std::size_t>(mb)].inputs.begin(), mbs[static_cast<std::size_t>(mb)].inputs.end(), in.begin());
     std::copy(mbs[static_cast<std::size_t>(mb)].targets.begin(), mbs[static_cast<std::size_t>(mb)].targets.end(), tg.begin());
   };

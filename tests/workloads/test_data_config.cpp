@@ -7,6 +7,7 @@
 
 #include "data_test_util.hpp"
 #include "hzp/workloads/data/data_config.hpp"
+#include "hzp/workloads/data/packed_source.hpp"
 #include "hzp/workloads/data/markov_source.hpp"
 
 namespace hzp::workloads {
@@ -36,7 +37,10 @@ TEST(DataConfig, SyntheticVocabFollowsModelVocab) {
   const auto src = make_data_source(synthetic_config());
   EXPECT_EQ(src->vocab(), 64);
   EXPECT_EQ(src->seq_len(), 32);
-  const auto* m = dynamic_cast<const MarkovSource*>(src.get());
+  const auto* packed = dynamic_cast<const PackedSource*>(src.get());  // every source says how it is packed
+  ASSERT_NE(packed, nullptr);
+  EXPECT_FALSE(packed->packing().enabled());
+  const auto* m = dynamic_cast<const MarkovSource*>(&packed->inner());
   ASSERT_NE(m, nullptr);
   EXPECT_EQ(m->chain().params()->successors, 4);
   EXPECT_EQ(m->seed(), 5u);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "hzp/core/error.hpp"
+#include "hzp/workloads/data/document_packing.hpp"
 
 namespace hzp::workloads {
 namespace {
@@ -79,6 +80,39 @@ void fill_micro_batch(const DataSource& source, const BatchPlan& plan, std::int6
     std::copy(x.begin(), x.end() - 1, inputs.begin() + b * t);
     std::copy(x.begin() + 1, x.end(), targets.begin() + b * t);
   }
+}
+
+}  // namespace hzp::workloads
+
+namespace hzp::workloads {
+
+void fill_micro_batch(const DataSource& source, const BatchPlan& plan, std::int64_t step, std::int64_t micro_batch,
+                      std::span<std::int32_t> inputs, std::span<std::int32_t> targets, std::span<std::int32_t> first) {
+  fill_micro_batch(source, plan, step, micro_batch, inputs, targets);
+  const std::int64_t t = source.seq_len(), m = plan.micro_batch_size();
+  HZP_CHECK(std::int64_t(first.size()) == m * t, "a micro-batch's document starts are [micro_batch_size=", m,
+            ", seq_len=", t, "] = ", m * t, " positions; got ", first.size());
+  const std::int64_t sample = plan.first_sample(step, micro_batch);
+  for (std::int64_t b = 0; b < m; ++b)
+    document_first_positions(source.document_starts(sample + b), t, first.subspan(b * t, t));
+}
+
+double micro_batch_attention_pairs(const DataSource& source, const BatchPlan& plan, std::int64_t step,
+                                   std::int64_t micro_batch, const ContextShard* shard) {
+  const std::int64_t t = source.seq_len(), sample = plan.first_sample(step, micro_batch);
+  double pairs = 0;
+  for (std::int64_t b = 0; b < plan.micro_batch_size(); ++b) {
+    const std::vector<std::int32_t> starts = source.document_starts(sample + b);
+    if (shard == nullptr) {
+      pairs += document_causal_pairs(starts, t, 0, t);
+      continue;
+    }
+    for (int c = 0; c < 2; ++c) {
+      const std::int64_t begin = shard->chunk(c) * shard->chunk_len();
+      pairs += document_causal_pairs(starts, t, begin, begin + shard->chunk_len());
+    }
+  }
+  return pairs;
 }
 
 }  // namespace hzp::workloads

@@ -6,6 +6,7 @@
 
 #include "hzp/core/error.hpp"
 #include "hzp/workloads/data/markov_source.hpp"
+#include "hzp/workloads/data/packed_source.hpp"
 
 namespace hzp::workloads {
 
@@ -74,10 +75,10 @@ void DataConfig::validate() const {
   if (bad.tellp() > 0) HZP_THROW(ConfigError, "invalid data configuration: ", bad.str());
 }
 
-std::unique_ptr<DataSource> make_data_source(const DataConfig& config,
-                                             const MarkovBuildOptions& chain_options,
-                                             const TokenFileOptions& file_options) {
-  config.validate();
+namespace {
+
+std::unique_ptr<DataSource> make_token_source(const DataConfig& config, const MarkovBuildOptions& chain_options,
+                                              const TokenFileOptions& file_options) {
   switch (config.kind) {
     case DataKind::synthetic:
       return std::make_unique<MarkovSource>(config.resolved_synthetic(), config.seq_len, chain_options);
@@ -92,6 +93,15 @@ std::unique_ptr<DataSource> make_data_source(const DataConfig& config,
                                                config.seq_len, file_options);
   }
   HZP_THROW(ConfigError, "unknown data source kind");
+}
+
+}  // namespace
+
+std::unique_ptr<DataSource> make_data_source(const DataConfig& config,
+                                             const MarkovBuildOptions& chain_options,
+                                             const TokenFileOptions& file_options) {
+  config.validate();
+  return std::make_unique<PackedSource>(make_token_source(config, chain_options, file_options), config.packing);
 }
 
 }  // namespace hzp::workloads

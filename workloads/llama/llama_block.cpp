@@ -212,12 +212,15 @@ void LlamaModel::block_backward(int unit, const UnitParams& params, LlamaContext
 }
 
 void LlamaModel::rope(LlamaContext& ctx, TensorView x, bool backward) const {
-  // In place: both kernels allow it.
-  if (cp_ == nullptr) {
+  // In place: both kernels allow it. Packed documents restart their positions (position − document start), as
+  // packed-data pipelines reset position ids, so each document is rotated as if it ran alone.
+  const bool packed = !ctx.document_first().empty();
+  if (cp_ == nullptr && !packed) {
     (backward ? kernels::rope_bwd : kernels::rope_fwd)(x, x, ctx.seq_len(), config_.rope_base, ctx.stream());
     return;
   }
-  (backward ? kernels::rope_bwd_at : kernels::rope_fwd_at)(x, x, ctx.positions(), config_.rope_base, ctx.stream());
+  (backward ? kernels::rope_bwd_at : kernels::rope_fwd_at)(x, x, packed ? ctx.document_positions() : ctx.positions(),
+                                                           config_.rope_base, ctx.stream());
 }
 
 RingAttention LlamaModel::ring_attention(LlamaContext& ctx) const {
@@ -229,14 +232,15 @@ void LlamaModel::attention_forward(LlamaContext& ctx, BlockActs& s) const {
   const Dims d = dims(ctx);
   CachingAllocator& alloc = ctx.allocator();
   if (cp_ != nullptr) {
-    ring_attention(ctx).forward(s.att.view, s.lse.view, s.q.view, s.k.view, s.v.view, ctx.stream());
+    ring_attention(ctx).forward(s.att.view, s.lse.view, s.q.view, s.k.view, s.v.view, ctx.stream(),
+                                ctx.document_first());
     return;
   }
   const kernels::AttentionDims ad = attention_dims(d);
   const std::size_t n = kernels::attention_fwd_workspace_bytes(ad, act_dtype(), alloc.device(), config_.attention);
   Allocation ws = alloc.allocate(n, AllocationTag::workspace);
   kernels::attention_fwd(s.att.view, s.lse.view, s.q.view, s.k.view, s.v.view, ad, bytes_of(ws, n), ctx.stream(),
-                         config_.attention);
+                         config_.attention, ctx.document_first());
 }
 
 void LlamaModel::attention_backward(LlamaContext& ctx, BlockActs& s, TensorView dq, TensorView dk, TensorView dv,
@@ -244,14 +248,15 @@ void LlamaModel::attention_backward(LlamaContext& ctx, BlockActs& s, TensorView 
   const Dims d = dims(ctx);
   CachingAllocator& alloc = ctx.allocator();
   if (cp_ != nullptr) {
-    ring_attention(ctx).backward(dq, dk, dv, datt, s.q.view, s.k.view, s.v.view, s.att.view, s.lse.view, ctx.stream());
+    ring_attention(ctx).backward(dq, dk, dv, datt, s.q.view, s.k.view, s.v.view, s.att.view, s.lse.view, ctx.stream(),
+                                 ctx.document_first());
     return;
   }
   const kernels::AttentionDims ad = attention_dims(d);
   const std::size_t n = kernels::attention_bwd_workspace_bytes(ad, act_dtype(), alloc.device(), config_.attention);
   Allocation ws = alloc.allocate(n, AllocationTag::workspace);
   kernels::attention_bwd(dq, dk, dv, datt, s.q.view, s.k.view, s.v.view, s.att.view, s.lse.view, ad, bytes_of(ws, n),
-                         ctx.stream(), config_.attention);
+                         ctx.stream(), config_.attention, ctx.document_first());
 }
 
 }  // namespace hzp::workloads::llama

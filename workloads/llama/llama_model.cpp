@@ -57,7 +57,21 @@ ConstTensorView LlamaContext::logits() const {
   return head.logits.view;
 }
 
+ConstTensorView LlamaContext::document_positions() {
+  const std::span<const std::int32_t> first = document_first();
+  if (document_positions_.empty() && !first.empty()) {
+    document_positions_.resize(first.size());
+    for (std::size_t i = 0; i < first.size(); ++i) {
+      const std::int64_t at = positions_.empty() ? static_cast<std::int64_t>(i) % seq_len() : positions_[i];
+      document_positions_[i] = static_cast<std::int32_t>(at - first[i]);
+    }
+  }
+  return ConstTensorView(document_positions_.data(), Shape{static_cast<std::int64_t>(document_positions_.size())},
+                         DType::i32);
+}
+
 void LlamaContext::release_all() {
+  document_positions_.clear();
   for (BlockActs& b : blocks) b.reset_all();
   head.reset_all();
   hidden.reset();

@@ -80,6 +80,10 @@ class LlamaContext final : public MicroBatchContext {
   ConstTensorView positions() const noexcept {
     return ConstTensorView(positions_.data(), Shape{static_cast<std::int64_t>(positions_.size())}, DType::i32);
   }
+  /// With document packing (document_first() non-empty): int32 [tokens], each token's position inside its document
+  /// (its position in the sequence, global under context parallelism, minus its document's start), what RoPE reads
+  /// so that a packed document is rotated as if it ran alone. Made once per micro-batch.
+  ConstTensorView document_positions();
 
   std::vector<BlockActs> blocks;  // one per transformer block
   HeadActs head;
@@ -97,6 +101,7 @@ class LlamaContext final : public MicroBatchContext {
   DType act_dtype_;
   std::int64_t rows_;
   std::vector<std::int32_t> positions_;
+  std::vector<std::int32_t> document_positions_;  // cleared by release_all(), i.e. by every begin()
 };
 
 /// Dimensions used everywhere in the units (N = tokens of a micro-batch; seq = the tokens of each sequence the

@@ -2,6 +2,7 @@
 // attention kernels (online-softmax forward, blocked backward) and the communicator's point-to-point messages.
 #include "hzp/workloads/ring_attention.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -48,6 +49,26 @@ void* at(void* base, std::int64_t elements, DType t) {
 
 std::int64_t causal_pairs(std::int64_t q_chunk, std::int64_t k_chunk, std::int64_t len) {
   return k_chunk < q_chunk ? len * len : len * (len + 1) / 2;
+}
+
+// The pairs of a (query chunk, key chunk) block with document starts `first` (the query chunk's rows, global
+// positions): row at position p sees keys [max(first, k0), min(p, k0 + len − 1)].
+std::int64_t document_pairs(std::int64_t q_chunk, std::int64_t k_chunk, std::int64_t len,
+                            std::span<const std::int32_t> first) {
+  if (first.empty()) return causal_pairs(q_chunk, k_chunk, len);
+  const std::int64_t k0 = k_chunk * len;
+  std::int64_t n = 0;
+  for (std::int64_t i = 0; i < len; ++i) {
+    const std::int64_t p = q_chunk * len + i, lo = std::max<std::int64_t>(first[static_cast<std::size_t>(i)], k0);
+    n += std::max<std::int64_t>(0, std::min(p, k0 + len - 1) - lo + 1);
+  }
+  return n;
+}
+
+// Whether the key chunk lies wholly before every query's document: the query chunk's first row starts the earliest
+// document (starts are non-decreasing along the sequence), so the block holds nothing visible.
+bool before_documents(std::int64_t k_chunk, std::int64_t len, std::span<const std::int32_t> first) {
+  return !first.empty() && (k_chunk + 1) * len <= first.front();
 }
 
 // Geometry shared by both passes: chunk c of the rank's (or of a block owner's) tokens of sequence b starts at
@@ -140,9 +161,16 @@ void RingAttention::check_stream(StreamRef s) const {
             "runs on exist for the CPU only");
 }
 
+void RingAttention::check_first(std::span<const std::int32_t> first) const {
+  const std::int64_t n = dims_.batch * shard_.local_len();
+  HZP_CHECK(first.empty() || static_cast<std::int64_t>(first.size()) == n, "ring attention: first holds ", first.size(),
+            " document starts, expected batch x local_len = ", n, " (or none)");
+}
+
 void RingAttention::forward(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
-                            StreamRef s) {
+                            StreamRef s, std::span<const std::int32_t> first) {
   check_stream(s);
+  check_first(first);
   check_activation("q", q, false);
   check_activation("k", k, true);
   check_activation("v", v, true);
@@ -198,14 +226,16 @@ void RingAttention::forward(TensorView out, TensorView lse, ConstTensorView q, C
         for (int kc = 0; kc < 2; ++kc) {
           const int gq = shard_.chunk(qc), gk = g.owner_chunk(owner, kc);
           if (gk > gq) continue;  // every query of the chunk precedes every key: nothing visible
+          const auto f = first.empty() ? first : first.subspan(static_cast<std::size_t>(g.q_row(b, qc)), g.C);
+          if (before_documents(gk, g.C, f)) continue;  // every query's document starts after these keys
           const std::int64_t i = b * 2 + qc, kr = g.q_row(b, kc) * kv_width;
           kernels::attention_block_fwd(
               acc_v(i), max_v(i), sum_v(i),
               ConstTensorView(at(q.data(), g.q_row(b, qc) * q_width, t), {1, g.C, g.H, g.D}, t),
               ConstTensorView(at(k_hand, kr, t), {1, g.C, g.KV, g.D}, t),
               ConstTensorView(at(v_hand, kr, t), {1, g.C, g.KV, g.D}, t), g.block(gq, gk),
-              {static_cast<std::byte*>(scratch.data()), scratch.size()}, s);
-          forward_pairs_ += g.H * causal_pairs(gq, gk, g.C);
+              {static_cast<std::byte*>(scratch.data()), scratch.size()}, s, f);
+          forward_pairs_ += g.H * document_pairs(gq, gk, g.C, f);
           poll(reqs);
         }
     wait_all(reqs);
@@ -230,8 +260,9 @@ void RingAttention::forward(TensorView out, TensorView lse, ConstTensorView q, C
 
 void RingAttention::backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
                              ConstTensorView k, ConstTensorView v, ConstTensorView out, ConstTensorView lse,
-                             StreamRef s) {
+                             StreamRef s, std::span<const std::int32_t> first) {
   check_stream(s);
+  check_first(first);
   check_activation("dq", dq, false);
   check_activation("dk", dk, true);
   check_activation("dv", dv, true);
@@ -314,6 +345,8 @@ void RingAttention::backward(TensorView dq, TensorView dk, TensorView dv, ConstT
         for (int kc = 0; kc < 2; ++kc) {
           const int gq = shard_.chunk(qc), gk = g.owner_chunk(owner, kc);
           if (gk > gq) continue;
+          const auto f = first.empty() ? first : first.subspan(static_cast<std::size_t>(g.q_row(b, qc)), g.C);
+          if (before_documents(gk, g.C, f)) continue;
           const std::int64_t i = b * 2 + qc, j = b * 2 + kc, kr = g.q_row(b, kc) * kv_width;
           const kernels::AttentionBlockAccumulate accumulate{.dq = dq_started[static_cast<std::size_t>(i)] != 0,
                                                              .dkv = kv_started[static_cast<std::size_t>(j)] != 0};
@@ -323,13 +356,14 @@ void RingAttention::backward(TensorView dq, TensorView dk, TensorView dv, ConstT
               TensorView(at(dv_hand, kr, t), {1, g.C, g.KV, g.D}, t), q_rows(dout.data(), b, qc),
               q_rows(q.data(), b, qc), ConstTensorView(at(k_hand, kr, t), {1, g.C, g.KV, g.D}, t),
               ConstTensorView(at(v_hand, kr, t), {1, g.C, g.KV, g.D}, t), lse_v(i), delta_v(i), g.block(gq, gk),
-              accumulate, {static_cast<std::byte*>(scratch.data()), scratch.size()}, s);
+              accumulate, {static_cast<std::byte*>(scratch.data()), scratch.size()}, s, f);
           dq_started[static_cast<std::size_t>(i)] = 1;
           kv_started[static_cast<std::size_t>(j)] = 1;
-          backward_pairs_ += g.H * causal_pairs(gq, gk, g.C);
+          backward_pairs_ += g.H * document_pairs(gq, gk, g.C, f);
           poll(reqs);
         }
-    // The owner's late query chunk sees both of its key chunks, so this never fires; it keeps the
+    // At step 0 each of our key chunks meets its own query chunk (the diagonal, never skipped: a query sees
+    // itself, documents or not), and later accumulators arrive written, so this never fires; it keeps the
     // accumulators defined should the layout change.
     for (std::int64_t j = 0; j < n_q; ++j)
       if (!kv_started[static_cast<std::size_t>(j)]) {

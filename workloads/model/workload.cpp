@@ -89,7 +89,7 @@ MicroBatchContext::MicroBatchContext(CachingAllocator& allocator, const ContextO
 MicroBatchContext::~MicroBatchContext() = default;
 
 void MicroBatchContext::begin(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets,
-                              double normaliser) {
+                              double normaliser, std::span<const std::int32_t> document_first) {
   const auto n = static_cast<std::size_t>(tokens());
   // A stage that runs neither the embedding nor the head may be given no tokens.
   const bool need_inputs = first_unit_ == 0, need_targets = end_unit_ == num_units_;
@@ -98,9 +98,15 @@ void MicroBatchContext::begin(std::span<const std::int32_t> inputs, std::span<co
             "micro-batch of ", options_.micro_batch_size, " x ", seq_len_, " = ", n, " tokens, got ", inputs.size(),
             " inputs and ", targets.size(), " targets");
   HZP_CHECK(normaliser > 0, "loss normaliser = ", normaliser, " must be positive (global target tokens)");
+  HZP_CHECK(document_first.empty() || document_first.size() == n, "document_first holds ", document_first.size(),
+            " positions; a micro-batch of ", options_.micro_batch_size, " x ", seq_len_, " needs ", n,
+            " (or none: one document per sequence)");
+  HZP_CHECK(document_first.empty() || !options_.stream.device().is_cuda(), "document packing (data.packing = "
+            "documents) runs on backend = cpu only: its attention masking has no CUDA kernel yet");
   release_all();
   inputs_ = inputs;
   targets_ = targets;
+  document_first_ = document_first;
   if (options_.stream.device().is_cuda()) {
     const std::size_t bytes = n * sizeof(std::int32_t);
     if (!device_tokens_) device_tokens_ = allocator_->allocate(2 * bytes, AllocationTag::activation);

@@ -65,6 +65,14 @@ std::string fused_attention_unavailable(const AttentionDims& dims, DType dtype);
 // are one BLAS call, so for one BLAS build results are bitwise reproducible whatever the batch size and the
 // intra-op thread count (each head is computed whole by one thread), and row t never reads positions > t
 // (causality holds bitwise).
+//
+// Document masking (data.packing = documents, docs/data.md): `first` ([B, T] int32, row-major, host memory) gives
+// each query row the first key position it may see, so row t attends keys first[b, t] .. t (the start of its
+// document); empty means plain causal (first = 0). Every entry lies in [0, t] and they are non-decreasing along a
+// sequence. The CPU kernel skips key tiles wholly before a query tile's documents and masks the partial ones, so
+// attention's cost follows the documents; with first all zero the results are bitwise those without it. A CUDA
+// stream refuses a non-empty first (PreconditionError): neither the unfused twin nor the cuDNN path masks
+// documents yet.
 
 /// Bytes of scratch attention_fwd needs on the CPU: a score tile, a query tile's output accumulator and
 /// running max and sum, and the bf16 widenings of a q, k and v tile (independent of T); once for each range of
@@ -89,9 +97,10 @@ std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype
 /// @param[in]  q, k, v
 /// @param[in]  workspace at least attention_fwd_workspace_bytes(dims, q.dtype(), s.device(), impl) bytes,
 ///                       8-byte aligned (256 on a GPU)
+/// @param[in]  first     document masking, [B, T] (see above); empty: plain causal
 void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                    const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s,
-                   AttentionImpl impl = AttentionImpl::automatic);
+                   AttentionImpl impl = AttentionImpl::automatic, std::span<const std::int32_t> first = {});
 
 /// Gradients of attention_fwd. Probabilities are recomputed from q, k and lse one tile at a time (a
 /// T×T matrix is never held); dk and dv of a kv head sum the contributions of every query head of its group.
@@ -100,11 +109,12 @@ void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTenso
 /// @param[in]  dout  gradient of out; q, k, v, out and lse as given to / written by attention_fwd
 /// @param[in]  workspace at least attention_bwd_workspace_bytes(dims, q.dtype(), s.device(), impl) bytes,
 ///                       8-byte aligned (256 on a GPU)
+/// @param[in]  first the forward's document masking ([B, T]; empty: plain causal)
 /// The fused kernel reads lse and out as its own forward wrote them; mixing kernels between a forward and
 /// its backward is allowed (both follow the same lse convention: natural log of the scaled scores' sum).
 void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
                    ConstTensorView k, ConstTensorView v, ConstTensorView out, ConstTensorView lse,
                    const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s,
-                   AttentionImpl impl = AttentionImpl::automatic);
+                   AttentionImpl impl = AttentionImpl::automatic, std::span<const std::int32_t> first = {});
 
 }  // namespace hzp::kernels

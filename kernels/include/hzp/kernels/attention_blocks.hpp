@@ -62,6 +62,12 @@ struct AttentionBlock {
 // from each block's start) and each tile's sums are one BLAS call, so for one BLAS build results are
 // bitwise reproducible and do not depend on the batch size. Blocks combined in another order, or a sequence
 // cut into other blocks, agree to rounding, not bitwise.
+//
+// Document masking: `first` ([B, Tq] int32, host memory; empty = plain causal) gives each query row the GLOBAL
+// position of the first key it may see (the start of its document, as in attention_fwd), so the row sees the
+// block's keys at global positions [first, its own position]: a range, not a prefix. Entries lie in
+// [0, q_pos0 + i] and are non-decreasing along a sequence. Key tiles wholly before a query tile's documents are
+// skipped; a kv block wholly before every query's document changes nothing (and costs only the check).
 
 /// The empty state of a query block: acc = 0, row_max = −inf, row_sum = 0.
 /// @param[out] acc [B, Tq, H, D]; row_max, row_sum [B, H, Tq]  (accumulation dtype)
@@ -77,7 +83,8 @@ void attention_block_state_init(TensorView acc, TensorView row_max, TensorView r
 /// @param[in]     q [B, Tq, H, D]; k, v [B, Tk, KV, D]
 /// @param[in]     workspace at least attention_block_fwd_workspace_bytes(blk, q.dtype()) bytes, 8-byte aligned
 void attention_block_fwd(TensorView acc, TensorView row_max, TensorView row_sum, ConstTensorView q, ConstTensorView k,
-                         ConstTensorView v, const AttentionBlock& blk, std::span<std::byte> workspace, StreamRef s);
+                         ConstTensorView v, const AttentionBlock& blk, std::span<std::byte> workspace, StreamRef s,
+                         std::span<const std::int32_t> first = {});
 
 /// Bytes of scratch attention_block_fwd needs: one score tile and the bf16 widenings of a q, k and v tile
 /// (fp32; fp64 for f64), independent of the block lengths.
@@ -123,6 +130,6 @@ std::size_t attention_block_bwd_workspace_bytes(const AttentionBlock& blk, DType
 void attention_block_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
                          ConstTensorView k, ConstTensorView v, ConstTensorView lse, ConstTensorView delta,
                          const AttentionBlock& blk, AttentionBlockAccumulate accumulate, std::span<std::byte> workspace,
-                         StreamRef s);
+                         StreamRef s, std::span<const std::int32_t> first = {});
 
 }  // namespace hzp::kernels

@@ -51,6 +51,10 @@ struct StepStats {
   /// Deterministic mode: times this step was run again because a micro-batch gradient element exceeded
   /// the fixed-point range (docs/deterministic.md); 0 otherwise.
   std::int64_t retries = 0;
+  /// The (query, key) position pairs attention visited on this rank this step: document_causal_pairs of the rows it
+  /// holds, summed over its micro-batches (workloads::micro_batch_attention_pairs; per position pair, not times heads
+  /// or layers). What makes document packing's load imbalance visible (results: ranks/attention_pairs).
+  double attention_pairs = 0;
   /// Set by a scheduler whose step runs on a CUDA stream: forward_seconds and backward_seconds (backward
   /// includes recompute) are the device's time, from CUDA events on the compute stream, and the harness
   /// takes compute from them instead of its host phase timers, which on a GPU see only the enqueueing.

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "hzp/workloads/context_shard.hpp"
 #include "hzp/workloads/data_source.hpp"
 
 namespace hzp::workloads {
@@ -47,5 +48,18 @@ class BatchPlan {
 void fill_micro_batch(const DataSource& source, const BatchPlan& plan, std::int64_t step,
                       std::int64_t micro_batch, std::span<std::int32_t> inputs,
                       std::span<std::int32_t> targets);
+
+/// The same, and `first` [M, T]: each input position's document start in its sequence (document_first_positions
+/// of source.document_starts(sample)), what MicroBatchContext::begin and attention's masking take.
+void fill_micro_batch(const DataSource& source, const BatchPlan& plan, std::int64_t step,
+                      std::int64_t micro_batch, std::span<std::int32_t> inputs,
+                      std::span<std::int32_t> targets, std::span<std::int32_t> first);
+
+/// The (query, key) position pairs attention inside documents visits for micro-batch j of step s: summed over its
+/// M sequences, document_causal_pairs of the query rows this rank holds (the whole sequence, or under context
+/// parallelism the shard's two chunks). Per pair of positions: not multiplied by heads or layers. Without packing
+/// M·T(T+1)/2 (or the shard's share).
+double micro_batch_attention_pairs(const DataSource& source, const BatchPlan& plan, std::int64_t step,
+                                   std::int64_t micro_batch, const ContextShard* shard = nullptr);
 
 }  // namespace hzp::workloads

@@ -59,6 +59,17 @@ class DataSource {
   /// nullopt for token files.
   virtual std::optional<ReferenceLosses> reference_losses() const { return std::nullopt; }
 
+  /// The documents of sample `global_index` over its seq_len() input positions: their first positions, ascending,
+  /// beginning with 0 (docs/data.md "Document packing"; attention stays inside a document). Deterministic in the
+  /// index like the tokens. A source without packing: {0}, one document.
+  virtual std::vector<std::int32_t> document_starts(std::int64_t global_index) const {
+    (void)global_index;
+    return {0};
+  }
+  /// Whether sequences hold several documents (data.packing = documents): the schedulers then hand attention the
+  /// boundaries. False keeps the unpacked path exactly as it was.
+  virtual bool packs_documents() const { return false; }
+
  protected:
   /// sample() after its checks: tokens.size() == seq_len()+1 and global_index ≥ 0 hold.
   virtual void sample_unchecked(std::int64_t global_index, std::span<std::int32_t> tokens) const = 0;

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "hzp/core/caching_allocator.hpp"
 #include "hzp/core/dtype.hpp"
@@ -76,11 +77,16 @@ class RingAttention {
                 CachingAllocator& alloc);
 
   /// out, lse = causal attention of every local query over all keys of its sequence at global positions.
-  void forward(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v, StreamRef s);
+  /// first (document packing; empty: none): int32 [B·L], each local query's document start as a GLOBAL position
+  /// (MicroBatchContext::document_first under context parallelism); the query then sees keys [first, position]
+  /// only, and a key block wholly before the query chunk's documents is skipped (no kernel call, no pairs).
+  void forward(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v, StreamRef s,
+               std::span<const std::int32_t> first = {});
   /// Gradients of forward: dq of the local queries; dk, dv of the local keys summed over the queries of
-  /// every rank. All three are overwritten. out and lse as forward wrote them.
+  /// every rank. All three are overwritten. out, lse and first as forward had them.
   void backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q, ConstTensorView k,
-                ConstTensorView v, ConstTensorView out, ConstTensorView lse, StreamRef s);
+                ConstTensorView v, ConstTensorView out, ConstTensorView lse, StreamRef s,
+                std::span<const std::int32_t> first = {});
 
   /// The schedule above, for the plan: messages of one forward (backward = false) or one backward.
   static RingAttentionMessages messages(const ContextShard& shard, const RingAttentionDims& dims, DType dtype,
@@ -101,6 +107,7 @@ class RingAttention {
   void check_activation(const char* name, const ConstTensorView& t, bool kv) const;
   void check_lse(const ConstTensorView& t) const;
   void check_stream(StreamRef s) const;
+  void check_first(std::span<const std::int32_t> first) const;
 
   coll::Communicator& cp_;
   ContextShard shard_;

@@ -115,7 +115,13 @@ class MicroBatchContext {
   /// GLOBAL batch, so that the micro-batch losses loss_sum()/normaliser add up to the global mean at
   /// any world size, and backward's gradients to the gradient of that mean. A stage that does not run
   /// unit 0 may pass empty inputs, one that does not run the last unit empty targets.
-  void begin(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets, double normaliser);
+  /// document_first (data.packing = documents; held by reference like the tokens): [micro_batch_size, seq_len()]
+  /// int32, each token's document start as a GLOBAL position of its sequence (under context parallelism the
+  /// shard's tokens keep their global positions); attention then stays inside documents and RoPE positions restart
+  /// at each (position − first), so a packed sequence computes exactly its documents run apart. Empty: one
+  /// document per sequence. Every stage of a pipeline and every rank of a tp/cp group is given the same documents.
+  void begin(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets, double normaliser,
+             std::span<const std::int32_t> document_first = {});
 
   /// The unit range, [first_unit(), end_unit()).
   int first_unit() const noexcept { return first_unit_; }
@@ -152,6 +158,8 @@ class MicroBatchContext {
   CachingAllocator& allocator() const noexcept { return *allocator_; }
   std::span<const std::int32_t> inputs() const noexcept { return inputs_; }
   std::span<const std::int32_t> targets() const noexcept { return targets_; }
+  /// begin()'s document_first (empty: one document per sequence).
+  std::span<const std::int32_t> document_first() const noexcept { return document_first_; }
   StreamRef stream() const noexcept { return options_.stream; }
   /// The inputs and targets as int32 [tokens] views on the stream's device: the host spans themselves
   /// on the host, or the context's device copy (made by begin()) on a GPU.
@@ -177,7 +185,7 @@ class MicroBatchContext {
   ContextOptions options_;
   std::int64_t seq_len_;
   int num_units_;
-  std::span<const std::int32_t> inputs_, targets_;
+  std::span<const std::int32_t> inputs_, targets_, document_first_;
   Allocation device_tokens_;  // CUDA contexts: inputs then targets, allocated at the first begin()
   double normaliser_ = 0;
   double loss_sum_ = 0;

@@ -33,8 +33,12 @@ class PipelineStage {
     std::function<workloads::UnitGrads(int u, const Action& a)> grads;
     /// Unit u's forward / backward for a is done (optional).
     std::function<void(int u, const Action& a)> forward_done, backward_done;
-    /// Fills micro-batch `mb`'s inputs and targets ([micro_batch_size · local_seq_len] each).
-    std::function<void(int mb, std::span<std::int32_t> inputs, std::span<std::int32_t> targets)> tokens;
+    /// Fills micro-batch `mb`'s inputs and targets ([micro_batch_size · local_seq_len] each) and `first`: with
+    /// document packing resized to the tokens and filled with their document starts (every stage needs them: each
+    /// runs attention), without packing left empty.
+    std::function<void(int mb, std::span<std::int32_t> inputs, std::span<std::int32_t> targets,
+                       std::vector<std::int32_t>& first)>
+        tokens;
   };
 
   /// Stage `pp.rank()` of `layout` (pp.size() stages). `base`'s micro-batch size, recompute and stream apply to

@@ -94,7 +94,10 @@ class StepDriver {
   void run_whole(const Attempt& at, ParameterEngine& engine, std::vector<double>& losses);
   double run_stage(const Attempt& at, ParameterEngine& engine, std::vector<double>& losses);
   // Micro-batch `mb`'s tokens as the context takes them: whole sequences, or the rank's context-parallel share.
-  void fill_tokens(const Attempt& at, int mb, std::span<std::int32_t> inputs, std::span<std::int32_t> targets);
+  /// Micro-batch mb's tokens, and with document packing each token's document start (`first`, global positions;
+  /// left empty without packing); under context parallelism the rank's share of each.
+  void fill_tokens(const Attempt& at, int mb, std::span<std::int32_t> inputs, std::span<std::int32_t> targets,
+                   std::span<std::int32_t> first);
 
 
   std::string scheduler_;
@@ -103,8 +106,8 @@ class StepDriver {
   int rank_, world_size_;
   std::vector<Action> actions_;
   std::unique_ptr<workloads::MicroBatchContext> ctx_;
-  std::vector<std::int32_t> inputs_, targets_;              // what the context takes
-  std::vector<std::int32_t> whole_inputs_, whole_targets_;  // context parallelism: the sequences before the cut
+  std::vector<std::int32_t> inputs_, targets_, first_;                    // what the context takes
+  std::vector<std::int32_t> whole_inputs_, whole_targets_, whole_first_;  // context parallelism: before the cut
   std::int64_t steps_done_ = 0;
   std::optional<StepPipeline> pipeline_;
   std::unique_ptr<PipelineStage> stage_;

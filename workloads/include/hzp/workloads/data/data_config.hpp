@@ -42,7 +42,8 @@ struct DataConfig {
 };
 
 /// Validates `config` and builds its source: MarkovSource for synthetic (sampling seed =
-/// data.synthetic.seed), TokenFileSource otherwise. Throws what validate() and the sources throw.
+/// data.synthetic.seed), TokenFileSource otherwise, inside a PackedSource that adds config.packing's document
+/// boundaries and provenance. Throws what validate() and the sources throw.
 std::unique_ptr<DataSource> make_data_source(const DataConfig& config,
                                              const MarkovBuildOptions& chain_options = {},
                                              const TokenFileOptions& file_options = {});
