@@ -185,9 +185,10 @@ std::vector<SchedulerOptionDecl> declare() {
                    [](S& s) { s.positive(); }));
   {
     S spec = S::real("scheduler.debug_unit_sleep_ms", kDefaults.debug_unit_sleep_ms,
-                     "benchmark hook (pp > 1): sleep this long after every block's forward and backward (the ends take "
-                     "none), so a pipeline's bubble is measured against a known unit time; refused by `run` unless "
-                     "HZPBENCH_BENCHMARK_HOOKS=1");
+                     "benchmark hook: sleep this long after every block's forward and backward (the ends take none), "
+                     "every engine and pipeline stage, so a step is measured against a known unit time that costs no "
+                     "CPU (a pipeline's bubble; the simulator against a run, whose calibration sleeps alike); refused "
+                     "by `run` and `simulate` unless HZPBENCH_BENCHMARK_HOOKS=1");
     spec.non_negative().with_unit("ms");
     spec.hidden = true;
     v.push_back({std::move(spec), [](const ResolvedConfig& c, SchedulerOptions& o) {

@@ -10,6 +10,12 @@ or small-moe, with and without the distributed optimizer; asynchzp cp2, pp2)
 instead of the data-parallel ones. The expert all-to-all-v's bytes depend on the routing, which the simulator takes
 at the balanced expectation (every expert chosen equally often): they are compared summed over the ranks, as a ratio.
 
+--unit-sleep-ms MS sets the benchmark hook scheduler.debug_unit_sleep_ms (and HZPBENCH_BENCHMARK_HOOKS=1) for the
+run and the simulation alike: every block's forward and backward sleeps MS after its compute, in the run's step and
+in the simulator's calibration, so a unit's time is known and costs no CPU. With a sleep well above the preset's own
+compute (tiny: 20-50 ms), 8 ranks on 2 cores measure the model's step instead of the machine's contention, and the
+run derives its links from that unit time (H100-ratio links to the step it takes). Bytes do not depend on it.
+
 --check (the CTest tests simulate_vs_run_np4 and simulate_vs_run_model_np4): exit 1 unless every byte count is
 equal (the all-to-all-v's summed bytes within [1/2, 2]: an untrained router sends an uneven share of its rows to the
 other ranks); the timing ratios are printed, not checked. --check-times also requires the step-time and
@@ -28,7 +34,7 @@ import sys
 
 import h5py
 
-LAYOUTS = {  # name -> extra --set arguments (W = 4 in two nodes of 2)
+LAYOUTS = {  # name -> extra --set arguments (W = 4 in two nodes of 2; at W = 8 the data-parallel degree doubles)
     "zero3": ["scheduler.name=zero3"],
     "hsdp": ["scheduler.name=hsdp", "scheduler.group_size=2"],
     "ddp": ["scheduler.name=ddp"],
@@ -81,12 +87,18 @@ def main():
     ap.add_argument("--layouts", default=",".join(DEFAULT_LAYOUTS),
                     help="comma-separated names of LAYOUTS, or 'model' for the tp/cp/pp ones")
     ap.add_argument("--dir", default="results/simulate_vs_run")
+    ap.add_argument("--unit-sleep-ms", type=float, default=0,
+                    help="scheduler.debug_unit_sleep_ms for the run and the simulation (a benchmark hook)")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--check-times", action="store_true")
     a = ap.parse_args()
     os.makedirs(a.dir, exist_ok=True)
     common = [f"model.preset={a.preset}", f"train.steps={a.steps}", "harness.warmup_steps=1",
               f"topology.ranks_per_node={a.ranks_per_node}"]
+    env = dict(os.environ)
+    if a.unit_sleep_ms > 0:  # the hook is refused without the variable, by `run` and `simulate` alike
+        common.append(f"scheduler.debug_unit_sleep_ms={a.unit_sleep_ms!r}")
+        env["HZPBENCH_BENCHMARK_HOOKS"] = "1"
     failures, notes = [], []
     print(f"{'layout':18} {'step sim/meas':>14} {'exposed sim/meas':>17} {'pipeline sim/meas':>18}  bytes")
     names = MODEL_LAYOUTS if a.layouts == "model" else a.layouts.split(",")
@@ -97,7 +109,7 @@ def main():
         run_h5 = os.path.join(a.dir, f"run-{name}.h5")
         sim_h5 = os.path.join(a.dir, f"sim-{name}.h5")
         subprocess.run([a.mpiexec, "-n", str(a.ranks), a.hzpbench, "run", *sets(cfg), "--out", run_h5, "--force"],
-                       check=True, stdout=subprocess.DEVNULL, timeout=600)
+                       check=True, stdout=subprocess.DEVNULL, timeout=1800, env=env)
         with h5py.File(run_h5, "r", locking=False) as f:
             at = f.attrs
             links = [f"links.profile=none", "links.comm_to_compute=0",
@@ -111,7 +123,7 @@ def main():
             measured_pipeline = statistics.median(f["ranks/pipeline_wait_s"][1:].mean(axis=1))
             measured_bytes = comm_bytes(f, rows - 1)
         subprocess.run([a.hzpbench, "simulate", *sets(cfg + [f"topology.world_size={a.ranks}"] + links),
-                        "--out", sim_h5, "--force"], check=True, stdout=subprocess.DEVNULL, timeout=600)
+                        "--out", sim_h5, "--force"], check=True, stdout=subprocess.DEVNULL, timeout=600, env=env)
         with h5py.File(sim_h5, "r", locking=False) as g:
             sim_step = float(g["steps/step_time_s"][0])
             sim_exposed = float(g["ranks/exposed_comm_s"][0].mean())

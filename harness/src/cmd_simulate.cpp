@@ -105,7 +105,9 @@ Calibration measured_calibration(const RunSetup& s, const workloads::DataSource&
   // with every core's threads measures another machine than the run's ranks see.
   set_compute_threads(s, s.world_size);
   const std::unique_ptr<workloads::Workload> model = s.model->build(s.train.precision);
-  const ModelRate rate = measure_model_rate(*model, s.train, source, micro_batches);
+  // The benchmark hook's sleeps as the run's step takes them (unit_sleep.hpp): both sides charge a block the same.
+  const schedulers::UnitSleep sleep(s.sched);
+  const ModelRate rate = measure_model_rate(*model, s.train, source, micro_batches, sleep);
   LinkPlanInput li = link_plan_input(s);
   li.given.enabled = true;  // the simulator charges the links whether or not a run would emulate them
   li.flops_per_s = rate.flops_per_s;
@@ -118,6 +120,12 @@ Calibration measured_calibration(const RunSetup& s, const workloads::DataSource&
              std::to_string(rate.micro_batches) + " micro-batch(es) at the run's shapes, " +
              std::to_string(openblas_get_num_threads()) + " OpenBLAS and " + std::to_string(core::intra_op_threads()) +
              " intra-op thread(s)";
+  if (sleep.block_seconds() > 0) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, ", each block's forward and backward followed by the run's sleep of "
+                  "scheduler.debug_unit_sleep_ms = %.6g ms (a benchmark hook)", sleep.block_seconds() * 1e3);
+    c.source += buf;
+  }
   c.links_how = lp.how;
   c.micro_batch_s = rate.micro_batch_s;
   c.peak_flops_per_s = rate.flops_per_s;

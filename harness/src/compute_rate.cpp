@@ -89,7 +89,7 @@ GemmPeak measure_gemm_peak(const GemmShape& shape) {
 }
 
 ModelRate measure_model_rate(const workloads::Workload& model, const workloads::TrainConfig& train,
-                             const workloads::DataSource& source, int timed) {
+                             const workloads::DataSource& source, int timed, schedulers::UnitSleep sleep) {
   HZP_CHECK(timed >= 1, "at least one timed micro-batch");
   HostBacking backing;
   CachingAllocator alloc(backing);
@@ -136,16 +136,20 @@ ModelRate measure_model_rate(const workloads::Workload& model, const workloads::
     for (int u = 0; u < units; ++u) {
       const Stopwatch unit;
       model.forward(u, workloads::unit_params_from_flat(layout, u, pv), *ctx);
+      sleep.after(u, units);
       if (i > 0) r.unit_forward_s[static_cast<std::size_t>(u)] += unit.wall() / timed;
     }
     for (int u = units - 1; u >= 0; --u) {
       const Stopwatch unit;
       model.backward(u, workloads::unit_params_from_flat(layout, u, pv), *ctx,
                      workloads::unit_grads_from_flat(layout, u, gv, true));
+      sleep.after(u, units);
       if (i > 0) r.unit_backward_s[static_cast<std::size_t>(u)] += unit.wall() / timed;
     }
     if (i > 0) {  // the first one warms caches and the allocator
-      cpu += by_cpu ? sw.cpu() : sw.wall();
+      double slept = 0;  // thread CPU time does not see a sleep; the wall time has it already
+      for (int u = 0; u < units; ++u) slept += 2 * sleep.of(u, units);
+      cpu += by_cpu ? sw.cpu() + slept : sw.wall();
       wall += sw.wall();
     }
   }

@@ -228,7 +228,8 @@ class Run {
                 "links.inter.bandwidth_gbps), or backend = cpu");
     if (s_.uses_world_comm && link_plan_needs_measurement(in)) {
       progress_.beat(-1, "measuring the model's compute rate");
-      rate_ = measure_model_rate(*model_, s_.train, source_);
+      // With the benchmark hook's sleeps, as the step sleeps: links in the profile's ratio to the step's unit time.
+      rate_ = measure_model_rate(*model_, s_.train, source_, 1, schedulers::UnitSleep(s_.sched));
       // Every rank must emulate the same links: the mean rate, and the slowest rank's micro-batch.
       in.flops_per_s = all_reduce_sum(*ctx_.harness, rate_->flops_per_s) / ctx_.world_size;
       in.micro_batch_s = all_reduce_max(*ctx_.harness, rate_->micro_batch_s);

@@ -198,9 +198,10 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
   if (s.sched.debug_unit_sleep_ms > 0) {
     const char* hooks = std::getenv("HZPBENCH_BENCHMARK_HOOKS");
     if (hooks == nullptr || std::string_view(hooks) != "1")
-      HZP_THROW(ConfigError, "scheduler.debug_unit_sleep_ms = ", s.sched.debug_unit_sleep_ms, " replaces the model's "
-                "compute by sleeps: a hook for measuring a pipeline's bubble, not a training run. Fix: leave it at 0, "
-                "or set HZPBENCH_BENCHMARK_HOOKS=1 in a benchmark (scripts/pipeline_bubble.sh does)");
+      HZP_THROW(ConfigError, "scheduler.debug_unit_sleep_ms = ", s.sched.debug_unit_sleep_ms, " adds a sleep to "
+                "every block's compute: a hook for benchmarks against a known unit time (a pipeline's bubble, the "
+                "simulator against a run), not a training run. Fix: leave it at 0, or set HZPBENCH_BENCHMARK_HOOKS=1 "
+                "in a benchmark (scripts/pipeline_bubble.sh and scripts/simulate_vs_run.py --unit-sleep-ms do)");
   }
   if (s.opt.scheduler != "nd" && s.opt.scheduler != "asynchzp" &&
       (s.sched.pp != 1 || !s.sched.pp_layers.empty() || s.sched.virtual_stages != 1))

@@ -321,6 +321,7 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
   const coll::Communicator& dp = groups.data_parallel();
   driver_ = std::make_unique<StepDriver>("asynchzp", *model_, train_, *alloc_, dp.rank(), dp.size(),
                                          step_pipeline(opts_, groups, layout.num_units()), groups.context(), stream_);
+  driver_->set_unit_sleep(UnitSleep(opts_));
   micro_batches_ = static_cast<int>(train_.micro_batches() / dp.size());
 }
 

@@ -164,6 +164,7 @@ DdpScheduler::DdpScheduler(const SchedulerArgs& args, std::string name) : name_(
   driver_ = std::make_unique<StepDriver>(name_, *model_, train_, *alloc_, world_->rank(), world_->size(),
                                          step_pipeline(args.options, *groups_, model_->layout().num_units()),
                                          groups_->context(), stream_);
+  driver_->set_unit_sleep(UnitSleep(args.options));
   last_micro_batch_ = static_cast<int>(train_.micro_batches() / world_->size()) - 1;
 }
 

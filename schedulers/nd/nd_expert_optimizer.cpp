@@ -187,6 +187,7 @@ ExpertOptimizerScheduler::ExpertOptimizerScheduler(const SchedulerArgs& args) {
                                          groups_->data_parallel().size(),
                                          step_pipeline(args.options, *groups_, layout.num_units()), groups_->context(),
                                          stream_);
+  driver_->set_unit_sleep(UnitSleep(args.options));
 }
 
 // This rank's slice as flat runs mapped to the whole model's order (model_runs.hpp). Every slice element is this

@@ -62,12 +62,6 @@ void PipelineStage::progress() {
   }
 }
 
-void PipelineStage::sleep_after(int u) const {
-  // Blocks only: with the ends free, balanced chunks hold equal work whatever the cut does with the ends.
-  if (unit_sleep_s_ > 0 && u > 0 && u < layout_.units() - 1)
-    std::this_thread::sleep_for(std::chrono::duration<double>(unit_sleep_s_));
-}
-
 void PipelineStage::wait_until(const std::function<bool()>& done) {
   if (done()) return;
   const Stopwatch wait;
@@ -155,7 +149,7 @@ std::vector<double> PipelineStage::run(const std::vector<Action>& actions, int m
       if (k > 0) receive(f.ctx->input_slot(), prev, tag(a.micro_batch, k, false), a);
       for (int u = a.first_unit; u < a.end_unit; ++u) {
         model_.forward(u, hooks.params(u, a), *f.ctx);
-        sleep_after(u);
+        unit_sleep_.after(u, units);
         if (hooks.forward_done) hooks.forward_done(u, a);
       }
       if (a.end_unit == units)
@@ -173,7 +167,7 @@ std::vector<double> PipelineStage::run(const std::vector<Action>& actions, int m
         const workloads::UnitParams params = hooks.params(u, a);
         const workloads::UnitGrads grads = hooks.grads(u, a);
         model_.backward(u, params, *f.ctx, grads);
-        sleep_after(u);
+        unit_sleep_.after(u, units);
         if (hooks.backward_done) hooks.backward_done(u, a);
       }
       if (k > 0) f.sends.push_back(pp_.start_send(f.ctx->input_grad(), prev, tag(a.micro_batch, k - 1, true), base_.stream));

@@ -38,7 +38,6 @@ std::optional<StepPipeline> step_pipeline(const SchedulerOptions& options, const
   p.group = groups.pipeline();
   p.layout = pipeline_layout_from(options, units);
   p.kind = options.schedule;
-  p.unit_sleep_s = options.debug_unit_sleep_ms * 1e-3;
   HZP_CHECK(p.group != nullptr && p.layout.pp == p.group->size(), "step pipeline: ", groups.dims().describe(),
             " but a layout of ", p.layout.pp, " stages");
   return p;
@@ -72,7 +71,6 @@ StepDriver::StepDriver(std::string scheduler, const workloads::Workload& model, 
                 ": pipeline stage ", stage, " runs units as in '", pipeline_->layout.describe(), "', but the model was "
                 "built for another cut (unit ", u, "). Fix: build the model with PipelineLayout::cut(stage)");
     stage_ = std::make_unique<PipelineStage>(model_, pipeline_->layout, *pipeline_->group, alloc, options);
-    stage_->set_unit_sleep(pipeline_->unit_sleep_s);
     if (coll::phantom_peers(*pipeline_->group)) stage_->model_peer_stages(pipeline_->kind);
   } else {
     actions_ = sequential_schedule(m, units);
@@ -119,6 +117,11 @@ void StepDriver::fill_tokens(const Attempt& at, int mb, std::span<std::int32_t> 
 }
 
 StepDriver::~StepDriver() = default;
+
+void StepDriver::set_unit_sleep(UnitSleep sleep) {
+  unit_sleep_ = sleep;
+  if (stage_) stage_->set_unit_sleep(sleep);
+}
 
 StepStats StepDriver::step(const StepBatch& batch, ParameterEngine& engine) {
   HZP_CHECK(batch.source != nullptr, scheduler_, ": step ", batch.step, " has no data source");
@@ -216,6 +219,7 @@ void StepDriver::run_whole(const Attempt& at, ParameterEngine& engine, std::vect
         ctx_->begin(inputs_, targets_, at.normaliser, first_);
       }
       model_.forward(u, engine.unit_params(u, a), *ctx_);
+      unit_sleep_.after(u, units);  // before the engine's hook, as in a pipeline stage: the unit's time
       engine.forward_done(u, a);
       if (u == units - 1) losses[static_cast<std::size_t>(a.micro_batch)] = ctx_->loss();
     } else {
@@ -223,6 +227,7 @@ void StepDriver::run_whole(const Attempt& at, ParameterEngine& engine, std::vect
       const workloads::UnitParams params = engine.unit_params(u, a);
       const workloads::UnitGrads grads = engine.unit_grads(u, a);
       model_.backward(u, params, *ctx_, grads);
+      unit_sleep_.after(u, units);
       engine.backward_done(u, a);
     }
     if (!marks_.empty() && u == (forward ? a.end_unit - 1 : a.first_unit)) marks_[2 * i + 1].record(stream_);

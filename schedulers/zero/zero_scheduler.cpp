@@ -204,6 +204,7 @@ ZeroScheduler::ZeroScheduler(const SchedulerArgs& args, int stage, bool hybrid, 
   grad_blocks_.resize(static_cast<std::size_t>(units));
   driver_ = std::make_unique<StepDriver>(name_, *model_, train_, *alloc_, world_->rank(), world_->size(),
                                          step_pipeline(args.options, *groups_, units), groups_->context(), stream_);
+  driver_->set_unit_sleep(UnitSleep(args.options));
 }
 
 // This rank's optimizer slice as flat runs (hsdp: replica 0 writes); on load, zero1/2's full parameters gathered

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "hzp/schedulers/step/unit_sleep.hpp"
 #include "hzp/workloads/data_source.hpp"
 #include "hzp/workloads/train_config.hpp"
 #include "hzp/workloads/workload.hpp"
@@ -58,7 +59,12 @@ struct ModelRate {
 /// Runs 1 + `timed` micro-batches (forward and backward of every unit, step 0's first micro-batches of
 /// `source`) on freshly initialised parameters in private memory that is freed on return, so that the
 /// run's own allocator statistics do not see it. Thread CPU time over the timed ones gives the rate.
+/// With `sleep` (the benchmark hook scheduler.debug_unit_sleep_ms) every block sleeps as in the run's step, and
+/// the sleeps count as compute: in the unit times, the micro-batch and the rate (a sleep is no CPU time, so it is
+/// added to it), so that the links a run derives from the rate and the unit times `simulate` charges both see the
+/// unit time the run's step takes.
 ModelRate measure_model_rate(const workloads::Workload& model, const workloads::TrainConfig& train,
-                             const workloads::DataSource& source, int timed = 1);
+                             const workloads::DataSource& source, int timed = 1,
+                             schedulers::UnitSleep sleep = {});
 
 }  // namespace hzp::harness

@@ -19,6 +19,7 @@
 #include "hzp/core/caching_allocator.hpp"
 #include "hzp/schedulers/step/phantom_stages.hpp"
 #include "hzp/schedulers/step/pipeline_schedule.hpp"
+#include "hzp/schedulers/step/unit_sleep.hpp"
 #include "hzp/workloads/workload.hpp"
 
 namespace hzp::schedulers {
@@ -55,9 +56,9 @@ class PipelineStage {
   /// Seconds the last run() waited on its peers: for a receive, for its own sends to drain before their buffer
   /// is reused, and at the end for the last input gradients to leave (the pipeline wait).
   double wait_seconds() const noexcept { return wait_s_; }
-  /// A benchmark hook (scheduler.debug_unit_sleep_ms): sleep this long after every block's forward and backward
-  /// (not the embedding's or the head's), so that the bubble is measured against a known, balanced unit time.
-  void set_unit_sleep(double seconds) noexcept { unit_sleep_s_ = seconds; }
+  /// A benchmark hook (scheduler.debug_unit_sleep_ms, unit_sleep.hpp): sleep after every block's forward and
+  /// backward, so that the bubble is measured against a known, balanced unit time.
+  void set_unit_sleep(UnitSleep sleep) noexcept { unit_sleep_ = sleep; }
   /// A phantom world's pipeline group (docs/phantom.md): the other stages are absent, so each receive first waits
   /// for the modelled end of the peer action that sends it (PhantomPeerStages, the `kind` schedule on every stage),
   /// and the run ends no earlier than the modelled last stage.
@@ -69,7 +70,6 @@ class PipelineStage {
   void receive(TensorView into, int peer, int tag, const Action& a);
   void wait_for_time(double wall_s);
   void progress();
-  void sleep_after(int u) const;
   void wait_until(const std::function<bool()>& done);
   int tag(int micro_batch, int chunk, bool gradient) const;
 
@@ -81,7 +81,7 @@ class PipelineStage {
   int stage_;
   std::map<std::pair<int, int>, std::unique_ptr<InFlight>> live_;  // by (micro-batch, chunk)
   double wait_s_ = 0;
-  double unit_sleep_s_ = 0;
+  UnitSleep unit_sleep_;
   std::unique_ptr<PhantomPeerStages> peers_;  // set in a phantom world only
 };
 

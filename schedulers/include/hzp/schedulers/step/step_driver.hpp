@@ -33,7 +33,6 @@ struct StepPipeline {
   coll::Communicator* group = nullptr;  ///< the pipeline group; this rank's stage is its rank there
   PipelineLayout layout;
   PipelineScheduleKind kind = PipelineScheduleKind::one_f_one_b;
-  double unit_sleep_s = 0;  ///< scheduler.debug_unit_sleep_ms (benchmarks of the bubble only)
 };
 
 /// The pipeline a data-parallel engine's step runs: none (nullopt) unless `groups` has pp > 1, else the
@@ -57,6 +56,9 @@ class StepDriver {
 
   /// The schedule the driver runs for each step (sequential over the rank's micro-batches, or the stage's).
   const std::vector<Action>& schedule() const noexcept { return actions_; }
+  /// The benchmark hook scheduler.debug_unit_sleep_ms (unit_sleep.hpp) on every block's forward and backward,
+  /// whole-model and pipeline alike: every engine sets it from its options right after building the driver.
+  void set_unit_sleep(UnitSleep sleep);
   /// A resumed run (Scheduler::checkpoint): the next step() is `next_step` instead of 0.
   void resume_at(std::int64_t next_step) { steps_done_ = next_step; }
   /// Runs step `batch.step` over `engine`. Steps run in order 0, 1, 2, ... (PreconditionError otherwise).
@@ -111,6 +113,7 @@ class StepDriver {
   std::int64_t steps_done_ = 0;
   std::optional<StepPipeline> pipeline_;
   std::unique_ptr<PipelineStage> stage_;
+  UnitSleep unit_sleep_;
   coll::Communicator* context_ = nullptr;
   StreamRef stream_ = StreamRef::host();
   // On a CUDA stream: an event before and after each action of the schedule, recorded on the stream.
