@@ -261,8 +261,11 @@ TEST(JoinedSimulation, AStreamWaitsForItsLateMember) {
     ms.back().in.options.bucket_mb = 1e-6;  // a bucket per unit
   }
   for (Model& m : ms) ds.push_back(schedulers::describe_step("ddp", m.in));
-  for (const schedulers::StepEvent& e : ds[0].events)
-    if (e.call >= 0) ASSERT_EQ(e.stream, schedulers::CommStream::gradients);
+  for (const schedulers::StepEvent& e : ds[0].events) {
+    if (e.call >= 0) {
+      ASSERT_EQ(e.stream, schedulers::CommStream::gradients);
+    }
+  }
   const int units = ms[0].layout->num_units();
   const double f = 0.25, b = 0.5, share = 0.5;
   const UnitTimes t = unit_times(units, f, b, share);

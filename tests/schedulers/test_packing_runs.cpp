@@ -85,7 +85,9 @@ TEST(PackingRuns, MatchNoneWithTheSameDocuments) {
       if (c.tp * c.cp * c.pp == 1 && *std::min_element(pairs.begin(), pairs.end()) != *std::max_element(pairs.begin(), pairs.end()))
         imbalanced = true;
     }
-    if (c.tp * c.cp * c.pp == 1) EXPECT_TRUE(imbalanced) << "data-parallel ranks never differed in attention pairs";
+    if (c.tp * c.cp * c.pp == 1) {
+      EXPECT_TRUE(imbalanced) << "data-parallel ranks never differed in attention pairs";
+    }
   }
   // Without packing every sequence is one document: T(T+1)/2 pairs each, the check above's scale.
   const double T = static_cast<double>(ref.model_config.seq_len);
