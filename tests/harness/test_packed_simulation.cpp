@@ -19,6 +19,7 @@
 #include "hzp/workloads/llama.hpp"
 #include "hzp/workloads/model_factory.hpp"
 #include "hzp/workloads/presets.hpp"
+#include "simulated_step_checks.hpp"
 
 namespace hzp::harness {
 namespace {
@@ -137,17 +138,6 @@ SimulatorLinks slow_links() {
   return l;
 }
 
-void expect_same(const SimulatedStep& a, const SimulatedStep& b, const std::string& what) {
-  EXPECT_EQ(a.step_s, b.step_s) << what;
-  EXPECT_EQ(a.compute_s, b.compute_s) << what;
-  EXPECT_EQ(a.exposed_comm_s, b.exposed_comm_s) << what;
-  EXPECT_EQ(a.join_wait_s, b.join_wait_s) << what;
-  EXPECT_EQ(a.pipeline_wait_s, b.pipeline_wait_s) << what;
-  EXPECT_EQ(a.comm_time_s, b.comm_time_s) << what;
-  EXPECT_EQ(a.bytes, b.bytes) << what;
-  EXPECT_EQ(a.time_s, b.time_s) << what;
-}
-
 struct Layout {
   const char* scheduler;
   int tp, cp, pp;
@@ -208,7 +198,7 @@ TEST(JoinedSimulation, OneDocumentPerSequenceIsTheUnpackedSimulation) {
       const SimulatedStep& j = joined[static_cast<std::size_t>(r)];
       const std::string what = name + " rank " + std::to_string(r);
       if (even) {
-        expect_same(j, alone, what);
+        test::expect_same_step(j, alone, what);
         continue;
       }
       EXPECT_EQ(j.compute_s, alone.compute_s) << what;

@@ -14,6 +14,7 @@
 #include "hzp/workloads/llama.hpp"
 #include "hzp/workloads/model_factory.hpp"
 #include "hzp/workloads/presets.hpp"
+#include "simulated_step_checks.hpp"
 
 namespace hzp::harness {
 namespace {
@@ -99,20 +100,6 @@ SimulatorLinks slow_links(bool nic_per_rank) {
   return l;
 }
 
-void expect_same(const SimulatedStep& a, const SimulatedStep& b, const std::string& what) {
-  EXPECT_EQ(a.step_s, b.step_s) << what;
-  EXPECT_EQ(a.compute_s, b.compute_s) << what;
-  EXPECT_EQ(a.forward_s, b.forward_s) << what;
-  EXPECT_EQ(a.backward_s, b.backward_s) << what;
-  EXPECT_EQ(a.exposed_comm_s, b.exposed_comm_s) << what;
-  EXPECT_EQ(a.join_wait_s, b.join_wait_s) << what;
-  EXPECT_EQ(a.pipeline_wait_s, b.pipeline_wait_s) << what;
-  EXPECT_EQ(a.comm_time_s, b.comm_time_s) << what;
-  EXPECT_EQ(a.count, b.count) << what;
-  EXPECT_EQ(a.bytes, b.bytes) << what;
-  EXPECT_EQ(a.time_s, b.time_s) << what;
-}
-
 // Folded and unfolded, every rank's step is the same to the bit; and the fold simulated fewer ranks than the world.
 TEST(StepFold, FoldedWorldEqualsEveryRankSimulated) {
   for (const Case& c : cases())
@@ -130,7 +117,7 @@ TEST(StepFold, FoldedWorldEqualsEveryRankSimulated) {
       ASSERT_EQ(full.size(), fold.size());
       double exposed = 0;
       for (int r = 0; r < kWorld; ++r) {
-        expect_same(full[static_cast<std::size_t>(r)], fold[static_cast<std::size_t>(r)], name + ", rank " + std::to_string(r));
+        test::expect_same_step(full[static_cast<std::size_t>(r)], fold[static_cast<std::size_t>(r)], name + ", rank " + std::to_string(r));
         exposed += full[static_cast<std::size_t>(r)].exposed_comm_s + full[static_cast<std::size_t>(r)].pipeline_wait_s;
       }
       EXPECT_GT(exposed, 0) << name << ": the links are slow enough to show in the step";
@@ -163,7 +150,7 @@ TEST(StepFold, ADifferentDescriptionSplitsTheRole) {
   const std::vector<SimulatedStep> full = simulate_world(kWorld, describe, t, l, false);
   EXPECT_EQ(odd_stats.roles, plain_stats.roles + 1);
   EXPECT_NE(folded[odd].bytes, base[odd].bytes);
-  for (int r = 0; r < kWorld; ++r) expect_same(full[static_cast<std::size_t>(r)], folded[static_cast<std::size_t>(r)], "rank " + std::to_string(r));
+  for (int r = 0; r < kWorld; ++r) test::expect_same_step(full[static_cast<std::size_t>(r)], folded[static_cast<std::size_t>(r)], "rank " + std::to_string(r));
 }
 
 // A group over two nodes, two members on each: from its first member the ring goes on inside the node, from its
