@@ -143,12 +143,13 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
     HZP_THROW(ConfigError, "model.experts = ", cfg.get_int("model.experts"), " with backend = cuda: the MoE layer "
               "runs on the CPU only for now (no CUDA kernels for its router and expert dispatch). Fix: backend = cpu, "
               "or model.experts = 0 for the dense model");
-  // Document masking exists in the CPU attention kernels only: neither the unfused CUDA twin nor cuDNN's path masks
-  // documents yet, and no GPU was at hand to validate one (docs/data.md, Document packing).
-  if (s.opt.backend == "cuda" && cfg.get_string("data.packing") == "documents")
-    HZP_THROW(ConfigError, "data.packing = documents with backend = cuda: attention inside documents runs on the "
-              "CPU kernels only for now (the CUDA attention kernels do not mask documents yet). Fix: backend = cpu, "
-              "or data.packing = none");
+  // On a GPU documents are masked by the unfused attention kernels; cuDNN's fused graph here is plain causal
+  // (docs/data.md, Document packing), so `auto` runs unfused and an explicit `fused` is refused up front.
+  if (s.opt.backend == "cuda" && cfg.get_string("data.packing") == "documents" &&
+      cfg.get_string("model.attention") == "fused")
+    HZP_THROW(ConfigError, "data.packing = documents with model.attention = fused: cuDNN's fused attention here has "
+              "no document mask. Fix: model.attention = auto or unfused (the unfused CUDA kernels mask documents), or "
+              "data.packing = none");
   if (s.opt.backend == "cuda") {
     // The CUDA kernels, device memory and streams exist (docs/cuda.md); what runs a step on them is the
     // scheduler: none, the synchronous ZeRO family and asynchzp do; nd keeps its state in host memory.

@@ -107,7 +107,8 @@ std::string fused_attention_unavailable(const AttentionDims& dims, DType dtype) 
   return cuda::fused_attention_unavailable(dims, dtype);
 }
 
-AttentionImpl resolve_attention_impl(AttentionImpl impl, const AttentionDims& dims, DType dtype, Device device) {
+AttentionImpl resolve_attention_impl(AttentionImpl impl, const AttentionDims& dims, DType dtype, Device device,
+                                     bool documents) {
   if (!device.is_cuda()) {
     if (impl == AttentionImpl::fused)
       HZP_THROW(PreconditionError, "attention: the fused kernel is cuDNN's and runs on a CUDA device; this stream is "
@@ -115,6 +116,14 @@ AttentionImpl resolve_attention_impl(AttentionImpl impl, const AttentionDims& di
     return AttentionImpl::unfused;
   }
   if (impl == AttentionImpl::unfused) return impl;
+  // Packed documents: the graph built in attention_cudnn.cpp is plain causal. (cuDNN can mask documents through
+  // ragged sequences, one per document; that path is not built.) Expected, so no fallback message.
+  if (documents) {
+    if (impl == AttentionImpl::fused)
+      HZP_THROW(PreconditionError, "attention: model.attention = fused, but cuDNN's fused kernel here has no "
+                "document mask (data.packing = documents). Fix: model.attention = auto or unfused, or data.packing = none");
+    return AttentionImpl::unfused;
+  }
   const std::string why = fused_attention_unavailable(dims, dtype);
   if (why.empty()) return AttentionImpl::fused;
   if (impl == AttentionImpl::fused)
@@ -135,16 +144,18 @@ std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype
          acc_size(dtype);
 }
 
-std::size_t attention_fwd_workspace_bytes(const AttentionDims& dims, DType dtype, Device device, AttentionImpl impl) {
+std::size_t attention_fwd_workspace_bytes(const AttentionDims& dims, DType dtype, Device device, AttentionImpl impl,
+                                          bool documents) {
   if (!device.is_cuda()) return attention_fwd_workspace_bytes(dims, dtype);
-  return resolve_attention_impl(impl, dims, dtype, device) == AttentionImpl::fused
+  return resolve_attention_impl(impl, dims, dtype, device, documents) == AttentionImpl::fused
              ? cuda::fused_attention_fwd_workspace_bytes(dims, dtype)
              : cuda::attention_fwd_workspace_bytes(dims, dtype);
 }
 
-std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype, Device device, AttentionImpl impl) {
+std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype, Device device, AttentionImpl impl,
+                                          bool documents) {
   if (!device.is_cuda()) return attention_bwd_workspace_bytes(dims, dtype);
-  return resolve_attention_impl(impl, dims, dtype, device) == AttentionImpl::fused
+  return resolve_attention_impl(impl, dims, dtype, device, documents) == AttentionImpl::fused
              ? cuda::fused_attention_bwd_workspace_bytes(dims, dtype)
              : cuda::attention_bwd_workspace_bytes(dims, dtype);
 }
@@ -160,13 +171,13 @@ void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTenso
   check_tensor(kFwd, "v", v, dims, true, t, s);
   check_tensor(kFwd, "out", out, dims, false, t, s);
   check_lse(kFwd, lse, dims, t, s);
-  check_document_first(kFwd, first, dims.batch, dims.seq, 0, s);  // refuses a CUDA stream
+  check_document_first(kFwd, first, dims.batch, dims.seq, 0, s);  // the values on the host only
   const std::int32_t* doc = first.empty() ? nullptr : first.data();
-  const AttentionImpl run = resolve_attention_impl(impl, dims, t, s.device());
+  const AttentionImpl run = resolve_attention_impl(impl, dims, t, s.device(), doc != nullptr);
   if (s.device().is_cuda()) {
     check_workspace(kFwd, workspace.size(), attention_fwd_workspace_bytes(dims, t, s.device(), run));
     if (run == AttentionImpl::fused) return cuda::fused_attention_fwd(out, lse, q, k, v, dims, workspace, s);
-    return cuda::attention_fwd(out, lse, q, k, v, dims, workspace, s);
+    return cuda::attention_fwd(out, lse, q, k, v, dims, workspace, s, doc);
   }
   switch (t) {
     case DType::f64: return run_fwd<double>(out, lse, q, k, v, dims, workspace, doc);
@@ -191,14 +202,14 @@ void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView 
   check_tensor(kBwd, "dk", dk, dims, true, t, s);
   check_tensor(kBwd, "dv", dv, dims, true, t, s);
   check_lse(kBwd, lse, dims, t, s);
-  check_document_first(kBwd, first, dims.batch, dims.seq, 0, s);  // refuses a CUDA stream
+  check_document_first(kBwd, first, dims.batch, dims.seq, 0, s);  // the values on the host only
   const std::int32_t* doc = first.empty() ? nullptr : first.data();
-  const AttentionImpl run = resolve_attention_impl(impl, dims, t, s.device());
+  const AttentionImpl run = resolve_attention_impl(impl, dims, t, s.device(), doc != nullptr);
   if (s.device().is_cuda()) {
     check_workspace(kBwd, workspace.size(), attention_bwd_workspace_bytes(dims, t, s.device(), run));
     if (run == AttentionImpl::fused)
       return cuda::fused_attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, dims, workspace, s);
-    return cuda::attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, dims, workspace, s);
+    return cuda::attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, dims, workspace, s, doc);
   }
   switch (t) {
     case DType::f64: return run_bwd<double>(dq, dk, dv, dout, q, k, v, out, lse, dims, workspace, doc);

@@ -5,6 +5,8 @@
 // into probabilities in place (bf16 probabilities occupy the first half of their fp32 row) and stores
 // the row's log-sum-exp. The backward recomputes S = QKᵀ and P from lse, forms dS = P ⊙ (dP − rowdot(dO,
 // O)) in place, and accumulates dK, dV over a group's heads in fp32 (rounded once into bf16).
+// Document masking (`first`, device int32 [B, T], null for plain causal): row t keeps keys first[t] .. t and
+// gives the others probability 0, exactly as the CPU kernels mask; the full GEMMs still run over every key.
 // Memory: fwd KV·T² fp32, bwd 2·KV·T² fp32 + B·T·H fp32 (+ 2·T·KV·D fp32 for bf16), plus cuBLASLt's.
 #include <cmath>
 
@@ -17,39 +19,44 @@ namespace {
 constexpr std::size_t kAlign = 256;
 std::size_t up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-// Row t of probabilities: P[s] = exp(S[s] − lse) for s ≤ t, 0 beyond (the full GEMMs read them).
+// Row t of probabilities: P[s] = exp(S[s] − lse) for first[t] ≤ s ≤ t, 0 elsewhere (the full GEMMs read them).
 template <typename T>
 __global__ void causal_softmax_fwd_kernel(float* S, float* lse, std::int64_t T_, std::int64_t lse_head_stride,
-                                          std::int64_t lse_g_stride) {
+                                          std::int64_t lse_g_stride, const std::int32_t* first) {
   extern __shared__ float row[];
   const std::int64_t t = blockIdx.x, g = blockIdx.y;
+  const std::int64_t s0 = first != nullptr ? first[t] : 0;  // the row's document start (0: plain causal)
   float* srow = S + (g * T_ + t) * T_;
   float m = -INFINITY;
-  for (std::int64_t s = threadIdx.x; s <= t; s += blockDim.x) {
+  for (std::int64_t s = s0 + threadIdx.x; s <= t; s += blockDim.x) {
     row[s] = srow[s];
     m = fmaxf(m, row[s]);
   }
   const float M = block_max(m);
   float sum = 0.f;
-  for (std::int64_t s = threadIdx.x; s <= t; s += blockDim.x) sum += expf(row[s] - M);
+  for (std::int64_t s = s0 + threadIdx.x; s <= t; s += blockDim.x) sum += expf(row[s] - M);
   const float l = M + logf(block_sum(sum));  // block_sum's barriers also end every read of srow
   if (threadIdx.x == 0) lse[g * lse_g_stride + t] = l;
   T* prow = reinterpret_cast<T*>(srow);
-  for (std::int64_t s = threadIdx.x; s < T_; s += blockDim.x) prow[s] = from_f<T>(s <= t ? expf(row[s] - l) : 0.f);
+  for (std::int64_t s = threadIdx.x; s < T_; s += blockDim.x)
+    prow[s] = from_f<T>(s >= s0 && s <= t ? expf(row[s] - l) : 0.f);
   (void)lse_head_stride;
 }
 
-// Row t: P = exp(S − lse), dS = P ⊙ (dP − Drow), written in place over S and dP.
+// Row t: P = exp(S − lse), dS = P ⊙ (dP − Drow) inside the row's keys first[t] .. t, 0 elsewhere; in place
+// over S and dP.
 template <typename T>
 __global__ void causal_softmax_bwd_kernel(float* S, float* dP, const float* lse, const float* Drow, std::int64_t T_,
-                                          std::int64_t lse_g_stride, std::int64_t d_g_stride) {
+                                          std::int64_t lse_g_stride, std::int64_t d_g_stride,
+                                          const std::int32_t* first) {
   extern __shared__ float rows[];
   float* s_row = rows;
   float* dp_row = rows + T_;
   const std::int64_t t = blockIdx.x, g = blockIdx.y;
+  const std::int64_t s0 = first != nullptr ? first[t] : 0;
   float* srow = S + (g * T_ + t) * T_;
   float* dprow = dP + (g * T_ + t) * T_;
-  for (std::int64_t s = threadIdx.x; s <= t; s += blockDim.x) {
+  for (std::int64_t s = s0 + threadIdx.x; s <= t; s += blockDim.x) {
     s_row[s] = srow[s];
     dp_row[s] = dprow[s];
   }
@@ -60,7 +67,7 @@ __global__ void causal_softmax_bwd_kernel(float* S, float* dP, const float* lse,
   T* dsrow = reinterpret_cast<T*>(dprow);
   for (std::int64_t s = threadIdx.x; s < T_; s += blockDim.x) {
     float p = 0.f, ds = 0.f;
-    if (s <= t) {
+    if (s >= s0 && s <= t) {
       p = expf(s_row[s] - l);
       ds = p * (dp_row[s] - dsum);
     }
@@ -127,7 +134,7 @@ std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype
 }
 
 void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
-                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s) {
+                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s, const std::int32_t* first) {
   const Geometry g = geometry(dims);
   const DType dt = q.dtype();
   auto base = (reinterpret_cast<std::uintptr_t>(workspace.data()) + kAlign - 1) / kAlign * kAlign;
@@ -147,7 +154,8 @@ void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTenso
         // lse[b, h, t] with h = g·grp + j: consecutive g are grp·T apart.
         float* l = static_cast<float*>(lse.data()) + (b * g.H + j) * g.T;
         causal_softmax_fwd_kernel<T><<<dim3(static_cast<unsigned>(g.T), static_cast<unsigned>(g.KV)), 256, smem,
-                                       native(s)>>>(S, l, g.T, g.T, g.grp * g.T);
+                                       native(s)>>>(S, l, g.T, g.T, g.grp * g.T,
+                                                    first != nullptr ? first + b * g.T : nullptr);
         HZP_CUDA_LAUNCH_CHECK();
         MatrixDesc o = q_like(out.data(), dt, g, b, j);
         gemm_strided_batched(o, probs(S, dt, g), kv_like(v.data(), dt, g, b), false, false, 1.f, 0.f, batch, gemm_ws,
@@ -158,7 +166,7 @@ void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTenso
 
 void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
                    ConstTensorView k, ConstTensorView v, ConstTensorView out, ConstTensorView lse,
-                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s) {
+                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s, const std::int32_t* first) {
   const Geometry g = geometry(dims);
   const DType dt = q.dtype();
   const bool bf = dt == DType::bf16;
@@ -202,7 +210,8 @@ void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView 
         const float* l = static_cast<const float*>(lse.data()) + (b * g.H + j) * g.T;
         const float* drow = Drow + (b * g.H + j) * g.T;
         causal_softmax_bwd_kernel<T><<<dim3(static_cast<unsigned>(g.T), static_cast<unsigned>(g.KV)), 256, smem,
-                                       native(s)>>>(S, dP, l, drow, g.T, g.grp * g.T, g.grp * g.T);
+                                       native(s)>>>(S, dP, l, drow, g.T, g.grp * g.T, g.grp * g.T,
+                                                    first != nullptr ? first + b * g.T : nullptr);
         HZP_CUDA_LAUNCH_CHECK();
         const float beta = j > 0 ? 1.f : 0.f;
         gemm_strided_batched(dv_acc, probs(S, dt, g), doj, true, false, 1.f, beta, batch, gemm_ws, s);

@@ -49,6 +49,8 @@ void rmsnorm_bwd(TensorView dx, TensorView dw, ConstTensorView dy, ConstTensorVi
 
 // rope.cu: inverse = true rotates by −angle (the backward).
 void rope(TensorView y, ConstTensorView x, std::int64_t seq_len, double base, bool inverse, StreamRef s);
+// rope.cu: at explicit positions (int32 [tokens] in device memory, checked non-negative by the caller).
+void rope_at(TensorView y, ConstTensorView x, ConstTensorView positions, double base, bool inverse, StreamRef s);
 
 // swiglu.cu
 void swiglu_fwd(TensorView out, ConstTensorView gate, ConstTensorView up, StreamRef s);
@@ -74,14 +76,15 @@ void adamw_step(TensorView params, TensorView m, TensorView v, ConstTensorView g
 double grad_norm_sum_squares(std::span<const ConstTensorView> grads, StreamRef s);
 void grad_scale_inplace(TensorView x, double scale, StreamRef s);
 
-// attention.cu: unfused (batched cuBLASLt GEMMs and a causal softmax kernel).
+// attention.cu: unfused (batched cuBLASLt GEMMs and a causal softmax kernel); `first` is the document mask in
+// device memory ([B, T] int32) or null.
 std::size_t attention_fwd_workspace_bytes(const AttentionDims& dims, DType dtype);
 std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype);
 void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
-                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s);
+                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s, const std::int32_t* first);
 void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
                    ConstTensorView k, ConstTensorView v, ConstTensorView out, ConstTensorView lse,
-                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s);
+                   const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s, const std::int32_t* first);
 
 // attention_cudnn.cpp: cuDNN's fused SDPA through the cuDNN frontend's graph API, bf16 only; builds without
 // CUDA or without the frontend headers link attention_cudnn_absent.cpp. fused_attention_unavailable is

@@ -29,6 +29,7 @@ void rmsnorm_bwd(TensorView, TensorView, ConstTensorView, ConstTensorView, Const
   absent("rmsnorm_bwd");
 }
 void rope(TensorView, ConstTensorView, std::int64_t, double, bool, StreamRef) { absent("rope"); }
+void rope_at(TensorView, ConstTensorView, ConstTensorView, double, bool, StreamRef) { absent("rope_at"); }
 void swiglu_fwd(TensorView, ConstTensorView, ConstTensorView, StreamRef) { absent("swiglu_fwd"); }
 void swiglu_bwd(TensorView, TensorView, ConstTensorView, ConstTensorView, ConstTensorView, StreamRef) {
   absent("swiglu_bwd");
@@ -49,12 +50,12 @@ void grad_scale_inplace(TensorView, double, StreamRef) { absent("grad_scale_inpl
 std::size_t attention_fwd_workspace_bytes(const AttentionDims&, DType) { absent("attention_fwd"); }
 std::size_t attention_bwd_workspace_bytes(const AttentionDims&, DType) { absent("attention_bwd"); }
 void attention_fwd(TensorView, TensorView, ConstTensorView, ConstTensorView, ConstTensorView, const AttentionDims&,
-                   std::span<std::byte>, StreamRef) {
+                   std::span<std::byte>, StreamRef, const std::int32_t*) {
   absent("attention_fwd");
 }
 void attention_bwd(TensorView, TensorView, TensorView, ConstTensorView, ConstTensorView, ConstTensorView,
                    ConstTensorView, ConstTensorView, ConstTensorView, const AttentionDims&, std::span<std::byte>,
-                   StreamRef) {
+                   StreamRef, const std::int32_t*) {
   absent("attention_bwd");
 }
 void add(TensorView, ConstTensorView, ConstTensorView, StreamRef) { absent("add"); }

@@ -1,7 +1,7 @@
 // RoPE launchers on the CPU: validate [tokens, heads, head_dim] views (head_dim even, base > 0, and
 // either tokens a multiple of seq_len or an int32 position per token row), then dispatch on dtype: the seq_len
 // form rotates through a cached table of its angles (rope_table.hpp, the reference's bits) with token rows split
-// over the intra-op pool, the positions form through rope_ref.hpp (a CUDA stream: rope.cu, seq_len form only).
+// over the intra-op pool, the positions form through rope_ref.hpp (a CUDA stream: rope.cu, both forms).
 #include "hzp/kernels/rope.hpp"
 
 #include <map>
@@ -87,11 +87,6 @@ void rope_launch(std::string_view k, TensorView y, ConstTensorView x, std::int64
 
 void rope_at_launch(std::string_view k, TensorView y, ConstTensorView x, ConstTensorView positions, double base,
                     bool inverse, StreamRef s) {
-  // Refused before anything is read: the positions would be device memory, and the scan below reads them.
-  if (s.device().is_cuda())
-    HZP_THROW(PreconditionError, k, ": the stream is on ", to_string(s.device()),
-              " but the explicit-position form runs on the CPU only for now (its CUDA twin comes with context ",
-              "parallelism on the GPU)");
   const RopeRows r = check_rows(k, y, x, base, s);
   const Shape& ps = positions.shape();
   if (ps.ndim != 1 || ps[0] != r.tokens)
@@ -99,6 +94,8 @@ void rope_at_launch(std::string_view k, TensorView y, ConstTensorView x, ConstTe
               "] (one position per token row of the input)");
   check_dtype(k, "positions", positions.dtype(), DType::i32);
   check_device(k, "positions", positions.device(), s);
+  // Device memory is not read here: the caller checked the positions on the host before the upload.
+  if (s.device().is_cuda()) return cuda::rope_at(y, x, positions, base, inverse, s);
   const auto* pos = positions.as<std::int32_t>();
   for (std::int64_t t = 0; t < r.tokens; ++t)
     if (pos[t] < 0)

@@ -330,7 +330,7 @@ TEST(AttentionDocuments, AKvBlockBeforeEveryQuerysDocumentLeavesTheStateBitwiseU
   EXPECT_EQ(sm, std::vector<float>(16, 3.0f));
 }
 
-TEST(AttentionDocuments, BadMasksAndCudaStreamsAreRefused) {
+TEST(AttentionDocuments, BadMasksAndTheFusedKernelAreRefused) {
   const AttentionDims d{1, 4, 1, 1, 2};
   const Inputs<float> in = make_inputs<float>(d, 3);
   const auto run = [&](std::vector<std::int32_t> first) { (void)run_tiled(in, d, first); };
@@ -342,9 +342,16 @@ TEST(AttentionDocuments, BadMasksAndCudaStreamsAreRefused) {
   const TensorView a(buf.data(), Shape{1, 4, 1, 2}, DType::f32, gpu), r(buf.data(), Shape{1, 1, 4}, DType::f32, gpu);
   const std::vector<std::int32_t> first{0, 0, 2, 2};
   std::vector<std::byte> ws(1 << 16);
+  const StreamRef stream = StreamRef::wrap(gpu, nullptr);
+  // On a GPU the mask is device memory: its values are not read on the host, its size is still checked; cuDNN's
+  // fused kernel has no document mask, so asking for it by name is refused (before anything touches the device).
   EXPECT_TRUE(test::throws_with<PreconditionError>(
-      [&] { attention_fwd(a, r, a, a, a, d, ws, StreamRef::wrap(gpu, nullptr), AttentionImpl::unfused, first); },
-      {"attention_fwd", "document masking", "CPU", "data.packing = none"}));
+      [&] { attention_fwd(a, r, a, a, a, d, ws, stream, AttentionImpl::unfused, {first.data(), 3}); },
+      {"attention_fwd", "first holds 3", "4"}));
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
+      [&] { attention_fwd(a, r, a, a, a, d, ws, stream, AttentionImpl::fused, first); },
+      {"model.attention = fused", "no document mask", "Fix: model.attention = auto or unfused"}));
+  EXPECT_EQ(resolve_attention_impl(AttentionImpl::automatic, d, DType::bf16, gpu, true), AttentionImpl::unfused);
 }
 
 }  // namespace

@@ -126,6 +126,25 @@ TYPED_TEST(CudaFloatKernels, RopeRotatesInPlaceAndBackwardInverts) {
   }
 }
 
+TYPED_TEST(CudaFloatKernels, RopeAtExplicitPositionsMatchesTheCpu) {
+  using T = TypeParam;
+  Gpu gpu;
+  const std::int64_t N = 300, H = 3, D = 64;
+  auto x = random_normal<T>(static_cast<std::size_t>(N * H * D), 10);
+  // Positions restarting at document starts, as packing gives them, and some large ones (double angles).
+  std::vector<std::int32_t> pos(static_cast<std::size_t>(N));
+  for (std::int64_t t = 0; t < N; ++t) pos[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t < 200 ? t % 37 : 4000 + t);
+  auto gpos = gpu.upload(pos, {N});
+  for (bool inverse : {false, true}) {
+    std::vector<T> y(x.size());
+    (inverse ? kernels::rope_bwd_at : kernels::rope_fwd_at)(view(y, {N, H, D}), cview(x, {N, H, D}), cview(pos, {N}),
+                                                            5e5, kHost);
+    auto g = gpu.upload(x, {N, H, D});
+    (inverse ? kernels::rope_bwd_at : kernels::rope_fwd_at)(g.view, g.view, gpos.view, 5e5, gpu.stream());
+    EXPECT_TRUE(close(gpu.download<T>(g.view), y)) << "inverse=" << inverse;
+  }
+}
+
 TYPED_TEST(CudaFloatKernels, SwigluForwardAndBackwardOnAlignedAndUnalignedViews) {
   using T = TypeParam;
   Gpu gpu;

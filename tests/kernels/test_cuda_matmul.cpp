@@ -77,24 +77,35 @@ class CudaAttention : public ::testing::Test {};
 using FloatTypes = ::testing::Types<float, bf16>;
 TYPED_TEST_SUITE(CudaAttention, FloatTypes);
 
-TYPED_TEST(CudaAttention, ForwardAndBackwardMatchTheCpuWithGroupedHeads) {
-  using T = TypeParam;
+/// Attention forward and backward on the CPU (the tiled kernel, host `first`) and on the GPU (`impl`, a device copy
+/// of `first`) on the same random inputs; checks every output within the dtype's tolerance and returns the GPU's
+/// output and the value rows for further checks.
+template <typename T>
+std::pair<std::vector<T>, std::vector<T>> expect_gpu_attention_matches_cpu(const kernels::AttentionDims& d,
+                                                                           const std::vector<std::int32_t>& first,
+                                                                           kernels::AttentionImpl impl,
+                                                                           std::uint64_t seed) {
   Gpu gpu;
-  const kernels::AttentionDims d{2, 40, 4, 2, 16};
   const Shape qs{d.batch, d.seq, d.heads, d.head_dim}, ks{d.batch, d.seq, d.kv_heads, d.head_dim};
   const Shape ls{d.batch, d.heads, d.seq};
-  auto q = random_normal<T>(static_cast<std::size_t>(qs.numel()), 23);
-  auto k = random_normal<T>(static_cast<std::size_t>(ks.numel()), 24);
-  auto v = random_normal<T>(static_cast<std::size_t>(ks.numel()), 25);
-  auto dout = random_normal<T>(static_cast<std::size_t>(qs.numel()), 26);
+  auto q = random_normal<T>(static_cast<std::size_t>(qs.numel()), seed);
+  auto k = random_normal<T>(static_cast<std::size_t>(ks.numel()), seed + 1);
+  auto v = random_normal<T>(static_cast<std::size_t>(ks.numel()), seed + 2);
+  auto dout = random_normal<T>(static_cast<std::size_t>(qs.numel()), seed + 3);
   std::vector<T> out(q.size()), dq(q.size()), dk(k.size()), dv(v.size());
   std::vector<float> lse(static_cast<std::size_t>(ls.numel()));
   std::vector<std::byte> wf(kernels::attention_fwd_workspace_bytes(d, dtype_of_v<T>) + 8);
   std::vector<std::byte> wb(kernels::attention_bwd_workspace_bytes(d, dtype_of_v<T>) + 8);
-  kernels::attention_fwd(view(out, qs), view(lse, ls), cview(q, qs), cview(k, ks), cview(v, ks), d, bytes(wf), kHost);
+  const auto automatic = kernels::AttentionImpl::automatic;
+  kernels::attention_fwd(view(out, qs), view(lse, ls), cview(q, qs), cview(k, ks), cview(v, ks), d, bytes(wf), kHost,
+                         automatic, first);
   kernels::attention_bwd(view(dq, qs), view(dk, ks), view(dv, ks), cview(dout, qs), cview(q, qs), cview(k, ks),
-                         cview(v, ks), cview(out, qs), cview(lse, ls), d, bytes(wb), kHost);
+                         cview(v, ks), cview(out, qs), cview(lse, ls), d, bytes(wb), kHost, automatic, first);
 
+  const bool masked = !first.empty();
+  auto gfirst = gpu.upload(masked ? first : std::vector<std::int32_t>{0}, {masked ? d.batch * d.seq : 1});
+  std::span<const std::int32_t> dev_first;
+  if (masked) dev_first = {static_cast<const std::int32_t*>(gfirst.view.data()), first.size()};
   auto gq = gpu.upload(q, qs);
   auto gk = gpu.upload(k, ks);
   auto gv = gpu.upload(v, ks);
@@ -104,24 +115,54 @@ TYPED_TEST(CudaAttention, ForwardAndBackwardMatchTheCpuWithGroupedHeads) {
   auto gdq = gpu.empty(qs, dtype_of_v<T>);
   auto gdk = gpu.empty(ks, dtype_of_v<T>);
   auto gdv = gpu.empty(ks, dtype_of_v<T>);
-  // The unfused twin by name (auto would take cuDNN's kernel for bf16; test_cuda_fused_attention.cpp has it).
-  const auto unfused = kernels::AttentionImpl::unfused;
-  auto gwf = gpu.empty(
-      {static_cast<std::int64_t>(kernels::attention_fwd_workspace_bytes(d, dtype_of_v<T>, gpu.device(), unfused))},
-      DType::u8);
-  auto gwb = gpu.empty(
-      {static_cast<std::int64_t>(kernels::attention_bwd_workspace_bytes(d, dtype_of_v<T>, gpu.device(), unfused))},
-      DType::u8);
-  kernels::attention_fwd(go.view, gl.view, gq.view, gk.view, gv.view, d, bytes(gwf), gpu.stream(), unfused);
+  const auto ws = [&](std::size_t n) { return gpu.empty({static_cast<std::int64_t>(n)}, DType::u8); };
+  auto gwf = ws(kernels::attention_fwd_workspace_bytes(d, dtype_of_v<T>, gpu.device(), impl, masked));
+  auto gwb = ws(kernels::attention_bwd_workspace_bytes(d, dtype_of_v<T>, gpu.device(), impl, masked));
+  kernels::attention_fwd(go.view, gl.view, gq.view, gk.view, gv.view, d, bytes(gwf), gpu.stream(), impl, dev_first);
   kernels::attention_bwd(gdq.view, gdk.view, gdv.view, gdo.view, gq.view, gk.view, gv.view, go.view, gl.view, d,
-                         bytes(gwb), gpu.stream(), unfused);
-  const bool bf = std::is_same_v<T, bf16>;
-  const double tol = bf ? 1.5e-2 : 1e-5;
-  EXPECT_TRUE(rel_l2_close(gpu.download<T>(go.view), out, tol)) << "out";
+                         bytes(gwb), gpu.stream(), impl, dev_first);
+  const double tol = std::is_same_v<T, bf16> ? 1.5e-2 : 1e-5;
+  std::vector<T> got = gpu.download<T>(go.view);
+  EXPECT_TRUE(rel_l2_close(got, out, tol)) << "out";
   EXPECT_TRUE(all_close(gpu.download<float>(gl.view), lse, 1e-5, 1e-5)) << "lse";
   EXPECT_TRUE(rel_l2_close(gpu.download<T>(gdq.view), dq, tol)) << "dq";
   EXPECT_TRUE(rel_l2_close(gpu.download<T>(gdk.view), dk, tol)) << "dk";
   EXPECT_TRUE(rel_l2_close(gpu.download<T>(gdv.view), dv, tol)) << "dv";
+  return {std::move(got), std::move(v)};
+}
+
+TYPED_TEST(CudaAttention, ForwardAndBackwardMatchTheCpuWithGroupedHeads) {
+  // The unfused twin by name (auto would take cuDNN's kernel for bf16; test_cuda_fused_attention.cpp has it).
+  expect_gpu_attention_matches_cpu<TypeParam>({2, 40, 4, 2, 16}, {}, kernels::AttentionImpl::unfused, 23);
+}
+
+// Document masking (data.packing = documents): the unfused twin with a device `first` against the CPU's tiled kernel
+// with the host copy; documents of 1-5 tokens, a boundary on a 64-row tile edge, grouped heads. `auto` resolves to
+// the unfused kernel when a mask is given (cuDNN's graph is plain causal), also for bf16.
+TYPED_TEST(CudaAttention, DocumentMaskMatchesTheCpu) {
+  using T = TypeParam;
+  const kernels::AttentionDims d{2, 80, 4, 2, 16};
+  const std::vector<std::vector<std::int32_t>> starts = {{0, 1, 3, 8, 64, 66}, {0, 40, 41}};
+  std::vector<std::int32_t> first(static_cast<std::size_t>(d.batch * d.seq));
+  for (std::size_t b = 0; b < starts.size(); ++b)
+    for (std::size_t i = 0; i < starts[b].size(); ++i) {
+      const std::int64_t end = i + 1 < starts[b].size() ? starts[b][i + 1] : d.seq;
+      for (std::int64_t t = starts[b][i]; t < end; ++t) first[b * d.seq + static_cast<std::size_t>(t)] = starts[b][i];
+    }
+  const auto automatic = kernels::AttentionImpl::automatic;
+  ASSERT_EQ(kernels::resolve_attention_impl(automatic, d, dtype_of_v<T>, Device::cuda(0), true),
+            kernels::AttentionImpl::unfused);
+  const auto [got, v] = expect_gpu_attention_matches_cpu<T>(d, first, automatic, 33);
+  // Row 1 of sequence 0 starts a document, so it sees key 1 only (plain causal would mix in key 0): its output
+  // is its own value row, whatever the scores.
+  const std::int64_t t = 1;
+  const double tol = std::is_same_v<T, bf16> ? 1e-2 : 1e-6;
+  for (std::int64_t h = 0; h < d.heads; ++h)
+    for (std::int64_t e = 0; e < d.head_dim; ++e) {
+      const std::size_t o = static_cast<std::size_t>((t * d.heads + h) * d.head_dim + e);
+      const std::size_t vi = static_cast<std::size_t>((t * d.kv_heads + h / d.group()) * d.head_dim + e);
+      EXPECT_NEAR(to_double(got[o]), to_double(v[vi]), tol);
+    }
 }
 
 template <typename T>

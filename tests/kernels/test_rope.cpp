@@ -355,13 +355,16 @@ TEST(RopeAt, RejectsBadArguments) {
   EXPECT_TRUE(test::throws_with<PreconditionError>(
       [&] { rope_fwd_at(view(f, x), cview(f, x), cview(pos, {4}), -1.0, kHost); },
       {"rope_fwd_at: base = -1 must be > 0"}));
+  // On a CUDA stream the positions must be device memory too (the kernel reads them there); refused before any
+  // launch, so no GPU is needed to check it.
   const StreamRef cuda = StreamRef::wrap(Device::cuda(0), nullptr);
+  const TensorView on_gpu(f.data(), x, DType::f32, Device::cuda(0));
   for (auto [name, call] : {std::pair<const char*, void (*)(TensorView, ConstTensorView, ConstTensorView, double,
                                                             StreamRef)>{"rope_fwd_at", rope_fwd_at},
                             {"rope_bwd_at", rope_bwd_at}})
     EXPECT_TRUE(test::throws_with<PreconditionError>(
-        [&] { call(view(f, x), cview(f, x), cview(pos, {4}), 1e4, cuda); },
-        {name, ": the stream is on cuda:0 but the explicit-position form runs on the CPU only for now"}));
+        [&] { call(on_gpu, on_gpu, cview(pos, {4}), 1e4, cuda); },
+        {name, ": positions is on cpu but the stream is on cuda:0"}));
 }
 
 }  // namespace

@@ -237,10 +237,12 @@ void LlamaModel::attention_forward(LlamaContext& ctx, BlockActs& s) const {
     return;
   }
   const kernels::AttentionDims ad = attention_dims(d);
-  const std::size_t n = kernels::attention_fwd_workspace_bytes(ad, act_dtype(), alloc.device(), config_.attention);
+  const std::span<const std::int32_t> first = ctx.stream_document_first();
+  const std::size_t n =
+      kernels::attention_fwd_workspace_bytes(ad, act_dtype(), alloc.device(), config_.attention, !first.empty());
   Allocation ws = alloc.allocate(n, AllocationTag::workspace);
   kernels::attention_fwd(s.att.view, s.lse.view, s.q.view, s.k.view, s.v.view, ad, bytes_of(ws, n), ctx.stream(),
-                         config_.attention, ctx.document_first());
+                         config_.attention, first);
 }
 
 void LlamaModel::attention_backward(LlamaContext& ctx, BlockActs& s, TensorView dq, TensorView dk, TensorView dv,
@@ -253,10 +255,12 @@ void LlamaModel::attention_backward(LlamaContext& ctx, BlockActs& s, TensorView 
     return;
   }
   const kernels::AttentionDims ad = attention_dims(d);
-  const std::size_t n = kernels::attention_bwd_workspace_bytes(ad, act_dtype(), alloc.device(), config_.attention);
+  const std::span<const std::int32_t> first = ctx.stream_document_first();
+  const std::size_t n =
+      kernels::attention_bwd_workspace_bytes(ad, act_dtype(), alloc.device(), config_.attention, !first.empty());
   Allocation ws = alloc.allocate(n, AllocationTag::workspace);
   kernels::attention_bwd(dq, dk, dv, datt, s.q.view, s.k.view, s.v.view, s.att.view, s.lse.view, ad, bytes_of(ws, n),
-                         ctx.stream(), config_.attention, ctx.document_first());
+                         ctx.stream(), config_.attention, first);
 }
 
 }  // namespace hzp::workloads::llama

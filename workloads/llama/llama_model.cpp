@@ -59,15 +59,30 @@ ConstTensorView LlamaContext::logits() const {
 
 ConstTensorView LlamaContext::document_positions() {
   const std::span<const std::int32_t> first = document_first();
+  const Shape shape{static_cast<std::int64_t>(first.size())};
   if (document_positions_.empty() && !first.empty()) {
     document_positions_.resize(first.size());
+    // The first use of a micro-batch's documents (RoPE comes before attention in every block), so the mask is
+    // checked here once, on the host: the CPU kernels check it again, a GPU's cannot read it.
     for (std::size_t i = 0; i < first.size(); ++i) {
       const std::int64_t at = positions_.empty() ? static_cast<std::int64_t>(i) % seq_len() : positions_[i];
+      const std::int64_t prev = i % static_cast<std::size_t>(seq_len()) == 0 ? 0 : first[i - 1];
+      HZP_CHECK(first[i] >= prev && first[i] <= at, "document_first[", i, "] = ", first[i], " (token position ", at,
+                ") must lie in [", prev, ", ", at, "]: a token's document starts at or before it, no earlier than "
+                "the previous token's");
       document_positions_[i] = static_cast<std::int32_t>(at - first[i]);
     }
+    if (stream().device().is_cuda()) {
+      const std::size_t bytes = first.size() * sizeof(std::int32_t);
+      if (!device_document_positions_)
+        device_document_positions_ = allocator().allocate(bytes, AllocationTag::activation);
+      copy_bytes(device_document_positions_.data(), stream().device(), document_positions_.data(), Device::cpu(),
+                 bytes, stream());
+    }
   }
-  return ConstTensorView(document_positions_.data(), Shape{static_cast<std::int64_t>(document_positions_.size())},
-                         DType::i32);
+  if (stream().device().is_cuda())
+    return ConstTensorView(device_document_positions_.data(), shape, DType::i32, stream().device());
+  return ConstTensorView(document_positions_.data(), shape, DType::i32);
 }
 
 void LlamaContext::release_all() {

@@ -82,7 +82,8 @@ class LlamaContext final : public MicroBatchContext {
   }
   /// With document packing (document_first() non-empty): int32 [tokens], each token's position inside its document
   /// (its position in the sequence, global under context parallelism, minus its document's start), what RoPE reads
-  /// so that a packed document is rotated as if it ran alone. Made once per micro-batch.
+  /// so that a packed document is rotated as if it ran alone. Made once per micro-batch (checking document_first),
+  /// in the stream's memory (a GPU context uploads them).
   ConstTensorView document_positions();
 
   std::vector<BlockActs> blocks;  // one per transformer block
@@ -102,6 +103,7 @@ class LlamaContext final : public MicroBatchContext {
   std::int64_t rows_;
   std::vector<std::int32_t> positions_;
   std::vector<std::int32_t> document_positions_;  // cleared by release_all(), i.e. by every begin()
+  Allocation device_document_positions_;          // a GPU context's copy, allocated at the first packed micro-batch
 };
 
 /// Dimensions used everywhere in the units (N = tokens of a micro-batch; seq = the tokens of each sequence the

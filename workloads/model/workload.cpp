@@ -101,8 +101,6 @@ void MicroBatchContext::begin(std::span<const std::int32_t> inputs, std::span<co
   HZP_CHECK(document_first.empty() || document_first.size() == n, "document_first holds ", document_first.size(),
             " positions; a micro-batch of ", options_.micro_batch_size, " x ", seq_len_, " needs ", n,
             " (or none: one document per sequence)");
-  HZP_CHECK(document_first.empty() || !options_.stream.device().is_cuda(), "document packing (data.packing = "
-            "documents) runs on backend = cpu only: its attention masking has no CUDA kernel yet");
   release_all();
   inputs_ = inputs;
   targets_ = targets;
@@ -115,6 +113,10 @@ void MicroBatchContext::begin(std::span<const std::int32_t> inputs, std::span<co
     if (!targets.empty())
       copy_bytes(device_tokens_.data_as<std::int32_t>() + n, dev, targets.data(), Device::cpu(), bytes,
                  options_.stream);
+    if (!document_first.empty()) {
+      if (!device_first_) device_first_ = allocator_->allocate(bytes, AllocationTag::activation);
+      copy_bytes(device_first_.data(), dev, document_first.data(), Device::cpu(), bytes, options_.stream);
+    }
   }
   normaliser_ = normaliser;
   loss_sum_ = 0;
@@ -160,6 +162,11 @@ ConstTensorView MicroBatchContext::input_tokens() const {
   const Shape shape{tokens()};
   if (options_.stream.device().is_cpu()) return ConstTensorView(inputs_.data(), shape, DType::i32);
   return ConstTensorView(device_tokens_.data(), shape, DType::i32, options_.stream.device());
+}
+
+std::span<const std::int32_t> MicroBatchContext::stream_document_first() const noexcept {
+  if (options_.stream.device().is_cpu() || document_first_.empty()) return document_first_;
+  return {device_first_.data_as<std::int32_t>(), document_first_.size()};
 }
 
 ConstTensorView MicroBatchContext::target_tokens() const {

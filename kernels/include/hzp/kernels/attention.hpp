@@ -43,9 +43,11 @@ std::string_view to_string(AttentionImpl impl) noexcept;
 /// "auto", "fused" or "unfused"; ConfigError naming `key` and the accepted values otherwise.
 AttentionImpl attention_impl_from(std::string_view name, std::string_view key);
 /// The kernel attention_fwd/bwd run for these arguments: fused or unfused on a CUDA device, unfused (the
-/// tiled CPU kernel) on the host. Throws PreconditionError with the reason when `impl` is fused and the
-/// fused kernel cannot run here.
-AttentionImpl resolve_attention_impl(AttentionImpl impl, const AttentionDims& dims, DType dtype, Device device);
+/// tiled CPU kernel) on the host; `documents`: a document mask (`first`, below) is given, which only the unfused
+/// kernels apply. Throws PreconditionError with the reason when `impl` is fused and the fused kernel cannot run
+/// here.
+AttentionImpl resolve_attention_impl(AttentionImpl impl, const AttentionDims& dims, DType dtype, Device device,
+                                     bool documents = false);
 /// Empty when cuDNN's fused attention can run `dims` in `dtype` on the GPU of this process, else why not
 /// (wrong dtype, a build without the cuDNN frontend, cuDNN not loadable, the shape not supported). The
 /// first call per shape builds cuDNN's graphs (cached per thread).
@@ -66,13 +68,16 @@ std::string fused_attention_unavailable(const AttentionDims& dims, DType dtype);
 // intra-op thread count (each head is computed whole by one thread), and row t never reads positions > t
 // (causality holds bitwise).
 //
-// Document masking (data.packing = documents, docs/data.md): `first` ([B, T] int32, row-major, host memory) gives
-// each query row the first key position it may see, so row t attends keys first[b, t] .. t (the start of its
-// document); empty means plain causal (first = 0). Every entry lies in [0, t] and they are non-decreasing along a
-// sequence. The CPU kernel skips key tiles wholly before a query tile's documents and masks the partial ones, so
-// attention's cost follows the documents; with first all zero the results are bitwise those without it. A CUDA
-// stream refuses a non-empty first (PreconditionError): neither the unfused twin nor the cuDNN path masks
-// documents yet.
+// Document masking (data.packing = documents, docs/data.md): `first` ([B, T] int32, row-major, in the stream's
+// memory: the host's for a CPU stream, the device's for a CUDA one) gives each query row the first key position it
+// may see, so row t attends keys first[b, t] .. t (the start of its document); empty means plain causal (first =
+// 0). Every entry lies in [0, t] and they are non-decreasing along a sequence; the CPU launcher checks that, a CUDA
+// stream cannot read its device memory and leaves the check to the caller (MicroBatchContext::begin checks the host
+// copy it uploads). The CPU kernel skips key tiles wholly before a query tile's documents and masks the partial
+// ones, so attention's cost follows the documents; with first all zero the results are bitwise those without it.
+// On a CUDA stream the unfused twin masks (its GEMMs still cover every key); cuDNN's fused kernel has no document
+// mask here, so the automatic choice runs unfused where first is given (resolve_attention_impl's `documents`) and
+// an explicit `fused` is refused with the fix.
 
 /// Bytes of scratch attention_fwd needs on the CPU: a score tile, a query tile's output accumulator and
 /// running max and sum, and the bf16 widenings of a q, k and v tile (independent of T); once for each range of
@@ -85,17 +90,17 @@ std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype
 /// The same for the kernels that run on `device` with `impl`: the CPU sizes above; on a CUDA device the
 /// unfused twin's score buffers (fwd KV·T² fp32, bwd twice that plus row sums and fp32 dK/dV accumulators
 /// for bf16) and cuBLASLt's workspace, 256-byte alignment slack included, or the fused kernel's (what
-/// cuDNN's plan asks for: no T² term).
+/// cuDNN's plan asks for: no T² term). `documents` as resolve_attention_impl's: pass whether `first` will be given.
 std::size_t attention_fwd_workspace_bytes(const AttentionDims& dims, DType dtype, Device device,
-                                          AttentionImpl impl = AttentionImpl::automatic);
+                                          AttentionImpl impl = AttentionImpl::automatic, bool documents = false);
 std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype, Device device,
-                                          AttentionImpl impl = AttentionImpl::automatic);
+                                          AttentionImpl impl = AttentionImpl::automatic, bool documents = false);
 
 /// out = softmax(q kᵀ / sqrt(D) + causal mask) v, per (batch, head); lse receives each row's log-sum-exp.
 /// @param[out] out   [B, T, H, D]
 /// @param[out] lse   [B, H, T] (fp32, or fp64 for f64 inputs); needed by attention_bwd
 /// @param[in]  q, k, v
-/// @param[in]  workspace at least attention_fwd_workspace_bytes(dims, q.dtype(), s.device(), impl) bytes,
+/// @param[in]  workspace at least attention_fwd_workspace_bytes(dims, q.dtype(), s.device(), impl, !first.empty()) bytes,
 ///                       8-byte aligned (256 on a GPU)
 /// @param[in]  first     document masking, [B, T] (see above); empty: plain causal
 void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
@@ -107,7 +112,7 @@ void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTenso
 /// @param[out] dq    [B, T, H, D]   (overwritten)
 /// @param[out] dk,dv [B, T, KV, D]  (overwritten)
 /// @param[in]  dout  gradient of out; q, k, v, out and lse as given to / written by attention_fwd
-/// @param[in]  workspace at least attention_bwd_workspace_bytes(dims, q.dtype(), s.device(), impl) bytes,
+/// @param[in]  workspace at least attention_bwd_workspace_bytes(dims, q.dtype(), s.device(), impl, !first.empty()) bytes,
 ///                       8-byte aligned (256 on a GPU)
 /// @param[in]  first the forward's document masking ([B, T]; empty: plain causal)
 /// The fused kernel reads lse and out as its own forward wrote them; mixing kernels between a forward and

@@ -36,10 +36,11 @@ void rope_bwd(TensorView dx, ConstTensorView dy, std::int64_t seq_len, double ba
 /// rope_fwd_at with positions[t] = t mod seq_len gives rope_fwd's bits.
 /// @param[out] y          [T, H, D], dtype of x; may be the same memory as x
 /// @param[in]  x          [T, H, D] fp64, fp32 or bf16; D even; T any positive count of token rows
-/// @param[in]  positions  int32 [T], each >= 0: the position of token row t in its sequence
+/// @param[in]  positions  int32 [T], each >= 0: the position of token row t in its sequence (document
+///                        packing restarts them per document); in the stream's memory
 /// @param[in]  base       θ, as rope_fwd
-/// CPU only for now: a CUDA stream is refused by name (the twin comes with context parallelism on the
-/// GPU). Synchronous, deterministic.
+/// CPU: synchronous, deterministic, positions checked. A CUDA stream (rope.cu) does not read device memory on
+/// the host: the caller checks the positions before uploading them.
 void rope_fwd_at(TensorView y, ConstTensorView x, ConstTensorView positions, double base, StreamRef s);
 
 /// dx = RoPE⁻¹(dy) at explicit positions: the inverse rotation of rope_fwd_at. Arguments as rope_fwd_at

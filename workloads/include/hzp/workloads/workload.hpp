@@ -118,8 +118,8 @@ class MicroBatchContext {
   /// document_first (data.packing = documents; held by reference like the tokens): [micro_batch_size, seq_len()]
   /// int32, each token's document start as a GLOBAL position of its sequence (under context parallelism the
   /// shard's tokens keep their global positions); attention then stays inside documents and RoPE positions restart
-  /// at each (position − first), so a packed sequence computes exactly its documents run apart. Empty: one
-  /// document per sequence. Every stage of a pipeline and every rank of a tp/cp group is given the same documents.
+  /// at each (position − first), so a packed sequence computes exactly its documents run apart (on a CUDA stream it
+  /// is copied to the device too). Empty: one document per sequence. Every stage of a pipeline and every rank of a tp/cp group is given the same documents.
   void begin(std::span<const std::int32_t> inputs, std::span<const std::int32_t> targets, double normaliser,
              std::span<const std::int32_t> document_first = {});
 
@@ -158,8 +158,11 @@ class MicroBatchContext {
   CachingAllocator& allocator() const noexcept { return *allocator_; }
   std::span<const std::int32_t> inputs() const noexcept { return inputs_; }
   std::span<const std::int32_t> targets() const noexcept { return targets_; }
-  /// begin()'s document_first (empty: one document per sequence).
+  /// begin()'s document_first (empty: one document per sequence), in host memory.
   std::span<const std::int32_t> document_first() const noexcept { return document_first_; }
+  /// The same in the stream's memory, what the attention kernels read: the host span on the host, the context's
+  /// device copy (made by begin(), like the tokens') on a GPU.
+  std::span<const std::int32_t> stream_document_first() const noexcept;
   StreamRef stream() const noexcept { return options_.stream; }
   /// The inputs and targets as int32 [tokens] views on the stream's device: the host spans themselves
   /// on the host, or the context's device copy (made by begin()) on a GPU.
@@ -187,6 +190,7 @@ class MicroBatchContext {
   int num_units_;
   std::span<const std::int32_t> inputs_, targets_, document_first_;
   Allocation device_tokens_;  // CUDA contexts: inputs then targets, allocated at the first begin()
+  Allocation device_first_;   // CUDA contexts with packed documents: document_first, allocated at the first such begin()
   double normaliser_ = 0;
   double loss_sum_ = 0;
   int first_unit_ = 0, end_unit_ = 0;
