@@ -114,7 +114,11 @@ Calibration measured_calibration(const RunSetup& s, const workloads::DataSource&
   li.micro_batch_s = rate.micro_batch_s;
   const LinkPlan lp = plan_links(li);
   Calibration c;
-  c.times = {rate.unit_forward_s, rate.unit_backward_s, attention_shares(s), expert_shares(s)};
+  c.times = {rate.unit_forward_s, rate.unit_backward_s, attention_shares(s), expert_shares(s), {}};
+  if (sleep.block_seconds() > 0) {  // measured inside each unit's wall time; the simulator charges it apart
+    const auto units = static_cast<int>(rate.unit_forward_s.size());
+    for (int u = 0; u < units; ++u) c.times.after_s.push_back(sleep.of(u, units));
+  }
   c.links = {lp.links, rpn, s.comm.small_message_bytes};
   c.source = "measured: each unit's forward and backward on one rank of this machine, mean of " +
              std::to_string(rate.micro_batches) + " micro-batch(es) at the run's shapes, " +

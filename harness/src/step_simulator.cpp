@@ -318,11 +318,13 @@ class Simulation {
     const auto u = static_cast<std::size_t>(unit);
     // Document packing: the micro-batch's attention takes its factor of the unit's attention share; the rest is
     // unchanged (a factor of exactly 1 leaves the unit's time as it was, bit for bit).
-    const double base = (fwd ? t_.forward_s : t_.backward_s).at(u) * scale_;
+    // What every rank takes after the unit whatever its shard (the benchmark hook's sleep) is not the shard's compute.
+    const double after = u < t_.after_s.size() ? t_.after_s[u] : 0.0;
+    const double base = ((fwd ? t_.forward_s : t_.backward_s).at(u) - after) * scale_;
     const double f = factor(action.micro_batch);
     const double share = u < t_.attention_share.size() ? t_.attention_share[u] : 0.0;
     const double dt = f == 1.0 ? base : base + base * share * (f - 1.0);
-    (fwd ? s_.forward_s : s_.backward_s) += dt;
+    (fwd ? s_.forward_s : s_.backward_s) += dt + after;
     const StepEvent *ring_before = nullptr, *ring_after = nullptr;
     std::vector<std::pair<const StepEvent*, std::int64_t>> between;  // each call of the inside collectives
     std::vector<const StepEvent*> experts;                            // each call of the ep all-to-alls, in order
@@ -349,6 +351,7 @@ class Simulation {
       if (i < between.size()) wait_until(run_call(*between[i].first, now_, 1), s_.exposed_comm_s);
     }
     if (fwd) expert_calls(experts, expert, fwd);
+    now_ += after;  // StepDriver sleeps after the unit's compute (its ring included), before the engine's hook
   }
 
   // What moe_expert_parallel.cpp does on the compute thread, each call blocking: a forward pass exchanges the row

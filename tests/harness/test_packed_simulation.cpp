@@ -125,7 +125,7 @@ Model tiny(int world, int rank, const schedulers::SchedulerOptions& o) {
 
 UnitTimes unit_times(int units, double f, double b, double attention) {
   const auto n = static_cast<std::size_t>(units);
-  return {std::vector<double>(n, f), std::vector<double>(n, b), std::vector<double>(n, attention), {}};
+  return {std::vector<double>(n, f), std::vector<double>(n, b), std::vector<double>(n, attention), {}, {}};
 }
 
 SimulatorLinks slow_links() {

@@ -51,7 +51,7 @@ Tiny tiny(int rank, std::string_view scheduler) {
 
 UnitTimes times(int units, double f, double b) {
   return {std::vector<double>(static_cast<std::size_t>(units), f), std::vector<double>(static_cast<std::size_t>(units), b),
-          {}, {}};
+          {}, {}, {}};
 }
 
 SimulatorLinks links(double latency_us, double intra_gbps, double inter_gbps) {
@@ -416,38 +416,74 @@ TEST(StepSimulator, ExpertAllToAllsBlockAroundTheExperts) {
   }
 }
 
-// Ring attention (nd cp2, dp = 1, the buckets blocking): with blocks far longer than a message, K and V travel
-// behind the attention blocks and are hidden; backward's dK and dV go out after each block and are waited for:
-// exposed = every blocking collective's duration + the after-block messages', not the K, V ones.
-TEST(StepSimulator, RingAttentionHidesKAndVBehindItsBlocks) {
+// nd cp2 at W = 2 (dp = 1, the buckets blocking: only the ring's messages can overlap, with their blocks) and its calls'
+// modelled durations on rank 0's links: K and V posted before a block (all of them, and the longest), every other call.
+struct RingAlone {
+  TinyModel t;
+  StepDescription d;
+  double kv_s = 0, kv_longest_s = 0, other_s = 0;
+};
+
+RingAlone ring_alone(const SimulatorLinks& l) {
   schedulers::SchedulerOptions o;
   o.cp = 2;
   o.overlap = false;
-  TinyModel t = tiny_model(2, 0, o);
-  const StepDescription d = schedulers::describe_step("nd", t.in);
-  const SimulatorLinks l = links(10, 1, 0.1);
-  const int units = t.layout.num_units();
-  UnitTimes ut = times(units, 0.02, 0.04);
-  ut.attention_share.assign(static_cast<std::size_t>(units), 1.0);
-  const SimulatedStep st = simulate_step(d, ut, l);
-  double exposed = 0, kv = 0;
-  for (const schedulers::StepEvent& e : d.events) {
+  RingAlone r{tiny_model(2, 0, o), {}};
+  r.d = schedulers::describe_step("nd", r.t.in);
+  for (const schedulers::StepEvent& e : r.d.events) {
     if (e.collective.op == coll::CollOp::recv) continue;
     const double one = e.collective.op == coll::CollOp::send
                            ? model_message(e.collective, e.members, 0, e.peer, l).duration_s
                            : model_planned_call(e.collective, e.members, 0, l).duration_s;
     const double all = static_cast<double>(e.collective.calls) * one;
     if (e.stream == schedulers::CommStream::ring && e.place == schedulers::CommPlace::before_unit) {
-      ASSERT_LT(2 * one, 0.02 / 2 / 2);  // two messages per step, shorter than a block (cp = 2 blocks, halved time)
-      kv += all;
+      r.kv_s += all;
+      r.kv_longest_s = std::max(r.kv_longest_s, one);
     } else {
-      exposed += all;
+      r.other_s += all;
     }
   }
-  ASSERT_GT(kv, 0);
+  return r;
+}
+
+// Ring attention: with blocks far longer than a message, K and V travel behind the attention blocks and are hidden;
+// backward's dK and dV go out after each block and are waited for: exposed = every blocking collective's duration +
+// the after-block messages', not the K, V ones.
+TEST(StepSimulator, RingAttentionHidesKAndVBehindItsBlocks) {
+  const SimulatorLinks l = links(10, 1, 0.1);
+  const RingAlone r = ring_alone(l);
+  const int units = r.t.layout.num_units();
+  UnitTimes ut = times(units, 0.02, 0.04);
+  ut.attention_share.assign(static_cast<std::size_t>(units), 1.0);
+  const SimulatedStep st = simulate_step(r.d, ut, l);
+  ASSERT_GT(r.kv_s, 0);
+  ASSERT_LT(2 * r.kv_longest_s, 0.02 / 2 / 2);  // two messages per step, shorter than a block (cp = 2 blocks, halved)
   EXPECT_NEAR(st.compute_s, 8 * units * 0.06 / 2, 1e-12);
-  EXPECT_NEAR(st.exposed_comm_s, exposed, 1e-9);
-  EXPECT_NEAR(st.step_s, st.compute_s + exposed, 1e-9);
+  EXPECT_NEAR(st.exposed_comm_s, r.other_s, 1e-9);
+  EXPECT_NEAR(st.step_s, st.compute_s + r.other_s, 1e-9);
+}
+
+// The benchmark hook's sleep (UnitTimes::after_s, scheduler.debug_unit_sleep_ms) is what StepDriver sleeps after a
+// unit on every rank, whatever its shard: a cp2 rank sleeps it whole, not halved, and after the unit's ring, so it
+// hides no message. Units that are all sleep compute for exactly their whole time, and every call is exposed, K and V
+// included: the step is the calibration's time plus every call's duration.
+TEST(StepSimulator, UnitSleepIsWholeOnEveryShardAndHidesNoMessage) {
+  const SimulatorLinks l = links(10, 1, 0.1);
+  const RingAlone r = ring_alone(l);
+  const int units = r.t.layout.num_units();
+  UnitTimes ut = times(units, 0.02, 0.02);
+  ut.attention_share.assign(static_cast<std::size_t>(units), 1.0);
+  ut.after_s.assign(static_cast<std::size_t>(units), 0.02);
+  const SimulatedStep st = simulate_step(r.d, ut, l);
+  ASSERT_GT(r.kv_s, 0);
+  EXPECT_NEAR(st.compute_s, 8 * units * 0.04, 1e-12);  // 8 micro-batches, forward and backward, not halved
+  EXPECT_NEAR(st.exposed_comm_s, r.kv_s + r.other_s, 1e-9);
+  EXPECT_NEAR(st.step_s, 8 * units * 0.04 + r.kv_s + r.other_s, 1e-9);
+  // Units that compute besides sleeping: the compute halves at the shard, the sleep does not.
+  ut.forward_s.assign(static_cast<std::size_t>(units), 0.06);
+  ut.backward_s.assign(static_cast<std::size_t>(units), 0.1);
+  EXPECT_NEAR(simulate_step(r.d, ut, l).compute_s, 8 * units * ((0.06 - 0.02) / 2 + (0.1 - 0.02) / 2 + 2 * 0.02),
+              1e-12);
 }
 
 // The textbook bubble: stages of equal work and messages that cost nothing leave every stage idle for

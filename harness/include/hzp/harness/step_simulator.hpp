@@ -22,6 +22,10 @@ struct UnitTimes {
   std::vector<double> attention_share;
   /// Of each unit's time, its routed experts' GEMMs (expert parallelism's all-to-alls wrap them); empty: none.
   std::vector<double> expert_share;
+  /// Of each unit's time, seconds every rank takes after the unit's compute whatever its shard: the benchmark hook
+  /// scheduler.debug_unit_sleep_ms (UnitSleep), which the run sleeps in full on every rank after the unit (its ring
+  /// included) and before the engine's hook. Neither scaled by 1/(tp · cp) nor overlapped by a ring; empty: none.
+  std::vector<double> after_s;
 };
 
 struct SimulatorLinks {
