@@ -4,7 +4,9 @@
 (its recorded bandwidths and latencies, so both are charged the same links; the simulator's compute comes from its
 own calibration). Prints, per scheduler, simulated / measured for the step time (median after the warm-up) and the
 exposed communication (and the pipeline wait, the bubble, where the run has one), and whether the bytes per op,
-level and rank of the simulated step equal the measured last step's. `--layouts model` runs the tensor-, context-,
+level and rank of the simulated step equal the measured last step's. With stages, also the ranks' range of exposed
+communication and pipeline wait, measured (last step) and simulated: a stage's replicas split their idle time
+differently (docs/simulate.md "Validation"); the ratios compare the means over ranks. `--layouts model` runs the tensor-, context-,
 pipeline- and expert-parallel layouts (nd tp2, cp2, pp2 over dp2, nd ep2 × dp2 on the preset's MoE twin, tiny-moe
 or small-moe, with and without the distributed optimizer; asynchzp cp2, pp2)
 instead of the data-parallel ones. The expert all-to-all-v's bytes depend on the routing, which the simulator takes
@@ -76,6 +78,12 @@ def comm_bytes(f, row):
     return out
 
 
+def spread(f, row):
+    """The ranks' range of exposed communication and pipeline wait in one row (seconds)."""
+    e, p = f["ranks/exposed_comm_s"][row], f["ranks/pipeline_wait_s"][row]
+    return f"exposed {min(e):.2f}-{max(e):.2f} s, pipeline wait {min(p):.2f}-{max(p):.2f} s"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hzpbench", default="build/bin/hzpbench")
@@ -121,6 +129,7 @@ def main():
             measured_step = statistics.median(f["steps/step_time_s"][1:])
             measured_exposed = statistics.median(f["ranks/exposed_comm_s"][1:].mean(axis=1))
             measured_pipeline = statistics.median(f["ranks/pipeline_wait_s"][1:].mean(axis=1))
+            measured_spread = spread(f, rows - 1)
             measured_bytes = comm_bytes(f, rows - 1)
         subprocess.run([a.hzpbench, "simulate", *sets(cfg + [f"topology.world_size={a.ranks}"] + links),
                         "--out", sim_h5, "--force"], check=True, stdout=subprocess.DEVNULL, timeout=600, env=env)
@@ -128,6 +137,7 @@ def main():
             sim_step = float(g["steps/step_time_s"][0])
             sim_exposed = float(g["ranks/exposed_comm_s"][0].mean())
             sim_pipeline = float(g["ranks/pipeline_wait_s"][0].mean())
+            sim_spread = spread(g, 0)
             sim_bytes = comm_bytes(g, 0)
         nonzero = lambda d: {k: v for k, v in d.items() if any(v) and k[0] != ROUTED}
         same = nonzero(measured_bytes) == nonzero(sim_bytes)
@@ -137,6 +147,8 @@ def main():
         r_pipe = sim_pipeline / measured_pipeline if measured_pipeline > 0 else float("nan")
         print(f"{name:18} {r_step:14.3f} {r_exp:17.3f} {r_pipe:18.3f}  {'equal' if same else 'DIFFER'}"
               + (f" (all-to-all-v sim/meas {r_routed:.3f})" if r_routed is not None else ""), flush=True)
+        if measured_pipeline > 0:  # how far a stage's replicas drift apart: their split of the idle time
+            print(f"{'':18} per rank, measured last step / simulated: {measured_spread} / {sim_spread}")
         if r_routed is not None and not (1 / 2 <= r_routed <= 2):
             failures.append(f"{name}: simulated/measured all-to-all-v bytes = {r_routed:.3f}, outside [1/2, 2]")
         if not same:

@@ -65,6 +65,14 @@ std::string RoleKeys::key(const std::vector<const StepDescription*>& together) {
   std::vector<int> ranks;
   for (const StepDescription* d : together) ranks.push_back(d->plan.rank);
   std::string k;
+  // Which of them share a node (its interface, under NodeInterface::shared): each one's node as a label by first
+  // appearance.
+  std::vector<int> nodes;
+  for (int r : ranks) {
+    const auto at = std::find(nodes.begin(), nodes.end(), r / rpn_);
+    put(k, static_cast<int>(at - nodes.begin()));
+    if (at == nodes.end()) nodes.push_back(r / rpn_);
+  }
   for (const StepDescription* d : together) {
     put(k, d->prefetch);
     put(k, d->model_tp);
@@ -124,30 +132,44 @@ std::vector<SimulatedStep> simulate_world(int world, const std::function<StepDes
   for (int r0 = 0; r0 < world; ++r0) {
     if (simulated[static_cast<std::size_t>(r0)]) continue;
     // The ranks whose steps wait on each other: rank r0's pipeline group (its pipeline calls' members), run
-    // together; one rank alone without stages.
+    // together; one rank alone without stages. On a shared node interface, the pipeline groups of every rank on
+    // their nodes too (and theirs, until the nodes are whole): the stages' messages queue there behind the other
+    // replicas' (NodeInterface::shared), which is what sets one replica of a stage apart from another.
     std::vector<StepDescription> ds;
-    ds.push_back(describe(r0));
     std::vector<int> group{r0};
-    for (const StepEvent& e : ds.front().events)
-      if (e.stream == schedulers::CommStream::pipeline) {
-        group = e.members.get();
-        break;
+    const auto pipeline_of = [](const StepDescription& d) -> const std::vector<int>* {
+      for (const StepEvent& e : d.events)
+        if (e.stream == schedulers::CommStream::pipeline) return &e.members.get();
+      return nullptr;
+    };
+    const bool shared = links.ranks_per_node > 0 && !links.nic_per_rank;
+    for (std::size_t i = 0; i < group.size(); ++i) {
+      ds.push_back(describe(group[i]));
+      const std::vector<int>* stages = pipeline_of(ds.back());
+      if (stages == nullptr) continue;
+      std::vector<int> more = *stages;
+      if (shared) {
+        const int node = group[i] / links.ranks_per_node;
+        for (int r = node * links.ranks_per_node; r < std::min(world, (node + 1) * links.ranks_per_node); ++r)
+          more.push_back(r);
       }
-    for (int r : group)
-      if (r != r0) ds.push_back(describe(r));
+      for (int r : more)
+        if (std::find(group.begin(), group.end(), r) == group.end()) group.push_back(r);
+    }
     std::vector<const StepDescription*> ptrs;
     for (const StepDescription& d : ds) ptrs.push_back(&d);
+    const NodeInterface nodes = shared ? NodeInterface::shared : NodeInterface::copies;
     const std::vector<SimulatedStep>* steps = nullptr;
     std::vector<SimulatedStep> own;
     if (fold) {
       auto [it, fresh] = roles.try_emplace(keys.key(ptrs));
       if (fresh) {
-        it->second = simulate_steps(ptrs, t, links);
+        it->second = simulate_steps(ptrs, t, links, nodes);
         st.ranks_simulated += static_cast<int>(ptrs.size());
       }
       steps = &it->second;
     } else {
-      own = simulate_steps(ptrs, t, links);
+      own = simulate_steps(ptrs, t, links, nodes);
       st.ranks_simulated += static_cast<int>(ptrs.size());
       steps = &own;
     }

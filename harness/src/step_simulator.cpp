@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <functional>
 #include <map>
+#include <queue>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -26,9 +28,11 @@ int ceil_log2(int p) {
   return r;
 }
 
-// The rank's two link levels as busy-until clocks; a call starts once every level it uses is free.
+// The rank's two link levels as busy-until clocks; a call starts once every level it uses is free. The interface's
+// clock is the rank's own, or its node's when the node's ranks are simulated together (NodeInterface::shared).
 struct Links {
-  double intra_free = 0, nic_free = 0;
+  double intra_free = 0, own_nic = 0;
+  double* nic_free = &own_nic;
 };
 
 // One collective over several of the ranks simulated together: how many joined, the last join, who has read it
@@ -49,12 +53,33 @@ struct Exchange {
   std::map<MessageKey, int> listening;                 // -> the receiver's simulation, waiting for it
   std::map<JoinKey, Join> joins;
   std::deque<int> runnable;
+  // In time order (NodeInterface::shared): the simulations that may move, each under a time it will not reserve a
+  // link before (a woken one: its clock; one that yielded: the time of the call it is about to start).
+  bool ordered = false;
+  std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> queue;
+  std::vector<const double*> clock;  // per simulation: its compute thread's time
+
+  void wake(int id) {
+    if (ordered)
+      queue.emplace(*clock[static_cast<std::size_t>(id)], id);
+    else
+      runnable.push_back(id);
+  }
+
+  // Whether simulation `id` may start a call at `t` now: in time order, not while another may still start one
+  // earlier (then it waits its turn under t). A node's interface is one busy-until clock that the emulator's ranks
+  // reserve in the order of their calls' times; simulations that each ran ahead would reserve it in another order.
+  bool turn(int id, double t) {
+    if (!ordered || queue.empty() || !(queue.top().first < t)) return true;
+    queue.emplace(t, id);
+    return false;
+  }
 
   void post(const MessageKey& k, double arrival) {
     messages[k] = arrival;
     const auto it = listening.find(k);
     if (it == listening.end()) return;
-    runnable.push_back(it->second);
+    wake(it->second);
     listening.erase(it);
   }
 };
@@ -63,12 +88,16 @@ class Simulation {
  public:
   // `together`: which world ranks are simulated with this one; `factor`: each local micro-batch's attention factor
   // (empty: 1); `join_streams`: the params and gradients streams' calls join too (else only the compute thread's).
+  // `nic`: the interface's clock when the rank's node is simulated with it (null: its own, with the node's copies).
   Simulation(int id, const schedulers::StepDescription& d, const UnitTimes& t, const SimulatorLinks& l,
-             const std::vector<char>& together, const std::vector<double>& factor, bool join_streams)
-      : id_(id), d_(d), t_(t), l_(l), together_(together), factor_(factor), join_streams_(join_streams) {
+             const std::vector<char>& together, const std::vector<double>& factor, bool join_streams, double* nic)
+      : id_(id), d_(d), t_(t), l_(l), together_(together), factor_(factor), join_streams_(join_streams),
+        node_simulated_(nic != nullptr) {
+    if (nic != nullptr) links_.nic_free = nic;
     const int shard = std::max(d_.model_tp, 1) * std::max(d_.model_cp, 1);
     scale_ = 1.0 / shard;
     const auto calls = d_.calls.size();
+    receives_.resize(calls);
     before_.resize(calls);
     after_.resize(calls);
     inside_.resize(calls);
@@ -95,6 +124,8 @@ class Simulation {
         inside_[c].push_back(&e);
       else if (e.stream == CommStream::gradients || e.place == CommPlace::after_unit)
         after_[c].push_back(&e);
+      else if (e.stream == CommStream::pipeline && e.collective.op == CollOp::recv)
+        receives_[c].push_back(&e);
       else
         before_[c].push_back(&e);
     }
@@ -124,6 +155,16 @@ class Simulation {
       const auto ci = static_cast<std::size_t>(c_);
       const auto& [action, unit] = d_.calls[ci];
       switch (phase_) {
+        case Phase::receive:
+          // The params stream starts the step with its first `prefetch` gathering calls queued (AsyncComm::begin_step);
+          // the stage's input arrives before the unit asks the engine for its parameters (PipelineStage::run), so the
+          // window moves on only after it.
+          if (d_.prefetch > 0 && !issue_up_to(static_cast<std::size_t>(d_.prefetch) - 1, 0.0, x)) return false;
+          for (; i_ < receives_[ci].size(); ++i_)
+            if (!blocking(*receives_[ci][i_], x)) return false;
+          phase_ = Phase::enter;
+          i_ = 0;
+          [[fallthrough]];
         case Phase::enter:
           wait_until(ready_[ci], s_.exposed_comm_s);  // a unit that gathers nothing still reads its refreshed shard
           if (k_ < gathering_.size() && gathering_[k_] == c_) {
@@ -136,8 +177,11 @@ class Simulation {
           i_ = 0;
           [[fallthrough]];
         case Phase::before:
-          for (; i_ < before_[ci].size(); ++i_)
+          for (; i_ < before_[ci].size(); ++i_) {
+            if (!x.turn(id_, now_)) return false;
             if (!blocking(*before_[ci][i_], x)) return false;
+          }
+          if (!inside_[ci].empty() && !x.turn(id_, now_)) return false;
           compute(action, unit, inside_[ci]);
           phase_ = Phase::after;
           i_ = 0;
@@ -145,6 +189,7 @@ class Simulation {
         case Phase::after:
           for (; i_ < after_[ci].size(); ++i_) {
             const StepEvent& e = *after_[ci][i_];
+            if (!x.turn(id_, e.stream == CommStream::gradients ? std::max(gradients_free_, now_) : now_)) return false;
             if (e.stream == CommStream::gradients) {
               double start = 0;
               if (!stream_join(e, std::max(gradients_free_, now_), x, start, gradients_idle_)) return false;
@@ -158,19 +203,21 @@ class Simulation {
               return false;
             }
           }
-          phase_ = Phase::enter;
+          phase_ = Phase::receive;
+          i_ = 0;
           ++c_;
           break;
         default: break;
       }
     }
-    if (phase_ == Phase::enter) {
+    if (phase_ == Phase::receive) {
       phase_ = Phase::finish;
       i_ = 0;
     }
     if (phase_ == Phase::finish) {
       if (!issue_up_to(gathering_.size(), now_, x)) return false;
       for (; i_ < end_gradients_.size(); ++i_) {
+        if (!x.turn(id_, std::max(gradients_free_, now_))) return false;
         double start = 0;
         if (!stream_join(*end_gradients_[i_], std::max(gradients_free_, now_), x, start, gradients_idle_)) return false;
         gradients_free_ = run_call(*end_gradients_[i_], start);
@@ -187,6 +234,7 @@ class Simulation {
         wait_stream(gradients_free_, gradients_idle_);
         drained_ = true;
       }
+      if (!x.turn(id_, now_)) return false;
       if (!blocking(e, x)) return false;
     }
     if (!drained_) wait_stream(gradients_free_, gradients_idle_);
@@ -198,6 +246,7 @@ class Simulation {
 
   const SimulatedStep& result() const { return s_; }
   int id() const { return id_; }
+  const double* clock() const { return &now_; }
   int rank() const { return d_.plan.rank; }
   std::string where() const {
     return "rank " + std::to_string(d_.plan.rank) + " at unit call " + std::to_string(c_) + " of " +
@@ -206,7 +255,7 @@ class Simulation {
   }
 
  private:
-  enum class Phase { enter, before, after, end, finish };
+  enum class Phase { receive, enter, before, after, end, finish };
   using Idle = std::deque<std::pair<double, double>>;  // a stream's spans held by a late peer, in time order
 
   // The compute thread waits for `until`; the wait is charged to `what` (exposed communication or pipeline wait).
@@ -250,7 +299,7 @@ class Simulation {
       ++j.joined;
       j.last = j.joined == 1 ? at : std::max(j.last, at);
       if (j.joined == local) {
-        for (int w : j.waiters) x.runnable.push_back(w);
+        for (int w : j.waiters) x.wake(w);
         j.waiters.clear();
       }
       joined_ = true;
@@ -404,6 +453,7 @@ class Simulation {
       const auto c = static_cast<std::size_t>(gathering_[issued_]);
       if (param_event_ == 0) param_at_ = std::max({params_free_, gate, ready_[c]});
       for (; param_event_ < params_[c].size(); ++param_event_) {
+        if (!x.turn(id_, param_at_)) return false;
         double start = 0;
         if (!stream_join(*params_[c][param_event_], param_at_, x, start, params_idle_)) return false;
         param_at_ = run_call(*params_[c][param_event_], start);
@@ -430,9 +480,9 @@ class Simulation {
     for (std::int64_t i = 0; i < n; ++i) {
       double start = at;
       if (m.intra_busy_s > 0) start = std::max(start, links_.intra_free);
-      if (m.nic_busy_s > 0) start = std::max(start, links_.nic_free);
+      if (m.nic_busy_s > 0) start = std::max(start, *links_.nic_free);
       if (m.intra_busy_s > 0) links_.intra_free = start + m.intra_busy_s;
-      if (m.nic_busy_s > 0) links_.nic_free = start + m.nic_busy_s;
+      if (m.nic_busy_s > 0) *links_.nic_free = start + m.nic_busy_s;
       at = start + m.duration_s;
       s_.comm_time_s += m.duration_s;
     }
@@ -447,8 +497,8 @@ class Simulation {
   }
 
   coll::CollectiveModel model_event(const StepEvent& e) const {
-    if (e.collective.op != CollOp::send) return model_planned_call(e.collective, e.members, rank(), l_);
-    return model_message(e.collective, e.members, rank(), e.peer, l_);
+    if (e.collective.op != CollOp::send) return model_planned_call(e.collective, e.members, rank(), l_, node_simulated_);
+    return model_message(e.collective, e.members, rank(), e.peer, l_, node_simulated_);
   }
 
   int id_;
@@ -458,12 +508,13 @@ class Simulation {
   const std::vector<char>& together_;  // by world rank
   const std::vector<double>& factor_;
   bool join_streams_;
+  bool node_simulated_;  // the node's other ranks are simulated beside this one, on the same interface clock
   std::unordered_map<const StepEvent*, std::pair<int, int>> groups_;  // group_of's answers
   std::size_t param_event_ = 0;                                       // issue_up_to's place in a call's gathers
   double param_at_ = 0;
   Idle params_idle_, gradients_idle_;
   double scale_ = 1;
-  std::vector<std::vector<const StepEvent*>> before_, after_, inside_, params_;
+  std::vector<std::vector<const StepEvent*>> receives_, before_, after_, inside_, params_;
   std::vector<const StepEvent*> end_compute_, end_gradients_, end_params_;
   std::vector<const StepEvent*> starting_;  // queued at the step's start (CommPlace::step_start)
   std::vector<double> ready_;               // per unit call: when what it waits for from the step's start is done
@@ -471,7 +522,7 @@ class Simulation {
   std::vector<double> gathered_;
   std::size_t issued_ = 0, k_ = 0, i_ = 0;  // gathering calls placed; the next one compute consumes; event index
   int c_ = 0;
-  Phase phase_ = Phase::enter;
+  Phase phase_ = Phase::receive;
   double now_ = 0;
   bool joined_ = false, drained_ = false;
   Exchange::JoinKey join_key_;
@@ -486,7 +537,7 @@ class Simulation {
 }  // namespace
 
 coll::CollectiveModel model_planned_call(const schedulers::PlannedCollective& c, const std::vector<int>& members,
-                                         int world_rank, const SimulatorLinks& l) {
+                                         int world_rank, const SimulatorLinks& l, bool node_simulated) {
   const int p = static_cast<int>(members.size());
   if (p <= 1 || c.calls == 0) return {};
   const int me = static_cast<int>(std::find(members.begin(), members.end(), world_rank) - members.begin());
@@ -524,7 +575,8 @@ coll::CollectiveModel model_planned_call(const schedulers::PlannedCollective& c,
   // The node's interface is shared (docs/collectives.md): the copies of this group that the node's other ranks
   // belong to run the same call at the same time in a data-parallel step, so the interface carries k copies'
   // traffic one after the other (the emulator's reservations queue them) and the last copy ends (k − 1) interface
-  // times later. The model charges the group's lowest rank on the node; here every rank holds the node's clock.
+  // times later. The model charges the group's lowest rank on the node; here every rank holds the node's clock, unless
+  // the node's ranks are simulated together on its one clock: then each copy is reserved by its own leader, once.
   int leader = me, local = 0;
   for (int q = 0; q < p; ++q)
     if (node_of[static_cast<std::size_t>(q)] == node_of[static_cast<std::size_t>(me)]) {
@@ -536,14 +588,15 @@ coll::CollectiveModel model_planned_call(const schedulers::PlannedCollective& c,
   m.duration_s *= times;
   m.intra_busy_s *= times;
   const double nic = times * coll::model_collective(l.links, loads, node_of, leader).nic_busy_s;
-  const int copies = l.ranks_per_node > 0 && !l.nic_per_rank ? (l.ranks_per_node + local - 1) / local : 1;
-  m.nic_busy_s = copies * nic;
+  const int copies =
+      l.ranks_per_node > 0 && !l.nic_per_rank && !node_simulated ? (l.ranks_per_node + local - 1) / local : 1;
+  m.nic_busy_s = node_simulated && leader != me ? 0.0 : copies * nic;
   m.duration_s += (copies - 1) * nic;
   return m;
 }
 
 coll::CollectiveModel model_message(const schedulers::PlannedCollective& c, const std::vector<int>& members,
-                                    int world_rank, int peer, const SimulatorLinks& l) {
+                                    int world_rank, int peer, const SimulatorLinks& l, bool node_simulated) {
   coll::CollectiveModel m;
   if (c.calls == 0) return m;
   const int rpn = l.ranks_per_node > 0 ? l.ranks_per_node : 1 << 30;
@@ -554,11 +607,13 @@ coll::CollectiveModel model_message(const schedulers::PlannedCollective& c, cons
     return m;
   }
   // The node's interface carries the same message of every rank of the node whose group runs it at the same time
-  // (the data-parallel copies of a stage or ring), one after the other, as model_planned_call's copies.
+  // (the data-parallel copies of a stage or ring), one after the other, as model_planned_call's copies; simulated
+  // together on the node's clock, each copy is its own sender's message.
   int local = 0;
   for (int q : members)
     if (q / rpn == world_rank / rpn) ++local;
-  const int copies = l.ranks_per_node > 0 && !l.nic_per_rank ? (l.ranks_per_node + local - 1) / local : 1;
+  const int copies =
+      l.ranks_per_node > 0 && !l.nic_per_rank && !node_simulated ? (l.ranks_per_node + local - 1) / local : 1;
   const double one = l.links.inter.seconds(bytes);
   m.nic_busy_s = m.duration_s = copies * one;
   return m;
@@ -572,24 +627,49 @@ namespace {
 
 // Runs `ranks` together until each step ends: every simulation moves as far as it can, then waits to be woken by the
 // message or the last join it waits for (the results do not depend on the order: each wait is for a time another
-// rank posts). A simulation left waiting when nothing can move is a cycle of waits.
+// rank posts; but where ranks share a node's interface clock, its reservations do, so the simulations then move in
+// time order, Exchange::turn). A simulation left waiting when nothing can move is a cycle of waits.
 std::vector<SimulatedStep> run_together(const std::vector<SimulatedRank>& ranks, const UnitTimes& t,
-                                        const SimulatorLinks& links, bool join_streams) {
+                                        const SimulatorLinks& links, bool join_streams, NodeInterface nodes) {
   int world = 0;
   for (const SimulatedRank& r : ranks) world = std::max(world, r.description->plan.rank + 1);
   std::vector<char> together(static_cast<std::size_t>(world), 0);
   for (const SimulatedRank& r : ranks) together[static_cast<std::size_t>(r.description->plan.rank)] = 1;
+  // A node all of whose ranks are here, on a shared interface, gets one clock for them all (NodeInterface::shared).
+  const int rpn = links.ranks_per_node;
+  const bool shared = nodes == NodeInterface::shared && rpn > 0 && !links.nic_per_rank;
+  std::vector<double> node_clock(shared ? static_cast<std::size_t>((world + rpn - 1) / rpn) : 0, 0.0);
+  std::vector<int> present(node_clock.size(), 0);
+  for (const SimulatedRank& r : ranks)
+    if (shared) ++present[static_cast<std::size_t>(r.description->plan.rank / rpn)];
+  auto clock_of = [&](const SimulatedRank& r) -> double* {
+    const auto node = shared ? static_cast<std::size_t>(r.description->plan.rank / rpn) : 0;
+    return shared && present[node] == rpn ? &node_clock[node] : nullptr;
+  };
+  Exchange x;
+  for (const SimulatedRank& r : ranks) x.ordered = x.ordered || clock_of(r) != nullptr;
+  // Replicas that queue on one interface no longer move alike: their streams' collectives join too (the first to
+  // issue one waits for the others), as in simulate_joined.
+  join_streams = join_streams || x.ordered;
   std::vector<Simulation> sims;
   sims.reserve(ranks.size());
   for (std::size_t i = 0; i < ranks.size(); ++i)
     sims.emplace_back(static_cast<int>(i), *ranks[i].description, t, links, together, ranks[i].attention_factor,
-                      join_streams);
-  Exchange x;
+                      join_streams, clock_of(ranks[i]));
+  for (const Simulation& s : sims) x.clock.push_back(s.clock());
   std::vector<bool> done(sims.size(), false);
-  for (std::size_t i = 0; i < sims.size(); ++i) x.runnable.push_back(static_cast<int>(i));
-  while (!x.runnable.empty()) {
-    const auto i = static_cast<std::size_t>(x.runnable.front());
-    x.runnable.pop_front();
+  for (std::size_t i = 0; i < sims.size(); ++i) x.wake(static_cast<int>(i));
+  for (;;) {
+    std::size_t i = 0;
+    if (x.ordered) {
+      if (x.queue.empty()) break;
+      i = static_cast<std::size_t>(x.queue.top().second);
+      x.queue.pop();
+    } else {
+      if (x.runnable.empty()) break;
+      i = static_cast<std::size_t>(x.runnable.front());
+      x.runnable.pop_front();
+    }
     if (!done[i]) done[i] = sims[i].advance(x);
   }
   std::string stuck;
@@ -605,16 +685,16 @@ std::vector<SimulatedStep> run_together(const std::vector<SimulatedRank>& ranks,
 }  // namespace
 
 std::vector<SimulatedStep> simulate_steps(const std::vector<const schedulers::StepDescription*>& ranks,
-                                          const UnitTimes& t, const SimulatorLinks& links) {
+                                          const UnitTimes& t, const SimulatorLinks& links, NodeInterface nodes) {
   std::vector<SimulatedRank> rs;
   rs.reserve(ranks.size());
   for (const schedulers::StepDescription* d : ranks) rs.push_back({d, {}});
-  return run_together(rs, t, links, false);
+  return run_together(rs, t, links, false, nodes);
 }
 
 std::vector<SimulatedStep> simulate_joined(const std::vector<SimulatedRank>& ranks, const UnitTimes& t,
                                            const SimulatorLinks& links) {
-  return run_together(ranks, t, links, true);
+  return run_together(ranks, t, links, true, NodeInterface::copies);
 }
 
 }  // namespace hzp::harness

@@ -1,8 +1,8 @@
 // Folding hzpbench simulate's ranks into roles (step_fold.hpp): a folded world equals the unfolded one exactly, rank by
 // rank (step time, exposed communication, pipeline wait, bytes and durations per op and level), for the data-parallel
 // schedulers, nd's tensor, context, pipeline and expert layouts and asynchzp with stages, at 16 ranks in nodes of 4,
-// where simulating every rank is cheap; and the fold does fold (fewer ranks simulated than the world), and splits
-// ranks whose descriptions differ.
+// where simulating every rank is cheap; and the fold does fold (fewer ranks simulated than the world, but where the
+// pipelines that share a node's interface make up the world), and splits ranks whose descriptions differ.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -113,7 +113,12 @@ TEST(StepFold, FoldedWorldEqualsEveryRankSimulated) {
       const std::vector<SimulatedStep> fold = simulate_world(kWorld, describe, t, l, true, &fold_stats);
       const std::string name = std::string(c.name) + (nic ? ", a NIC per rank" : ", a NIC per node");
       EXPECT_EQ(full_stats.ranks_simulated, kWorld) << name;
-      EXPECT_LT(fold_stats.ranks_simulated, kWorld) << name;
+      // With a NIC per node, the pipelines whose stages share nodes are simulated together (NodeInterface::shared):
+      // at 16 ranks in nodes of 4 that is the world, one set with nothing to fold.
+      if (!nic && c.options.pp > 1)
+        EXPECT_EQ(fold_stats.ranks_simulated, kWorld) << name;
+      else
+        EXPECT_LT(fold_stats.ranks_simulated, kWorld) << name;
       ASSERT_EQ(full.size(), fold.size());
       double exposed = 0;
       for (int r = 0; r < kWorld; ++r) {

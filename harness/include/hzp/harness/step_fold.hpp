@@ -14,9 +14,9 @@
 
 namespace hzp::harness {
 
-/// The fold key of ranks simulated together (a pipeline group in `together` order, or one rank): everything
-/// simulate_steps reads of their descriptions, with the world ranks of each call's group replaced by what the link
-/// model reads of them. That is, per member, its node as a label by first appearance and its place among `together`;
+/// The fold key of ranks simulated together (pipeline groups in `together` order, or one rank): which of them share
+/// a node, and everything simulate_steps reads of their descriptions, with the world ranks of each call's group
+/// replaced by what the link model reads of them. That is, per member, its node as a label by first appearance and its place among `together`;
 /// the group is rotated to start at the rank itself unless it joins several of `together` (a ring's and the
 /// latency-optimal rounds are the same from every position, so only the node pattern seen from the rank counts).
 /// Per-rank differences in bytes, calls or compute shares are in the key, so they split the ranks into roles.
@@ -42,7 +42,8 @@ struct WorldStats {
 
 /// Every rank's simulated step of a world of `world` ranks, rank r's description from describe(r). Ranks whose
 /// steps wait on each other (the members of the rank's first pipeline call) are simulated together, one rank alone
-/// otherwise. With `fold`, a set of ranks whose RoleKeys key equals one already simulated takes its results,
+/// otherwise; on a node interface the node's ranks share (no NIC per rank), the pipelines of every rank on those
+/// nodes join them until the nodes are whole, simulated with NodeInterface::shared. With `fold`, a set of ranks whose RoleKeys key equals one already simulated takes its results,
 /// position by position, instead of being simulated again; every rank is still described.
 std::vector<SimulatedStep> simulate_world(int world, const std::function<schedulers::StepDescription(int)>& describe,
                                           const UnitTimes& t, const SimulatorLinks& links, bool fold,

@@ -37,6 +37,13 @@ struct SimulatorLinks {
   bool nic_per_rank = false;
 };
 
+/// How the ranks of a node simulated together use its shared interface (SimulatorLinks::nic_per_rank false):
+/// `copies`, each rank on its own clock, charged for the copies of its call that the node's other ranks run at the
+/// same time (data-parallel symmetry: they start together and the last copy ends last); `shared`, where every rank of
+/// the node is simulated together, one clock for the node that each copy reserves in the order of its call's time, as
+/// the emulator's ranks do (the first copy ends first, so replicas whose messages queue there drift apart).
+enum class NodeInterface { copies, shared };
+
 /// One rank's simulated step, in the run's metric terms (docs/run.md): the step time closes into compute and
 /// exposed communication (the compute thread's waits); comm_time_s sums every call's duration over all streams.
 struct SimulatedStep {
@@ -56,14 +63,16 @@ struct SimulatedStep {
 /// Modelled duration of one call of `c` over `members` for `world_rank` (its ring or latency-optimal rounds, each
 /// member sending the same bytes per round; the slowest link of a round sets it), with the node's interface shared by
 /// the copies of the group its other ranks run at the same time (nic_busy_s: the node's, whoever the rank is).
+/// `node_simulated`: the node's ranks are simulated together on one interface clock (NodeInterface::shared), so the
+/// call is its copy alone, and only the group's lowest member on the node reserves the interface.
 coll::CollectiveModel model_planned_call(const schedulers::PlannedCollective& c, const std::vector<int>& members,
-                                         int world_rank, const SimulatorLinks& links);
+                                         int world_rank, const SimulatorLinks& links, bool node_simulated = false);
 
 /// Modelled duration of one point-to-point message of `c` (a send to the member at position `peer`): latency + bytes
 /// / bandwidth of its level; between nodes the node's interface carries the copies its other ranks send at the same
-/// time (their groups' same message), one after the other, as model_planned_call's copies.
+/// time (their groups' same message), one after the other, as model_planned_call's copies (`node_simulated`: none).
 coll::CollectiveModel model_message(const schedulers::PlannedCollective& c, const std::vector<int>& members,
-                                    int world_rank, int peer, const SimulatorLinks& links);
+                                    int world_rank, int peer, const SimulatorLinks& links, bool node_simulated = false);
 
 /// Runs the step of `d` (one rank's description) against `t`. Rules: compute runs the unit calls in order; a
 /// `compute` collective blocks it where declared (before the unit's compute, after it for gradients, or between
@@ -77,9 +86,12 @@ SimulatedStep simulate_step(const schedulers::StepDescription& d, const UnitTime
 /// The steps of ranks that wait on each other (a pipeline group: its stages' descriptions), run together: a
 /// stage's receive of micro-batch m waits for its peer's send of m, and a collective over several of these
 /// ranks starts when the last of them joins. Each rank as simulate_step otherwise; one result per description.
+/// With NodeInterface::shared, the ranks of each node all of whose ranks are here share its interface's clock, and
+/// the simulations move in time order so that they reserve it as the emulated ranks do.
 /// PreconditionError naming the stuck ranks when the descriptions wait on each other in a cycle.
 std::vector<SimulatedStep> simulate_steps(const std::vector<const schedulers::StepDescription*>& ranks,
-                                          const UnitTimes& t, const SimulatorLinks& links);
+                                          const UnitTimes& t, const SimulatorLinks& links,
+                                          NodeInterface nodes = NodeInterface::copies);
 
 /// One rank of those simulated together: its description and, per local micro-batch (Action::micro_batch), the
 /// factor its attention time takes (document packing, packing_imbalance.hpp); empty: 1 throughout. Ranks whose
