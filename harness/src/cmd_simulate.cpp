@@ -242,8 +242,9 @@ Command add_simulate_command(CLI::App& app, std::vector<std::string> argv) {
               return schedulers::describe_step(s.opt.scheduler, in);
             };
             // Document packing: the ranks compute differently, so each is simulated with every rank its collectives
-            // couple, each with its own attention (packed_simulation.hpp), and none is folded into another; without
-            // it, one pipeline group at a time, ranks of one role simulated once (step_fold.hpp).
+            // couple, each with its own attention (packed_simulation.hpp), and none is folded into another (ranks of
+            // one role share its description); without it, one pipeline group at a time, ranks of one role simulated
+            // once (step_fold.hpp).
             WorldStats stats;
             JoinSets packed;
             std::vector<SimulatedStep> steps;
@@ -252,7 +253,8 @@ Command add_simulate_command(CLI::App& app, std::vector<std::string> argv) {
               times.attention_share = block_attention_shares(layout, times.attention_share);
               packed = simulate_packed(s, inputs.options, world, describe, times, sl);
               steps = packed.steps;
-              stats.ranks_simulated = stats.roles = world;
+              stats.ranks_simulated = world;
+              stats.roles = packed.roles;
             } else {
               steps = simulate_world(world, describe, cal.times, sl, s.opt.sim_fold, &stats);
             }

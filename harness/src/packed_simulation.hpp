@@ -1,6 +1,7 @@
 // `hzpbench simulate` with document packing (docs/simulate.md "Document packing"): the ranks no longer compute
 // alike, so every rank is simulated together with every rank its collectives couple (the connected sets of the
-// step descriptions' group members), each with its own micro-batches' attention factors (packing_imbalance.hpp).
+// step descriptions' group members), each with its own micro-batches' attention factors (packing_imbalance.hpp);
+// the descriptions are held once per role (role_descriptions.hpp).
 #pragma once
 
 #include <functional>
@@ -12,10 +13,11 @@
 
 namespace hzp::harness {
 
-/// What the join sets' simulation reports besides the steps: how many sets and the largest.
+/// What the join sets' simulation reports besides the steps: how many sets and the largest, and the roles whose
+/// descriptions the ranks shared.
 struct JoinSets {
   std::vector<SimulatedStep> steps;  ///< by world rank
-  int sets = 0, largest = 0;
+  int sets = 0, largest = 0, roles = 0;
 };
 
 /// Every rank of `world` simulated in its join set (simulate_joined) with its attention factors for step 0 of

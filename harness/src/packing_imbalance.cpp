@@ -14,20 +14,27 @@
 
 namespace hzp::harness {
 
-RankRows rank_rows(std::string_view name, const schedulers::SchedulerOptions& options, int world_size,
-                   int ranks_per_node, int rank) {
+std::vector<RankRows> world_rank_rows(std::string_view name, const schedulers::SchedulerOptions& options,
+                                      int world_size, int ranks_per_node) {
   const schedulers::ParallelDims dims = schedulers::scheduler_parallel_dims(name, options, world_size);
   const coll::RankMesh mesh = dims.mesh(coll::Topology::virtual_nodes(world_size, ranks_per_node, 0));
+  std::vector<RankRows> out(static_cast<std::size_t>(world_size));
   // The step driver's rank is the rank's place in its data-parallel group (rank order, as the split keys it).
-  const std::vector<int> dp = schedulers::data_parallel_ranks(mesh, rank);
-  const auto at = std::find(dp.begin(), dp.end(), rank);
-  HZP_CHECK(at != dp.end(), "rank ", rank, " is not in its own data-parallel group");
-  RankRows r;
-  r.dp = static_cast<int>(dp.size());
-  r.dp_rank = static_cast<int>(at - dp.begin());
-  r.cp = dims.cp;
-  r.cp_rank = dims.cp > 1 ? mesh.position(schedulers::kAxisContext, rank) : 0;
-  return r;
+  for (const std::vector<int>& dp : mesh.groups(schedulers::data_parallel_axes()))
+    for (std::size_t i = 0; i < dp.size(); ++i) {
+      RankRows& r = out[static_cast<std::size_t>(dp[i])];
+      r.dp = static_cast<int>(dp.size());
+      r.dp_rank = static_cast<int>(i);
+      r.cp = dims.cp;
+      r.cp_rank = dims.cp > 1 ? mesh.position(schedulers::kAxisContext, dp[i]) : 0;
+    }
+  return out;
+}
+
+RankRows rank_rows(std::string_view name, const schedulers::SchedulerOptions& options, int world_size,
+                   int ranks_per_node, int rank) {
+  HZP_CHECK(rank >= 0 && rank < world_size, "rank ", rank, " is not in a world of ", world_size);
+  return world_rank_rows(name, options, world_size, ranks_per_node)[static_cast<std::size_t>(rank)];
 }
 
 std::vector<double> attention_factors(const workloads::DocumentPacking& packing, std::int64_t global_batch,

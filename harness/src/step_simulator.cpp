@@ -84,15 +84,26 @@ struct Exchange {
   }
 };
 
+// A call's modelled duration, by (op, group, bytes per call intra and inter, elements per call, peer): a step repeats
+// few distinct calls, and ranks of one description (a role) share them.
+using ModelKey = std::tuple<int, std::string, std::uint64_t, std::uint64_t, std::int64_t, int>;
+using Models = std::map<ModelKey, coll::CollectiveModel>;
+
+// Per group (its members' vector): how many of its members are simulated together, and its lowest member.
+using GroupsTogether = std::unordered_map<const std::vector<int>*, std::pair<int, int>>;
+
 class Simulation {
  public:
-  // `together`: which world ranks are simulated with this one; `factor`: each local micro-batch's attention factor
-  // (empty: 1); `join_streams`: the params and gradients streams' calls join too (else only the compute thread's).
-  // `nic`: the interface's clock when the rank's node is simulated with it (null: its own, with the node's copies).
+  // `together`: which world ranks are simulated with this one, and `groups` what each group holds of them (shared by
+  // the simulations); `factor`: each local micro-batch's attention factor (empty: 1); `own`: the rank's groups where d
+  // is its role's description (nullptr: its own); `models`: the durations of d's calls; `join_streams`: the params and
+  // gradients streams' calls join too (else only the compute thread's). `nic`: the interface's clock when the rank's
+  // node is simulated with it (null: its own, with the node's copies).
   Simulation(int id, const schedulers::StepDescription& d, const UnitTimes& t, const SimulatorLinks& l,
-             const std::vector<char>& together, const std::vector<double>& factor, bool join_streams, double* nic)
-      : id_(id), d_(d), t_(t), l_(l), together_(together), factor_(factor), join_streams_(join_streams),
-        node_simulated_(nic != nullptr) {
+             const std::vector<char>& together, GroupsTogether& groups, const std::vector<double>& factor,
+             const RankGroups* own, Models& models, bool join_streams, double* nic)
+      : id_(id), d_(d), t_(t), l_(l), together_(together), groups_(groups), factor_(factor), own_(own),
+        models_(models), join_streams_(join_streams), node_simulated_(nic != nullptr) {
     if (nic != nullptr) links_.nic_free = nic;
     const int shard = std::max(d_.model_tp, 1) * std::max(d_.model_cp, 1);
     scale_ = 1.0 / shard;
@@ -247,9 +258,9 @@ class Simulation {
   const SimulatedStep& result() const { return s_; }
   int id() const { return id_; }
   const double* clock() const { return &now_; }
-  int rank() const { return d_.plan.rank; }
+  int rank() const { return own_ != nullptr ? own_->rank : d_.plan.rank; }
   std::string where() const {
-    return "rank " + std::to_string(d_.plan.rank) + " at unit call " + std::to_string(c_) + " of " +
+    return "rank " + std::to_string(rank()) + " at unit call " + std::to_string(c_) + " of " +
            std::to_string(d_.calls.size()) + ", phase " + std::to_string(static_cast<int>(phase_)) + ", event " +
            std::to_string(i_);
   }
@@ -275,16 +286,34 @@ class Simulation {
     wait_until(until, s_.exposed_comm_s);
   }
 
+  // The world ranks of e's group for this rank: the description's, or the rank's own group in the role's slot.
+  const std::vector<int>& members(const StepEvent& e) const {
+    if (own_ == nullptr) return e.members;
+    return own_->members[static_cast<std::size_t>(own_->role->slot[static_cast<std::size_t>(&e - d_.events.data())])];
+  }
+
+  // e's peer (send / recv) as a position in members(e): the described rank's peer, at the same distance from this
+  // rank (a role's key holds the peer counted from the rank's own position).
+  int peer(const StepEvent& e) const {
+    if (own_ == nullptr || e.peer < 0) return e.peer;
+    const int slot = own_->role->slot[static_cast<std::size_t>(&e - d_.events.data())];
+    const std::vector<int>& m = own_->members[static_cast<std::size_t>(slot)];
+    const int p = static_cast<int>(m.size());
+    const int mine = static_cast<int>(std::find(m.begin(), m.end(), rank()) - m.begin());
+    return ((e.peer - own_->role->position[static_cast<std::size_t>(slot)] + mine) % p + p) % p;
+  }
+
   // The members of e's group simulated here, and the group's lowest member (which of the group's copies it is).
   const std::pair<int, int>& group_of(const StepEvent& e) {
-    auto it = groups_.find(&e);
+    const std::vector<int>& g = members(e);
+    auto it = groups_.find(&g);
     if (it != groups_.end()) return it->second;
-    int local = 0, lowest = e.members.empty() ? -1 : e.members.front();
-    for (int m : e.members) {
+    int local = 0, lowest = g.empty() ? -1 : g.front();
+    for (int m : g) {
       if (m >= 0 && static_cast<std::size_t>(m) < together_.size() && together_[static_cast<std::size_t>(m)]) ++local;
       lowest = std::min(lowest, m);
     }
-    return groups_.emplace(&e, std::pair{local, lowest}).first->second;
+    return groups_.emplace(&g, std::pair{local, lowest}).first->second;
   }
 
   // Joins e's collective at `at`: true with `last` the last member's join once all of its members simulated here have
@@ -329,7 +358,7 @@ class Simulation {
   // The pipeline message a send delivers or a receive waits for: (receiver, direction, micro-batch, boundary unit).
   std::tuple<int, int, int, int> message_key(const StepEvent& e, const schedulers::Action& a, int u, bool send) const {
     const bool fwd = a.kind == schedulers::Action::Kind::forward;
-    const int to = send ? e.members.at(static_cast<std::size_t>(e.peer)) : rank();
+    const int to = send ? members(e).at(static_cast<std::size_t>(peer(e))) : rank();
     const int boundary = fwd == send ? u + 1 : u;  // a forward's output / a backward's input: the unit above
     return {to, fwd ? 0 : 1, a.micro_batch, boundary};
   }
@@ -473,7 +502,7 @@ class Simulation {
     if (c.calls == 0 || n == 0) return at;
     // A step repeats few distinct calls (per unit, per micro-batch): each is modelled once, which keeps a
     // world-sized ring's O(p²) rounds affordable at thousands of ranks.
-    const Key key{static_cast<int>(c.op), c.group, c.bytes[0] / c.calls, c.bytes[1] / c.calls, c.elements / c.calls, e.peer};
+    const ModelKey key{static_cast<int>(c.op), c.group, c.bytes[0] / c.calls, c.bytes[1] / c.calls, c.elements / c.calls, e.peer};
     auto it = models_.find(key);
     if (it == models_.end()) it = models_.emplace(key, model_event(e)).first;
     const coll::CollectiveModel& m = it->second;
@@ -497,8 +526,8 @@ class Simulation {
   }
 
   coll::CollectiveModel model_event(const StepEvent& e) const {
-    if (e.collective.op != CollOp::send) return model_planned_call(e.collective, e.members, rank(), l_, node_simulated_);
-    return model_message(e.collective, e.members, rank(), e.peer, l_, node_simulated_);
+    if (e.collective.op != CollOp::send) return model_planned_call(e.collective, members(e), rank(), l_, node_simulated_);
+    return model_message(e.collective, members(e), rank(), peer(e), l_, node_simulated_);
   }
 
   int id_;
@@ -506,10 +535,12 @@ class Simulation {
   const UnitTimes& t_;
   const SimulatorLinks& l_;
   const std::vector<char>& together_;  // by world rank
+  GroupsTogether& groups_;             // group_of's answers
   const std::vector<double>& factor_;
+  const RankGroups* own_;
+  Models& models_;
   bool join_streams_;
   bool node_simulated_;  // the node's other ranks are simulated beside this one, on the same interface clock
-  std::unordered_map<const StepEvent*, std::pair<int, int>> groups_;  // group_of's answers
   std::size_t param_event_ = 0;                                       // issue_up_to's place in a call's gathers
   double param_at_ = 0;
   Idle params_idle_, gradients_idle_;
@@ -529,8 +560,6 @@ class Simulation {
   std::map<std::string, int> occurrence_;
   SimulatedStep s_;
   Links links_;
-  using Key = std::tuple<int, std::string, std::uint64_t, std::uint64_t, std::int64_t, int>;
-  std::map<Key, coll::CollectiveModel> models_;
   double params_free_ = 0, gradients_free_ = 0, sends_free_ = 0;
 };
 
@@ -631,19 +660,20 @@ namespace {
 // time order, Exchange::turn). A simulation left waiting when nothing can move is a cycle of waits.
 std::vector<SimulatedStep> run_together(const std::vector<SimulatedRank>& ranks, const UnitTimes& t,
                                         const SimulatorLinks& links, bool join_streams, NodeInterface nodes) {
+  const auto rank_of = [](const SimulatedRank& r) { return r.groups != nullptr ? r.groups->rank : r.description->plan.rank; };
   int world = 0;
-  for (const SimulatedRank& r : ranks) world = std::max(world, r.description->plan.rank + 1);
+  for (const SimulatedRank& r : ranks) world = std::max(world, rank_of(r) + 1);
   std::vector<char> together(static_cast<std::size_t>(world), 0);
-  for (const SimulatedRank& r : ranks) together[static_cast<std::size_t>(r.description->plan.rank)] = 1;
+  for (const SimulatedRank& r : ranks) together[static_cast<std::size_t>(rank_of(r))] = 1;
   // A node all of whose ranks are here, on a shared interface, gets one clock for them all (NodeInterface::shared).
   const int rpn = links.ranks_per_node;
   const bool shared = nodes == NodeInterface::shared && rpn > 0 && !links.nic_per_rank;
   std::vector<double> node_clock(shared ? static_cast<std::size_t>((world + rpn - 1) / rpn) : 0, 0.0);
   std::vector<int> present(node_clock.size(), 0);
   for (const SimulatedRank& r : ranks)
-    if (shared) ++present[static_cast<std::size_t>(r.description->plan.rank / rpn)];
+    if (shared) ++present[static_cast<std::size_t>(rank_of(r) / rpn)];
   auto clock_of = [&](const SimulatedRank& r) -> double* {
-    const auto node = shared ? static_cast<std::size_t>(r.description->plan.rank / rpn) : 0;
+    const auto node = shared ? static_cast<std::size_t>(rank_of(r) / rpn) : 0;
     return shared && present[node] == rpn ? &node_clock[node] : nullptr;
   };
   Exchange x;
@@ -651,11 +681,16 @@ std::vector<SimulatedStep> run_together(const std::vector<SimulatedRank>& ranks,
   // Replicas that queue on one interface no longer move alike: their streams' collectives join too (the first to
   // issue one waits for the others), as in simulate_joined.
   join_streams = join_streams || x.ordered;
+  GroupsTogether groups;
+  // One per description and interface model: a role shares its calls' durations, which the shared clock changes.
+  std::map<std::pair<const schedulers::StepDescription*, bool>, Models> models;
   std::vector<Simulation> sims;
   sims.reserve(ranks.size());
-  for (std::size_t i = 0; i < ranks.size(); ++i)
-    sims.emplace_back(static_cast<int>(i), *ranks[i].description, t, links, together, ranks[i].attention_factor,
-                      join_streams, clock_of(ranks[i]));
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    double* nic = clock_of(ranks[i]);
+    sims.emplace_back(static_cast<int>(i), *ranks[i].description, t, links, together, groups, ranks[i].attention_factor,
+                      ranks[i].groups, models[{ranks[i].description, nic != nullptr}], join_streams, nic);
+  }
   for (const Simulation& s : sims) x.clock.push_back(s.clock());
   std::vector<bool> done(sims.size(), false);
   for (std::size_t i = 0; i < sims.size(); ++i) x.wake(static_cast<int>(i));

@@ -84,7 +84,7 @@ class AsyncHzpPlan final : public EnginePlan {
     driver_group = {"scalars", plan_group(in, dp_key, [&] { return data_parallel_ranks(mesh, r); })};
     // Every rank converts gradients in deterministic mode; with cp or pp the scalars' ranks are only some of them.
     if (verdict_over_world(dims_) && in.train.deterministic)
-      verdict_group = {"verdict", plan_group(in, "verdict", [&] { return world_plan_group("", in.world_size).members.get(); })};
+      verdict_group = {"verdict", plan_world_group(in)};
     cp_ = std::make_unique<ContextParallelPlan>(in, dims_, mesh);
     actions = pipeline_->actions(in.options, micro_batches_per_rank);
     chunks_per_stage = pipeline_->chunks_per_stage();

@@ -7,6 +7,7 @@
 #include "hzp/schedulers/common/bucketed_all_reduce.hpp"
 #include "hzp/schedulers/common/expert_data_parallel.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
+#include "hzp/schedulers/step/plan_world.hpp"
 #include "plan/engine_plans.hpp"
 
 namespace hzp::schedulers {
@@ -19,27 +20,31 @@ class DdpPlan final : public EnginePlan {
     const ParallelDims dims = scheduler_parallel_dims(name, in.options, in.world_size);
     check_plan_batches(name, in, 0, dims.dp());
     const workloads::ParamLayout& layout = *in.layout;
-    const coll::RankMesh mesh = dims.mesh(plan_topology(in));
+    // The mesh and groups are the world's when the caller describes many ranks (plan_world.hpp).
+    const std::shared_ptr<const coll::RankMesh> shared_mesh = plan_mesh(in, dims);
+    const coll::RankMesh& mesh = *shared_mesh;
     // Gradients are summed over data × context (each context-parallel rank holds its tokens' share); the loss
     // over data parallelism (the driver sums the context shares itself).
-    dp_ = {"dp", data_context_ranks(mesh, in.rank)};
-    driver_group = {"scalars", data_parallel_ranks(mesh, in.rank)};
+    dp_ = {"dp", plan_mesh_group(in, mesh, data_context_axes())};
+    driver_group = {"scalars", plan_mesh_group(in, mesh, data_parallel_axes())};
     if (dims.pp > 1) {
       const std::string_view distinct[] = {kAxisPipeline, kAxisTensor};
-      tp_ = {"distinct", mesh.group(distinct, in.rank)};
+      tp_ = {"distinct", plan_mesh_group(in, mesh, distinct)};
     } else if (dims.tp > 1) {
-      tp_ = {"tp", mesh.group(kAxisTensor, in.rank)};
+      tp_ = {"tp", plan_mesh_group(in, mesh, kAxisTensor)};
     }
     // Expert parallelism (nd; or an MoE model's tensor-parallel row shares, ExpertDataParallel::make): buckets over
     // the ranks holding the same experts, the norm over ep × tp × the stages.
     if (dims.ep > 1 || (dims.tp > 1 && !tp_share_ranges(layout).empty())) {
-      for (const std::vector<int>& g : dims.expert_data_groups(mesh))
-        if (std::find(g.begin(), g.end(), in.rank) != g.end()) dp_ = {"dp", g};
-      for (const std::vector<int>& g : dims.expert_distinct_groups(mesh))
-        if (std::find(g.begin(), g.end(), in.rank) != g.end()) tp_ = {"distinct", g};
+      const std::string d = dims.describe();
+      if (GroupMembers g = plan_group_holding(in, "expert data " + d, [&] { return dims.expert_data_groups(mesh); });
+          !g.empty())
+        dp_ = {"dp", g};
+      if (GroupMembers g = plan_group_holding(in, "expert distinct " + d, [&] { return dims.expert_distinct_groups(mesh); });
+          !g.empty())
+        tp_ = {"distinct", g};
     }
-    if (verdict_over_world(dims) && in.train.deterministic)
-      verdict_group = world_plan_group("verdict", in.world_size);
+    if (verdict_over_world(dims) && in.train.deterministic) verdict_group = {"verdict", plan_world_group(in)};
     const auto n = static_cast<std::uint64_t>(layout.total_numel());
     const bool mixed = workloads::has_separate_master(in.train.precision);
     micro_batches_per_rank = in.train.micro_batches() / dims.dp();

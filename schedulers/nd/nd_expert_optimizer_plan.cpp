@@ -5,6 +5,7 @@
 #include "hzp/schedulers/common/expert_shard_layout.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
 #include "hzp/schedulers/data_parallel.hpp"
+#include "hzp/schedulers/step/plan_world.hpp"
 #include "plan/engine_plans.hpp"
 
 namespace hzp::schedulers {
@@ -23,14 +24,13 @@ class ExpertOptimizerPlan final : public EnginePlan {
         pdt_(workloads::param_dtype(in.train.precision)) {
     check_expert_optimizer(in.train, dims_);
     check_plan_batches("nd", in, 0, dims_.dp());
-    const coll::RankMesh mesh = dims_.mesh(plan_topology(in));
+    const std::shared_ptr<const coll::RankMesh> shared_mesh = plan_mesh(in, dims_);  // the world's (plan_world.hpp)
+    const coll::RankMesh& mesh = *shared_mesh;
     const std::string_view shard_axes[] = {kAxisShard, kAxisContext};
-    shard_ = {"shard", mesh.group(shard_axes, in.rank)};
-    for (const std::vector<int>& g : dims_.expert_data_groups(mesh))
-      for (int r : g)
-        if (r == in.rank) edp_ = {"edp", g};
-    norm_ = sharded_norm_group(dims_, mesh, in.rank, shard_);
-    driver_group = {"scalars", data_parallel_ranks(mesh, in.rank)};
+    shard_ = {"shard", plan_mesh_group(in, mesh, shard_axes)};
+    edp_ = {"edp", plan_group_holding(in, "expert data " + dims_.describe(), [&] { return dims_.expert_data_groups(mesh); })};
+    norm_ = sharded_norm_group(in, dims_, mesh, shard_);
+    driver_group = {"scalars", plan_mesh_group(in, mesh, data_parallel_axes())};
     micro_batches_per_rank = in.train.micro_batches() / dims_.dp();
     shards_ = std::make_unique<ExpertShardLayout>(*in.layout, static_cast<int>(shard_.members.size()),
                                                   static_cast<int>(edp_.members.size()));

@@ -13,6 +13,7 @@
 #include "hzp/schedulers/common/expert_data_parallel.hpp"
 #include "hzp/schedulers/common/shared_stage_grads.hpp"
 #include "hzp/schedulers/nd.hpp"
+#include "hzp/schedulers/step/plan_world.hpp"
 #include "hzp/schedulers/step/step_driver.hpp"
 #include "hzp/workloads/model_factory.hpp"
 #include "plan/context_parallel_plan.hpp"
@@ -29,14 +30,17 @@ class NdPlan final : public EnginePlan {
       HZP_THROW(ConfigError, "the plan of scheduler nd at scheduler.tp = ", dims_.tp, ", scheduler.cp = ", dims_.cp,
                 ", scheduler.pp = ", dims_.pp, " needs the model (its tensor-parallel pieces and collectives, its "
                 "ring attention's messages, its activations between stages), not only its layout");
-    const coll::RankMesh mesh = dims_.mesh(plan_topology(in));  // refuses tp across nodes unless allowed
-    tp_ = {"tp", mesh.group(kAxisTensor, in.rank)};
+    // Refuses tp across nodes unless allowed; the world's mesh and groups when the caller describes many ranks.
+    const std::shared_ptr<const coll::RankMesh> shared_mesh = plan_mesh(in, dims_);
+    const coll::RankMesh& mesh = *shared_mesh;
+    tp_ = {"tp", plan_mesh_group(in, mesh, kAxisTensor)};
     if (dims_.ep > 1) {
       if (in.model == nullptr)
         HZP_THROW(ConfigError, "the plan of scheduler nd at scheduler.ep = ", dims_.ep, " needs the model (its "
                   "expert pieces and all-to-alls), not only its layout");
-      for (const std::vector<int>& g : dims_.expert_groups(mesh))
-        if (std::find(g.begin(), g.end(), in.rank) != g.end()) ep_ = {"ep", g};
+      if (GroupMembers g = plan_group_holding(in, "expert " + dims_.describe(), [&] { return dims_.expert_groups(mesh); });
+          !g.empty())
+        ep_ = {"ep", g};
     }
     cp_ = std::make_unique<ContextParallelPlan>(in, dims_, mesh);
     const int tp_rank = mesh.position(kAxisTensor, in.rank);

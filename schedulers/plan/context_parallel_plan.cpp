@@ -2,6 +2,7 @@
 #include "plan/context_parallel_plan.hpp"
 
 #include "hzp/core/error.hpp"
+#include "hzp/schedulers/step/plan_world.hpp"
 #include "hzp/schedulers/step/step_driver.hpp"
 #include "hzp/workloads/context_parallel.hpp"
 #include "hzp/workloads/model_factory.hpp"
@@ -26,7 +27,7 @@ ContextParallelPlan::ContextParallelPlan(const PlanInputs& in, const ParallelDim
     HZP_THROW(ConfigError, "the plan at scheduler.cp = ", cp_, " needs the model (its ring attention's messages), "
               "not only its layout");
   (void)workloads::ContextShard(in.model->seq_len(), cp_, 0);  // ConfigError unless 2·cp divides seq_len
-  group_ = {"cp", mesh.group(kAxisContext, in.rank)};
+  group_ = {"cp", plan_mesh_group(in, mesh, kAxisContext)};
   rank_ = mesh.position(kAxisContext, in.rank);
 }
 

@@ -21,7 +21,8 @@ std::unique_ptr<EnginePlan> plan_ddp_engine(const PlanInputs& in, std::string_vi
 std::unique_ptr<EnginePlan> plan_zero_engine(const PlanInputs& in, int stage, bool hybrid, std::string_view name);
 /// The group a sharded engine's norm sums over (zero_plan.cpp): every rank holding a distinct part of the model (the
 /// shards × tp × stages: "distinct") under tp or pp, else the shard group itself.
-PlanGroup sharded_norm_group(const ParallelDims& dims, const coll::RankMesh& mesh, int rank, const PlanGroup& shard);
+PlanGroup sharded_norm_group(const PlanInputs& in, const ParallelDims& dims, const coll::RankMesh& mesh,
+                             const PlanGroup& shard);
 /// nd: the model's tensor-parallel collectives around ddp's or zero1's engine over its data-parallel group.
 std::unique_ptr<EnginePlan> plan_nd_engine(const PlanInputs& in);
 /// nd's distributed optimizer with expert pieces or tp gradient shares (nd_expert_optimizer_plan.cpp); `in.layout` is

@@ -3,6 +3,7 @@
 
 #include "hzp/core/error.hpp"
 #include "hzp/schedulers/common/shared_stage_grads.hpp"
+#include "hzp/schedulers/step/plan_world.hpp"
 #include "hzp/schedulers/step/step_driver.hpp"
 #include "hzp/workloads/model_factory.hpp"
 
@@ -11,14 +12,16 @@ namespace {
 
 // SharedStageGrads' group: the ranks at this rank's place in the other axes on the stages holding a shared unit.
 // A stage is in it when its layout holds shared units, by the engines' own rule (shared_units).
-PlanGroup shared_stage_group(const workloads::ParamLayout& whole, const workloads::StageCut& cut,
-                             const coll::RankMesh& mesh, int rank) {
-  const std::vector<int> stages = mesh.group(kAxisPipeline, rank);
-  std::vector<int> members;
-  for (std::size_t s = 0; s < stages.size(); ++s)
-    if (!shared_units(workloads::stage_layout(whole, {cut.stage_of_unit, static_cast<int>(s)})).empty())
-      members.push_back(stages[s]);
-  return {"embedding", std::move(members)};
+// Made once per pipeline group when the caller describes many ranks (plan_world.hpp).
+PlanGroup shared_stage_group(const PlanInputs& in, const workloads::ParamLayout& whole, const workloads::StageCut& cut,
+                             const GroupMembers& stages) {
+  return {"embedding", plan_group(in, "pipeline embedding from " + std::to_string(stages.front()), [&] {
+            std::vector<int> members;
+            for (std::size_t s = 0; s < stages.size(); ++s)
+              if (!shared_units(workloads::stage_layout(whole, {cut.stage_of_unit, static_cast<int>(s)})).empty())
+                members.push_back(stages[s]);
+            return members;
+          })};
 }
 
 }  // namespace
@@ -35,10 +38,10 @@ PipelinePlan::PipelinePlan(const PlanInputs& in, const ParallelDims& dims, const
               "not only its layout");
   pipeline_ = std::make_unique<PipelineLayout>(pipeline_layout_from(in.options, whole.num_units()));
   stage_ = mesh.position(kAxisPipeline, in.rank);
-  pp_group_ = {"pp", mesh.group(kAxisPipeline, in.rank)};
+  pp_group_ = {"pp", plan_mesh_group(in, mesh, kAxisPipeline)};
   const workloads::StageCut cut = pipeline_->cut(stage_);
   layout_ = std::make_unique<workloads::ParamLayout>(workloads::stage_layout(whole, cut));
-  embedding_ = shared_stage_group(whole, cut, mesh, in.rank);
+  embedding_ = shared_stage_group(in, whole, cut, pp_group_.members);
   boundary_ = in.model->boundary_elements(in.train.micro_batch_size, dims.tp, in.options.sequence_parallel, dims.cp);
   adt_ = workloads::activation_dtype(in.train.precision);
 }

@@ -8,6 +8,7 @@
 #include "hzp/schedulers/common/shard_layout.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
 #include "hzp/schedulers/step/first_use_gathers.hpp"
+#include "hzp/schedulers/step/plan_world.hpp"
 #include "plan/engine_plans.hpp"
 
 namespace hzp::schedulers {
@@ -30,14 +31,15 @@ class ZeroPlan final : public EnginePlan {
         pdt_(workloads::param_dtype(in.train.precision)),
         wire_(grad_wire_dtype(in.train)),
         deterministic_(in.train.deterministic) {
-    const coll::RankMesh mesh = dims_.mesh(plan_topology(in));
+    // The mesh and groups are the world's when the caller describes many ranks (plan_world.hpp).
+    const std::shared_ptr<const coll::RankMesh> shared_mesh = plan_mesh(in, dims_);
+    const coll::RankMesh& mesh = *shared_mesh;
     const std::string_view shard_axes[] = {kAxisShard, kAxisContext};  // cp ranks are data-parallel for the weights
-    shard_ = {"shard", mesh.group(shard_axes, in.rank)};
-    norm_ = sharded_norm_group(dims_, mesh, in.rank, shard_);
-    if (verdict_over_world(dims_) && in.train.deterministic)
-      verdict_group = world_plan_group("verdict", in.world_size);
-    if (hybrid) replica_ = {"replica", mesh.group(kAxisReplicate, in.rank)};
-    driver_group = {"scalars", data_parallel_ranks(mesh, in.rank)};
+    shard_ = {"shard", plan_mesh_group(in, mesh, shard_axes)};
+    norm_ = sharded_norm_group(in, dims_, mesh, shard_);
+    if (verdict_over_world(dims_) && in.train.deterministic) verdict_group = {"verdict", plan_world_group(in)};
+    if (hybrid) replica_ = {"replica", plan_mesh_group(in, mesh, kAxisReplicate)};
+    driver_group = {"scalars", plan_mesh_group(in, mesh, data_parallel_axes())};
     const auto full = static_cast<std::uint64_t>(shards_.padded_total()), slice = static_cast<std::uint64_t>(shards_.slice_total());
     const bool mixed = workloads::has_separate_master(in.train.precision);
     micro_batches_per_rank = in.train.micro_batches() / dims_.dp();
@@ -81,14 +83,15 @@ class ZeroPlan final : public EnginePlan {
 
 }  // namespace
 
-PlanGroup sharded_norm_group(const ParallelDims& dims, const coll::RankMesh& mesh, int rank, const PlanGroup& shard) {
+PlanGroup sharded_norm_group(const PlanInputs& in, const ParallelDims& dims, const coll::RankMesh& mesh,
+                             const PlanGroup& shard) {
   if (dims.pp > 1) {
     const std::string_view distinct[] = {kAxisPipeline, kAxisShard, kAxisContext, kAxisTensor};
-    return {"distinct", mesh.group(distinct, rank)};
+    return {"distinct", plan_mesh_group(in, mesh, distinct)};
   }
   if (dims.tp > 1) {
     const std::string_view distinct[] = {kAxisShard, kAxisContext, kAxisTensor};
-    return {"distinct", mesh.group(distinct, rank)};
+    return {"distinct", plan_mesh_group(in, mesh, distinct)};
   }
   return shard;
 }

@@ -1,11 +1,14 @@
 // A PlanWorld (step/plan_world.hpp) only memoizes: every rank's step description made with one world shared across
 // the ranks equals the one made without it, event by event (place, stream, the call and its bytes, the group's
-// members), for asynchzp's layouts (its groups come from the world), deterministic mode's verdict group included,
-// and for engines that take only the mesh from it.
+// members), for every engine that describes a step (asynchzp, zero1-3, hsdp, ddp and nd with tensor, context,
+// pipeline and expert parallelism and its distributed optimizers; each takes its mesh and groups from the world),
+// deterministic mode's verdict group included; and ranks of one group share its members' vector.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hzp/schedulers/plan.hpp"
 #include "hzp/schedulers/step/plan_world.hpp"
@@ -46,6 +49,7 @@ TEST(PlanWorld, DescriptionsEqualThoseWithoutIt) {
     const char* scheduler;
     bool deterministic;
     void (*set)(O&);
+    const char* preset = "tiny";
   };
   const Case cases[] = {
       {"asynchzp 8-4-2", "asynchzp", false, [](O& o) { o.z1 = 8, o.z2 = 4, o.z3 = 2; }},
@@ -53,13 +57,24 @@ TEST(PlanWorld, DescriptionsEqualThoseWithoutIt) {
       {"asynchzp rs step end", "asynchzp", false,
        [](O& o) { o.z1 = 8, o.z2 = 4, o.z3 = 2, o.step_end = O::StepEnd::reduce_scatter; }},
       {"asynchzp pp2 cp2", "asynchzp", false, [](O& o) { o.z1 = 4, o.z2 = 2, o.z3 = 2, o.pp = 2, o.cp = 2; }},
+      {"zero1", "zero1", false, [](O&) {}},
+      {"zero2, deterministic", "zero2", true, [](O&) {}},
       {"zero3", "zero3", false, [](O&) {}},
+      {"hsdp 4", "hsdp", false, [](O& o) { o.group_size = 4; }},
+      {"ddp", "ddp", false, [](O&) {}},
+      {"ddp, deterministic", "ddp", true, [](O&) {}},
       {"nd tp2 cp2", "nd", false, [](O& o) { o.tp = 2, o.cp = 2; }},
+      {"nd tp2 pp4", "nd", false, [](O& o) { o.tp = 2, o.pp = 4; }},
+      {"nd tp2 pp2 cp2, distributed optimizer", "nd", false,
+       [](O& o) { o.tp = 2, o.pp = 2, o.cp = 2, o.distributed_optimizer = true; }},
+      {"nd ep2", "nd", false, [](O& o) { o.ep = 2; }, "tiny-moe"},
+      {"nd ep2 pp2, expert optimizer", "nd", false, [](O& o) { o.ep = 2, o.pp = 2, o.distributed_optimizer = true; },
+       "tiny-moe"},
   };
-  const auto& preset = workloads::model_preset("tiny");
-  const auto spec = workloads::llama_spec(preset.model);
-  const workloads::ParamLayout layout = workloads::llama_layout(preset.model);
   for (const Case& c : cases) {
+    const auto& preset = workloads::model_preset(c.preset);
+    const auto spec = workloads::llama_spec(preset.model);
+    const workloads::ParamLayout layout = workloads::llama_layout(preset.model);
     PlanInputs in;
     in.layout = &layout;
     in.model = spec.get();
@@ -72,13 +87,24 @@ TEST(PlanWorld, DescriptionsEqualThoseWithoutIt) {
     in.small_message_bytes = 4096;
     c.set(in.options);
     PlanWorld world(in.world_size, in.ranks_per_node);
+    std::vector<StepDescription> shared_ds;
     for (int r = 0; r < in.world_size; ++r) {
       PlanInputs alone = in, shared = in;
       alone.rank = shared.rank = r;
       shared.world = &world;
-      expect_same(describe_step(c.scheduler, alone), describe_step(c.scheduler, shared),
-                  std::string(c.name) + ", rank " + std::to_string(r));
+      shared_ds.push_back(describe_step(c.scheduler, shared));
+      expect_same(describe_step(c.scheduler, alone), shared_ds.back(), std::string(c.name) + ", rank " + std::to_string(r));
     }
+    // The world made each group once: where two ranks' events of one place name equal groups, they point to one
+    // vector (no rank holds a copy of its own).
+    std::size_t copies = 0;
+    for (const StepDescription& a : shared_ds)
+      for (const StepDescription& b : shared_ds)
+        for (std::size_t i = 0; i < std::min(a.events.size(), b.events.size()); ++i) {
+          const StepEvent &x = a.events[i], &y = b.events[i];
+          if (x.collective.group == y.collective.group && x.members == y.members && !x.members.same(y.members)) ++copies;
+        }
+    EXPECT_EQ(copies, 0u) << c.name;
   }
 }
 

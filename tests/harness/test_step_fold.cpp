@@ -2,15 +2,21 @@
 // rank (step time, exposed communication, pipeline wait, bytes and durations per op and level), for the data-parallel
 // schedulers, nd's tensor, context, pipeline and expert layouts and asynchzp with stages, at 16 ranks in nodes of 4,
 // where simulating every rank is cheap; and the fold does fold (fewer ranks simulated than the world, but where the
-// pipelines that share a node's interface make up the world), and splits ranks whose descriptions differ.
+// pipelines that share a node's interface make up the world), and splits ranks whose descriptions differ. Under
+// document packing (every rank its own attention factors, simulated in its join set) the ranks of a role share one
+// description (role_descriptions.hpp), and the joined simulation equals the one of every rank's own description to the
+// bit, at 16 to 64 ranks.
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "hzp/harness/packing_imbalance.hpp"
+#include "hzp/harness/role_descriptions.hpp"
 #include "hzp/harness/step_fold.hpp"
 #include "hzp/schedulers/plan.hpp"
+#include "hzp/schedulers/step/plan_world.hpp"
 #include "hzp/workloads/llama.hpp"
 #include "hzp/workloads/model_factory.hpp"
 #include "hzp/workloads/presets.hpp"
@@ -63,15 +69,15 @@ struct World {
   }
 };
 
-std::unique_ptr<World> world_of(const Case& c) {
+std::unique_ptr<World> world_of(const Case& c, int world = kWorld) {
   const auto& preset = workloads::model_preset(c.preset);
   auto w = std::make_unique<World>(World{workloads::llama_spec(preset.model), workloads::llama_layout(preset.model), {}});
   w->in.layout = &w->layout;
   w->in.model = w->spec.get();
   w->in.train = preset.train;
-  w->in.train.global_batch = 32;
+  w->in.train.global_batch = 2 * world;
   w->in.train.micro_batch_size = 1;
-  w->in.world_size = kWorld;
+  w->in.world_size = world;
   w->in.ranks_per_node = kPerNode;
   w->in.small_message_bytes = 4096;  // both the ring and the latency-optimal rounds appear
   w->in.options = c.options;
@@ -177,6 +183,62 @@ TEST(StepFold, KeysSeeTheNodePattern) {
   c.plan.rank = 4;  // from rank 4 the pattern is rank 0's, rotated
   EXPECT_NE(keys.key({&a}), keys.key({&b}));
   EXPECT_EQ(keys.key({&a}), keys.key({&c}));
+}
+
+// Document packing: every rank simulated in its join set with its own attention factors (σ = 1 documents of 40
+// tokens in tiny's sequences, so the factors differ between ranks). Given its role's description and its own groups
+// (RoleDescriptions, the ranks described with a PlanWorld as `simulate` does), every rank's step equals the one from
+// its own description (described alone, no world) to the bit; and ranks did share descriptions.
+TEST(JoinedSimulation, RolesShareDescriptionsExactly) {
+  workloads::DocumentPacking docs;
+  docs.kind = workloads::PackingKind::documents;
+  docs.mean_tokens = 40;
+  docs.sigma = 1.0;
+  docs.seed = 3;
+  std::vector<std::pair<Case, int>> layouts;
+  for (const Case& c : cases()) layouts.emplace_back(c, kWorld);
+  for (const int world : {32, 64}) {
+    layouts.emplace_back(Case{"zero3", "zero3", "tiny", {}}, world);
+    layouts.emplace_back(Case{"asynchzp 8-4-2", "asynchzp", "tiny", opts([](auto& o) { o.z1 = 8, o.z2 = 4, o.z3 = 2; })},
+                         world);
+    layouts.emplace_back(Case{"nd tp2 pp4", "nd", "tiny", opts([](auto& o) { o.tp = 2, o.pp = 4; })}, world);
+  }
+  for (const auto& [c, world] : layouts) {
+    const std::unique_ptr<World> w = world_of(c, world);
+    const std::string name = std::string(c.name) + " at W = " + std::to_string(world);
+    const UnitTimes t = unit_times(w->layout);
+    const SimulatorLinks l = slow_links(false);
+    const std::vector<RankRows> rows = world_rank_rows(c.scheduler, c.options, world, kPerNode);
+    std::vector<std::vector<double>> factors;
+    for (const RankRows& r : rows)
+      factors.push_back(attention_factors(docs, w->in.train.global_batch, 1, w->spec->seq_len(), r));
+    std::vector<StepDescription> own;
+    std::vector<SimulatedRank> alone;
+    for (int r = 0; r < world; ++r) own.push_back(w->describe(c.scheduler, r));
+    for (int r = 0; r < world; ++r) alone.push_back({&own[static_cast<std::size_t>(r)], factors[static_cast<std::size_t>(r)]});
+    schedulers::PlanWorld plan_world(world, kPerNode);
+    schedulers::PlanInputs in = w->in;
+    in.world = &plan_world;
+    const RoleDescriptions roles(world, [&](int r) {
+      schedulers::PlanInputs mine = in;
+      mine.rank = r;
+      return schedulers::describe_step(c.scheduler, mine);
+    }, kPerNode);
+    std::vector<SimulatedRank> shared;
+    for (int r = 0; r < world; ++r) shared.push_back(roles.rank(r, factors[static_cast<std::size_t>(r)]));
+    EXPECT_LT(roles.roles(), world) << name;
+    bool uneven = false;
+    for (const auto& f : factors) uneven = uneven || f != factors.front();
+    EXPECT_TRUE(uneven) << name << ": the ranks' attention differs";
+    const std::vector<SimulatedStep> a = simulate_joined(alone, t, l), b = simulate_joined(shared, t, l);
+    ASSERT_EQ(a.size(), b.size()) << name;
+    double waited = 0;
+    for (int r = 0; r < world; ++r) {
+      test::expect_same_step(a[static_cast<std::size_t>(r)], b[static_cast<std::size_t>(r)], name + ", rank " + std::to_string(r));
+      waited += a[static_cast<std::size_t>(r)].join_wait_s;
+    }
+    EXPECT_GT(waited, 0) << name << ": ranks wait for slower peers";
+  }
 }
 
 }  // namespace

@@ -23,8 +23,12 @@ struct RankRows {
   int cp = 1, cp_rank = 0;
 };
 
-/// Rank `rank`'s rows under scheduler `name`'s degrees at `world_size` ranks (scheduler_parallel_dims, the mesh a run
-/// builds its groups from; `ranks_per_node` as the topology's).
+/// Every rank's rows under scheduler `name`'s degrees at `world_size` ranks (scheduler_parallel_dims, the mesh a run
+/// builds its groups from; `ranks_per_node` as the topology's), by world rank: one mesh and one pass over its
+/// data-parallel groups.
+std::vector<RankRows> world_rank_rows(std::string_view name, const schedulers::SchedulerOptions& options,
+                                      int world_size, int ranks_per_node);
+/// Rank `rank`'s rows (world_rank_rows' entry).
 RankRows rank_rows(std::string_view name, const schedulers::SchedulerOptions& options, int world_size,
                    int ranks_per_node, int rank);
 

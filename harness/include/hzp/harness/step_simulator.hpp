@@ -93,13 +93,32 @@ std::vector<SimulatedStep> simulate_steps(const std::vector<const schedulers::St
                                           const UnitTimes& t, const SimulatorLinks& links,
                                           NodeInterface nodes = NodeInterface::copies);
 
+/// What ranks of one role share besides their description: per event of the description, which of its groups the
+/// event is on (an index into RankGroups::members), and the described rank's position in each group (-1: none).
+struct RoleGroups {
+  std::vector<int> slot;
+  std::vector<int> position;
+};
+
+/// A rank simulated with its role's description: its world rank and, per group of the role (RoleGroups::slot), its
+/// own members. Ranks with one description share their collectives' modelled durations (the role's key holds
+/// everything the link model reads of a group: its node pattern seen from the rank).
+struct RankGroups {
+  int rank = 0;
+  const RoleGroups* role = nullptr;
+  std::vector<schedulers::GroupMembers> members;
+};
+
 /// One rank of those simulated together: its description and, per local micro-batch (Action::micro_batch), the
 /// factor its attention time takes (document packing, packing_imbalance.hpp); empty: 1 throughout. Ranks whose
-/// factors differ compute differently, so a simulation that folds the ranks of one role into one must keep them
-/// apart (the factors are part of the role).
+/// factors differ compute differently: ranks of one role may share a description, but each is simulated with its own
+/// factors.
 struct SimulatedRank {
   const schedulers::StepDescription* description = nullptr;
   std::vector<double> attention_factor;
+  /// Where `description` is another rank's of the same role (role_descriptions.hpp: equal up to the world ranks its
+  /// groups hold), this rank's own groups; nullptr: the description is the rank's own.
+  const RankGroups* groups = nullptr;
 };
 
 /// As simulate_steps, for ranks that do not compute alike (a join set: every rank some collective of theirs couples,
@@ -107,7 +126,8 @@ struct SimulatedRank {
 /// the rank's factor for the micro-batch, and every collective over several of these ranks starts when its last
 /// member issues it, on the params and gradients streams too (the stream's next call waits, not compute; the
 /// refreshes queued at the step's start and the calls inside a unit, over ranks of the same rows, do not join).
-/// With every factor 1 and symmetric peers it equals simulate_steps.
+/// With every factor 1 and symmetric peers it equals simulate_steps. Ranks given one description (SimulatedRank::groups)
+/// share its calls' modelled durations, computed once.
 std::vector<SimulatedStep> simulate_joined(const std::vector<SimulatedRank>& ranks, const UnitTimes& t,
                                            const SimulatorLinks& links);
 
