@@ -1,5 +1,6 @@
 // The discrete-event model of one rank's step (step_simulator.hpp). Times start at 0 with the step; each
-// stream is a busy-until clock, and so is each link level of the rank (what LinkEmulator::reserve keeps).
+// stream is a busy-until clock; each link level of the rank keeps its calls' bookings (link_book.hpp, the rule
+// LinkEmulator books by).
 #include "hzp/harness/step_simulator.hpp"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "hzp/collectives/link_book.hpp"
 #include "hzp/core/error.hpp"
 
 namespace hzp::harness {
@@ -26,9 +28,10 @@ int ceil_log2(int p) {
   return r;
 }
 
-// The rank's two link levels as busy-until clocks; a call starts once every level it uses is free.
+// The rank's two link levels: a call starts at the earliest time at or after its issue when every level it uses
+// has a gap that fits it (streams book out of time order: a call issued later may take an earlier gap).
 struct Links {
-  double intra_free = 0, nic_free = 0;
+  coll::LinkBook<double> intra, nic;
 };
 
 // One collective over several of the ranks simulated together: how many joined, the last join, who has read it
@@ -427,12 +430,14 @@ class Simulation {
     auto it = models_.find(key);
     if (it == models_.end()) it = models_.emplace(key, model_event(e)).first;
     const coll::CollectiveModel& m = it->second;
+    // No stream issues a call before the earliest of its clocks: what ended by then is of no use to any gap search.
+    const double past = std::min({now_, params_free_, gradients_free_});
+    links_.intra.forget_before(past);
+    links_.nic.forget_before(past);
     for (std::int64_t i = 0; i < n; ++i) {
-      double start = at;
-      if (m.intra_busy_s > 0) start = std::max(start, links_.intra_free);
-      if (m.nic_busy_s > 0) start = std::max(start, links_.nic_free);
-      if (m.intra_busy_s > 0) links_.intra_free = start + m.intra_busy_s;
-      if (m.nic_busy_s > 0) links_.nic_free = start + m.nic_busy_s;
+      const double start = coll::earliest_on_both(links_.intra, m.intra_busy_s, links_.nic, m.nic_busy_s, at);
+      links_.intra.book(start, m.intra_busy_s);
+      links_.nic.book(start, m.nic_busy_s);
       at = start + m.duration_s;
       s_.comm_time_s += m.duration_s;
     }
