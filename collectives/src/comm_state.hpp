@@ -179,8 +179,9 @@ struct CallInfo {
 };
 
 /// The Request::Impl of every MPI call: waits on `op` under the wait policy and the deadline,
-/// sleeps the remainder of the link model (when `model` is given), records counters once.
+/// sleeps the remainder of the link model (when `model` is given; `booked` is where the links were reserved
+/// for it), records counters once.
 Request make_request(std::shared_ptr<CommState> st, const CallInfo& info, std::unique_ptr<Operation> op,
-                     const CollectiveModel* model);
+                     const CollectiveModel* model, const LinkReservation& booked);
 
 }  // namespace hzp::coll::detail

@@ -1,6 +1,6 @@
-// Link emulation: the per-level link model, the busy-until clocks (an atomic per rank for its
-// intra-node port; an atomic in a POSIX shared-memory segment per node for its network interface),
-// and the sleep that fills a call up to its modelled time.
+// Link emulation: the per-level link model, the links' bookings (link_book.hpp behind a lock: per rank in
+// the process for its intra-node port; per node in a POSIX shared-memory segment, with a process-shared
+// mutex, for its network interface), and the sleep that fills a call up to its modelled time.
 //
 // Why POSIX shared memory and not an MPI shared-memory window: the segment is created, opened and
 // unlinked inside the (collective) constructor, after which every rank only maps and unmaps it,
@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,21 +31,50 @@ namespace {
 std::int64_t to_ns(double s) noexcept { return static_cast<std::int64_t>(std::llround(s * 1e9)); }
 double to_s(std::int64_t ns) noexcept { return static_cast<double>(ns) * 1e-9; }
 
-// Reserves [max(from, busy), + dur) on a clock; returns the start.
-std::int64_t reserve_clock(std::atomic<std::int64_t>& busy, std::int64_t from, std::int64_t dur) noexcept {
-  std::int64_t cur = busy.load(std::memory_order_relaxed);
-  std::int64_t start = 0;
-  do {
-    start = std::max(cur, from);
-  } while (!busy.compare_exchange_weak(cur, start + dur, std::memory_order_acq_rel, std::memory_order_relaxed));
-  return start;
-}
+std::int64_t busy_ns(double s) noexcept { return s > 0 ? to_ns(s) : 0; }
 
-void extend_clock(std::atomic<std::int64_t>& busy, std::int64_t until) noexcept {
-  std::int64_t cur = busy.load(std::memory_order_relaxed);
-  while (cur < until && !busy.compare_exchange_weak(cur, until, std::memory_order_acq_rel)) {
+}  // namespace
+
+// A link keeps this many bookings: a few ranks' pending calls and the recent past (a settle may look back to a start
+// that passed while its transfer ran). The earliest is forgotten to make room. 8 KiB per node segment.
+constexpr std::size_t kLinkBookings = 512;
+using NsBook = LinkBook<std::int64_t, FixedIntervals<std::int64_t, kLinkBookings>>;
+
+// One link's bookings and the lock every thread (and, in a node's segment, every rank of the node) takes around them.
+// A mutex and not a lock-free scheme: a booking scans and shifts the list, and a process-shared mutex sleeps in the
+// kernel instead of spinning while a descheduled holder waits for one of the oversubscribed cores.
+struct SharedLinkBook {
+  explicit SharedLinkBook(bool across_processes) {
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_setpshared(&attr, across_processes ? PTHREAD_PROCESS_SHARED : PTHREAD_PROCESS_PRIVATE);
+    pthread_mutex_init(&mu, &attr);
+    pthread_mutexattr_destroy(&attr);
   }
-}
+  pthread_mutex_t mu;
+  NsBook book;
+};
+
+namespace {
+
+// Holds a link's lock when the call uses the link (a null or unused link is not locked: the interface's lock is the
+// node's, and a call of the port alone should not wait on the node's other ranks).
+class Hold {
+ public:
+  Hold(SharedLinkBook* b, bool use) : b_(use ? b : nullptr) {
+    if (b_) pthread_mutex_lock(&b_->mu);
+  }
+  ~Hold() {
+    if (b_) pthread_mutex_unlock(&b_->mu);
+  }
+  Hold(const Hold&) = delete;
+  Hold& operator=(const Hold&) = delete;
+
+ private:
+  SharedLinkBook* b_;
+};
+
+const NsBook kNoBookings{};  // stands for a link the call does not use (reserve reads it unlocked)
 
 void check_level(const LinkModel& m, const char* level) {
   if (!(m.latency_us >= 0) || !std::isfinite(m.latency_us))
@@ -61,12 +91,9 @@ void LinkEmulationConfig::validate() const {
   check_level(inter, "inter");
 }
 
-static_assert(std::atomic<std::int64_t>::is_always_lock_free,
-              "the node clock lives in shared memory: it must be a lock-free atomic");
-
 LinkEmulator::LinkEmulator(const LinkEmulationConfig& config, std::span<const int> node_of_world_rank,
                            int world_rank, MPI_Comm world)
-    : config_(config) {
+    : config_(config), intra_(std::make_unique<SharedLinkBook>(false)) {
   config_.validate();
   const int my_node = node_of_world_rank[static_cast<std::size_t>(world_rank)];
   int leader = world_rank;  // lowest world rank on my node creates the segment
@@ -82,7 +109,7 @@ LinkEmulator::LinkEmulator(const LinkEmulationConfig& config, std::span<const in
     uid = (static_cast<unsigned long long>(getpid()) << 32) ^ static_cast<unsigned long long>(to_ns(wall_seconds()));
   HZP_MPI_CHECK(MPI_Bcast(&uid, 1, MPI_UNSIGNED_LONG_LONG, 0, world));
   const std::string name = "/hzp-link-" + std::to_string(uid) + "-" + std::to_string(my_node);
-  shm_bytes_ = 64;  // one cache line for the clock
+  shm_bytes_ = sizeof(SharedLinkBook);
 
   std::string error;
   auto map = [&](bool create) {
@@ -103,7 +130,8 @@ LinkEmulator::LinkEmulator(const LinkEmulationConfig& config, std::span<const in
       return;
     }
     shm_ = p;
-    nic_busy_ns_ = create ? new (p) std::atomic<std::int64_t>(0) : static_cast<std::atomic<std::int64_t>*>(p);
+    // Never destroyed: a process-shared mutex needs no destruction once every process has unmapped it.
+    nic_ = create ? new (p) SharedLinkBook(true) : static_cast<SharedLinkBook*>(p);
   };
   if (world_rank == leader) map(true);
   HZP_MPI_CHECK(MPI_Barrier(world));
@@ -116,15 +144,17 @@ LinkEmulator::LinkEmulator(const LinkEmulationConfig& config, std::span<const in
   if (!all_ok) {
     if (shm_) munmap(shm_, shm_bytes_);
     shm_ = nullptr;
-    nic_busy_ns_ = nullptr;
+    nic_ = nullptr;
     HZP_THROW(IoError, "link emulation needs the ranks of each node to share memory (one machine per node): ",
-              error.empty() ? std::string("another rank failed to map its node's clock") : error);
+              error.empty() ? std::string("another rank failed to map its node's link bookings") : error);
   }
 }
 
-LinkEmulator::LinkEmulator(const LinkEmulationConfig& config) : config_(config) {
+LinkEmulator::LinkEmulator(const LinkEmulationConfig& config)
+    : config_(config), intra_(std::make_unique<SharedLinkBook>(false)),
+      local_nic_(std::make_unique<SharedLinkBook>(false)) {
   config_.validate();
-  nic_busy_ns_ = &local_nic_busy_ns_;
+  nic_ = local_nic_.get();
 }
 
 LinkEmulator::~LinkEmulator() {
@@ -180,18 +210,43 @@ CollectiveModel model_collective(const LinkEmulationConfig& links, std::span<con
   return m;
 }
 
-double LinkEmulator::reserve(double join_s, const CollectiveModel& m) {
-  const std::int64_t from = to_ns(join_s);
-  std::int64_t ready = from;
-  if (m.intra_busy_s > 0) ready = std::max(ready, reserve_clock(intra_busy_ns_, from, to_ns(m.intra_busy_s)));
-  if (m.nic_busy_s > 0 && nic_busy_ns_)
-    ready = std::max(ready, reserve_clock(*nic_busy_ns_, from, to_ns(m.nic_busy_s)));
-  return to_s(ready);
+// Both links are locked together (always the port first, then the interface: one order, no deadlock), so a call's
+// two bookings start at one time, as the simulator books them (earliest_on_both).
+LinkReservation LinkEmulator::reserve(double join_s, const CollectiveModel& m) {
+  const std::int64_t di = busy_ns(m.intra_busy_s), dn = nic_ ? busy_ns(m.nic_busy_s) : 0;
+  const Hold hi(intra_.get(), di > 0), hn(nic_, dn > 0);
+  const NsBook& intra = di > 0 ? intra_->book : kNoBookings;
+  const NsBook& nic = dn > 0 ? nic_->book : kNoBookings;
+  const std::int64_t t = earliest_on_both(intra, di, nic, dn, to_ns(join_s));
+  if (di > 0) intra_->book.book(t, di);
+  if (dn > 0) nic_->book.book(t, dn);
+  return {to_s(t), t};
 }
 
-void LinkEmulator::settle(double start_s, const CollectiveModel& m) {
-  if (m.intra_busy_s > 0) extend_clock(intra_busy_ns_, to_ns(start_s + m.intra_busy_s));
-  if (m.nic_busy_s > 0 && nic_busy_ns_) extend_clock(*nic_busy_ns_, to_ns(start_s + m.nic_busy_s));
+void LinkEmulator::settle(const LinkReservation& r, double start_s, const CollectiveModel& m) {
+  const std::int64_t di = busy_ns(m.intra_busy_s), dn = nic_ ? busy_ns(m.nic_busy_s) : 0;
+  const Hold hi(intra_.get(), di > 0), hn(nic_, dn > 0);
+  // The call holds its links from its real start for its busy time, where every member's modelled end puts it, even
+  // should a call booked since (behind the tentative booking) hold part of that: the two share the link there. Moving
+  // it past them instead would hold the link for a time the call is not running, and delay whoever books next.
+  const std::int64_t t = std::max(to_ns(start_s), r.booked_ns);
+  if (di > 0) {
+    intra_->book.release(r.booked_ns, di);
+    intra_->book.book(t, di);
+  }
+  if (dn > 0) {
+    nic_->book.release(r.booked_ns, dn);
+    nic_->book.book(t, dn);
+  }
+}
+
+std::vector<LinkInterval<double>> LinkEmulator::bookings(LinkLevel level) const {
+  SharedLinkBook* b = level == LinkLevel::intra ? intra_.get() : nic_;
+  std::vector<LinkInterval<double>> out;
+  if (!b) return out;
+  const Hold h(b, true);
+  for (std::size_t i = 0; i < b->book.size(); ++i) out.push_back({to_s(b->book[i].start), to_s(b->book[i].end)});
+  return out;
 }
 
 void LinkEmulator::sleep_until(double until_s) {

@@ -195,9 +195,11 @@ Request launch_unguarded(const std::shared_ptr<CommState>& sp, const CallInfo& i
   Header own{info.join, info.join};
   CollectiveModel model;
   const CollectiveModel* model_ptr = nullptr;
+  LinkReservation booked;
   if (st.world->links) {
     model = detail::model_call(st, dry, model_all_ranks);
-    own.ready = st.world->links->reserve(info.join, model);
+    booked = st.world->links->reserve(info.join, model);
+    own.ready = booked.ready_s;
     model_ptr = &model;
   }
   std::unique_ptr<detail::Operation> op;
@@ -215,7 +217,7 @@ Request launch_unguarded(const std::shared_ptr<CommState>& sp, const CallInfo& i
     const detail::TagPair tags = p2p ? detail::p2p_tags(info.tag) : detail::collective_tags(info.seq);
     op = detail::make_p2p_operation(st, std::move(live), tags, own, std::move(scratch));
   }
-  return detail::make_request(sp, info, std::move(op), model_ptr);
+  return detail::make_request(sp, info, std::move(op), model_ptr, booked);
 }
 
 // A call that failed after taking its sequence number leaves this rank out of step with its peers

@@ -1,5 +1,6 @@
 // The discrete-event model of one rank's step (step_simulator.hpp). Times start at 0 with the step; each
-// stream is a busy-until clock, and so is each link level of the rank (what LinkEmulator::reserve keeps).
+// stream is a busy-until clock; each link level of the rank keeps its calls' bookings (link_book.hpp, the rule
+// LinkEmulator books by).
 #include "hzp/harness/step_simulator.hpp"
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "hzp/collectives/link_book.hpp"
 #include "hzp/core/error.hpp"
 
 namespace hzp::harness {
@@ -28,11 +30,13 @@ int ceil_log2(int p) {
   return r;
 }
 
-// The rank's two link levels as busy-until clocks; a call starts once every level it uses is free. The interface's
-// clock is the rank's own, or its node's when the node's ranks are simulated together (NodeInterface::shared).
+// The rank's two link levels: a call starts at the earliest time at or after its issue when every level it uses
+// has a gap that fits it (streams book out of time order: a call issued later may take an earlier gap). The
+// interface's bookings are the rank's own, or its node's when the node's ranks are simulated together
+// (NodeInterface::shared).
 struct Links {
-  double intra_free = 0, own_nic = 0;
-  double* nic_free = &own_nic;
+  coll::LinkBook<double> intra, own_nic;
+  coll::LinkBook<double>* nic = &own_nic;
 };
 
 // One collective over several of the ranks simulated together: how many joined, the last join, who has read it
@@ -101,10 +105,10 @@ class Simulation {
   // node is simulated with it (null: its own, with the node's copies).
   Simulation(int id, const schedulers::StepDescription& d, const UnitTimes& t, const SimulatorLinks& l,
              const std::vector<char>& together, GroupsTogether& groups, const std::vector<double>& factor,
-             const RankGroups* own, Models& models, bool join_streams, double* nic)
+             const RankGroups* own, Models& models, bool join_streams, coll::LinkBook<double>* nic)
       : id_(id), d_(d), t_(t), l_(l), together_(together), groups_(groups), factor_(factor), own_(own),
         models_(models), join_streams_(join_streams), node_simulated_(nic != nullptr) {
-    if (nic != nullptr) links_.nic_free = nic;
+    if (nic != nullptr) links_.nic = nic;
     const int shard = std::max(d_.model_tp, 1) * std::max(d_.model_cp, 1);
     scale_ = 1.0 / shard;
     const auto calls = d_.calls.size();
@@ -506,12 +510,15 @@ class Simulation {
     auto it = models_.find(key);
     if (it == models_.end()) it = models_.emplace(key, model_event(e)).first;
     const coll::CollectiveModel& m = it->second;
+    // No stream issues a call before the earliest of its clocks: what ended by then is of no use to any gap search.
+    // (A node's shared interface keeps its bookings: its other ranks' streams may still book before this one's.)
+    const double past = std::min({now_, params_free_, gradients_free_});
+    links_.intra.forget_before(past);
+    if (links_.nic == &links_.own_nic) links_.own_nic.forget_before(past);
     for (std::int64_t i = 0; i < n; ++i) {
-      double start = at;
-      if (m.intra_busy_s > 0) start = std::max(start, links_.intra_free);
-      if (m.nic_busy_s > 0) start = std::max(start, *links_.nic_free);
-      if (m.intra_busy_s > 0) links_.intra_free = start + m.intra_busy_s;
-      if (m.nic_busy_s > 0) *links_.nic_free = start + m.nic_busy_s;
+      const double start = coll::earliest_on_both(links_.intra, m.intra_busy_s, *links_.nic, m.nic_busy_s, at);
+      links_.intra.book(start, m.intra_busy_s);
+      links_.nic->book(start, m.nic_busy_s);
       at = start + m.duration_s;
       s_.comm_time_s += m.duration_s;
     }
@@ -668,11 +675,11 @@ std::vector<SimulatedStep> run_together(const std::vector<SimulatedRank>& ranks,
   // A node all of whose ranks are here, on a shared interface, gets one clock for them all (NodeInterface::shared).
   const int rpn = links.ranks_per_node;
   const bool shared = nodes == NodeInterface::shared && rpn > 0 && !links.nic_per_rank;
-  std::vector<double> node_clock(shared ? static_cast<std::size_t>((world + rpn - 1) / rpn) : 0, 0.0);
+  std::vector<coll::LinkBook<double>> node_clock(shared ? static_cast<std::size_t>((world + rpn - 1) / rpn) : 0);
   std::vector<int> present(node_clock.size(), 0);
   for (const SimulatedRank& r : ranks)
     if (shared) ++present[static_cast<std::size_t>(rank_of(r) / rpn)];
-  auto clock_of = [&](const SimulatedRank& r) -> double* {
+  auto clock_of = [&](const SimulatedRank& r) -> coll::LinkBook<double>* {
     const auto node = shared ? static_cast<std::size_t>(rank_of(r) / rpn) : 0;
     return shared && present[node] == rpn ? &node_clock[node] : nullptr;
   };
@@ -687,7 +694,7 @@ std::vector<SimulatedStep> run_together(const std::vector<SimulatedRank>& ranks,
   std::vector<Simulation> sims;
   sims.reserve(ranks.size());
   for (std::size_t i = 0; i < ranks.size(); ++i) {
-    double* nic = clock_of(ranks[i]);
+    coll::LinkBook<double>* nic = clock_of(ranks[i]);
     sims.emplace_back(static_cast<int>(i), *ranks[i].description, t, links, together, groups, ranks[i].attention_factor,
                       ranks[i].groups, models[{ranks[i].description, nic != nullptr}], join_streams, nic);
   }

@@ -2,8 +2,10 @@
 // as lower bounds only (this machine may be slower than any model, never faster): two concurrent
 // all-gathers on one link take at least the sum of their modelled times; a late joiner delays
 // everyone's completion by the model; a 100 ms modelled wait is slept (thread CPU under 5 ms);
-// results stay exact. No wall-clock upper bound is ever asserted.
+// results stay exact; the ranks of a node booking its interface at once never overlap on it (the bookings live in
+// the node's shared segment). No wall-clock upper bound is ever asserted.
 #include <algorithm>
+#include <random>
 #include <thread>
 
 #include "mpi_comm_test_util.hpp"
@@ -169,6 +171,42 @@ TEST_P(LinkEmulation, ResultsStayExact) {
       world->barrier();
     }
   }
+}
+
+TEST(LinkBookingAcrossRanks, ANodesRanksNeverOverlapOnItsInterface) {
+  const int p = hzp::test::world_size(), r = hzp::test::world_rank();
+  if (p % 2 != 0) GTEST_SKIP() << "needs virtual nodes of 2";
+  std::vector<int> node_of(static_cast<std::size_t>(p));
+  for (int q = 0; q < p; ++q) node_of[static_cast<std::size_t>(q)] = q / 2;
+  LinkEmulationConfig links;
+  links.enabled = true;
+  LinkEmulator e(links, node_of, r, MPI_COMM_WORLD);
+  // Times are the calls' own (from 1000 s), not the clock's: only the bookings are checked.
+  constexpr int kThreads = 2, kCalls = 40;  // 2 ranks x 2 threads x 40 = 160 calls per node, fewer than a link keeps
+  const double t0 = 1000, dur = 0.001;
+  CollectiveModel m;
+  m.nic_busy_s = m.duration_s = dur;
+  hzp::test::run_then_barrier([&] {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kThreads; ++i)
+      threads.emplace_back([&, i] {
+        std::mt19937 rng(static_cast<unsigned>(r * kThreads + i));
+        std::uniform_real_distribution<double> join(0, 0.05);
+        for (int k = 0; k < kCalls; ++k) {
+          const LinkReservation b = e.reserve(t0 + join(rng), m);
+          e.settle(b, b.ready_s, m);
+        }
+      });
+    for (auto& t : threads) t.join();
+  });
+  const auto books = e.bookings(LinkLevel::inter);  // the node's, as both of its ranks booked it
+  ASSERT_EQ(books.size(), static_cast<std::size_t>(2 * kThreads * kCalls));
+  double total = 0;
+  for (std::size_t i = 0; i < books.size(); ++i) {
+    if (i > 0) EXPECT_LE(books[i - 1].end, books[i].start + 1e-9) << "bookings " << i - 1 << " and " << i << " overlap";
+    total += books[i].end - books[i].start;
+  }
+  EXPECT_NEAR(total, 2 * kThreads * kCalls * dur, 1e-6);
 }
 
 INSTANTIATE_TEST_SUITE_P(Nodes, LinkEmulation, ::testing::Values(0, 2), [](const ::testing::TestParamInfo<int>& i) {

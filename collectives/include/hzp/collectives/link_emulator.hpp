@@ -1,20 +1,20 @@
 // Link emulation (docs/architecture.md and docs/collectives.md, "Link emulation"): per level (intra,
-// inter) a latency and a bandwidth; each link keeps a busy-until clock so that concurrent collectives on one
-// link share it. Links: each rank's own intra-node port (shared by the threads of the process), and
-// each (virtual) node's network interface (shared by the ranks of the node, through a small POSIX
-// shared-memory segment holding an atomic clock). The communicator turns a collective's rounds into a
-// modelled duration here and sleeps whatever the real transfer left of it.
+// inter) a latency and a bandwidth; each link keeps the bookings of its calls (link_book.hpp) so that
+// concurrent collectives on one link share it. Links: each rank's own intra-node port (shared by the threads
+// of the process), and each (virtual) node's network interface (shared by the ranks of the node, through a
+// small POSIX shared-memory segment holding its bookings and a process-shared lock). The communicator turns a
+// collective's rounds into a modelled duration here and sleeps whatever the real transfer left of it.
 #pragma once
 
 #include <mpi.h>
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "hzp/collectives/link_book.hpp"
 #include "hzp/collectives/types.hpp"
 
 namespace hzp::coll {
@@ -63,6 +63,14 @@ struct CollectiveModel {
 CollectiveModel model_collective(const LinkEmulationConfig& links, std::span<const std::vector<RoundLoad>> loads,
                                  std::span<const int> node_of, int me);
 
+/// Where LinkEmulator::reserve booked a call: what settle moves once the call's real start is known.
+struct LinkReservation {
+  double ready_s = 0;           // when this rank's links are free for the call (>= its join)
+  std::int64_t booked_ns = 0;   // where its bookings on those links start (ready_s in nanoseconds)
+};
+
+struct SharedLinkBook;  // one link's bookings behind a lock (link_emulator.cpp)
+
 /// Process-wide emulation state of one world: the link models, the node of every world rank, this
 /// rank's intra port clock and its node's interface clock (shared memory). Thread-safe.
 class LinkEmulator {
@@ -89,22 +97,26 @@ class LinkEmulator {
   CollectiveModel model(std::span<const std::vector<RoundLoad>> loads, std::span<const int> node_of,
                         int me) const;
 
-  /// Reserves this rank's links for a collective joining at `join_s`: each link starts at the
-  /// later of join_s and its busy-until clock and stays busy for the given time. Returns the
-  /// time at which all of them are free for it (>= join_s): this rank's "ready" time.
-  double reserve(double join_s, const CollectiveModel& m);
-  /// Once the collective's real start (the last ready time) is known: extends the clocks to cover
-  /// [start, start + busy], in case peers joined after this rank reserved.
-  void settle(double start_s, const CollectiveModel& m);
+  /// Books this rank's links for a collective joining at `join_s`, tentatively: at the earliest time at or
+  /// after join_s when every link it uses (its port for intra_busy_s, its node's interface for nic_busy_s) has
+  /// a free gap that long. That time is this rank's "ready" time.
+  LinkReservation reserve(double join_s, const CollectiveModel& m);
+  /// Once the collective's real start (the group's last ready time) is known: moves the tentative bookings
+  /// to [start_s, start_s + busy), when the call runs, so the time between this rank's ready and a late start
+  /// goes back to the link for other calls.
+  void settle(const LinkReservation& r, double start_s, const CollectiveModel& m);
+  /// The bookings this process sees on its port (intra) or its node's interface (inter), in seconds, in
+  /// time order: for tests and debugging.
+  std::vector<LinkInterval<double>> bookings(LinkLevel level) const;
 
   /// Sleeps (clock_nanosleep, never spinning) until wall_seconds() >= until_s.
   static void sleep_until(double until_s);
 
  private:
   LinkEmulationConfig config_;
-  std::atomic<std::int64_t> intra_busy_ns_{0};
-  std::atomic<std::int64_t>* nic_busy_ns_ = nullptr;  // in the node's shared-memory segment
-  std::atomic<std::int64_t> local_nic_busy_ns_{0};  // the node clock of a phantom world
+  std::unique_ptr<SharedLinkBook> intra_;      // this rank's port
+  std::unique_ptr<SharedLinkBook> local_nic_;  // the node interface of a phantom world
+  SharedLinkBook* nic_ = nullptr;              // in the node's shared-memory segment, or local_nic_
   void* shm_ = nullptr;
   std::size_t shm_bytes_ = 0;
 };

@@ -80,7 +80,8 @@ coll::CollectiveModel model_message(const schedulers::PlannedCollective& c, cons
 /// `params` stream issues gathers in order, at most d.prefetch unit calls ahead of the one compute consumes, and
 /// compute waits for a unit's gathers before running it; the `gradients` stream takes each call when declared and
 /// runs them in order. At the step end the gradients stream drains, then the step end's compute collectives run.
-/// Streams share the rank's links (busy-until clocks per level, as the emulator's reservations).
+/// Streams share the rank's links: a call takes the earliest gap at or after its start that fits on every level it
+/// uses (coll::LinkBook, the emulator's rule).
 SimulatedStep simulate_step(const schedulers::StepDescription& d, const UnitTimes& t, const SimulatorLinks& links);
 
 /// The steps of ranks that wait on each other (a pipeline group: its stages' descriptions), run together: a
