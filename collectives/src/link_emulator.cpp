@@ -48,6 +48,9 @@ struct SharedLinkBook {
     pthread_mutexattr_t attr;
     pthread_mutexattr_init(&attr);
     pthread_mutexattr_setpshared(&attr, across_processes ? PTHREAD_PROCESS_SHARED : PTHREAD_PROCESS_PRIVATE);
+    // Robust: a rank killed inside the few instructions it holds the node's lock must not leave the node's other
+    // ranks blocked forever (a hang); the next locker is told and takes the list as it was left (Hold).
+    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
     pthread_mutex_init(&mu, &attr);
     pthread_mutexattr_destroy(&attr);
   }
@@ -62,7 +65,9 @@ namespace {
 class Hold {
  public:
   Hold(SharedLinkBook* b, bool use) : b_(use ? b : nullptr) {
-    if (b_) pthread_mutex_lock(&b_->mu);
+    // EOWNERDEAD: the holder died mid-booking. Its half-made booking at worst double-books a slot of a run that is
+    // failing anyway (the dead rank's peers time out on it); the lock itself is made usable again.
+    if (b_ && pthread_mutex_lock(&b_->mu) == EOWNERDEAD) pthread_mutex_consistent(&b_->mu);
   }
   ~Hold() {
     if (b_) pthread_mutex_unlock(&b_->mu);
