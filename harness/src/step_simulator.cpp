@@ -71,8 +71,8 @@ struct Exchange {
   }
 
   // Whether simulation `id` may start a call at `t` now: in time order, not while another may still start one
-  // earlier (then it waits its turn under t). A node's interface is one busy-until clock that the emulator's ranks
-  // reserve in the order of their calls' times; simulations that each ran ahead would reserve it in another order.
+  // earlier (then it waits its turn under t). A node's interface is one list of bookings that the emulator's ranks
+  // fill in the order of their calls' times; simulations that each ran ahead would book it in another order.
   bool turn(int id, double t) {
     if (!ordered || queue.empty() || !(queue.top().first < t)) return true;
     queue.emplace(t, id);
@@ -101,8 +101,8 @@ class Simulation {
   // `together`: which world ranks are simulated with this one, and `groups` what each group holds of them (shared by
   // the simulations); `factor`: each local micro-batch's attention factor (empty: 1); `own`: the rank's groups where d
   // is its role's description (nullptr: its own); `models`: the durations of d's calls; `join_streams`: the params and
-  // gradients streams' calls join too (else only the compute thread's). `nic`: the interface's clock when the rank's
-  // node is simulated with it (null: its own, with the node's copies).
+  // gradients streams' calls join too (else only the compute thread's). `nic`: the node interface's bookings when the
+  // rank's node is simulated with it (null: its own, with the node's copies).
   Simulation(int id, const schedulers::StepDescription& d, const UnitTimes& t, const SimulatorLinks& l,
              const std::vector<char>& together, GroupsTogether& groups, const std::vector<double>& factor,
              const RankGroups* own, Models& models, bool join_streams, coll::LinkBook<double>* nic)
@@ -672,31 +672,32 @@ std::vector<SimulatedStep> run_together(const std::vector<SimulatedRank>& ranks,
   for (const SimulatedRank& r : ranks) world = std::max(world, rank_of(r) + 1);
   std::vector<char> together(static_cast<std::size_t>(world), 0);
   for (const SimulatedRank& r : ranks) together[static_cast<std::size_t>(rank_of(r))] = 1;
-  // A node all of whose ranks are here, on a shared interface, gets one clock for them all (NodeInterface::shared).
+  // A node all of whose ranks are here, on a shared interface, gets one list of bookings for them all
+  // (NodeInterface::shared).
   const int rpn = links.ranks_per_node;
   const bool shared = nodes == NodeInterface::shared && rpn > 0 && !links.nic_per_rank;
-  std::vector<coll::LinkBook<double>> node_clock(shared ? static_cast<std::size_t>((world + rpn - 1) / rpn) : 0);
-  std::vector<int> present(node_clock.size(), 0);
+  std::vector<coll::LinkBook<double>> node_interface(shared ? static_cast<std::size_t>((world + rpn - 1) / rpn) : 0);
+  std::vector<int> present(node_interface.size(), 0);
   for (const SimulatedRank& r : ranks)
     if (shared) ++present[static_cast<std::size_t>(rank_of(r) / rpn)];
-  auto clock_of = [&](const SimulatedRank& r) -> coll::LinkBook<double>* {
+  auto interface_of = [&](const SimulatedRank& r) -> coll::LinkBook<double>* {
     const auto node = shared ? static_cast<std::size_t>(rank_of(r) / rpn) : 0;
-    return shared && present[node] == rpn ? &node_clock[node] : nullptr;
+    return shared && present[node] == rpn ? &node_interface[node] : nullptr;
   };
   Exchange x;
-  for (const SimulatedRank& r : ranks) x.ordered = x.ordered || clock_of(r) != nullptr;
+  for (const SimulatedRank& r : ranks) x.ordered = x.ordered || interface_of(r) != nullptr;
   // Replicas that queue on one interface no longer move alike: their streams' collectives join too (the first to
   // issue one waits for the others), as in simulate_joined.
   join_streams = join_streams || x.ordered;
   GroupsTogether groups;
-  // One per description and interface model: a role shares its calls' durations, which the shared clock changes.
-  std::map<std::pair<const schedulers::StepDescription*, bool>, Models> models;
+  // One per description: a role shares its calls' durations. (A shared interface changes them, but it is only ever
+  // given where every rank has its own description: simulate_joined, whose ranks share roles, keeps the copies.)
+  std::unordered_map<const schedulers::StepDescription*, Models> models;
   std::vector<Simulation> sims;
   sims.reserve(ranks.size());
   for (std::size_t i = 0; i < ranks.size(); ++i) {
-    coll::LinkBook<double>* nic = clock_of(ranks[i]);
     sims.emplace_back(static_cast<int>(i), *ranks[i].description, t, links, together, groups, ranks[i].attention_factor,
-                      ranks[i].groups, models[{ranks[i].description, nic != nullptr}], join_streams, nic);
+                      ranks[i].groups, models[ranks[i].description], join_streams, interface_of(ranks[i]));
   }
   for (const Simulation& s : sims) x.clock.push_back(s.clock());
   std::vector<bool> done(sims.size(), false);

@@ -1,6 +1,6 @@
 // The node's shared interface in hzpbench simulate's pipelines (step_simulator.hpp, NodeInterface): two replicas of
 // a two-stage pipeline, one stage per node, send their boundary messages through one interface per node. Simulated
-// together, the second replica's message queues behind the first's (the emulator's busy-until clock), so the
+// together, the second replica's message queues behind the first's (the interface's bookings), so the
 // replicas drift apart by one message time per stage; on the copies model both pay for both copies; with a NIC per
 // rank neither waits. Hand-built descriptions and closed forms, worked out below; nothing depends on this machine.
 #include <gtest/gtest.h>
