@@ -165,19 +165,26 @@ int run_collectives(const Args& a) {
       for (coll::CollOp op : opt.ops) {
         // The figure of merit: mean busbw over sizes >= 1 MiB, as a share of memcpy.
         // The p50 figure beside it discounts iterations where a rank was descheduled.
-        double sum = 0, sum50 = 0;
+        // Beside it, the share of the op's traffic floor (what this machine's memory allows the op
+        // with every rank copying at once) and the floor's own share of memcpy: where the floor is
+        // below a goal stated against memcpy, no transport can reach that goal here.
+        double sum = 0, sum50 = 0, floor = 0, of_floor = 0;
         int n = 0;
         for (const auto& r : rows)
           if (r.op == op && r.bytes >= (1u << 20)) {
             sum += r.busbw_gbps;
             sum50 += r.busbw_p50_gbps;
+            floor += r.floor_busbw_gbps;
+            of_floor += r.bus_over_floor;
             ++n;
           }
         if (n > 0)
           std::printf("# %-14s busbw averaged over sizes >= 1 MiB: %.3f GB/s = %.1f%% of memcpy "
-                      "(from p50 times: %.3f GB/s = %.1f%%)\n",
+                      "(from p50 times: %.3f GB/s = %.1f%%); %.1f%% of its traffic floor, whose busbw is "
+                      "%.1f%% of memcpy\n",
                       std::string(coll::coll_op_name(op)).c_str(), sum / n, 100.0 * sum / n / mref.one_core_gbps,
-                      sum50 / n, 100.0 * sum50 / n / mref.one_core_gbps);
+                      sum50 / n, 100.0 * sum50 / n / mref.one_core_gbps, 100.0 * of_floor / n,
+                      100.0 * floor / n / mref.one_core_gbps);
       }
       if (!a.csv.empty()) {
         std::ofstream f(a.csv);

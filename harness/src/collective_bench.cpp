@@ -14,6 +14,7 @@
 
 #include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
+#include "traffic_floor.hpp"
 
 namespace hzp::harness {
 namespace {
@@ -267,6 +268,23 @@ std::vector<CollectiveBenchRow> run_collective_bench(
       row.busbw_gbps = row.algbw_gbps * coll::bus_factor(op, w);
       row.busbw_p50_gbps = static_cast<double>(row.bytes) / (row.p50_us * 1e-6) / 1e9 * coll::bus_factor(op, w);
       row.bus_over_memcpy = mref.one_core_gbps > 0 ? row.busbw_gbps / mref.one_core_gbps : 0.0;
+      if (opt.traffic_floor) {
+        // Every rank runs the floor at once, as they ran the op: they share the memory bus alike.
+        const std::size_t total = bytes / dtype_size(opt.dtype);
+        run_traffic_floor(op, opt.dtype, total, w, comm.rank(), opt.root, in.get(), out.get());  // warm-up
+        stats_barrier(stats);
+        for (int k = 0; k < opt.iters; ++k) {
+          const double t0 = wall_seconds();
+          run_traffic_floor(op, opt.dtype, total, w, comm.rank(), opt.root, in.get(), out.get());
+          times[static_cast<std::size_t>(k)] = wall_seconds() - t0;
+        }
+        std::nth_element(times.begin(), times.begin() + opt.iters / 2, times.end());
+        row.floor_p50_us =
+            stats_reduce(times[static_cast<std::size_t>(opt.iters / 2)], MPI_DOUBLE, MPI_MAX, stats) * 1e6;
+        row.floor_busbw_gbps =
+            static_cast<double>(row.bytes) / (row.floor_p50_us * 1e-6) / 1e9 * coll::bus_factor(op, w);
+        row.bus_over_floor = row.floor_busbw_gbps > 0 ? row.busbw_p50_gbps / row.floor_busbw_gbps : 0.0;
+      }
       rows.push_back(row);
       if (on_row) on_row(row);
     }
@@ -277,25 +295,27 @@ std::vector<CollectiveBenchRow> run_collective_bench(
 std::string format_bench_header() {
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "#%11s %10s %4s %-14s %10s %10s %10s %10s %8s %8s %7s %6s\n"
-                "#%11s %10s %4s %-14s %10s %10s %10s %10s %8s %8s %7s %6s\n",
-                "size", "count", "type", "op", "time", "p50", "min", "max", "algbw", "busbw", "bus/mcp", "#wrong",
-                "(B)", "(elements)", "", "", "(us)", "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", "", "");
+                "#%11s %10s %4s %-14s %10s %10s %10s %10s %8s %8s %7s %7s %6s\n"
+                "#%11s %10s %4s %-14s %10s %10s %10s %10s %8s %8s %7s %7s %6s\n",
+                "size", "count", "type", "op", "time", "p50", "min", "max", "algbw", "busbw", "bus/mcp", "bus/flr",
+                "#wrong", "(B)", "(elements)", "", "", "(us)", "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", "", "(p50)",
+                "");
   return buf;
 }
 
 std::string format_bench_row(const CollectiveBenchRow& r) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%12zu %10zu %4s %-14s %10.2f %10.2f %10.2f %10.2f %8.3f %8.3f %6.1f%% %6lld\n",
-                r.bytes, r.count, std::string(dtype_name(r.dtype)).c_str(),
-                std::string(coll::coll_op_name(r.op)).c_str(), r.time_us, r.p50_us, r.min_us, r.max_us,
-                r.algbw_gbps, r.busbw_gbps, 100.0 * r.bus_over_memcpy, static_cast<long long>(r.wrong));
+  std::snprintf(buf, sizeof buf,
+                "%12zu %10zu %4s %-14s %10.2f %10.2f %10.2f %10.2f %8.3f %8.3f %6.1f%% %6.1f%% %6lld\n", r.bytes,
+                r.count, std::string(dtype_name(r.dtype)).c_str(), std::string(coll::coll_op_name(r.op)).c_str(),
+                r.time_us, r.p50_us, r.min_us, r.max_us, r.algbw_gbps, r.busbw_gbps, 100.0 * r.bus_over_memcpy,
+                100.0 * r.bus_over_floor, static_cast<long long>(r.wrong));
   return buf;
 }
 
 std::string format_bench_csv_header() {
   return "op,dtype,ranks,size_bytes,count,time_us,p50_us,min_us,max_us,algbw_gbps,busbw_gbps,busbw_p50_gbps,"
-         "memcpy_gbps,busbw_over_memcpy,wrong\n";
+         "memcpy_gbps,busbw_over_memcpy,floor_p50_us,floor_busbw_gbps,busbw_over_floor,wrong\n";
 }
 
 std::string format_bench_csv_row(const CollectiveBenchRow& r, int nranks, double memcpy_gbps) {
@@ -303,7 +323,8 @@ std::string format_bench_csv_row(const CollectiveBenchRow& r, int nranks, double
   s += std::string(coll::coll_op_name(r.op)) + "," + std::string(dtype_name(r.dtype)) + "," +
        std::to_string(nranks) + "," + std::to_string(r.bytes) + "," + std::to_string(r.count) + "," +
        fixed(r.time_us, 3) + "," + fixed(r.p50_us, 3) + "," + fixed(r.min_us, 3) + "," + fixed(r.max_us, 3) + "," +
-       fixed(r.algbw_gbps, 4) + "," + fixed(r.busbw_gbps, 4) + "," + fixed(r.busbw_p50_gbps, 4) + "," + fixed(memcpy_gbps, 4) + "," + fixed(r.bus_over_memcpy, 4) + "," +
+       fixed(r.algbw_gbps, 4) + "," + fixed(r.busbw_gbps, 4) + "," + fixed(r.busbw_p50_gbps, 4) + "," + fixed(memcpy_gbps, 4) + "," + fixed(r.bus_over_memcpy, 4) + "," + fixed(r.floor_p50_us, 3) + "," +
+       fixed(r.floor_busbw_gbps, 4) + "," + fixed(r.bus_over_floor, 4) + "," +
        std::to_string(r.wrong) + "\n";
   return s;
 }

@@ -27,6 +27,7 @@ struct CollectiveBenchOptions {
   int warmup_iters = 5;
   int root = 0;                    // broadcast root
   int memcpy_repeats = 5;          // best-of for the memcpy reference
+  bool traffic_floor = true;       // time each op's traffic floor after it (traffic_floor.hpp)
 };
 
 /// One row of the table: one op at one size.
@@ -41,6 +42,9 @@ struct CollectiveBenchRow {
   double algbw_gbps = 0, busbw_gbps = 0;
   double bus_over_memcpy = 0;      // busbw / single-core memcpy bandwidth
   double busbw_p50_gbps = 0;       // busbw from p50_us instead of the mean
+  double floor_p50_us = 0;         // the op's traffic floor (traffic_floor.hpp), every rank at once: max p50
+  double floor_busbw_gbps = 0;     // busbw at the floor's time: the most this machine allows the op
+  double bus_over_floor = 0;       // busbw_p50 / floor_busbw (= floor_p50_us / p50_us)
   std::int64_t wrong = 0;          // elements differing from the exact result, summed over ranks
 };
 

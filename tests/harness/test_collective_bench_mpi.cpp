@@ -92,6 +92,12 @@ TEST(CollectiveBenchMpi, BackendIsExactInBothDtypes) {
       EXPECT_LE(r.min_us, r.p50_us);
       EXPECT_LE(r.p50_us, r.max_us);
       EXPECT_NEAR(r.busbw_gbps, r.algbw_gbps * coll::bus_factor(r.op, world->size()), 1e-9);
+      // The traffic floor was timed on every rank and its busbw follows from its time.
+      EXPECT_GT(r.floor_p50_us, 0.0) << coll::coll_op_name(r.op) << " " << r.bytes;
+      EXPECT_NEAR(r.floor_busbw_gbps,
+                  static_cast<double>(r.bytes) / (r.floor_p50_us * 1e-6) / 1e9 * coll::bus_factor(r.op, world->size()),
+                  1e-6 * r.floor_busbw_gbps);
+      EXPECT_NEAR(r.bus_over_floor, r.floor_p50_us / r.p50_us, 1e-9 + 1e-9 * r.bus_over_floor);
     }
   }
 }
