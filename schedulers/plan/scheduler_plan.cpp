@@ -199,18 +199,29 @@ class Recorder final : public CollectiveLedger {
     one.dtype = t;
     one.when = when;
     const Geometry geo{&g.members.get(), positions_.of(g.members), rpn_};
-    add(row(one), geo);
-    if (out_ == nullptr) return;
     add(one, geo);
-    out_->events.push_back({call_, stream_, place_, one, g.members, peer, rounds_, blocks_});
+    // The row sums its calls' counts (what add_* adds does not depend on what the row holds).
+    PlannedCollective& r = row(one);
+    r.calls += one.calls;
+    r.elements += one.elements;
+    for (std::size_t l = 0; l < r.bytes.size(); ++l) r.bytes[l] += one.bytes[l];
+    if (out_ != nullptr) out_->events.push_back({call_, stream_, place_, one, g.members, peer, rounds_, blocks_});
   }
 
-  // The plan's row for the call's op, group, dtype and when (the first call's group size), made on first use.
+  // The plan's row for the call's op, group, dtype and when (the first call's group size), made empty on first use.
+  // The last row used is tried first: a unit's calls repeat at every micro-batch.
   PlannedCollective& row(const PlannedCollective& call) {
-    for (PlannedCollective& c : plan_.collectives)
-      if (c.op == call.op && c.group == call.group && c.dtype == call.dtype && c.when == call.when) return c;
-    plan_.collectives.push_back(call);
-    return plan_.collectives.back();
+    auto is = [&](const PlannedCollective& c) {
+      return c.op == call.op && c.group == call.group && c.dtype == call.dtype && c.when == call.when;
+    };
+    std::vector<PlannedCollective>& rows = plan_.collectives;
+    if (last_row_ < rows.size() && is(rows[last_row_])) return rows[last_row_];
+    for (last_row_ = 0; last_row_ < rows.size(); ++last_row_)
+      if (is(rows[last_row_])) return rows[last_row_];
+    PlannedCollective& r = rows.emplace_back(call);
+    r.calls = r.elements = 0;
+    r.bytes = {};
+    return r;
   }
 
   SchedulerPlan& plan_;
@@ -222,6 +233,7 @@ class Recorder final : public CollectiveLedger {
   CommStream stream_ = CommStream::compute;
   CommPlace place_ = CommPlace::before_unit;
   int rounds_ = 1, blocks_ = 0;
+  std::size_t last_row_ = 0;
 };
 
 }  // namespace
