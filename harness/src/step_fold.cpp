@@ -3,6 +3,8 @@
 #include "hzp/harness/step_fold.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -14,7 +16,7 @@ using schedulers::StepEvent;
 
 // A field the key misses would fold ranks the model tells apart: a new field of the description must join the key
 // (RoleKeys::key). The sizes are those of this ABI (x86-64, libstdc++).
-static_assert(sizeof(StepEvent) == 160, "StepEvent changed: add the new field to RoleKeys::key, then this size");
+static_assert(sizeof(StepEvent) == 112, "StepEvent changed: add the new field to RoleKeys::key, then this size");
 static_assert(sizeof(StepDescription) == 248, "StepDescription changed: add the new field to RoleKeys::key, then this size");
 
 template <typename T>
@@ -23,10 +25,15 @@ void put(std::string& k, const T& v) {
   k.append(reinterpret_cast<const char*>(&v), sizeof v);
 }
 
-void put(std::string& k, const std::string& s) {
-  put(k, s.size());
-  k += s;
-}
+// What the key holds of one event: every field the simulation reads (labels by their handles: equal texts have
+// equal handles, and a key lives in one process), put as one block, since a description has thousands of events.
+struct EventKey {
+  int shape, peer, call, stream, place, rounds, blocks, op, group_size, dtype;
+  std::int64_t calls, elements;
+  std::array<std::uint64_t, coll::kNumLinkLevels> bytes;
+  std::uintptr_t group, when;
+};
+static_assert(std::has_unique_object_representations_v<EventKey>, "no padding: the key compares its bytes");
 
 }  // namespace
 
@@ -86,6 +93,7 @@ std::string RoleKeys::key(const std::vector<const StepDescription*>& together) {
       put(k, u);
     }
     put(k, d->events.size());
+    k.reserve(k.size() + d->events.size() * sizeof(EventKey));
     // A step's events name few distinct groups (a unit's gathers, its reduce-scatters, the exchanges): each group's
     // shape is computed once per description.
     std::vector<std::pair<const schedulers::GroupMembers*, std::pair<int, int>>> seen;  // members -> (shape, rotation)
@@ -100,22 +108,24 @@ std::string RoleKeys::key(const std::vector<const StepDescription*>& together) {
       }
       const auto [last_shape, last_rotation] = it->second;
       const int p = static_cast<int>(e.members.size());
-      put(k, last_shape);
-      put(k, e.peer < 0 || p == 0 ? e.peer : (e.peer - last_rotation + p) % p);
-      put(k, e.call);
-      put(k, e.stream);
-      put(k, e.place);
-      put(k, e.rounds);
-      put(k, e.blocks);
       const schedulers::PlannedCollective& c = e.collective;
-      put(k, c.op);
-      put(k, c.group);
-      put(k, c.group_size);
-      put(k, c.dtype);
-      put(k, c.calls);
-      put(k, c.elements);
-      put(k, c.bytes);
-      put(k, c.when);
+      EventKey x;
+      x.shape = last_shape;
+      x.peer = e.peer < 0 || p == 0 ? e.peer : (e.peer - last_rotation + p) % p;
+      x.call = e.call;
+      x.stream = static_cast<int>(e.stream);
+      x.place = static_cast<int>(e.place);
+      x.rounds = e.rounds;
+      x.blocks = e.blocks;
+      x.op = static_cast<int>(c.op);
+      x.group_size = c.group_size;
+      x.dtype = static_cast<int>(c.dtype);
+      x.calls = c.calls;
+      x.elements = c.elements;
+      x.bytes = c.bytes;
+      x.group = c.group.id();
+      x.when = c.when.id();
+      put(k, x);
     }
   }
   return k;

@@ -8,6 +8,8 @@
 // backward their gradients) around the cp group, as the model declares them (ModelSpec::context_parallel_messages),
 // the gradients are summed over data × context, and each micro-batch's loss shares are summed over cp.
 #include <algorithm>
+#include <array>
+#include <optional>
 
 #include "hzp/core/error.hpp"
 #include "hzp/schedulers/common/expert_data_parallel.hpp"
@@ -78,33 +80,20 @@ class NdPlan final : public EnginePlan {
   }
 
   void unit(const Action& a, int u, int micro_batches, CollectiveLedger& out) override {
-    // The model's own collectives run inside the unit, before the engine's reduction after it (none at tp = 1).
-    const std::vector<workloads::TensorParallelCall> calls =
-        dims_.tp > 1 ? spec_->tensor_parallel_calls(u, a.kind == Action::Kind::backward, run_)
-                     : std::vector<workloads::TensorParallelCall>{};
-    // Between the unit's matmuls, on the compute thread (the simulator splits the unit's compute around them).
+    // The model's own collectives run inside the unit, before the engine's reduction after it: between its matmuls,
+    // on the compute thread (the simulator splits the unit's compute around them).
     out.stream(CommStream::compute, CommPlace::inside_unit);
-    for (const workloads::TensorParallelCall& c : calls) {
-      const std::string when = "per micro-batch (" + c.what + ")";
-      switch (c.op) {
-        case coll::CollOp::all_gather: out.all_gather(tp_, c.elements, c.dtype, c.times, when); break;
-        case coll::CollOp::reduce_scatter: out.reduce_scatter(tp_, c.elements, c.dtype, c.times, when); break;
-        case coll::CollOp::all_reduce: out.all_reduce(tp_, c.elements, c.dtype, c.times, when); break;
-        default: HZP_THROW(PreconditionError, "nd plan: the model declared a collective the plan cannot count");
+    for (const ModelCall& c : model_calls(u, a.kind == Action::Kind::backward)) {
+      if (c.group == &ep_) {
+        out.all_to_all(ep_, c.op, c.elements, c.dtype, c.times, c.when.view());
+        continue;
       }
-    }
-    // Expert parallelism: each MoE block's all-to-alls on the ep group (the all-to-all-v at the balanced expectation).
-    if (dims_.ep > 1) {
-      workloads::ExpertParallelRun run;
-      run.ep = dims_.ep;
-      run.tp = dims_.tp;
-      run.cp = dims_.cp;
-      run.recompute = run_.recompute;
-      run.micro_batch_size = run_.micro_batch_size;
-      run.precision = run_.precision;
-      for (const workloads::ExpertParallelCall& c : spec_->expert_parallel_calls(u, a.kind == Action::Kind::backward, run))
-        out.all_to_all(ep_, c.op, c.elements, c.dtype, c.times,
-                       "per micro-batch (" + c.what + (c.expected ? "; balanced expectation: the routing sets it)" : ")"));
+      switch (c.op) {
+        case coll::CollOp::all_gather: out.all_gather(*c.group, c.elements, c.dtype, c.times, c.when.view()); break;
+        case coll::CollOp::reduce_scatter: out.reduce_scatter(*c.group, c.elements, c.dtype, c.times, c.when.view()); break;
+        case coll::CollOp::all_reduce: out.all_reduce(*c.group, c.elements, c.dtype, c.times, c.when.view()); break;
+        default: break;  // model_calls took only these from the model
+      }
     }
     cp_->unit(a, u, out);
     out.stream(CommStream::compute);
@@ -132,6 +121,47 @@ class NdPlan final : public EnginePlan {
   }
 
  private:
+  // One of the model's own calls inside a unit, labelled: tensor-parallel on tp_, expert all-to-alls on ep_.
+  struct ModelCall {
+    const PlanGroup* group;
+    coll::CollOp op;
+    std::int64_t elements;
+    DType dtype;
+    std::int64_t times;
+    InternedText when;
+  };
+
+  // Unit u's model calls, forward or backward: the same at every micro-batch, so asked of the model and labelled
+  // once per unit (a step declares each unit's calls at every micro-batch; with cp, ~10,000 per rank at 16).
+  const std::vector<ModelCall>& model_calls(int u, bool backward) {
+    auto& memo = model_calls_[backward ? 1 : 0];
+    if (memo.size() <= static_cast<std::size_t>(u)) memo.resize(static_cast<std::size_t>(u) + 1);
+    std::optional<std::vector<ModelCall>>& calls = memo[static_cast<std::size_t>(u)];
+    if (calls) return *calls;
+    calls.emplace();
+    // none at tp = 1
+    if (dims_.tp > 1)
+      for (const workloads::TensorParallelCall& c : spec_->tensor_parallel_calls(u, backward, run_)) {
+        if (c.op != coll::CollOp::all_gather && c.op != coll::CollOp::reduce_scatter && c.op != coll::CollOp::all_reduce)
+          HZP_THROW(PreconditionError, "nd plan: the model declared a collective the plan cannot count");
+        calls->push_back({&tp_, c.op, c.elements, c.dtype, c.times, "per micro-batch (" + c.what + ")"});
+      }
+    // Expert parallelism: each MoE block's all-to-alls on the ep group (the all-to-all-v at the balanced expectation).
+    if (dims_.ep > 1) {
+      workloads::ExpertParallelRun run;
+      run.ep = dims_.ep;
+      run.tp = dims_.tp;
+      run.cp = dims_.cp;
+      run.recompute = run_.recompute;
+      run.micro_batch_size = run_.micro_batch_size;
+      run.precision = run_.precision;
+      for (const workloads::ExpertParallelCall& c : spec_->expert_parallel_calls(u, backward, run))
+        calls->push_back({&ep_, c.op, c.elements, c.dtype, c.times,
+                          "per micro-batch (" + c.what + (c.expected ? "; balanced expectation: the routing sets it)" : ")")});
+    }
+    return *calls;
+  }
+
   ParallelDims dims_;
   PlanGroup tp_, ep_;
   std::vector<SliceRange> dense_;   // ep > 1: the ranges summed over the ep group at the step's end
@@ -142,6 +172,7 @@ class NdPlan final : public EnginePlan {
   std::unique_ptr<EnginePlan> inner_;
   workloads::TensorParallelRun run_;
   const workloads::ModelSpec* spec_ = nullptr;
+  std::array<std::vector<std::optional<std::vector<ModelCall>>>, 2> model_calls_;  // [backward][unit]
 };
 
 }  // namespace

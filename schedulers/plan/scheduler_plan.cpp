@@ -56,138 +56,93 @@ class Positions {
 
 std::size_t acc_size(DType t) { return t == DType::bf16 ? 4 : dtype_size(t); }
 
-class Builder final : public CollectiveLedger {
- public:
-  Builder(SchedulerPlan& plan, std::size_t small, Positions& positions, int rpn)
-      : plan_(plan), small_(small), positions_(positions), rpn_(rpn) {}
+// The bytes one rank sends in `times` identical calls, added to c's (the MPI backend's algorithms; c.calls and
+// c.elements counted as the counters do).
 
-  Geometry geometry(const GroupMembers& m) { return {&m.get(), positions_.of(m), rpn_}; }
+void count_calls(PlannedCollective& c, std::int64_t elements, std::int64_t times) {
+  c.calls += times;
+  c.elements += elements * times;
+}
 
-  void all_gather(const PlanGroup& g, std::int64_t shard, DType t, std::int64_t times, std::string_view when) override {
-    all_gather(g.name, geometry(g.members), shard, t, times, std::string(when));
+// An all-gather of a shard of n elements.
+void add_all_gather(PlannedCollective& c, const Geometry& g, std::int64_t n, DType t, std::int64_t times,
+                    std::size_t small) {
+  count_calls(c, n, times);
+  const int p = g.size();
+  if (p <= 1 || n == 0) return;
+  const std::uint64_t e = dtype_size(t);
+  if (coll::algbw_bytes(CollOp::all_gather, static_cast<std::size_t>(n), t, p) < small) {
+    for (int k = 1; k < p; k *= 2)  // Bruck: round k sends min(2^k, p − 2^k) blocks to rank − 2^k
+      c.bytes[g.level_to((g.pos - k + p) % p)] += std::uint64_t(std::min(k, p - k)) * n * e * times;
+  } else {
+    c.bytes[g.level_to((g.pos + 1) % p)] += std::uint64_t(p - 1) * n * e * times;
   }
-  void reduce_scatter(const PlanGroup& g, std::int64_t full, DType t, std::int64_t times,
-                      std::string_view when) override {
-    reduce_scatter(g.name, geometry(g.members), full, t, times, std::string(when));
-  }
-  void all_reduce(const PlanGroup& g, std::int64_t count, DType t, std::int64_t times, std::string_view when) override {
-    all_reduce(g.name, geometry(g.members), count, t, times, std::string(when));
-  }
+}
 
-  // Pairwise exchange: count / p elements to every other member (the counters' element count includes the own share).
-  void all_to_all(const PlanGroup& g, CollOp op, std::int64_t count, DType t, std::int64_t times,
-                  std::string_view when) override {
-    HZP_CHECK(op == CollOp::all_to_all || op == CollOp::all_to_allv, "plan: all_to_all takes all_to_all or all_to_allv");
-    const Geometry geo = geometry(g.members);
-    PlannedCollective& c = entry(op, g.name, geo, t, std::string(when));
-    c.calls += times;
-    c.elements += count * times;
-    const int p = geo.size();
-    if (p <= 1 || count == 0) return;
-    for (int q = 0; q < p; ++q)
-      if (q != geo.pos) c.bytes[geo.level_to(q)] += static_cast<std::uint64_t>(count / p) * dtype_size(t) * times;
+// A reduce-scatter of a full input of `full` elements (p equal blocks).
+void add_reduce_scatter(PlannedCollective& c, const Geometry& g, std::int64_t full, DType t, std::int64_t times,
+                        std::size_t small) {
+  count_calls(c, full, times);
+  const int p = g.size();
+  if (p <= 1 || full == 0) return;
+  const std::uint64_t n = static_cast<std::uint64_t>(full / p);
+  if (coll::algbw_bytes(CollOp::reduce_scatter, static_cast<std::size_t>(full), t, p) < small) {
+    for (int q = 0; q < p; ++q)  // direct: own block of every other rank straight to it
+      if (q != g.pos) c.bytes[g.level_to(q)] += n * dtype_size(t) * times;
+  } else {
+    c.bytes[g.level_to((g.pos + 1) % p)] += (n * dtype_size(t) + std::uint64_t(p - 2) * n * acc_size(t)) * times;
   }
+}
 
-  void send(const PlanGroup& g, int peer, std::int64_t count, DType t, std::int64_t times, std::string_view when) override {
-    const Geometry geo = geometry(g.members);
-    PlannedCollective& c = entry(CollOp::send, g.name, geo, t, std::string(when));
-    c.calls += times;
-    c.elements += count * times;
-    c.bytes[geo.level_to(peer)] += static_cast<std::uint64_t>(count) * dtype_size(t) * times;
+void add_all_reduce(PlannedCollective& c, const Geometry& g, std::int64_t count, DType t, std::int64_t times,
+                    std::size_t small) {
+  count_calls(c, count, times);
+  const int p = g.size();
+  if (p <= 1 || count == 0) return;
+  const std::uint64_t e = dtype_size(t), ea = acc_size(t);
+  if (coll::algbw_bytes(CollOp::all_reduce, static_cast<std::size_t>(count), t, p) < small) {
+    // Recursive doubling over the largest power of two q <= p (exact for p a power of two; the fold-in
+    // and hand-back rounds of other p are approximated as one extra full vector each).
+    int q = 1;
+    while (q * 2 <= p) q *= 2;
+    if (g.pos < q)
+      for (int k = 1; k < q; k *= 2) c.bytes[g.level_to(g.pos ^ k)] += std::uint64_t(count) * ea * times;
+    if (p != q) c.bytes[g.level_to(g.pos < q ? (g.pos + q) % p : g.pos - q)] += std::uint64_t(count) * e * times;
+    return;
   }
-  void recv(const PlanGroup& g, int, std::int64_t count, DType t, std::int64_t times, std::string_view when) override {
-    PlannedCollective& c = entry(CollOp::recv, g.name, geometry(g.members), t, std::string(when));
-    c.calls += times;
-    c.elements += count * times;  // a receive sends nothing
-  }
+  // Ring: reduce-scatter then all-gather over p nearly equal chunks c_j = ⌊N/p⌋ + [j < N mod p].
+  auto chunk = [&](int j) { return std::uint64_t(count / p + ((((j % p) + p) % p) < count % p ? 1 : 0)); };
+  // The reduce-scatter's p − 1 steps send every chunk but the rank's own, the first (chunk pos − 1) at e bytes
+  // and the partial sums after it at ea; the all-gather's send every chunk but pos + 1's. Summed in closed form:
+  // a step walks the world's ring once per call, which at thousands of ranks dominated describing them.
+  const std::uint64_t n = static_cast<std::uint64_t>(count);
+  const std::uint64_t b = chunk(g.pos - 1) * e + (n - chunk(g.pos) - chunk(g.pos - 1)) * ea + (n - chunk(g.pos + 1)) * e;
+  c.bytes[g.level_to((g.pos + 1) % p)] += b * times;
+}
 
-  PlannedCollective& entry(CollOp op, const std::string& group, const Geometry& g, DType t, const std::string& when) {
-    for (PlannedCollective& c : plan_.collectives)
-      if (c.op == op && c.group == group && c.dtype == t && c.when == when) return c;
-    PlannedCollective c;
-    c.op = op;
-    c.group = group;
-    c.group_size = g.size();
-    c.dtype = t;
-    c.when = when;
-    plan_.collectives.push_back(c);
-    return plan_.collectives.back();
-  }
+// Pairwise exchange: count / p elements to every other member (the counters' element count includes the own share).
+void add_all_to_all(PlannedCollective& c, const Geometry& g, std::int64_t count, DType t, std::int64_t times) {
+  count_calls(c, count, times);
+  const int p = g.size();
+  if (p <= 1 || count == 0) return;
+  for (int q = 0; q < p; ++q)
+    if (q != g.pos) c.bytes[g.level_to(q)] += static_cast<std::uint64_t>(count / p) * dtype_size(t) * times;
+}
 
-  // `times` identical calls of an all-gather of a shard of n elements.
-  void all_gather(const std::string& group, const Geometry& g, std::int64_t n, DType t, std::int64_t times,
-                  const std::string& when) {
-    PlannedCollective& c = entry(CollOp::all_gather, group, g, t, when);
-    c.calls += times;
-    c.elements += n * times;
-    const int p = g.size();
-    if (p <= 1 || n == 0) return;
-    const std::uint64_t e = dtype_size(t);
-    if (coll::algbw_bytes(CollOp::all_gather, static_cast<std::size_t>(n), t, p) < small_) {
-      for (int k = 1; k < p; k *= 2)  // Bruck: round k sends min(2^k, p − 2^k) blocks to rank − 2^k
-        c.bytes[g.level_to((g.pos - k + p) % p)] += std::uint64_t(std::min(k, p - k)) * n * e * times;
-    } else {
-      c.bytes[g.level_to((g.pos + 1) % p)] += std::uint64_t(p - 1) * n * e * times;
-    }
-  }
+void add_send(PlannedCollective& c, const Geometry& g, int peer, std::int64_t count, DType t, std::int64_t times) {
+  count_calls(c, count, times);
+  c.bytes[g.level_to(peer)] += static_cast<std::uint64_t>(count) * dtype_size(t) * times;
+}
 
-  // reduce-scatter of a full input of `full` elements (p equal blocks).
-  void reduce_scatter(const std::string& group, const Geometry& g, std::int64_t full, DType t, std::int64_t times,
-                      const std::string& when) {
-    PlannedCollective& c = entry(CollOp::reduce_scatter, group, g, t, when);
-    c.calls += times;
-    c.elements += full * times;
-    const int p = g.size();
-    if (p <= 1 || full == 0) return;
-    const std::uint64_t n = static_cast<std::uint64_t>(full / p);
-    if (coll::algbw_bytes(CollOp::reduce_scatter, static_cast<std::size_t>(full), t, p) < small_) {
-      for (int q = 0; q < p; ++q)  // direct: own block of every other rank straight to it
-        if (q != g.pos) c.bytes[g.level_to(q)] += n * dtype_size(t) * times;
-    } else {
-      c.bytes[g.level_to((g.pos + 1) % p)] += (n * dtype_size(t) + std::uint64_t(p - 2) * n * acc_size(t)) * times;
-    }
-  }
+void add_recv(PlannedCollective& c, std::int64_t count, std::int64_t times) {
+  count_calls(c, count, times);  // a receive sends nothing
+}
 
-  void all_reduce(const std::string& group, const Geometry& g, std::int64_t count, DType t, std::int64_t times,
-                  const std::string& when) {
-    PlannedCollective& c = entry(CollOp::all_reduce, group, g, t, when);
-    c.calls += times;
-    c.elements += count * times;
-    const int p = g.size();
-    if (p <= 1 || count == 0) return;
-    const std::uint64_t e = dtype_size(t), ea = acc_size(t);
-    if (coll::algbw_bytes(CollOp::all_reduce, static_cast<std::size_t>(count), t, p) < small_) {
-      // Recursive doubling over the largest power of two q <= p (exact for p a power of two; the fold-in
-      // and hand-back rounds of other p are approximated as one extra full vector each).
-      int q = 1;
-      while (q * 2 <= p) q *= 2;
-      if (g.pos < q)
-        for (int k = 1; k < q; k *= 2) c.bytes[g.level_to(g.pos ^ k)] += std::uint64_t(count) * ea * times;
-      if (p != q) c.bytes[g.level_to(g.pos < q ? (g.pos + q) % p : g.pos - q)] += std::uint64_t(count) * e * times;
-      return;
-    }
-    // Ring: reduce-scatter then all-gather over p nearly equal chunks c_j = ⌊N/p⌋ + [j < N mod p].
-    auto chunk = [&](int j) { return std::uint64_t(count / p + ((((j % p) + p) % p) < count % p ? 1 : 0)); };
-    // The reduce-scatter's p − 1 steps send every chunk but the rank's own, the first (chunk pos − 1) at e bytes
-    // and the partial sums after it at ea; the all-gather's send every chunk but pos + 1's. Summed in closed form:
-    // a step walks the world's ring once per call, which at thousands of ranks dominated describing them.
-    const std::uint64_t n = static_cast<std::uint64_t>(count);
-    const std::uint64_t b = chunk(g.pos - 1) * e + (n - chunk(g.pos) - chunk(g.pos - 1)) * ea + (n - chunk(g.pos + 1)) * e;
-    c.bytes[g.level_to((g.pos + 1) % p)] += b * times;
-  }
-
- private:
-  SchedulerPlan& plan_;
-  std::size_t small_;
-  Positions& positions_;
-  int rpn_;
-};
-
-// Forwards every declaration to the plan's builder and, for describe_step, records it alone too (its bytes from
-// the same builder code) with the walk's place and the stream the engine declared.
+// Takes every declaration into the plan's totals (one row per op, group, dtype and when) and, for describe_step,
+// records it alone too (its bytes from the same code) with the walk's place and the stream the engine declared.
 class Recorder final : public CollectiveLedger {
  public:
-  Recorder(Builder& plan, StepDescription* out, const PlanInputs& in, Positions& positions)
+  Recorder(SchedulerPlan& plan, StepDescription* out, const PlanInputs& in, Positions& positions)
       : plan_(plan), out_(out), small_(in.small_message_bytes), positions_(positions), rpn_(in.ranks_per_node) {}
 
   /// The unit call declarations now belong to (-1: the step end); each place starts on the compute stream.
@@ -200,29 +155,28 @@ class Recorder final : public CollectiveLedger {
   }
 
   void all_gather(const PlanGroup& g, std::int64_t n, DType t, std::int64_t times, std::string_view when) override {
-    plan_.all_gather(g, n, t, times, when);
-    record(g, [&](Builder& b) { b.all_gather(g, n, t, times, when); });
+    declare(CollOp::all_gather, g, t, when, -1,
+            [&](PlannedCollective& c, const Geometry& geo) { add_all_gather(c, geo, n, t, times, small_); });
   }
   void reduce_scatter(const PlanGroup& g, std::int64_t n, DType t, std::int64_t times, std::string_view when) override {
-    plan_.reduce_scatter(g, n, t, times, when);
-    record(g, [&](Builder& b) { b.reduce_scatter(g, n, t, times, when); });
+    declare(CollOp::reduce_scatter, g, t, when, -1,
+            [&](PlannedCollective& c, const Geometry& geo) { add_reduce_scatter(c, geo, n, t, times, small_); });
   }
   void all_reduce(const PlanGroup& g, std::int64_t n, DType t, std::int64_t times, std::string_view when) override {
-    plan_.all_reduce(g, n, t, times, when);
-    record(g, [&](Builder& b) { b.all_reduce(g, n, t, times, when); });
+    declare(CollOp::all_reduce, g, t, when, -1,
+            [&](PlannedCollective& c, const Geometry& geo) { add_all_reduce(c, geo, n, t, times, small_); });
   }
   void all_to_all(const PlanGroup& g, CollOp op, std::int64_t n, DType t, std::int64_t times,
                   std::string_view when) override {
-    plan_.all_to_all(g, op, n, t, times, when);
-    record(g, [&](Builder& b) { b.all_to_all(g, op, n, t, times, when); });
+    HZP_CHECK(op == CollOp::all_to_all || op == CollOp::all_to_allv, "plan: all_to_all takes all_to_all or all_to_allv");
+    declare(op, g, t, when, -1, [&](PlannedCollective& c, const Geometry& geo) { add_all_to_all(c, geo, n, t, times); });
   }
   void send(const PlanGroup& g, int peer, std::int64_t n, DType t, std::int64_t times, std::string_view when) override {
-    plan_.send(g, peer, n, t, times, when);
-    record(g, [&](Builder& b) { b.send(g, peer, n, t, times, when); }, peer);
+    declare(CollOp::send, g, t, when, peer,
+            [&](PlannedCollective& c, const Geometry& geo) { add_send(c, geo, peer, n, t, times); });
   }
   void recv(const PlanGroup& g, int peer, std::int64_t n, DType t, std::int64_t times, std::string_view when) override {
-    plan_.recv(g, peer, n, t, times, when);
-    record(g, [&](Builder& b) { b.recv(g, peer, n, t, times, when); }, peer);
+    declare(CollOp::recv, g, t, when, peer, [&](PlannedCollective& c, const Geometry&) { add_recv(c, n, times); });
   }
   void stream(CommStream s, CommPlace p = CommPlace::before_unit) override {
     stream_ = s;
@@ -236,16 +190,41 @@ class Recorder final : public CollectiveLedger {
   }
 
  private:
-  template <typename Declare>
-  void record(const PlanGroup& g, Declare&& declare, int peer = -1) {
-    if (out_ == nullptr) return;
-    SchedulerPlan one;
-    Builder b(one, small_, positions_, rpn_);
-    declare(b);
-    out_->events.push_back({call_, stream_, place_, one.collectives.front(), g.members, peer, rounds_, blocks_});
+  template <typename Add>
+  void declare(CollOp op, const PlanGroup& g, DType t, std::string_view when, int peer, Add&& add) {
+    PlannedCollective one;
+    one.op = op;
+    one.group = g.name;
+    one.group_size = static_cast<int>(g.members.size());
+    one.dtype = t;
+    one.when = when;
+    const Geometry geo{&g.members.get(), positions_.of(g.members), rpn_};
+    add(one, geo);
+    // The row sums its calls' counts (what add_* adds does not depend on what the row holds).
+    PlannedCollective& r = row(one);
+    r.calls += one.calls;
+    r.elements += one.elements;
+    for (std::size_t l = 0; l < r.bytes.size(); ++l) r.bytes[l] += one.bytes[l];
+    if (out_ != nullptr) out_->events.push_back({call_, stream_, place_, one, g.members, peer, rounds_, blocks_});
   }
 
-  Builder& plan_;
+  // The plan's row for the call's op, group, dtype and when (the first call's group size), made empty on first use.
+  // The last row used is tried first: a unit's calls repeat at every micro-batch.
+  PlannedCollective& row(const PlannedCollective& call) {
+    auto is = [&](const PlannedCollective& c) {
+      return c.op == call.op && c.group == call.group && c.dtype == call.dtype && c.when == call.when;
+    };
+    std::vector<PlannedCollective>& rows = plan_.collectives;
+    if (last_row_ < rows.size() && is(rows[last_row_])) return rows[last_row_];
+    for (last_row_ = 0; last_row_ < rows.size(); ++last_row_)
+      if (is(rows[last_row_])) return rows[last_row_];
+    PlannedCollective& r = rows.emplace_back(call);
+    r.calls = r.elements = 0;
+    r.bytes = {};
+    return r;
+  }
+
+  SchedulerPlan& plan_;
   StepDescription* out_;
   std::size_t small_;
   Positions& positions_;
@@ -254,6 +233,7 @@ class Recorder final : public CollectiveLedger {
   CommStream stream_ = CommStream::compute;
   CommPlace place_ = CommPlace::before_unit;
   int rounds_ = 1, blocks_ = 0;
+  std::size_t last_row_ = 0;
 };
 
 }  // namespace
@@ -327,10 +307,10 @@ std::string SchedulerPlan::to_json() const {
     << "}, \"collectives\": [";
   for (std::size_t i = 0; i < collectives.size(); ++i) {
     const PlannedCollective& c = collectives[i];
-    o << (i ? ", " : "") << "{\"op\": " << json_quote(coll::coll_op_name(c.op)) << ", \"group\": " << json_quote(c.group)
+    o << (i ? ", " : "") << "{\"op\": " << json_quote(coll::coll_op_name(c.op)) << ", \"group\": " << json_quote(c.group.view())
       << ", \"group_size\": " << c.group_size << ", \"dtype\": " << json_quote(dtype_name(c.dtype))
       << ", \"calls\": " << c.calls << ", \"elements\": " << c.elements << ", \"bytes\": {\"intra\": " << c.bytes[0]
-      << ", \"inter\": " << c.bytes[1] << "}, \"when\": " << json_quote(c.when) << "}";
+      << ", \"inter\": " << c.bytes[1] << "}, \"when\": " << json_quote(c.when.view()) << "}";
   }
   o << "]}";
   return o.str();
@@ -386,8 +366,7 @@ SchedulerPlan plan_from_engine(std::string scheduler, const PlanInputs& in, Engi
   p.micro_batches_per_rank = e.micro_batches_per_rank;
   p.state_bytes = e.state_bytes;
   Positions positions(in.rank);
-  Builder builder(p, in.small_message_bytes, positions, in.ranks_per_node);
-  Recorder b(builder, events, in, positions);
+  Recorder b(p, events, in, positions);
   // The schedule the driver runs (step_driver.cpp), unit by unit in the order it calls the model.
   const int m = static_cast<int>(e.micro_batches_per_rank);
   const std::vector<Action> actions = e.actions.empty() ? sequential_schedule(m, in.layout->num_units()) : e.actions;

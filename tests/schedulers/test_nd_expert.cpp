@@ -232,7 +232,7 @@ TEST(NdExpert, AllToAllsMatchClosedFormsAndThePlan) {
       for (const schedulers::PlannedCollective& c : plan.collectives)
         if (c.group == "ep" && c.op == coll::CollOp::all_to_allv) {
           planned += c.elements;
-          EXPECT_NE(c.when.find("balanced expectation"), std::string::npos) << c.when;
+          EXPECT_NE(c.when.str().find("balanced expectation"), std::string::npos) << c.when;
         }
       EXPECT_EQ(planned * w, group);
       if (world->rank() == 0)

@@ -15,6 +15,7 @@
 
 #include "hzp/collectives/types.hpp"
 #include "hzp/core/dtype.hpp"
+#include "hzp/core/interned_text.hpp"
 #include "hzp/schedulers/group_members.hpp"
 #include "hzp/schedulers/scheduler.hpp"
 #include "hzp/schedulers/step/schedule.hpp"
@@ -51,13 +52,13 @@ struct PlanInputs {
 /// counters record the count: all_gather the shard, reduce_scatter the full input, all_reduce the buffer).
 struct PlannedCollective {
   coll::CollOp op = coll::CollOp::all_gather;
-  std::string group;  ///< the communicator's name: "dp", "shard", "replica", "scalars"
+  InternedText group;  ///< the communicator's name: "dp", "shard", "replica", "scalars"
   int group_size = 1;
   DType dtype = DType::f32;
   std::int64_t calls = 0;
   std::int64_t elements = 0;                                 ///< summed over the calls
   std::array<std::uint64_t, coll::kNumLinkLevels> bytes{};  ///< sent by `rank`, per level, summed
-  std::string when;                                          ///< "per micro-batch", "per step"
+  InternedText when;                                         ///< "per micro-batch", "per step"
 };
 
 struct SchedulerPlan {
