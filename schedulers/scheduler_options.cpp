@@ -107,6 +107,12 @@ std::vector<SchedulerOptionDecl> declare() {
                           "asynchzp (pp > 1): gradients of consecutive backwards of a stage (the cool-down) are summed "
                           "in the full block and reduce-scattered once per run; false reduce-scatters every "
                           "micro-batch"));
+  v.push_back(bool_option("scheduler.tied_split", &O::tied_split,
+                          "asynchzp: exchange the tied embedding table's gradient in two parts: the dense part (the "
+                          "head's contributions, the lookup's of all but the last micro-batch) as soon as the last "
+                          "micro-batch's head backward is done, and the last micro-batch's looked-up rows (row ids + "
+                          "values, all-gathered over the data-parallel ranks) after the embedding's backward; needs "
+                          "model.tied_embeddings, the CPU backend and pp = cp = 1"));
   v.push_back(with(int_option("scheduler.prefetch", &O::prefetch,
                               "asynchzp (async): parameter all-gathers queued ahead of the unit being computed, in "
                               "units; the pool's all_gather ring bounds it too"),

@@ -6,12 +6,15 @@
 // reduces the gradient shards across replicas (all-reduce, or reduce-scatter then all-gather of the optimizer
 // slices), takes the norm over z1 and refreshes the parameter shards. With context parallelism (scheduler.cp) the
 // z-groups run over the dp · cp ranks, and the model's ring attention and the loss shares' sum over cp join
-// (ContextParallelPlan). The ring pool a run would build is
+// (ContextParallelPlan). With scheduler.tied_split the tied table's last reduce-scatter and exchange follow the
+// head's backward and its last micro-batch's rows are all-gathered after the embedding's (tied_rows.hpp). The ring pool a run would build is
 // checked here too, so a pool too small is refused before anything is created.
 #include <algorithm>
+#include <optional>
 
 #include "asynchzp/asynchzp_segments.hpp"
 #include "asynchzp/ring_sizing.hpp"
+#include "asynchzp/tied_rows.hpp"
 #include "hzp/schedulers/common/nested_groups.hpp"
 #include "hzp/schedulers/common/shared_stage_grads.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
@@ -20,6 +23,7 @@
 #include "plan/context_parallel_plan.hpp"
 #include "plan/engine_plans.hpp"
 #include "plan/pipeline_plan.hpp"
+#include "hzp/workloads/model_factory.hpp"
 
 namespace hzp::schedulers {
 namespace {
@@ -95,6 +99,14 @@ class AsyncHzpPlan final : public EnginePlan {
     refreshed_.assign(static_cast<std::size_t>(layout_.num_units()), false);
     model_tp = dims_.tp;
     model_cp = dims_.cp;
+    if (in.options.tied_split) {
+      if (in.model == nullptr)
+        HZP_THROW(ConfigError, "the plan with scheduler.tied_split = true needs the model (its tokens per micro-batch), "
+                  "not only its layout");
+      tied_ = tied_split_table(layout_, dims_, /*on_gpu=*/false);
+      tied_slots_ = in.train.micro_batch_size * in.model->seq_len();
+      tied_rows_ = {"tied_rows", plan_world_group(in)};
+    }
     reuse_ = std::make_unique<StageReuse>(layout_, actions, dims_.pp > 1 && in.options.pp_reuse,
                                           dims_.pp > 1 && in.options.rs_merge);
   }
@@ -120,14 +132,25 @@ class AsyncHzpPlan final : public EnginePlan {
     gathered_peak_bytes = std::max(gathered_peak_bytes, held_);
     for (int b : c.release) held_ -= block_bytes(b);
     out.stream(async_ ? CommStream::gradients : CommStream::compute, CommPlace::after_unit);  // the gradient thread
-    if (!fwd)
-      for (int b : layout_.grads_final_after(u)) {
+    const bool split = tied_ && a.micro_batch == micro_batches_per_rank - 1;
+    std::vector<int> finals = fwd ? std::vector<int>{} : layout_.grads_final_after(u);
+    if (split) {  // the table's dense part is final after the head; the embedding's backward leaves rows
+      std::erase(finals, tied_->unit);
+      if (u == tied_->head && !fwd) finals.push_back(tied_->unit);
+    }
+    if (!fwd) {
+      for (int b : finals) {
         if (reuse_->grad_held_after(a, b)) continue;  // rs_merge: summed into the next backward's block
         for (int s = seg_.first(b); s < seg_.end(b); ++s)
           if (seg_.l2.slice_numel(s) > 0)
             out.reduce_scatter(z2_, seg_.l2.padded_numel(s), wire_, 1, "per micro-batch (gradients)");
         if (spread_ && a.micro_batch == micro_batches_per_rank - 1) declare_exchange(out, b);  // behind its last one
       }
+      if (split && u == tied_->unit && spread_) {  // behind the table's exchange on the gradient thread
+        out.stream(CommStream::gradients, CommPlace::after_unit);
+        declare_tied_rows(out, tied_rows_, *tied_, tied_slots_, wire_);
+      }
+    }
   }
 
   void step_end(CollectiveLedger& out) const override {
@@ -159,6 +182,7 @@ class AsyncHzpPlan final : public EnginePlan {
           out.all_gather(opt_replica_, seg_.in_opt_slice.slice_numel(s), wire_, 1, "per step (optimizer-slice gradients)");
       }
     }
+    if (tied_ && !spread_) declare_tied_rows(out, tied_rows_, *tied_, tied_slots_, wire_);  // after the exchange
     if (async_)
       out.stream(CommStream::gradients, CommPlace::step_start);  // the first gather waits for them all (pp: no units)
     else
@@ -197,6 +221,9 @@ class AsyncHzpPlan final : public EnginePlan {
   bool spread_ = false;                // exchange and refresh declared inside the walk (async, one stage)
   std::vector<bool> refreshed_;        // blocks whose refresh the walk has declared
   std::unique_ptr<ContextParallelPlan> cp_;
+  std::optional<TiedTable> tied_;  // scheduler.tied_split
+  std::int64_t tied_slots_ = 0;    // tokens of a micro-batch: the rows' slots
+  PlanGroup tied_rows_;
 };
 
 }  // namespace

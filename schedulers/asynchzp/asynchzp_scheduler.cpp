@@ -26,6 +26,11 @@
 // docs/deterministic.md) gives them int64 fixed-point blocks and shards: each micro-batch's final fp32 block
 // is converted on the compute thread, the reduce-scatters (inline or on the gradient thread) and the step-end
 // exchange sum int64 exactly, and the optimizer slice is converted back once.
+//
+// scheduler.tied_split (tied_rows.hpp): in the step's last micro-batch the tied table's gradient counts as final
+// after the head's backward (its reduce-scatter and exchange go then, like any unit's); the embedding lookup of that
+// micro-batch writes into a separate buffer whose rows are all-gathered over the ranks after its backward and added
+// into the optimizer slice, behind the table's exchange (async: on the gradient thread; inline: at the step end).
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -57,6 +62,7 @@
 #include "hzp/workloads/batch_plan.hpp"
 #include "asynchzp/async_comm.hpp"
 #include "asynchzp/asynchzp_segments.hpp"
+#include "asynchzp/tied_rows.hpp"
 
 namespace hzp::schedulers {
 namespace {
@@ -148,6 +154,13 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
   void settle_device_step();
   // Async: waits for the queued reduce-scatters and the per-unit gradient exchanges.
   void drain_gradient_thread();
+  // A block's gradient for this micro-batch is final on this rank: converted (deterministic mode), kept for the
+  // next action (rs_merge), or reduce-scattered and, in the last micro-batch, exchanged (async).
+  void grad_final(int b, const Action& a);
+  // scheduler.tied_split: the last micro-batch's lookup rows of every rank added into the optimizer slice's
+  // gradient (after the table's exchange wrote it), on the thread that runs the exchange.
+  void add_tied_rows(const TiedRows::Message& mine);
+  bool splits_table(const Action& a) const { return tied_ && a.micro_batch + 1 == micro_batches_; }
 
   workloads::UnitParams params_of(int u) const;
   // Frees the parameter blocks unit u's current call was the last use of (StageReuse's decision).
@@ -162,6 +175,9 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
   workloads::UnitGrads unit_grads(int u, const Action& a) override;
   void backward_done(int u, const Action& a) override;
   void attempt_voided() override;
+  void micro_batch_tokens(int micro_batch, std::span<const std::int32_t> inputs) override {
+    if (tied_ && micro_batch + 1 == micro_batches_) tied_->set_tokens(inputs);
+  }
   FixedPointGrads* fixed_point() noexcept override { return fixed_.get(); }
   coll::Communicator& scalars() noexcept override { return *scalars_comm_; }
   // Context parallelism: every rank of the weights' group converts gradients, not only the scalars' ranks.
@@ -209,6 +225,11 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
   std::unique_ptr<DistinctNorm> norm_;         // over z1 (and the stages): the units this stage runs
   std::unique_ptr<StepDriver> driver_;
   int micro_batches_ = 0;  // the rank's micro-batches per step
+  // scheduler.tied_split: the rows' group (all data-parallel ranks), the rows, and inline the message due at the
+  // step end.
+  std::unique_ptr<coll::Communicator> tied_rows_comm_;
+  std::unique_ptr<TiedRows> tied_;
+  std::optional<TiedRows::Message> inline_rows_;
 };
 
 NestedGroups validated_groups(const SchedulerArgs& args) {
@@ -269,8 +290,13 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
   o_ = g_.opt_index(r);
 
   const ParamLayout& layout = model_->layout();
+  // scheduler.tied_split: every rank's last micro-batch reaches the table in two summands (the head's part and the
+  // rows), one more per rank for the fixed-point limit.
+  std::optional<TiedTable> tied;
+  if (opts_.tied_split) tied = tied_split_table(layout, groups.dims(), on_gpu());
   if (train_.deterministic)
-    fixed_ = std::make_unique<FixedPointGrads>(layout, gradient_summands(train_, groups.dims()), args.fixed_point);
+    fixed_ = std::make_unique<FixedPointGrads>(
+        layout, gradient_summands(train_, groups.dims()) + (tied ? groups.data_parallel().size() : 0), args.fixed_point);
   // The reduce-scatter step end cuts every gradient slice into R pieces of W-th size: pad to W.
   const int pad = opts_.step_end == StepEnd::reduce_scatter ? w : g_.z1();
   seg_ = std::make_unique<Segments>(layout, opts_.launch, g_, pad);
@@ -278,6 +304,11 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
   rs_ = std::make_unique<GatherScatter>(*z2_comm_, l2(), *alloc_, stream_);
   make_end_groups(end_inline_, false);
   const int segs = l3().num_segments();
+  if (tied) {
+    tied_rows_comm_ = world_->duplicate("tied_rows");
+    tied_ = std::make_unique<TiedRows>(*tied, train_.micro_batch_size * model_->local_seq_len(), *tied_rows_comm_,
+                                       *alloc_);
+  }
 
   params_ = zeroed(l3().slice_total(), pdt_, AllocationTag::param);
   grads_ = zeroed(l2().slice_total(), gdt(), AllocationTag::grad);
@@ -513,6 +544,10 @@ workloads::UnitGrads AsyncHzp::unit_grads(int u, const Action& a) {
   const ParamLayout& layout = model_->layout();
   workloads::UnitGrads gr;
   for (int b : layout.grad_blocks(u)) {
+    if (splits_table(a) && u == tied_->table().unit && b == u) {  // the lookup's rows, apart from the dense part
+      gr.set(b, tied_->lookup_grad(), /*accumulate=*/true);
+      continue;
+    }
     const bool first_writer = u == layout.first_grad_writer(b);
     // rs_merge in fp32: the block the previous backward kept goes on accumulating (deterministic mode sums the
     // run in int64 instead, fixed_runs_, so each micro-batch still converts its own fp32 block).
@@ -531,37 +566,74 @@ workloads::UnitGrads AsyncHzp::unit_grads(int u, const Action& a) {
 
 void AsyncHzp::backward_done(int u, const Action& a) {
   const ParamLayout& layout = model_->layout();
-  const bool last = a.micro_batch + 1 == micro_batches_;
-  for (int b : layout.grads_final_after(u)) {
-    const bool kept = reuse_->grad_held_after(a, b), continues = reuse_->grad_continues(a, b);
-    Block block = std::move(grad_blocks_[b]);
-    if (fixed_) {
-      // On the compute thread: the fp32 block becomes an int64 block (zero padding), or is added into the run's
-      // int64 sum (exact), and the fp32 one is freed.
-      Block q = continues ? std::move(fixed_runs_[b]) : Block(seg_->new_grad_block(b, *alloc_, DType::i64));
-      const std::int64_t n = layout.unit_numel(b);
-      fixed_->to_fixed(b, ConstTensorView(block.data(), Shape{n}, DType::f32), TensorView(q.data(), Shape{n}, DType::i64),
-                       continues);
-      block = std::move(q);
+  for (int b : layout.grads_final_after(u))
+    if (!splits_table(a) || b != tied_->table().unit) grad_final(b, a);
+  if (splits_table(a)) {
+    const TiedTable& t = tied_->table();
+    if (u == t.head) grad_final(t.unit, a);  // the dense part: every head contribution, earlier lookups
+    if (u == t.unit) {
+      TiedRows::Message rows = tied_->take(fixed_.get());
+      if (async_)  // behind the table's exchange on the gradient thread
+        exchanges_.push_back(async_->on_grad_thread([this, rows = std::move(rows)] { add_tied_rows(rows); }));
+      else
+        inline_rows_ = std::move(rows);
     }
-    if (kept) {  // rs_merge: the next action's backward adds to this block; reduce-scattered at the run's end
-      (fixed_ ? fixed_runs_[b] : grad_blocks_[b]) = std::move(block);
-      continue;
-    }
-    const bool accumulate = shard_written_[static_cast<std::size_t>(b)];
-    shard_written_[static_cast<std::size_t>(b)] = true;
-    if (async_) {
-      async_->reduce_scatter(b, std::move(block), accumulate);
-      // The unit's gradient is complete on this rank: its exchange across the replicas follows on the
-      // gradient thread while backward goes on below.
-      if (last)
-        exchanges_.push_back(async_->on_grad_thread([this, b] { combine_segments(end_bg_, seg_->first(b), seg_->end(b)); }));
-    } else {
-      reduce_scatter_grad(b, block, accumulate);
-    }
-    grad_blocks_[b].reset();
   }
   release_params(u);
+}
+
+void AsyncHzp::grad_final(int b, const Action& a) {
+  const ParamLayout& layout = model_->layout();
+  const bool last = a.micro_batch + 1 == micro_batches_;
+  const bool kept = reuse_->grad_held_after(a, b), continues = reuse_->grad_continues(a, b);
+  Block block = std::move(grad_blocks_[b]);
+  if (fixed_) {
+    // On the compute thread: the fp32 block becomes an int64 block (zero padding), or is added into the run's
+    // int64 sum (exact), and the fp32 one is freed.
+    Block q = continues ? std::move(fixed_runs_[b]) : Block(seg_->new_grad_block(b, *alloc_, DType::i64));
+    const std::int64_t n = layout.unit_numel(b);
+    fixed_->to_fixed(b, ConstTensorView(block.data(), Shape{n}, DType::f32), TensorView(q.data(), Shape{n}, DType::i64),
+                     continues);
+    block = std::move(q);
+  }
+  if (kept) {  // rs_merge: the next action's backward adds to this block; reduce-scattered at the run's end
+    (fixed_ ? fixed_runs_[b] : grad_blocks_[b]) = std::move(block);
+    return;
+  }
+  const bool accumulate = shard_written_[static_cast<std::size_t>(b)];
+  shard_written_[static_cast<std::size_t>(b)] = true;
+  if (async_) {
+    async_->reduce_scatter(b, std::move(block), accumulate);
+    // The unit's gradient is complete on this rank: its exchange across the replicas follows on the
+    // gradient thread while backward goes on below.
+    if (last)
+      exchanges_.push_back(async_->on_grad_thread([this, b] { combine_segments(end_bg_, seg_->first(b), seg_->end(b)); }));
+  } else {
+    reduce_scatter_grad(b, block, accumulate);
+  }
+  grad_blocks_[b].reset();
+}
+
+void AsyncHzp::add_tied_rows(const TiedRows::Message& mine) {
+  const TiedTable& t = tied_->table();
+  const std::int64_t base = model_->layout().unit_offset(t.unit), vb = static_cast<std::int64_t>(dtype_size(gdt()));
+  auto* grad = static_cast<std::byte*>(const_cast<void*>(opt_grad_view().data()));
+  tied_->exchange(mine, [&](std::int64_t first, const std::byte* values) {
+    // The row's elements that fall in this rank's optimizer slice of each of the table's segments.
+    for (int s = seg_->first(t.unit); s < seg_->end(t.unit); ++s) {
+      const ShardLayout::Range r = l1().valid_range(s, o_);
+      const std::int64_t seg_first = l1().global_offset(s) - base;  // the segment's first element in the table
+      const std::int64_t lo = std::max(first, seg_first + r.begin), hi = std::min(first + t.width, seg_first + r.begin + r.count);
+      for (std::int64_t e = lo; e < hi; ++e) {
+        std::byte* at = grad + (l1().slice_offset(s) + e - seg_first - r.begin) * vb;
+        const std::byte* v = values + (e - first) * vb;
+        if (fixed_)
+          *reinterpret_cast<std::int64_t*>(at) += *reinterpret_cast<const std::int64_t*>(v);
+        else
+          *reinterpret_cast<float*>(at) += *reinterpret_cast<const float*>(v);
+      }
+    }
+  });
 }
 
 void AsyncHzp::attempt_voided() {
@@ -583,6 +655,10 @@ StepFinish AsyncHzp::finish_step(std::int64_t step, double lr) {
     gslice = opt_grad_view();
   } else {
     stall_->around([&] { gslice = combine_gradients(end_inline_); }, /*at_issue=*/true);
+    if (inline_rows_) {
+      add_tied_rows(*inline_rows_);
+      inline_rows_.reset();
+    }
   }
   // The tied table's second stage adds its gradient slice (int64 in deterministic mode: exact).
   shared_->all_reduce([&](int u) {

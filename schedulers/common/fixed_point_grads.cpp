@@ -63,7 +63,11 @@ void FixedPointGrads::to_fixed(int unit, ConstTensorView grad, TensorView q, boo
   HZP_CHECK(grad.numel() == n && q.numel() == n && grad.dtype() == DType::f32 && q.dtype() == DType::i64,
             "FixedPointGrads::to_fixed of unit ", unit, ": grad ", grad.numel(), " ", dtype_name(grad.dtype()), ", q ",
             q.numel(), " ", dtype_name(q.dtype()), ", unit holds ", n, " (fp32 -> int64)");
-  for_each_tensor(unit, 0, n, [&](int t, std::int64_t off, std::int64_t len) {
+  convert_tallied(unit, 0, grad, q, accumulate);
+}
+
+void FixedPointGrads::convert_tallied(int unit, std::int64_t begin, ConstTensorView grad, TensorView q, bool accumulate) {
+  for_each_tensor(unit, begin, q.numel(), [&](int t, std::int64_t off, std::int64_t len) {
     const kernels::FixedTally tally = kernels::fixed_from_float(range(q, off, len), range(grad, off, len),
                                                                 exponents_[static_cast<std::size_t>(t)],
                                                                 limit_of(static_cast<std::size_t>(t)),
@@ -73,6 +77,14 @@ void FixedPointGrads::to_fixed(int unit, ConstTensorView grad, TensorView q, boo
     over_ += tally.over_limit;
     non_finite_ += tally.non_finite;
   });
+}
+
+void FixedPointGrads::to_fixed_at(int unit, std::int64_t begin, ConstTensorView grad, TensorView q) {
+  HZP_CHECK(grad.numel() == q.numel() && grad.dtype() == DType::f32 && q.dtype() == DType::i64 && begin >= 0 &&
+                begin + q.numel() <= layout_->unit_numel(unit),
+            "FixedPointGrads::to_fixed_at of unit ", unit, ": elements [", begin, ", ", begin + q.numel(), ") of ",
+            layout_->unit_numel(unit), ", grad ", dtype_name(grad.dtype()), ", q ", dtype_name(q.dtype()));
+  convert_tallied(unit, begin, grad, q, false);
 }
 
 void FixedPointGrads::to_float(int unit, std::int64_t begin, ConstTensorView q, TensorView out) const {

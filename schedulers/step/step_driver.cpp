@@ -217,6 +217,7 @@ void StepDriver::run_whole(const Attempt& at, ParameterEngine& engine, std::vect
         first_.resize(at.batch.source->packs_documents() ? inputs_.size() : 0);
         fill_tokens(at, a.micro_batch, inputs_, targets_, first_);
         ctx_->begin(inputs_, targets_, at.normaliser, first_);
+        engine.micro_batch_tokens(a.micro_batch, inputs_);
       }
       model_.forward(u, engine.unit_params(u, a), *ctx_);
       unit_sleep_.after(u, units);  // before the engine's hook, as in a pipeline stage: the unit's time

@@ -86,6 +86,18 @@ void expect_events_sum_to_plan(const StepDescription& d, const std::string& name
   }
 }
 
+// The simulated step of one rank moves its description's planned bytes, per op and level.
+void expect_simulated_bytes_are_the_plans(const SimulatedStep& st, const StepDescription& d, const std::string& what) {
+  std::array<std::array<std::uint64_t, coll::kNumLinkLevels>, coll::kNumCollOps> want{};
+  for (const schedulers::PlannedCollective& c : d.plan.collectives)
+    for (std::size_t lv = 0; lv < coll::kNumLinkLevels; ++lv) want[static_cast<std::size_t>(c.op)][lv] += c.bytes[lv];
+  for (int op = 0; op < coll::kNumCollOps; ++op)
+    for (int lv = 0; lv < coll::kNumLinkLevels; ++lv)
+      EXPECT_EQ(static_cast<std::uint64_t>(st.bytes[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)]),
+                want[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)])
+          << what << " op " << op << " level " << lv;
+}
+
 TEST(StepDescription, CallsSumToThePlanRows) {
   for (const char* name : kSchedulers)
     for (bool async : {true, false})
@@ -99,14 +111,7 @@ TEST(StepDescription, CallsSumToThePlanRows) {
         EXPECT_EQ(d.calls.size(), static_cast<std::size_t>(2 * 2 * s.layout.num_units())) << name;
         // The simulated step moves the plan's bytes per op and level.
         const SimulatedStep st = simulate_step(d, times(s.layout.num_units(), 0.01, 0.02), links(10, 1, 0.1));
-        std::array<std::array<std::uint64_t, coll::kNumLinkLevels>, coll::kNumCollOps> want{};
-        for (const schedulers::PlannedCollective& c : d.plan.collectives)
-          for (std::size_t lv = 0; lv < coll::kNumLinkLevels; ++lv) want[static_cast<std::size_t>(c.op)][lv] += c.bytes[lv];
-        for (int op = 0; op < coll::kNumCollOps; ++op)
-          for (int lv = 0; lv < coll::kNumLinkLevels; ++lv)
-            EXPECT_EQ(static_cast<std::uint64_t>(st.bytes[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)]),
-                      want[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)])
-                << name << " op " << op << " level " << lv;
+        expect_simulated_bytes_are_the_plans(st, d, name);
       }
 }
 
@@ -339,14 +344,7 @@ TEST(StepSimulator, ModelLayoutsMoveThePlansBytes) {
     for (const StepDescription& d : ds) ptrs.push_back(&d);
     const std::vector<SimulatedStep> st = simulate_steps(ptrs, times(ts[0].layout.num_units(), 0.01, 0.02), links(10, 1, 0.1));
     for (std::size_t r = 0; r < ds.size(); ++r) {
-      std::array<std::array<std::uint64_t, coll::kNumLinkLevels>, coll::kNumCollOps> want{};
-      for (const schedulers::PlannedCollective& c : ds[r].plan.collectives)
-        for (std::size_t lv = 0; lv < coll::kNumLinkLevels; ++lv) want[static_cast<std::size_t>(c.op)][lv] += c.bytes[lv];
-      for (int op = 0; op < coll::kNumCollOps; ++op)
-        for (int lv = 0; lv < coll::kNumLinkLevels; ++lv)
-          EXPECT_EQ(static_cast<std::uint64_t>(st[r].bytes[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)]),
-                    want[static_cast<std::size_t>(op)][static_cast<std::size_t>(lv)])
-              << l.name << " rank " << r << " op " << op << " level " << lv;
+      expect_simulated_bytes_are_the_plans(st[r], ds[r], std::string(l.name) + " rank " + std::to_string(r));
       // The step closes into compute, exposed communication and pipeline wait.
       EXPECT_NEAR(st[r].step_s, st[r].compute_s + st[r].exposed_comm_s + st[r].pipeline_wait_s, 1e-9) << l.name;
       // Without stages a rank computes its micro-batches' every unit at its shard: 1/(tp · cp) of the whole.
@@ -355,6 +353,58 @@ TEST(StepSimulator, ModelLayoutsMoveThePlansBytes) {
         EXPECT_NEAR(st[r].compute_s, 8 / dp * ts[0].layout.num_units() * 0.03 / (l.tp * l.cp), 1e-9) << l.name;
       }
     }
+  }
+}
+
+// asynchzp with scheduler.tied_split: the description has the rows' all-gathers on the gradients stream right after
+// the embedding's backward of the last micro-batch (async) and the table's last reduce-scatter after the head's; its
+// calls sum to the plan's rows (which the run's counters match, test_asynchzp_tied_split) and the simulated step of
+// all four ranks moves them. The split leaves every other row as it was.
+TEST(StepSimulator, TiedSplitRowsAreDescribedAndMoved) {
+  for (bool async : {true, false}) {
+    schedulers::SchedulerOptions o;
+    o.z1 = 4;
+    o.z2 = o.z3 = 2;
+    o.async = async;
+    std::vector<TinyModel> ts, off;
+    std::vector<StepDescription> ds;
+    for (int r = 0; r < 4; ++r) {
+      o.tied_split = true;
+      ts.push_back(tiny_model(4, r, o));
+      o.tied_split = false;
+      off.push_back(tiny_model(4, r, o));
+    }
+    for (TinyModel& t : ts) ds.push_back(schedulers::describe_step("asynchzp", t.in));
+    const std::string name = async ? "tied_split async" : "tied_split inline";
+    const int units = ts[0].layout.num_units(), last_call = static_cast<int>(ds[0].calls.size()) - 1;
+    for (std::size_t r = 0; r < ds.size(); ++r) {
+      expect_events_sum_to_plan(ds[r], name);
+      int rows = 0;
+      for (const schedulers::StepEvent& e : ds[r].events) {
+        if (e.collective.group != "tied_rows") continue;
+        ++rows;
+        EXPECT_EQ(e.collective.op, coll::CollOp::all_gather) << name;
+        if (async) {  // behind the embedding's last backward, the step's last unit call
+          EXPECT_EQ(e.call, last_call) << name;
+          EXPECT_EQ(e.stream, schedulers::CommStream::gradients) << name;
+        } else {
+          EXPECT_EQ(e.call, -1) << name << ": inline, at the step end";
+        }
+      }
+      EXPECT_EQ(rows, 2) << name << ": the ids' and the values' all-gathers";
+      // Every other row is the option off's.
+      const StepDescription d_off = schedulers::describe_step("asynchzp", off[r].in);
+      std::map<std::pair<std::string, int>, std::uint64_t> a, b;
+      for (const auto& c : ds[r].plan.collectives)
+        if (c.group != "tied_rows") a[{c.group, static_cast<int>(c.op)}] += c.bytes[0] + c.bytes[1];
+      for (const auto& c : d_off.plan.collectives) b[{c.group, static_cast<int>(c.op)}] += c.bytes[0] + c.bytes[1];
+      EXPECT_EQ(a, b) << name;
+    }
+    std::vector<const StepDescription*> ptrs;
+    for (const StepDescription& d : ds) ptrs.push_back(&d);
+    const std::vector<SimulatedStep> st = simulate_steps(ptrs, times(units, 0.01, 0.02), links(10, 1, 0.1));
+    for (std::size_t r = 0; r < ds.size(); ++r)
+      expect_simulated_bytes_are_the_plans(st[r], ds[r], name + " rank " + std::to_string(r));
   }
 }
 

@@ -102,6 +102,10 @@ struct SchedulerOptions {
   /// (step/stage_reuse.hpp).
   bool pp_reuse = true;
   bool rs_merge = true;
+  /// asynchzp: the tied table's gradient exchanged in two parts, the dense part (the head's contributions and the
+  /// lookup's of all but the last micro-batch) right after the last micro-batch's head backward, and the last
+  /// micro-batch's looked-up rows after the embedding's backward (docs/data-parallel.md "The tied table's chain").
+  bool tied_split = false;
   int prefetch = 2;   ///< parameter all-gathers issued ahead of use, in units (>= 1; bounded by the pool)
   enum class Launch { unit, tensor };
   Launch launch = Launch::unit;  ///< one collective per unit, or per parameter tensor (the paper's)

@@ -59,6 +59,9 @@ class FixedPointGrads {
   /// One micro-batch's final gradient of unit `unit` (fp32, the unit's numel elements) into int64 `q`
   /// (same length): written, or added when `accumulate`. Tallies maxima and over-limit/non-finite counts.
   void to_fixed(int unit, ConstTensorView grad, TensorView q, bool accumulate);
+  /// Elements [begin, begin + grad.numel()) of one micro-batch's gradient of unit `unit` into int64 `q` (written),
+  /// tallied as to_fixed tallies: a part of a gradient that is exchanged on its own (asynchzp's tied rows).
+  void to_fixed_at(int unit, std::int64_t begin, ConstTensorView grad, TensorView q);
   /// Elements [begin, begin + q.numel()) of unit `unit` back to fp32 (out, same length as q).
   void to_float(int unit, std::int64_t begin, ConstTensorView q, TensorView out) const;
   /// The same for flat elements [global_begin, global_begin + q.numel()) of the model, which may span units
@@ -97,6 +100,8 @@ class FixedPointGrads {
   void for_each_tensor(int unit, std::int64_t begin, std::int64_t count, Fn&& fn) const;
 
  private:
+  // Elements [begin, begin + q.numel()) of unit `unit` converted (written or added) and tallied.
+  void convert_tallied(int unit, std::int64_t begin, ConstTensorView grad, TensorView q, bool accumulate);
   int exponent_for(double max_abs, int current, std::size_t tensor) const;
   // A tensor of a unit two pipeline stages hold (Unit::shared) sums both stages' contributions, so each stage
   // converts against half the limit (one bit less of range) and the two sums still fit in int64 when added.

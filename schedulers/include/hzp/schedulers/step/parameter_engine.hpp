@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -31,6 +32,8 @@ class ParameterEngine {
   /// An attempt of step `step` begins over the rank's `micro_batches` micro-batches, in the schedule
   /// `actions` (a deterministic-mode retry begins another attempt of the same step).
   virtual void begin_attempt(std::int64_t step, const std::vector<Action>& actions) = 0;
+  /// Micro-batch `micro_batch`'s input tokens on this rank, before its forward (without pipeline stages).
+  virtual void micro_batch_tokens(int /*micro_batch*/, std::span<const std::int32_t> /*inputs*/) {}
   /// Unit u's full parameters for `a` (valid until the matching *_done call).
   virtual workloads::UnitParams unit_params(int u, const Action& a) = 0;
   /// Unit u's forward for `a` is done.

@@ -1,0 +1,80 @@
+// asynchzp's scheduler.tied_split (docs/data-parallel.md "The tied table's chain"): the tied embedding table's
+// gradient has two writers, the head (dense, final at the start of backward) and the embedding lookup (its
+// micro-batch's token rows, written by the step's last compute). With the option the table's dense part, every
+// micro-batch's head contribution and the lookup's of all but the rank's last micro-batch, is exchanged like any
+// unit's right after the last head backward, and the last micro-batch's lookup gradient travels as rows: each rank
+// all-gathers its distinct rows (ids and values, a fixed T slots so the bytes do not depend on the data) over the
+// data-parallel ranks, and every rank adds the parts of everyone's rows that fall in its optimizer slice.
+// This file holds the rule (which unit, which configurations), the rows' message and its declaration for the plan.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "hzp/collectives/communicator.hpp"
+#include "hzp/core/caching_allocator.hpp"
+#include "hzp/schedulers/common/fixed_point_grads.hpp"
+#include "hzp/schedulers/scheduler.hpp"
+#include "hzp/schedulers/step/engine_plan.hpp"
+#include "hzp/schedulers/step/process_groups.hpp"
+#include "hzp/workloads/param_layout.hpp"
+
+namespace hzp::schedulers {
+
+/// The tied table: its unit (one [rows, width] tensor) and the unit whose backward writes it first (the head).
+struct TiedTable {
+  int unit = -1;
+  int head = -1;
+  std::int64_t rows = 0, width = 0;
+};
+
+/// The table scheduler.tied_split splits, or a ConfigError naming the key, the value and the fix: the model has
+/// no tied table, pipeline stages or context parallelism (the table's two writers on two stages, the rows of a
+/// sequence on several ranks), or a GPU (the rows are read on the host).
+TiedTable tied_split_table(const workloads::ParamLayout& layout, const ParallelDims& dims, bool on_gpu);
+
+/// The rows' exchange, declared for the plan: the ids (int32) and the values (the gradient's wire type) of
+/// `slots` rows, all-gathered over `group`.
+void declare_tied_rows(CollectiveLedger& out, const PlanGroup& group, const TiedTable& table, std::int64_t slots,
+                       DType wire);
+
+/// One rank's last micro-batch lookup gradient, as rows, and their exchange.
+class TiedRows {
+ public:
+  /// `slots`: the tokens of a micro-batch on this rank (the most distinct rows it can write); `group`: the
+  /// ranks whose rows are summed (the data-parallel ranks), used from one thread only.
+  TiedRows(TiedTable table, std::int64_t slots, coll::Communicator& group, CachingAllocator& alloc);
+
+  const TiedTable& table() const noexcept { return table_; }
+  /// The lookup's gradient buffer for the last micro-batch ([rows·width] fp32, accumulate into it): zero outside
+  /// the rows take() last read, which it zeroes again.
+  TensorView lookup_grad() const;
+  /// The last micro-batch's input tokens (before its forward): their distinct ids are the rows it writes.
+  void set_tokens(std::span<const std::int32_t> inputs);
+
+  /// The message of one micro-batch: T ids (−1 = empty slot) and T·width values (fp32, or int64 fixed point).
+  struct Message {
+    std::vector<std::int32_t> ids;
+    std::vector<std::byte> values;
+    DType dtype = DType::f32;
+  };
+  /// The rows of lookup_grad() for the tokens last set, converted to fixed point when `fixed` (tallied there);
+  /// the buffer is zero again afterwards.
+  Message take(FixedPointGrads* fixed);
+  /// Every rank's message all-gathered over the group; `add(first_element, values)` is called for each row of
+  /// each message (width values of the table from element first_element on), in rank then slot order.
+  using AddRow = std::function<void(std::int64_t first_element, const std::byte* values)>;
+  void exchange(const Message& mine, const AddRow& add);
+
+ private:
+  TiedTable table_;
+  std::int64_t slots_;
+  coll::Communicator* group_;
+  Allocation lookup_;                // [rows·width] fp32, zero outside the rows being written
+  std::vector<std::int32_t> rows_;   // the last micro-batch's distinct token ids, ascending
+};
+
+}  // namespace hzp::schedulers
