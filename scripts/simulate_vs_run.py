@@ -4,7 +4,8 @@
 (its recorded bandwidths and latencies, so both are charged the same links; the simulator's compute comes from its
 own calibration). Prints, per scheduler, simulated / measured for the step time (median after the warm-up) and the
 exposed communication (and the pipeline wait, the bubble, where the run has one), and whether the bytes per op,
-level and rank of the simulated step equal the measured last step's. With stages, also the ranks' range of exposed
+level and rank of the simulated step equal the measured last step's; with several measured steps, their range of
+step time and exposed communication beside the medians (one step of an async engine can read 10% off). With stages, also the ranks' range of exposed
 communication and pipeline wait, measured (last step) and simulated: a stage's replicas split their idle time
 differently (docs/simulate.md "Validation"); the ratios compare the means over ranks. `--layouts model` runs the tensor-, context-,
 pipeline- and expert-parallel layouts (nd tp2, cp2, pp2 over dp2, nd ep2 × dp2 on the preset's MoE twin, tiny-moe
