@@ -4,7 +4,8 @@
 (its recorded bandwidths and latencies, so both are charged the same links; the simulator's compute comes from its
 own calibration). Prints, per scheduler, simulated / measured for the step time (median after the warm-up) and the
 exposed communication (and the pipeline wait, the bubble, where the run has one), and whether the bytes per op,
-level and rank of the simulated step equal the measured last step's. With stages, also the ranks' range of exposed
+level and rank of the simulated step equal the measured last step's; with several measured steps, their range of
+step time and exposed communication beside the medians (one step of an async engine can read 10% off). With stages, also the ranks' range of exposed
 communication and pipeline wait, measured (last step) and simulated: a stage's replicas split their idle time
 differently (docs/simulate.md "Validation"); the ratios compare the means over ranks. `--layouts model` runs the tensor-, context-,
 pipeline- and expert-parallel layouts (nd tp2, cp2, pp2 over dp2, nd ep2 × dp2 on the preset's MoE twin, tiny-moe
@@ -97,6 +98,8 @@ def main():
     ap.add_argument("--dir", default="results/simulate_vs_run")
     ap.add_argument("--unit-sleep-ms", type=float, default=0,
                     help="scheduler.debug_unit_sleep_ms for the run and the simulation (a benchmark hook)")
+    ap.add_argument("--run-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an extra --set for the run only (e.g. output.trace=true); repeatable")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--check-times", action="store_true")
     a = ap.parse_args()
@@ -116,7 +119,8 @@ def main():
             cfg.append(f"model.preset={MOE_PRESETS.get(a.preset, a.preset)}")
         run_h5 = os.path.join(a.dir, f"run-{name}.h5")
         sim_h5 = os.path.join(a.dir, f"sim-{name}.h5")
-        subprocess.run([a.mpiexec, "-n", str(a.ranks), a.hzpbench, "run", *sets(cfg), "--out", run_h5, "--force"],
+        subprocess.run([a.mpiexec, "-n", str(a.ranks), a.hzpbench, "run", *sets(cfg), *sets(a.run_set),
+                        "--out", run_h5, "--force"],
                        check=True, stdout=subprocess.DEVNULL, timeout=1800, env=env)
         with h5py.File(run_h5, "r", locking=False) as f:
             at = f.attrs
@@ -130,6 +134,7 @@ def main():
             measured_exposed = statistics.median(f["ranks/exposed_comm_s"][1:].mean(axis=1))
             measured_pipeline = statistics.median(f["ranks/pipeline_wait_s"][1:].mean(axis=1))
             measured_spread = spread(f, rows - 1)
+            steps_s, exposed_s = f["steps/step_time_s"][1:], f["ranks/exposed_comm_s"][1:].mean(axis=1)
             measured_bytes = comm_bytes(f, rows - 1)
         subprocess.run([a.hzpbench, "simulate", *sets(cfg + [f"topology.world_size={a.ranks}"] + links),
                         "--out", sim_h5, "--force"], check=True, stdout=subprocess.DEVNULL, timeout=600, env=env)
@@ -147,6 +152,10 @@ def main():
         r_pipe = sim_pipeline / measured_pipeline if measured_pipeline > 0 else float("nan")
         print(f"{name:18} {r_step:14.3f} {r_exp:17.3f} {r_pipe:18.3f}  {'equal' if same else 'DIFFER'}"
               + (f" (all-to-all-v sim/meas {r_routed:.3f})" if r_routed is not None else ""), flush=True)
+        if len(steps_s) > 1:  # the medians' spread over the measured steps: how far one step may read off
+            print(f"{'':18} measured over {len(steps_s)} steps: step {min(steps_s):.2f}-{max(steps_s):.2f} s "
+                  f"(median {measured_step:.2f}), exposed {min(exposed_s):.2f}-{max(exposed_s):.2f} s "
+                  f"(median {measured_exposed:.2f}); simulated step {sim_step:.2f} s, exposed {sim_exposed:.2f} s")
         if measured_pipeline > 0:  # how far a stage's replicas drift apart: their split of the idle time
             print(f"{'':18} per rank, measured last step / simulated: {measured_spread} / {sim_spread}")
         if r_routed is not None and not (1 / 2 <= r_routed <= 2):

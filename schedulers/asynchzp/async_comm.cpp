@@ -397,7 +397,18 @@ Block AsyncComm::grad_block(int unit) {
   if (!fits(ring, bytes)) return Block(s_.seg->new_grad_block(unit, *s_.alloc, DType::f32, s_.compute));
   // The slot is released on the gradient lane once its reduce-scatter is queued: the compute stream writes it
   // only after that reduce-scatter has run.
-  Block b(pool_->acquire(ring, bytes), rs_fence_.get(), grad_lane_.ref());
+  RingSlot slot = pool_->try_acquire(ring, bytes);
+  if (!slot) {
+    // No room until the gradient thread's queued reduce-scatters free a slot: the compute thread waits on
+    // communication, as at a ticket, so it is a background wait of the step (exposed), not bookkeeping.
+    const double begin = wall_seconds();
+    {
+      const coll::CommWaitScope waiting;
+      slot = pool_->acquire(ring, bytes);
+    }
+    waits_.emplace_back(begin, wall_seconds());
+  }
+  Block b(std::move(slot), rs_fence_.get(), grad_lane_.ref());
   compute_waits([&] { rs_fence_->wait(s_.compute); });
   if (n > real) zero_bytes(b.data_as<float>() + real, static_cast<std::size_t>(n - real) * sizeof(float), s_.compute);
   return b;

@@ -4,21 +4,29 @@
 // nodes per step do not change with the micro-batch count while zero3's grow with it; bytes per micro-batch
 // do not change with the sequence length; the reduce-scatter step end moves one third less than the
 // all-reduce at W = 8, z2 = 2, z1 = 4; in async mode every scheduled collective is issued by a background
-// thread and gathers run ahead of the compute thread; a pool too small is refused naming the sizes, or
+// thread and gathers run ahead of the compute thread, and the compute thread's wait for room in the gradient ring
+// is a background wait of the step (exposed communication); a pool too small is refused naming the sizes, or
 // (pool_fallback = inline) every fallback is counted and the run still matches `none`; bad group sizes are
 // refused naming every value. Expectations come from the model's dimensions, W and the group sizes.
 #include <gtest/gtest.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "data_parallel_test_util.hpp"
 #include "hzp/collectives/counters.hpp"
+#include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/schedulers/asynchzp.hpp"
 #include "asynchzp/async_comm.hpp"
+#include "asynchzp/asynchzp_segments.hpp"
+#include "asynchzp/ring_sizing.hpp"
+#include "hzp/schedulers/common/nested_groups.hpp"
 
 namespace hzp::test {
 namespace {
@@ -344,6 +352,61 @@ TEST(AsyncHzp, BackgroundErrorsSurfaceOnTheComputeThread) {
   schedulers::CommThread slow("slow thread");
   const schedulers::Ticket s = slow.submit([] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); });
   EXPECT_THROW(s.wait(std::chrono::milliseconds(5), "a slow task"), TimeoutError);
+}
+
+// The compute thread waiting for room in the gradient ring waits for the gradient thread's queued work to free a
+// slot: that wait is communication the step exposes, so it is one of the step's background waits (the harness
+// counts them in exposed_comm_s), not bookkeeping. The gradient thread is held by a gate; gradient blocks are taken
+// and each one's release queued behind the gate until a take finds the ring full; a helper opens the gate only once
+// the compute thread is blocked in the ring. Exactly that take is a background wait, and it spans the opening.
+TEST(AsyncHzp, GradientRingWaitIsABackgroundWait) {
+  run_then_barrier([] {
+    auto world = make_world(rpn());
+    const int w = world_size();
+    TinySetup setup(Precision::fp32);
+    const workloads::ParamLayout& layout = setup.model->layout();
+    const schedulers::NestedGroups groups(w, w, w, w);
+    const schedulers::Segments seg(layout, SO::Launch::unit, groups, w);
+    schedulers::AsyncComm comm(schedulers::AsyncComm::Setup{.layout = &layout, .seg = &seg, .z3 = world.get(),
+                                                            .z2 = world.get(), .alloc = setup.alloc.get()});
+    const int unit = 1;  // a block: not shared with another unit, so its gradient takes the per-unit ring
+    const RingId ring = comm.pool()->ring_id("reduce_scatter");
+    const std::size_t slot = (static_cast<std::size_t>(seg.unit_block_numel(unit)) * sizeof(float) +
+                              schedulers::kRingAlign - 1) / schedulers::kRingAlign * schedulers::kRingAlign;
+    const std::size_t takes = comm.pool()->ring_capacity(ring) / slot + 2;  // more than the ring holds at once
+
+    std::mutex m;
+    std::condition_variable cv;
+    bool open = false, saw_waiter = false;
+    double opened_at = 0;
+    (void)comm.on_grad_thread([&] {
+      std::unique_lock lock(m);
+      cv.wait(lock, [&] { return open; });
+    });
+    std::thread opener([&] {
+      const double give_up = wall_seconds() + 60;
+      while (comm.pool()->stats(ring).waiters == 0 && wall_seconds() < give_up)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::lock_guard lock(m);
+      saw_waiter = comm.pool()->stats(ring).waiters > 0;
+      opened_at = wall_seconds();
+      open = true;
+      cv.notify_all();
+    });
+    for (std::size_t k = 0; k < takes; ++k) {
+      auto block = std::make_shared<schedulers::Block>(comm.grad_block(unit));
+      (void)comm.on_grad_thread([block] { block->reset(); });  // the slot back once the thread gets there
+      std::lock_guard lock(m);
+      if (open) break;  // this take waited for the opening; a later one might wait for the releases it let run
+    }
+    opener.join();
+    ASSERT_TRUE(saw_waiter) << takes << " gradient blocks of " << slot << " bytes never filled a ring of "
+                            << comm.pool()->ring_capacity(ring) << " bytes";
+    const auto& waits = comm.background_waits();
+    ASSERT_EQ(waits.size(), 1u) << "the take that found the ring full is not a background wait";
+    EXPECT_LE(waits[0].first, opened_at);
+    EXPECT_GE(waits[0].second, opened_at);
+  }, 120);
 }
 
 TEST(AsyncHzp, RefusesGroupsThatDoNotNest) {
