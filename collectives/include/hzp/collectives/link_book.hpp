@@ -42,10 +42,12 @@ class FixedIntervals {
     ++n_;
     return items_.data() + i;
   }
-  iterator erase(const_iterator pos) noexcept {
-    const auto i = static_cast<std::size_t>(pos - items_.data());
-    std::move(items_.data() + i + 1, items_.data() + n_, items_.data() + i);
-    --n_;
+  iterator erase(const_iterator pos) noexcept { return erase(pos, pos + 1); }
+  iterator erase(const_iterator first, const_iterator last) noexcept {
+    const auto i = static_cast<std::size_t>(first - items_.data());
+    const auto j = static_cast<std::size_t>(last - items_.data());
+    std::move(items_.data() + j, items_.data() + n_, items_.data() + i);
+    n_ -= j - i;
     return items_.data() + i;
   }
 
@@ -57,6 +59,12 @@ class FixedIntervals {
 /// One link's bookings, in start order. Not thread-safe: the emulator holds a lock around it, the simulator is one
 /// thread. Bookings placed by earliest() never overlap; the emulator's settle books a call where it really ran, which
 /// may run into a call booked since (the two share the link there, as they would on a real one).
+///
+/// While no two bookings overlap their ends are in start order too, so the bookings that end by a time are a prefix
+/// found by bisection: a gap search and forget_before then cost the few bookings around the time asked, not the whole
+/// list. (The simulator's stream clocks can lag far behind a rank's messages, so its lists grow to thousands of
+/// bookings; scanning them from the start made Table 5's runs quadratic in their messages.) Once an overlap is booked
+/// the ends are unordered and both scan the list until it empties.
 template <class Time, class Store = std::vector<LinkInterval<Time>>>
 class LinkBook {
  public:
@@ -65,7 +73,9 @@ class LinkBook {
   Time earliest(Time from, Time dur) const {
     if (!(dur > Time{})) return from;
     Time t = from;
-    for (const LinkInterval<Time>& b : items_) {  // a few hundred at most: a scan, since overlaps leave ends unordered
+    // The bookings that end by `from` would be passed over one by one: t never falls below from.
+    for (auto it = first_ending_after(from); it != items_.end(); ++it) {
+      const LinkInterval<Time>& b = *it;
       if (!(b.end > t)) continue;
       if (b.start >= t + dur) break;  // every later booking starts later still
       t = std::max(t, b.end);
@@ -78,9 +88,13 @@ class LinkBook {
   void book(Time start, Time dur) {
     if (!(dur > Time{})) return;
     if (items_.size() == items_.max_size()) items_.erase(items_.begin());
-    const auto at = std::upper_bound(items_.begin(), items_.end(), start,
-                                     [](Time s, const LinkInterval<Time>& b) { return s < b.start; });
-    items_.insert(at, LinkInterval<Time>{start, start + dur});
+    if (items_.size() == 0) ends_ordered_ = true;
+    auto at = std::upper_bound(items_.begin(), items_.end(), start,
+                               [](Time s, const LinkInterval<Time>& b) { return s < b.start; });
+    at = items_.insert(at, LinkInterval<Time>{start, start + dur});
+    // An overlap with a neighbour is the only way the ends leave start order.
+    if (at != items_.begin() && (at - 1)->end > at->start) ends_ordered_ = false;
+    if (at + 1 != items_.end() && at->end > (at + 1)->start) ends_ordered_ = false;
   }
 
   /// Removes the booking [start, start + dur); false when there is none (forgotten to make room, or never booked).
@@ -98,6 +112,10 @@ class LinkBook {
 
   /// Forgets the bookings that end at or before t: no call will look for a gap before t.
   void forget_before(Time t) {
+    if (ends_ordered_) {
+      items_.erase(items_.begin(), first_ending_after(t));
+      return;
+    }
     for (auto it = items_.begin(); it != items_.end();) it = it->end > t ? it + 1 : items_.erase(it);
   }
 
@@ -105,7 +123,15 @@ class LinkBook {
   const LinkInterval<Time>& operator[](std::size_t i) const noexcept { return items_[i]; }
 
  private:
+  /// The first booking that ends after t where every earlier one ends by t (the bookings' ends in start order), else
+  /// the first booking.
+  auto first_ending_after(Time t) const {
+    if (!ends_ordered_) return items_.begin();
+    return std::partition_point(items_.begin(), items_.end(), [t](const LinkInterval<Time>& b) { return !(b.end > t); });
+  }
+
   Store items_{};
+  bool ends_ordered_ = true;  // no two bookings overlap (so their ends are in start order as well)
 };
 
 /// The earliest t >= from at which `a` is free for da and `b` for db at once (a call that uses both links holds them
