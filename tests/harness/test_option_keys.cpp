@@ -40,7 +40,7 @@ TEST(OptionKeys, SchedulerKeysReachTheirFieldsAndDefaultToTheStruct) {
                         "scheduler.distributed_optimizer=true", "scheduler.tp_across_nodes=true", "scheduler.pp=4",
                         "scheduler.schedule=interleaved", "scheduler.virtual_stages=3", "scheduler.pp_layers=1,2,3,2",
                         "scheduler.debug_unit_sleep_ms=2.5", "scheduler.cp=4", "scheduler.pp_reuse=false",
-                        "scheduler.rs_merge=false", "scheduler.ep=2"})
+                        "scheduler.rs_merge=false", "scheduler.ep=2", "scheduler.tied_split=true"})
     r.add_set(s);
   const O o = schedulers::scheduler_options_from(r.resolve());
   EXPECT_EQ(o.bucket_mb, 7);
@@ -79,7 +79,10 @@ TEST(OptionKeys, SchedulerKeysReachTheirFieldsAndDefaultToTheStruct) {
   EXPECT_TRUE(d.pp_reuse && d.rs_merge);
   EXPECT_FALSE(o.pp_reuse);
   EXPECT_FALSE(o.rs_merge);
-  EXPECT_EQ(schedulers::scheduler_option_decls().size(), 25u);  // a new key is declared there, and tested here
+  EXPECT_TRUE(o.tied_split);
+  EXPECT_FALSE(d.tied_split);
+  EXPECT_EQ(d.tied_split, want.tied_split);
+  EXPECT_EQ(schedulers::scheduler_option_decls().size(), 26u);  // a new key is declared there, and tested here
 }
 
 TEST(OptionKeys, FoundationKeysAreRegistered) {
