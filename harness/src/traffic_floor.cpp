@@ -1,5 +1,5 @@
-// The traffic floor's loops (traffic_floor.hpp): copies and a blocked reduction of w arrays that reads
-// each input element once and writes each output element once.
+// The traffic floor's loops (traffic_floor.hpp): copies, writes from a cache-resident staging piece, and a blocked
+// reduction of w arrays that reads each input element once and writes each output element once.
 #include "traffic_floor.hpp"
 
 #include <algorithm>
@@ -42,24 +42,52 @@ void reduce_blocks(const T* src, std::size_t stride, int w, std::size_t n, T* ds
   }
 }
 
+// The staging piece: zero, one per thread, small enough to stay in cache between uses.
+std::byte* staging() {
+  alignas(64) thread_local std::array<std::byte, kFloorStagingBytes> piece{};
+  return piece.data();
+}
+
+// Writes n bytes at dst from the staging piece: what a peer's block costs the receiver once its bytes arrive
+// through the shared caches.
+void write_from_staging(std::byte* dst, std::size_t n) {
+  const std::byte* s = staging();
+  for (std::size_t at = 0; at < n; at += kFloorStagingBytes)
+    std::memcpy(dst + at, s, std::min(kFloorStagingBytes, n - at));
+}
+
+// Reads n bytes at src into the staging piece: what sending a block costs its sender.
+void read_into_staging(const std::byte* src, std::size_t n) {
+  std::byte* s = staging();
+  for (std::size_t at = 0; at < n; at += kFloorStagingBytes)
+    std::memcpy(s, src + at, std::min(kFloorStagingBytes, n - at));
+  std::memset(s, 0, kFloorStagingBytes);  // back to zero, as the contract says (in cache: cheap)
+}
+
 template <typename T>
 void floor_typed(coll::CollOp op, std::size_t total, int w, int rank, int root, const T* src, T* dst) {
-  const std::size_t block = total / static_cast<std::size_t>(w);
+  const std::size_t block = total / static_cast<std::size_t>(w), own = static_cast<std::size_t>(rank) * block;
+  auto* out = reinterpret_cast<std::byte*>(dst);
+  // The blocks around the rank's own, written as the peers' deliveries.
+  auto others_from_staging = [&] {
+    write_from_staging(out, own * sizeof(T));
+    write_from_staging(out + (own + block) * sizeof(T), (total - own - block) * sizeof(T));
+  };
   switch (op) {
     case coll::CollOp::all_gather:
+      std::memcpy(dst + own, src, block * sizeof(T));
+      others_from_staging();
+      return;
     case coll::CollOp::all_to_all: std::memcpy(dst, src, total * sizeof(T)); return;
     case coll::CollOp::broadcast:
-      if (rank != root) std::memcpy(dst, src, total * sizeof(T));
+      if (rank == root) read_into_staging(reinterpret_cast<const std::byte*>(src), total * sizeof(T));
+      else write_from_staging(out, total * sizeof(T));
       return;
     case coll::CollOp::reduce_scatter: reduce_blocks(src, block, w, block, dst); return;
-    case coll::CollOp::all_reduce: {
-      const std::size_t own = static_cast<std::size_t>(rank) * block;
+    case coll::CollOp::all_reduce:
       reduce_blocks(src, block, w, block, dst + own);  // every rank's contribution to this block
-      // The blocks before and after this rank's own: the other ranks' reduced blocks, copied once.
-      std::memcpy(dst, src, own * sizeof(T));
-      std::memcpy(dst + own + block, src + own + block, (total - own - block) * sizeof(T));
+      others_from_staging();
       return;
-    }
     default: HZP_THROW(PreconditionError, "no traffic floor for ", coll::coll_op_name(op));
   }
 }

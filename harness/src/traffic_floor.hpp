@@ -1,11 +1,11 @@
-// The traffic floor of a collective: the least local memory work any algorithm must do on one rank to
-// produce the op's result on this machine, run as plain loops on every rank at once. Its time is the
-// benchmark's physical reference per op and size (docs/collectives-benchmark.md, "The traffic floor"):
-// a transport that reads each peer byte once, straight from the peer's buffer, and writes each result
-// byte once, with every rank of the machine doing so at the same moment, cannot beat it. Unlike the
-// single-core memcpy reference, it counts what the op itself must move (an out-of-place all_gather
-// writes its whole output; a reduction reads every rank's contribution) and that the ranks share the
-// memory bus.
+// The traffic floor of a collective: the least memory traffic any algorithm must cause on one rank to produce the
+// op's result on this machine, run as plain loops on every rank at once. Its time is the benchmark's physical
+// reference per op and size (docs/collectives-benchmark.md, "The traffic floor"). The rule: every byte of the
+// rank's input is read once from its memory and every byte of its output written once; what passes from rank to
+// rank goes through the caches the ranks share (a slot-sized staging piece here, as the shared-memory rings do), so
+// it costs no memory traffic of its own. Unlike the single-core memcpy reference, the floor counts what the op itself
+// must move (an out-of-place all_gather writes its whole output; a reduction reads every contribution) and that the
+// ranks share the memory bus.
 #pragma once
 
 #include <cstddef>
@@ -14,17 +14,22 @@
 
 namespace hzp::harness {
 
-/// Per op, on rank `rank` of `w`, with `total` elements of `dtype` (the sweep size; for all_gather the
-/// output, for reduce_scatter the input, for all_reduce, all_to_all and broadcast the buffer):
-/// - all_gather, all_to_all: copy `total` elements src -> dst (every output byte written once from a
-///   source byte read once);
-/// - broadcast: the same copy on every rank but the root (which moves nothing);
-/// - reduce_scatter: dst[i] = sum over q of src[q*block + i], i < block = total / w (every rank's
-///   contribution read once, the result written once; fp32 accumulation, rounded once for bf16);
-/// - all_reduce: that reduction into dst's own block `rank`, then the other w-1 blocks copied src -> dst
-///   (the reduce-scatter phase, then the all-gather phase, each at its floor).
-/// `src` and `dst` hold at least `total` elements and do not overlap. Results are real (tested), so no
-/// part of the work can be optimised away.
+/// The staging piece that stands for the bytes other ranks deliver through the caches.
+inline constexpr std::size_t kFloorStagingBytes = 256u << 10;
+
+/// Per op, on rank `rank` of `w`, with `total` elements of `dtype` (the sweep size; for all_gather the output, for
+/// reduce_scatter the input, for all_reduce, all_to_all and broadcast the buffer), block = total / w:
+/// - all_gather: src's `block` elements (the rank's input) copied to dst's block `rank`; the other blocks written
+///   from the staging piece (the peers' blocks arriving through the caches);
+/// - all_to_all: `total` elements copied src -> dst (each block of the input is read once, by whoever sends it,
+///   and each block of the output written once);
+/// - broadcast: the root reads its `total` elements into the staging piece; every other rank writes its `total`
+///   elements from it;
+/// - reduce_scatter: dst[i] = sum over q of src[q*block + i], i < block (every contribution read once where it
+///   lies, the result written once; fp32 accumulation, rounded once for bf16);
+/// - all_reduce: that sum into dst's block `rank`; the other blocks written from the staging piece.
+/// src and dst hold at least `total` elements and do not overlap; the staging piece is zero, so the blocks written
+/// from it are zero. Results are real (tested), so no part of the work can be optimised away.
 void run_traffic_floor(coll::CollOp op, DType dtype, std::size_t total, int w, int rank, int root,
                        const std::byte* src, std::byte* dst);
 

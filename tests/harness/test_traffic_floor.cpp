@@ -1,7 +1,7 @@
-// The traffic floor's loops compute what they claim (traffic_floor.hpp): the copies move every element,
-// the reductions give the sum over ranks' blocks (checked against sums written out here), bf16 rounds
-// once, and the broadcast root moves nothing. A floor that skipped work would time faster than the
-// op's true minimum and flatter no transport.
+// The traffic floor's loops compute what they claim (traffic_floor.hpp): the rank's own input reaches its place,
+// every other block of the output is written (from the zero staging piece), the reductions give the sum over the
+// ranks' blocks (checked against sums written out here), bf16 rounds once, and the broadcast root writes nothing. A
+// floor that skipped work would time faster than the op's true minimum and flatter every transport.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -23,19 +23,27 @@ std::vector<float> iota_like(std::size_t n) {
 const std::byte* bytes(const std::vector<float>& v) { return reinterpret_cast<const std::byte*>(v.data()); }
 std::byte* bytes(std::vector<float>& v) { return reinterpret_cast<std::byte*>(v.data()); }
 
-TEST(TrafficFloor, CopiesMoveEveryElement) {
-  const std::size_t n = 5000;  // not a multiple of the reduction's piece
+TEST(TrafficFloor, CopiesAndDeliveriesWriteEveryElement) {
+  const int w = 4, rank = 1;
+  const std::size_t block = 1250, n = block * w;  // not a multiple of the reduction's piece
   const auto src = iota_like(n);
-  for (CollOp op : {CollOp::all_gather, CollOp::all_to_all}) {
-    std::vector<float> dst(n, -99.0f);
-    run_traffic_floor(op, DType::f32, n, 4, 1, 0, bytes(src), bytes(dst));
-    EXPECT_EQ(dst, src) << coll::coll_op_name(op);
+  std::vector<float> gathered(n, -99.0f);
+  run_traffic_floor(CollOp::all_gather, DType::f32, n, w, rank, 0, bytes(src), bytes(gathered));
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool own = i / block == static_cast<std::size_t>(rank);
+    ASSERT_EQ(gathered[i], own ? src[i - rank * block] : 0.0f) << i;  // the rank's input, or a peer's delivery
   }
-  std::vector<float> root_dst(n, -99.0f), other_dst(n, -99.0f);
-  run_traffic_floor(CollOp::broadcast, DType::f32, n, 4, 2, 2, bytes(src), bytes(root_dst));
-  run_traffic_floor(CollOp::broadcast, DType::f32, n, 4, 3, 2, bytes(src), bytes(other_dst));
-  EXPECT_EQ(root_dst, std::vector<float>(n, -99.0f));  // the root sends; it copies nothing
-  EXPECT_EQ(other_dst, src);
+  std::vector<float> exchanged(n, -99.0f);
+  run_traffic_floor(CollOp::all_to_all, DType::f32, n, w, rank, 0, bytes(src), bytes(exchanged));
+  EXPECT_EQ(exchanged, src);
+  // Larger than the staging piece, so the deliveries take several passes.
+  const std::size_t big = 3 * kFloorStagingBytes / sizeof(float) + 17;
+  const auto big_src = iota_like(big);
+  std::vector<float> root_dst(big, -99.0f), other_dst(big, -99.0f);
+  run_traffic_floor(CollOp::broadcast, DType::f32, big, w, 2, 2, bytes(big_src), bytes(root_dst));
+  run_traffic_floor(CollOp::broadcast, DType::f32, big, w, 3, 2, bytes(big_src), bytes(other_dst));
+  EXPECT_EQ(root_dst, std::vector<float>(big, -99.0f));  // the root sends; it writes nothing
+  EXPECT_EQ(other_dst, std::vector<float>(big, 0.0f));    // and the root's read left the staging piece zero
 }
 
 TEST(TrafficFloor, ReduceScatterSumsEveryRanksBlock) {
@@ -48,7 +56,7 @@ TEST(TrafficFloor, ReduceScatterSumsEveryRanksBlock) {
     ASSERT_EQ(dst[i], src[i] + src[block + i] + src[2 * block + i]) << i;
 }
 
-TEST(TrafficFloor, AllReduceReducesItsOwnBlockAndCopiesTheOthers) {
+TEST(TrafficFloor, AllReduceReducesItsOwnBlockAndWritesTheOthers) {
   const int w = 4, rank = 2;
   const std::size_t block = 3000, total = block * w;
   const auto src = iota_like(total);
@@ -56,9 +64,8 @@ TEST(TrafficFloor, AllReduceReducesItsOwnBlockAndCopiesTheOthers) {
   run_traffic_floor(CollOp::all_reduce, DType::f32, total, w, rank, 0, bytes(src), bytes(dst));
   for (std::size_t i = 0; i < total; ++i) {
     const std::size_t b = i / block, j = i % block;
-    const float want = b == static_cast<std::size_t>(rank)
-                           ? src[j] + src[block + j] + src[2 * block + j] + src[3 * block + j]
-                           : src[i];
+    const float want =
+        b == static_cast<std::size_t>(rank) ? src[j] + src[block + j] + src[2 * block + j] + src[3 * block + j] : 0.0f;
     ASSERT_EQ(dst[i], want) << i;
   }
 }
