@@ -390,6 +390,16 @@ Block AsyncComm::next_gathered(int unit) {
   return std::move(*p.block);
 }
 
+template <typename F>
+void AsyncComm::background_wait(F&& wait_for) {
+  const double begin = wall_seconds();
+  {
+    const coll::CommWaitScope waiting;
+    wait_for();
+  }
+  waits_.emplace_back(begin, wall_seconds());
+}
+
 Block AsyncComm::grad_block(int unit) {
   const std::int64_t n = s_.seg->unit_block_numel(unit), real = s_.layout->unit_numel(unit);
   const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
@@ -401,12 +411,7 @@ Block AsyncComm::grad_block(int unit) {
   if (!slot) {
     // No room until the gradient thread's queued reduce-scatters free a slot: the compute thread waits on
     // communication, as at a ticket, so it is a background wait of the step (exposed), not bookkeeping.
-    const double begin = wall_seconds();
-    {
-      const coll::CommWaitScope waiting;
-      slot = pool_->acquire(ring, bytes);
-    }
-    waits_.emplace_back(begin, wall_seconds());
+    background_wait([&] { slot = pool_->acquire(ring, bytes); });
   }
   Block b(std::move(slot), rs_fence_.get(), grad_lane_.ref());
   compute_waits([&] { rs_fence_->wait(s_.compute); });
@@ -451,14 +456,7 @@ void AsyncComm::reduce_scatter(int unit, Block block, bool accumulate) {
 }
 
 void AsyncComm::wait(const Ticket& t, const char* what, bool use) {
-  const double begin = wall_seconds();
-  {
-    // A wait on the background threads' collectives is a communication wait: a watchdog must not take this
-    // rank, waiting for a stalled peer through them, for the one that stopped.
-    const coll::CommWaitScope waiting;
-    t.wait(deadline_, what);
-  }
-  waits_.emplace_back(begin, wall_seconds());
+  background_wait([&] { t.wait(deadline_, what); });
   if (!use || s_.compute.device().is_cpu()) return;
   compute_waits([&] { (void)t.order(s_.compute); });
 }

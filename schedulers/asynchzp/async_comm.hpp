@@ -286,6 +286,11 @@ class AsyncComm {
     else
       enqueue_wait();
   }
+  // Runs `wait_for` (the compute thread waiting on the background threads' communication) as a communication wait (a
+  // watchdog must not take this rank, waiting for a stalled peer through them, for the one that stopped) and records
+  // its interval as a background wait of this step. Defined in async_comm.cpp, its only user.
+  template <typename F>
+  void background_wait(F&& wait_for);
   // The compute stream waits for everything enqueued on `lane` so far (its thread is idle: the caller waited).
   void join_lane(StreamRef lane);
   void queue_refresh(int unit);
