@@ -45,6 +45,14 @@ T stats_reduce(T v, MPI_Datatype type, MPI_Op op, MPI_Comm c) {
   return out;
 }
 
+// The median of this rank's times (seconds; reorders them), the maximum over ranks, in microseconds: a size's time
+// is its slowest rank's.
+double slowest_median_us(std::vector<double>& times, MPI_Comm stats) {
+  const auto mid = times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2);
+  std::nth_element(times.begin(), mid, times.end());
+  return stats_reduce(*mid, MPI_DOUBLE, MPI_MAX, stats) * 1e6;
+}
+
 // ---- page-aligned buffers, touched once so first-touch page faults are never timed ---------------
 struct FreeDeleter {
   void operator()(std::byte* p) const noexcept { std::free(p); }
@@ -256,8 +264,7 @@ std::vector<CollectiveBenchRow> run_collective_bench(
       mean /= opt.iters;
       const auto [mn, mx] = std::minmax_element(times.begin(), times.end());
       const double min_t = *mn, max_t = *mx;
-      std::nth_element(times.begin(), times.begin() + opt.iters / 2, times.end());
-      row.p50_us = stats_reduce(times[static_cast<std::size_t>(opt.iters / 2)], MPI_DOUBLE, MPI_MAX, stats) * 1e6;
+      row.p50_us = slowest_median_us(times, stats);
       row.time_us = stats_reduce(mean, MPI_DOUBLE, MPI_MAX, stats) * 1e6;
       row.min_us = stats_reduce(min_t, MPI_DOUBLE, MPI_MIN, stats) * 1e6;
       row.max_us = stats_reduce(max_t, MPI_DOUBLE, MPI_MAX, stats) * 1e6;
@@ -266,7 +273,10 @@ std::vector<CollectiveBenchRow> run_collective_bench(
       row.bytes = coll::algbw_bytes(op, s.in, opt.dtype, w);
       row.algbw_gbps = static_cast<double>(row.bytes) / (row.time_us * 1e-6) / 1e9;
       row.busbw_gbps = row.algbw_gbps * coll::bus_factor(op, w);
-      row.busbw_p50_gbps = static_cast<double>(row.bytes) / (row.p50_us * 1e-6) / 1e9 * coll::bus_factor(op, w);
+      auto busbw_at = [&](double us) {
+        return static_cast<double>(row.bytes) / (us * 1e-6) / 1e9 * coll::bus_factor(op, w);
+      };
+      row.busbw_p50_gbps = busbw_at(row.p50_us);
       row.bus_over_memcpy = mref.one_core_gbps > 0 ? row.busbw_gbps / mref.one_core_gbps : 0.0;
       if (opt.traffic_floor) {
         // Every rank runs the floor at once, as they ran the op: they share the memory bus alike.
@@ -278,11 +288,8 @@ std::vector<CollectiveBenchRow> run_collective_bench(
           run_traffic_floor(op, opt.dtype, total, w, comm.rank(), opt.root, in.get(), out.get());
           times[static_cast<std::size_t>(k)] = wall_seconds() - t0;
         }
-        std::nth_element(times.begin(), times.begin() + opt.iters / 2, times.end());
-        row.floor_p50_us =
-            stats_reduce(times[static_cast<std::size_t>(opt.iters / 2)], MPI_DOUBLE, MPI_MAX, stats) * 1e6;
-        row.floor_busbw_gbps =
-            static_cast<double>(row.bytes) / (row.floor_p50_us * 1e-6) / 1e9 * coll::bus_factor(op, w);
+        row.floor_p50_us = slowest_median_us(times, stats);
+        row.floor_busbw_gbps = busbw_at(row.floor_p50_us);
         row.bus_over_floor = row.floor_busbw_gbps > 0 ? row.busbw_p50_gbps / row.floor_busbw_gbps : 0.0;
       }
       rows.push_back(row);
