@@ -79,16 +79,19 @@ TiedRows::Message TiedRows::take(FixedPointGrads* fixed) {
 void TiedRows::exchange(const Message& mine, const AddRow& add) {
   const int w = group_->size();
   const std::int64_t d = table_.width, vb = static_cast<std::int64_t>(dtype_size(mine.dtype));
-  std::vector<std::int32_t> ids(mine.ids);
-  std::vector<std::byte> values(mine.values);
+  // One rank's rows are its own message: gathered only where there are others (the gather would copy them in).
+  std::vector<std::int32_t> gathered_ids;
+  std::vector<std::byte> gathered_values;
   if (w > 1) {
-    ids.resize(static_cast<std::size_t>(slots_ * w));
-    values.resize(static_cast<std::size_t>(slots_ * d * vb * w));
+    gathered_ids.resize(static_cast<std::size_t>(slots_ * w));
+    gathered_values.resize(static_cast<std::size_t>(slots_ * d * vb * w));
     group_->all_gather(ConstTensorView(mine.ids.data(), Shape{slots_}, DType::i32),
-                     TensorView(ids.data(), Shape{slots_ * w}, DType::i32), StreamRef::host());
+                       TensorView(gathered_ids.data(), Shape{slots_ * w}, DType::i32), StreamRef::host());
     group_->all_gather(ConstTensorView(mine.values.data(), Shape{slots_ * d}, mine.dtype),
-                     TensorView(values.data(), Shape{slots_ * d * w}, mine.dtype), StreamRef::host());
+                       TensorView(gathered_values.data(), Shape{slots_ * d * w}, mine.dtype), StreamRef::host());
   }
+  const std::vector<std::int32_t>& ids = w > 1 ? gathered_ids : mine.ids;
+  const std::vector<std::byte>& values = w > 1 ? gathered_values : mine.values;
   for (std::int64_t i = 0; i < slots_ * w; ++i)
     if (ids[static_cast<std::size_t>(i)] >= 0)
       add(static_cast<std::int64_t>(ids[static_cast<std::size_t>(i)]) * d, values.data() + i * d * vb);
