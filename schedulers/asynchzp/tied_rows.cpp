@@ -157,13 +157,17 @@ void TiedRows::to_owners(const Message& mine, const AddRow& add) {
   }
   std::vector<std::int64_t> send(static_cast<std::size_t>(w)), recv(static_cast<std::size_t>(w));
   std::int64_t sent = 0;
-  for (int q = 0; q < w; ++q) sent += send[static_cast<std::size_t>(q)] = static_cast<std::int64_t>(to[static_cast<std::size_t>(q)].size());
+  for (std::size_t q = 0; q < to.size(); ++q) {
+    send[q] = static_cast<std::int64_t>(to[q].size());
+    sent += send[q];
+  }
   group_->all_to_all(ConstTensorView(send.data(), Shape{w}, DType::i64), TensorView(recv.data(), Shape{w}, DType::i64),
                      StreamRef::host());
   std::int64_t received = 0;
   for (std::int64_t n : recv) received += n;
   std::vector<std::int32_t> ids_out, ids_in(static_cast<std::size_t>(received));
-  std::vector<std::byte> values_out(static_cast<std::size_t>(sent * d * vb)), values_in(static_cast<std::size_t>(received * d * vb));
+  std::vector<std::byte> values_out(static_cast<std::size_t>(sent * d * vb)),
+      values_in(static_cast<std::size_t>(received * d * vb));
   ids_out.reserve(static_cast<std::size_t>(sent));
   for (const std::vector<std::int64_t>& slots : to)
     for (std::int64_t i : slots) {
