@@ -107,12 +107,17 @@ std::vector<SchedulerOptionDecl> declare() {
                           "asynchzp (pp > 1): gradients of consecutive backwards of a stage (the cool-down) are summed "
                           "in the full block and reduce-scattered once per run; false reduce-scatters every "
                           "micro-batch"));
-  v.push_back(bool_option("scheduler.tied_split", &O::tied_split,
-                          "asynchzp: exchange the tied embedding table's gradient in two parts: the dense part (the "
-                          "head's contributions, the lookup's of all but the last micro-batch) as soon as the last "
-                          "micro-batch's head backward is done, and the last micro-batch's looked-up rows (row ids + "
-                          "values, all-gathered over the data-parallel ranks) after the embedding's backward; needs "
-                          "model.tied_embeddings, the CPU backend and pp = cp = 1"));
+  v.push_back(enum_option<O::TiedSplit>(
+      "scheduler.tied_split",
+      {{"off", O::TiedSplit::off}, {"rows_alltoall", O::TiedSplit::rows_alltoall},
+       {"rows_allgather", O::TiedSplit::rows_allgather}},
+      &O::tied_split,
+      "asynchzp: exchange the tied embedding table's gradient in two parts: the dense part (the head's contributions, "
+      "the lookup's of all but the last micro-batch) as soon as the last micro-batch's head backward is done, and the "
+      "last micro-batch's looked-up rows (row ids + values) after the embedding's backward, sent to the ranks whose "
+      "optimizer slices they fall in (rows_alltoall: an all-to-all-v, about T·(W-1)/z1 rows per rank) or "
+      "all-gathered over the data-parallel ranks (rows_allgather: (W-1)·T rows per rank, sizes independent of the "
+      "data); needs model.tied_embeddings, the CPU backend and pp = cp = 1"));
   v.push_back(with(int_option("scheduler.prefetch", &O::prefetch,
                               "asynchzp (async): parameter all-gathers queued ahead of the unit being computed, in "
                               "units; the pool's all_gather ring bounds it too"),

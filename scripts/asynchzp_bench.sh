@@ -13,8 +13,9 @@
 # GLOBAL_BATCH sets train.global_batch (the micro-batches per rank are it over the ranks: issue 26's goals are at 8
 # and 2 per rank). RANKS, RPN and Z1/Z2/Z3 change the layout (default 4 ranks as 2 nodes of 2, z1 = 4, z2 = z3 = 2);
 # RANKS=2 RPN=1 Z1=2 Z2=1 Z3=1 is the layout this 2-core machine can time: every asynchzp collective is the step
-# end's, between the two nodes. asynchzp_p2_split is asynchzp_p2 with scheduler.tied_split (the tied table's rows
-# exchanged apart, docs/data-parallel.md "The tied table's chain").
+# end's, between the two nodes. asynchzp_p2_split is asynchzp_p2 with scheduler.tied_split = rows_allgather (the
+# tied table's rows exchanged apart, all-gathered; docs/data-parallel.md "The tied table's chain"), asynchzp_p2_a2a
+# the same with rows_alltoall (each row sent to the ranks whose optimizer slices hold it).
 # Usage: [PRESET=small|small-moe] [RATIOS="0.5 1 2"] [CONFIGS="zero3 asynchzp_p2 nd_tp2 ..."] [GLOBAL_BATCH=N]
 # [RANKS=4 RPN=2 Z1=4 Z2=2 Z3=2] scripts/asynchzp_bench.sh [out_dir] [steps]
 set -euo pipefail
@@ -36,7 +37,8 @@ for r in ${RATIOS:-0.5 1 2}; do
       asynchzp_inline) extra=("${hzp[@]}" --set scheduler.async=false) ;;
       asynchzp_p1) extra=("${hzp[@]}" --set scheduler.async=true --set scheduler.prefetch=1) ;;
       asynchzp_p2) extra=("${hzp[@]}" --set scheduler.async=true --set scheduler.prefetch=2) ;;
-      asynchzp_p2_split) extra=("${hzp[@]}" --set scheduler.async=true --set scheduler.prefetch=2 --set scheduler.tied_split=true) ;;
+      asynchzp_p2_split) extra=("${hzp[@]}" --set scheduler.async=true --set scheduler.prefetch=2 --set scheduler.tied_split=rows_allgather) ;;
+      asynchzp_p2_a2a) extra=("${hzp[@]}" --set scheduler.async=true --set scheduler.prefetch=2 --set scheduler.tied_split=rows_alltoall) ;;
       nd_tp2) extra=("${nd[@]}") ;;
       nd_tp2_sp) extra=("${nd[@]}" --set scheduler.sequence_parallel=true) ;;
       nd_tp2_do) extra=("${nd[@]}" --set scheduler.distributed_optimizer=true) ;;

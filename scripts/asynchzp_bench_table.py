@@ -19,11 +19,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-ORDER = ["zero3", "hsdp", "asynchzp_inline", "asynchzp_p1", "asynchzp_p2", "asynchzp_p2_split", "nd_tp2", "nd_tp2_sp", "nd_tp2_do",
+ORDER = ["zero3", "hsdp", "asynchzp_inline", "asynchzp_p1", "asynchzp_p2", "asynchzp_p2_split", "asynchzp_p2_a2a", "nd_tp2", "nd_tp2_sp", "nd_tp2_do",
          "nd_tp2_sp_do", "nd_pp2_gpipe", "nd_pp2", "nd_pp2_int", "nd_tp2_pp2", "nd_ep2", "nd_ep4"]
 LABEL = {"zero3": "zero3", "hsdp": "hsdp Z=2", "asynchzp_inline": "asynchzp async off",
          "asynchzp_p1": "asynchzp async prefetch 1", "asynchzp_p2": "asynchzp async prefetch 2",
-         "asynchzp_p2_split": "asynchzp async prefetch 2 tied_split",
+         "asynchzp_p2_split": "asynchzp async prefetch 2 tied_split rows_allgather",
+         "asynchzp_p2_a2a": "asynchzp async prefetch 2 tied_split rows_alltoall",
          "nd_tp2": "nd tp2×dp2", "nd_tp2_sp": "nd tp2×dp2 SP", "nd_tp2_do": "nd tp2×dp2 dist-opt",
          "nd_tp2_sp_do": "nd tp2×dp2 SP dist-opt", "nd_pp2": "nd pp2×dp2 1F1B", "nd_pp2_gpipe": "nd pp2×dp2 GPipe",
          "nd_pp2_int": "nd pp2×dp2 interleaved v=2", "nd_tp2_pp2": "nd tp2×pp2 1F1B", "nd_ep2": "nd ep2×dp2",

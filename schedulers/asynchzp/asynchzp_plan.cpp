@@ -7,7 +7,8 @@
 // slices), takes the norm over z1 and refreshes the parameter shards. With context parallelism (scheduler.cp) the
 // z-groups run over the dp · cp ranks, and the model's ring attention and the loss shares' sum over cp join
 // (ContextParallelPlan). With scheduler.tied_split the tied table's last reduce-scatter and exchange follow the
-// head's backward and its last micro-batch's rows are all-gathered after the embedding's (tied_rows.hpp). The ring pool a run would build is
+// head's backward and its last micro-batch's rows are sent to their owners or all-gathered after the embedding's
+// (tied_rows.hpp). The ring pool a run would build is
 // checked here too, so a pool too small is refused before anything is created.
 #include <algorithm>
 #include <optional>
@@ -99,11 +100,12 @@ class AsyncHzpPlan final : public EnginePlan {
     refreshed_.assign(static_cast<std::size_t>(layout_.num_units()), false);
     model_tp = dims_.tp;
     model_cp = dims_.cp;
-    if (in.options.tied_split) {
+    if (in.options.tied_split != TiedSplit::off) {
       if (in.model == nullptr)
-        HZP_THROW(ConfigError, "the plan with scheduler.tied_split = true needs the model (its tokens per micro-batch), "
-                  "not only its layout");
-      tied_ = tied_split_table(layout_, dims_, /*on_gpu=*/false);
+        HZP_THROW(ConfigError, "the plan with scheduler.tied_split = ", tied_split_name(in.options.tied_split),
+                  " needs the model (its tokens per micro-batch), not only its layout");
+      tied_mode_ = in.options.tied_split;
+      tied_ = tied_split_table(layout_, dims_, /*on_gpu=*/false, tied_mode_);
       tied_slots_ = in.train.micro_batch_size * in.model->seq_len();
       tied_rows_ = {"tied_rows", plan_world_group(in)};
     }
@@ -148,7 +150,7 @@ class AsyncHzpPlan final : public EnginePlan {
       }
       if (split && u == tied_->unit && spread_) {  // behind the table's exchange on the gradient thread
         out.stream(CommStream::gradients, CommPlace::after_unit);
-        declare_tied_rows(out, tied_rows_, *tied_, tied_slots_, wire_);
+        declare_tied_rows(out, tied_rows_, *tied_, tied_slots_, wire_, tied_mode_, g_.z1());
       }
     }
   }
@@ -182,7 +184,7 @@ class AsyncHzpPlan final : public EnginePlan {
           out.all_gather(opt_replica_, seg_.in_opt_slice.slice_numel(s), wire_, 1, "per step (optimizer-slice gradients)");
       }
     }
-    if (tied_ && !spread_) declare_tied_rows(out, tied_rows_, *tied_, tied_slots_, wire_);  // after the exchange
+    if (tied_ && !spread_) declare_tied_rows(out, tied_rows_, *tied_, tied_slots_, wire_, tied_mode_, g_.z1());  // after the exchange
     if (async_)
       out.stream(CommStream::gradients, CommPlace::step_start);  // the first gather waits for them all (pp: no units)
     else
@@ -222,6 +224,7 @@ class AsyncHzpPlan final : public EnginePlan {
   std::vector<bool> refreshed_;        // blocks whose refresh the walk has declared
   std::unique_ptr<ContextParallelPlan> cp_;
   std::optional<TiedTable> tied_;  // scheduler.tied_split
+  TiedSplit tied_mode_ = TiedSplit::off;
   std::int64_t tied_slots_ = 0;    // tokens of a micro-batch: the rows' slots
   PlanGroup tied_rows_;
 };

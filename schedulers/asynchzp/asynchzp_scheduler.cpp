@@ -29,8 +29,9 @@
 //
 // scheduler.tied_split (tied_rows.hpp): in the step's last micro-batch the tied table's gradient counts as final
 // after the head's backward (its reduce-scatter and exchange go then, like any unit's); the embedding lookup of that
-// micro-batch writes into a separate buffer whose rows are all-gathered over the ranks after its backward and added
-// into the optimizer slice, behind the table's exchange (async: on the gradient thread; inline: at the step end).
+// micro-batch writes into a separate buffer whose rows are sent to the ranks whose optimizer slices hold them
+// (rows_alltoall) or all-gathered over the ranks (rows_allgather) after its backward and added into the optimizer
+// slice, behind the table's exchange (async: on the gradient thread; inline: at the step end).
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -293,7 +294,7 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
   // scheduler.tied_split: every rank's last micro-batch reaches the table in two summands (the head's part and the
   // rows), one more per rank for the fixed-point limit.
   std::optional<TiedTable> tied;
-  if (opts_.tied_split) tied = tied_split_table(layout, groups.dims(), on_gpu());
+  if (opts_.tied_split != TiedSplit::off) tied = tied_split_table(layout, groups.dims(), on_gpu(), opts_.tied_split);
   if (train_.deterministic)
     fixed_ = std::make_unique<FixedPointGrads>(
         layout, gradient_summands(train_, groups.dims()) + (tied ? groups.data_parallel().size() : 0), args.fixed_point);
@@ -307,7 +308,8 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
   if (tied) {
     tied_rows_comm_ = world_->duplicate("tied_rows");
     tied_ = std::make_unique<TiedRows>(*tied, train_.micro_batch_size * model_->local_seq_len(), *tied_rows_comm_,
-                                       *alloc_);
+                                       *alloc_, opts_.tied_split,
+                                       tied_owners(*tied, layout.unit_offset(tied->unit), *seg_, g_));
   }
 
   params_ = zeroed(l3().slice_total(), pdt_, AllocationTag::param);

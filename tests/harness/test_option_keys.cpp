@@ -40,7 +40,7 @@ TEST(OptionKeys, SchedulerKeysReachTheirFieldsAndDefaultToTheStruct) {
                         "scheduler.distributed_optimizer=true", "scheduler.tp_across_nodes=true", "scheduler.pp=4",
                         "scheduler.schedule=interleaved", "scheduler.virtual_stages=3", "scheduler.pp_layers=1,2,3,2",
                         "scheduler.debug_unit_sleep_ms=2.5", "scheduler.cp=4", "scheduler.pp_reuse=false",
-                        "scheduler.rs_merge=false", "scheduler.ep=2", "scheduler.tied_split=true"})
+                        "scheduler.rs_merge=false", "scheduler.ep=2", "scheduler.tied_split=rows_allgather"})
     r.add_set(s);
   const O o = schedulers::scheduler_options_from(r.resolve());
   EXPECT_EQ(o.bucket_mb, 7);
@@ -79,10 +79,31 @@ TEST(OptionKeys, SchedulerKeysReachTheirFieldsAndDefaultToTheStruct) {
   EXPECT_TRUE(d.pp_reuse && d.rs_merge);
   EXPECT_FALSE(o.pp_reuse);
   EXPECT_FALSE(o.rs_merge);
-  EXPECT_TRUE(o.tied_split);
-  EXPECT_FALSE(d.tied_split);
+  EXPECT_EQ(o.tied_split, O::TiedSplit::rows_allgather);
+  EXPECT_EQ(d.tied_split, O::TiedSplit::off);
   EXPECT_EQ(d.tied_split, want.tied_split);
   EXPECT_EQ(schedulers::scheduler_option_decls().size(), 26u);  // a new key is declared there, and tested here
+}
+
+// scheduler.tied_split names its forms (it was a bool): the old `true` is refused naming the key and the names.
+TEST(OptionKeys, TiedSplitTakesItsFormsByName) {
+  using O = schedulers::SchedulerOptions;
+  for (const auto& [text, want] : {std::pair{"off", O::TiedSplit::off}, {"rows_alltoall", O::TiedSplit::rows_alltoall},
+                                   {"rows_allgather", O::TiedSplit::rows_allgather}}) {
+    ConfigResolver r(hzpbench_options());
+    r.add_set(std::string("scheduler.tied_split=") + text);
+    EXPECT_EQ(schedulers::scheduler_options_from(r.resolve()).tied_split, want) << text;
+  }
+  try {
+    ConfigResolver r(hzpbench_options());
+    r.add_set("scheduler.tied_split=true");
+    (void)r.resolve();
+    ADD_FAILURE() << "scheduler.tied_split=true accepted";
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("scheduler.tied_split"), std::string::npos) << what;
+    EXPECT_NE(what.find("rows_alltoall"), std::string::npos) << what;
+  }
 }
 
 TEST(OptionKeys, FoundationKeysAreRegistered) {

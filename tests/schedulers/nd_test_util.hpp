@@ -185,10 +185,10 @@ inline void expect_step0_grads_match_none(schedulers::Scheduler& none, NdRun& nd
 
 /// `run` against `none` (tiny, fp32, the same recompute) side by side for `steps` steps: loss and gradient norm to
 /// 1e-5 relative every step (the loss as the largest difference over the run), and with `step0_grads` every step-0
-/// gradient tensor (expect_step0_grads_match_none).
+/// gradient tensor (expect_step0_grads_match_none); `shape` edits the reference's model as the run's was edited.
 inline void expect_matches_none(NdRun& run, bool recompute, const std::string& label, bool step0_grads,
-                                int steps = 20) {
-  TinySetup ref(workloads::Precision::fp32);
+                                int steps = 20, const std::function<void(workloads::LlamaConfig&)>& shape = nullptr) {
+  TinySetup ref(workloads::Precision::fp32, shape);
   ref.train.recompute = recompute;
   auto none = schedulers::make_scheduler("none", ref.args());
   double worst = 0;

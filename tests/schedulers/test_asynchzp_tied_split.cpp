@@ -1,14 +1,20 @@
 // asynchzp's scheduler.tied_split (docs/data-parallel.md "The tied table's chain") under mpiexec at 2 and 4 ranks:
-// the tied table's dense part exchanged after the head's backward and the last micro-batch's rows all-gathered
-// after the embedding's give the single-rank reference's losses, norms and step-0 gradients (tiny: 128 tokens per
-// micro-batch over a vocabulary of 64, so every micro-batch repeats ids) and the option off's within fp32
-// tolerance; in deterministic mode two runs and two shardings are bitwise equal; every group but the rows' moves
-// the option off's bytes, the rows' all-gather moves the closed form (W−1)·T·(4 + d·b) per rank, and the plan
-// the simulator reads declares what ran; pipeline stages, context parallelism and an untied model are refused.
+// the tied table's dense part exchanged after the head's backward and the last micro-batch's rows sent to their
+// owners (rows_alltoall) or all-gathered (rows_allgather) after the embedding's give the single-rank reference's
+// losses, norms and step-0 gradients (tiny: 128 tokens per micro-batch over a vocabulary of 64, so every micro-batch
+// repeats ids; a vocabulary of 65 or 66 puts slice boundaries inside rows) and the option off's within fp32
+// tolerance, and the two forms the same bits (the same additions in the same order); in deterministic mode two runs,
+// two shardings and the two forms are bitwise equal; every group but the rows' moves the option off's bytes, the
+// rows' all-gather moves the closed form (W−1)·T·(4 + d·b) per rank and the all-to-all-v the closed form of the
+// rank's actual token ids (computed here from the data and the slices' arithmetic), within the stated bound of the
+// plan's uniform-owner expectation; pipeline stages, context parallelism and an untied model are refused.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "data_parallel_test_util.hpp"
 #include "nd_test_util.hpp"
@@ -25,15 +31,19 @@ using schedulers::SchedulerOptions;
 using workloads::Precision;
 using coll::CollOp;
 
+using TiedSplit = SchedulerOptions::TiedSplit;
+
 struct SplitCase {
   int z1 = 0, z2 = 0, z3 = 0;
   bool async = true;
   bool rs_end = false;
+  std::int64_t vocab = 0;  // 0: tiny's 64 (every slice whole rows); 65 or 66: slice boundaries inside rows
   std::string label() const {
     return "z1=" + std::to_string(z1) + " z2=" + std::to_string(z2) + " z3=" + std::to_string(z3) +
-           (async ? " async" : " inline") + (rs_end ? " step_end=reduce_scatter" : "");
+           (async ? " async" : " inline") + (rs_end ? " step_end=reduce_scatter" : "") +
+           (vocab ? " vocab=" + std::to_string(vocab) : "");
   }
-  SchedulerOptions options(bool split) const {
+  SchedulerOptions options(TiedSplit split) const {
     SchedulerOptions o;
     o.z1 = z1, o.z2 = z2, o.z3 = z3, o.async = async, o.tied_split = split;
     if (rs_end) o.step_end = SchedulerOptions::StepEnd::reduce_scatter;
@@ -41,10 +51,11 @@ struct SplitCase {
   }
 };
 
-// Layouts whose rows cross ranks: optimizer slices over 2 or 4 ranks, with and without replicas, both step ends.
+// Layouts whose rows cross ranks: optimizer slices over 2 or 4 ranks, with and without replicas, both step ends,
+// and one whose slices split rows.
 std::vector<SplitCase> cases_at(int w) {
-  if (w == 2) return {{2, 2, 2}, {2, 1, 1}, {2, 2, 1, false}, {2, 1, 1, true, true}};
-  return {{4, 2, 2}, {4, 4, 4}, {2, 2, 2, false}, {4, 2, 1, true, true}};
+  if (w == 2) return {{2, 2, 2}, {2, 1, 1}, {2, 2, 1, false}, {2, 1, 1, true, true}, {2, 2, 2, true, false, 65}};
+  return {{4, 2, 2}, {4, 4, 4}, {2, 2, 2, false}, {4, 2, 1, true, true}, {4, 2, 2, true, false, 66}};
 }
 
 coll::Topology two_nodes(const coll::Communicator& world) {
@@ -56,11 +67,20 @@ coll::Topology one_node(const coll::Communicator& world) {
 }
 
 struct SplitRun : NdRun {
-  SplitRun(coll::Communicator& world, const SplitCase& c, bool split, bool deterministic = false)
+  SplitRun(coll::Communicator& world, const SplitCase& c, TiedSplit split, bool deterministic = false)
       : SplitRun(world, two_nodes(world), c, split, deterministic) {}
-  SplitRun(coll::Communicator& world, const coll::Topology& topo, const SplitCase& c, bool split, bool deterministic)
-      : NdRun(world, topo, {c.options(split), nullptr, false, deterministic, 0, Precision::fp32, "asynchzp"}) {}
+  SplitRun(coll::Communicator& world, const coll::Topology& topo, const SplitCase& c, TiedSplit split,
+           bool deterministic)
+      : NdRun(world, topo, {c.options(split), vocab_of(c), false, deterministic, 0, Precision::fp32, "asynchzp"}) {}
+  static std::function<void(workloads::LlamaConfig&)> vocab_of(const SplitCase& c) {
+    if (c.vocab == 0) return nullptr;
+    return [v = c.vocab](workloads::LlamaConfig& m) { m.vocab = v; };
+  }
 };
+
+std::vector<float> master_params(SplitRun& r) {
+  return dynamic_cast<schedulers::DataParallelScheduler&>(*r.scheduler).gather_master_params();
+}
 
 bool ranks_fit() { return world_size() == 2 || world_size() == 4; }
 
@@ -69,45 +89,53 @@ TEST(AsyncHzpTiedSplit, MatchesNoneAndTheOptionOff) {
   run_then_barrier([] {
     auto world = make_world(std::max(1, world_size() / 2));
     for (const SplitCase& c : cases_at(world->size())) {
-      SplitRun on(*world, c, true);
-      expect_matches_none(on, false, c.label() + " split", /*step0_grads=*/true, 8);
-      SplitRun off(*world, c, false), again(*world, c, true);
+      SplitRun on(*world, c, TiedSplit::rows_alltoall);
+      expect_matches_none(on, false, c.label() + " split", /*step0_grads=*/true, 8, SplitRun::vocab_of(c));
+      SplitRun off(*world, c, TiedSplit::off), owners(*world, c, TiedSplit::rows_alltoall),
+          gathered(*world, c, TiedSplit::rows_allgather);
       for (int i = 0; i < 4; ++i) {
-        const schedulers::StepStats a = off.step(i), b = again.step(i);
+        const schedulers::StepStats a = off.step(i), b = owners.step(i), g = gathered.step(i);
         EXPECT_LE(rel_diff(b.loss, a.loss), 1e-5) << c.label() << " step " << i;
         EXPECT_LE(rel_diff(b.grad_norm, a.grad_norm), 1e-5) << c.label() << " step " << i;
+        EXPECT_EQ(b.loss, g.loss) << c.label() << " step " << i << ": the two forms differ";
+        EXPECT_EQ(b.grad_norm, g.grad_norm) << c.label() << " step " << i << ": the two forms differ";
       }
-      const std::vector<float> pa = dynamic_cast<schedulers::DataParallelScheduler&>(*off.scheduler).gather_master_params();
-      const std::vector<float> pb = dynamic_cast<schedulers::DataParallelScheduler&>(*again.scheduler).gather_master_params();
+      const std::vector<float> pa = master_params(off), pb = master_params(owners), pg = master_params(gathered);
       ASSERT_EQ(pa.size(), pb.size());
+      ASSERT_EQ(pg.size(), pb.size());
       EXPECT_LE(rel_l2(pb.data(), pa.data(), static_cast<std::int64_t>(pa.size())), 1e-5) << c.label();
+      EXPECT_EQ(std::memcmp(pb.data(), pg.data(), pb.size() * sizeof(float)), 0) << c.label() << ": the two forms";
     }
   }, 600);
 }
 
-TEST(AsyncHzpTiedSplit, DeterministicModeIsBitwiseAcrossRunsAndShardings) {
+TEST(AsyncHzpTiedSplit, DeterministicModeIsBitwiseAcrossRunsShardingsAndForms) {
   if (!ranks_fit()) GTEST_SKIP() << "runs at 2 and 4 ranks";
   run_then_barrier([] {
     auto world = make_world(std::max(1, world_size() / 2));
     const std::vector<SplitCase> cs = cases_at(world->size());
-    SplitRun a(*world, cs[0], true, true), b(*world, cs[0], true, true), other(*world, cs[1], true, true),
-        inl(*world, cs[2], true, true), off(*world, cs[0], false, true);
+    const TiedSplit a2a = TiedSplit::rows_alltoall;
+    SplitRun a(*world, cs[0], a2a, true), b(*world, cs[0], a2a, true), other(*world, cs[1], a2a, true),
+        inl(*world, cs[2], a2a, true), gathered(*world, cs[0], TiedSplit::rows_allgather, true),
+        off(*world, cs[0], TiedSplit::off, true);
     for (int i = 0; i < 5; ++i) {
-      const schedulers::StepStats x = a.step(i), y = b.step(i), z = other.step(i), s = inl.step(i), n = off.step(i);
+      const schedulers::StepStats x = a.step(i), y = b.step(i), z = other.step(i), s = inl.step(i), g = gathered.step(i),
+                                  n = off.step(i);
       EXPECT_EQ(x.loss, y.loss) << "step " << i << ": two runs differ";
       EXPECT_EQ(x.grad_norm, y.grad_norm) << "step " << i << ": two runs differ";
       EXPECT_EQ(x.grad_norm, z.grad_norm) << cs[1].label() << " step " << i << ": another sharding differs";
       EXPECT_EQ(x.grad_norm, s.grad_norm) << cs[2].label() << " step " << i << ": another sharding differs";
+      EXPECT_EQ(x.grad_norm, g.grad_norm) << "step " << i << ": the all-gathered rows differ";
       EXPECT_LE(rel_diff(x.loss, n.loss), 1e-5) << "step " << i << ": against the option off";
       EXPECT_LE(rel_diff(x.grad_norm, n.grad_norm), 1e-5) << "step " << i << ": against the option off";
     }
-    auto params = [](SplitRun& r) {
-      return dynamic_cast<schedulers::DataParallelScheduler&>(*r.scheduler).gather_master_params();
-    };
-    const std::vector<float> pa = params(a), pb = params(b), pz = params(other);
+    const std::vector<float> pa = master_params(a), pb = master_params(b), pz = master_params(other),
+                             pg = master_params(gathered);
     ASSERT_EQ(pa.size(), pz.size());
+    ASSERT_EQ(pa.size(), pg.size());
     EXPECT_EQ(std::memcmp(pa.data(), pb.data(), pa.size() * sizeof(float)), 0) << "two runs' parameters";
     EXPECT_EQ(std::memcmp(pa.data(), pz.data(), pa.size() * sizeof(float)), 0) << "two shardings' parameters";
+    EXPECT_EQ(std::memcmp(pa.data(), pg.data(), pa.size() * sizeof(float)), 0) << "the two forms' parameters";
   }, 600);
 }
 
@@ -122,6 +150,44 @@ std::map<std::pair<std::string, int>, std::uint64_t> bytes_but_rows(const coll::
   return out;
 }
 
+// What rank `me` sends in the rows' all-to-all-v of `step`, from the data and the slices' arithmetic alone: its last
+// micro-batch (docs/data.md "Batches": micro-batch j goes to rank j mod W), that micro-batch's distinct token ids,
+// and for every other rank q the ids whose row [id·d, (id+1)·d) meets q's optimizer slice of the table, slice o(q)
+// (r = ·z1 + c·z2 + a·z3 + b: o = (b·z2/z3 + a)·z1/z2 + c) of the table padded to a multiple of z1 (W for the
+// reduce-scatter step end) and cut in z1 equal slices. A row across a slice boundary counts for both owners.
+struct RowsSent {
+  std::uint64_t distinct = 0, to_others = 0;
+};
+RowsSent rows_to_owners(const SplitRun& run, const SplitCase& c, int w, int me, std::int64_t step) {
+  const workloads::TrainConfig& train = run.setup.train;
+  const std::int64_t d = run.setup.model_config.hidden, t = run.setup.model_config.seq_len;
+  const std::int64_t numel = run.setup.model_config.vocab * d;
+  const std::int64_t j = me + (train.global_batch / train.micro_batch_size / w - 1) * w;
+  std::set<std::int64_t> ids;
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(t + 1));
+  for (std::int64_t k = 0; k < train.micro_batch_size; ++k) {
+    run.setup.source->sample(step * train.global_batch + j * train.micro_batch_size + k, tokens);
+    ids.insert(tokens.begin(), tokens.begin() + t);
+  }
+  const std::int64_t pad = c.rs_end ? w : c.z1, slice = (numel + pad - 1) / pad * pad / c.z1;
+  RowsSent out;
+  out.distinct = ids.size();
+  for (int q = 0; q < w; ++q) {
+    if (q == me) continue;
+    const int o = ((q % c.z3) * (c.z2 / c.z3) + (q % c.z2) / c.z3) * (c.z1 / c.z2) + (q % c.z1) / c.z2;
+    const std::int64_t lo = o * slice, hi = std::min(lo + slice, numel);
+    for (std::int64_t id : ids)
+      if (id * d < hi && id * d + d > lo) ++out.to_others;
+  }
+  return out;
+}
+
+std::uint64_t sent_bytes(const coll::OpTotals& t) {
+  std::uint64_t got = 0;
+  for (int l = 0; l < coll::kNumLinkLevels; ++l) got += t.level[l].bytes;
+  return got;
+}
+
 TEST(AsyncHzpTiedSplit, BytesAreTheOptionOffsPlusTheRowsAndThePlanIsWhatRan) {
   if (!ranks_fit()) GTEST_SKIP() << "runs at 2 and 4 ranks";
   run_then_barrier([] {
@@ -130,20 +196,49 @@ TEST(AsyncHzpTiedSplit, BytesAreTheOptionOffsPlusTheRowsAndThePlanIsWhatRan) {
     const auto w = static_cast<std::uint64_t>(world->size());
     for (const SplitCase& c : cases_at(world->size()))
       for (bool deterministic : {false, true}) {
-        SCOPED_TRACE(c.label() + (deterministic ? " deterministic" : ""));
-        SplitRun on(*world, one_node(*world), c, true, deterministic), off(*world, one_node(*world), c, false, deterministic);
-        const coll::CounterSnapshot d_on = on.second_step_counters(*world);
+        SplitRun off(*world, one_node(*world), c, TiedSplit::off, deterministic);
         const coll::CounterSnapshot d_off = off.second_step_counters(*world);
-        EXPECT_EQ(bytes_but_rows(d_on), bytes_but_rows(d_off));
-        const auto t = static_cast<std::uint64_t>(on.setup.train.micro_batch_size * on.setup.model_config.seq_len);
-        const auto dim = static_cast<std::uint64_t>(on.setup.model_config.hidden);
-        const std::uint64_t want = (w - 1) * t * (4 + dim * (deterministic ? 8 : 4));
-        const coll::OpTotals rows = d_on.total("tied_rows", CollOp::all_gather);
-        EXPECT_EQ(rows.calls, 2u);
-        std::uint64_t got = 0;
-        for (int l = 0; l < coll::kNumLinkLevels; ++l) got += rows.level[l].bytes;
-        EXPECT_EQ(got, want) << "(W-1)·T·(4 + d·b) with T = " << t << ", d = " << dim;
-        expect_plan_matches_run(on.plan(c.options(true), world->size(), world->rank()), d_on);
+        for (TiedSplit mode : {TiedSplit::rows_alltoall, TiedSplit::rows_allgather}) {
+          const bool to_owners = mode == TiedSplit::rows_alltoall;
+          SCOPED_TRACE(c.label() + (deterministic ? " deterministic" : "") + (to_owners ? " rows_alltoall" : " rows_allgather"));
+          SplitRun on(*world, one_node(*world), c, mode, deterministic);
+          const coll::CounterSnapshot d_on = on.second_step_counters(*world);
+          EXPECT_EQ(bytes_but_rows(d_on), bytes_but_rows(d_off));
+          const auto t = static_cast<std::uint64_t>(on.setup.train.micro_batch_size * on.setup.model_config.seq_len);
+          const auto dim = static_cast<std::uint64_t>(on.setup.model_config.hidden);
+          const std::uint64_t row = 4 + dim * (deterministic ? 8 : 4);
+          const schedulers::SchedulerPlan plan = on.plan(c.options(mode), world->size(), world->rank());
+          if (!to_owners) {
+            const coll::OpTotals rows = d_on.total("tied_rows", CollOp::all_gather);
+            EXPECT_EQ(rows.calls, 2u);
+            EXPECT_EQ(sent_bytes(rows), (w - 1) * t * row) << "(W-1)·T·(4 + d·b) with T = " << t << ", d = " << dim;
+            expect_plan_matches_run(plan, d_on);
+            continue;
+          }
+          // The counts (one int64 per rank), then the ids and values of the rows this rank's data sends elsewhere.
+          const coll::OpTotals counts = d_on.total("tied_rows", CollOp::all_to_all);
+          EXPECT_EQ(counts.calls, 1u);
+          EXPECT_EQ(sent_bytes(counts), (w - 1) * 8);
+          const RowsSent want = rows_to_owners(on, c, world->size(), world->rank(), 1);
+          const coll::OpTotals rows = d_on.total("tied_rows", CollOp::all_to_allv);
+          EXPECT_EQ(rows.calls, 2u);
+          EXPECT_EQ(sent_bytes(rows), want.to_others * row) << want.to_others << " rows to other ranks";
+          // Calls and every other op exactly; the rows' bytes against the plan's expectation of T distinct rows with
+          // uniform owners: scaled to the micro-batch's distinct rows, within half of it (owners and boundary rows).
+          expect_plan_matches_run(plan, d_on, /*routed_calls_only=*/true);
+          std::uint64_t planned = 0;
+          for (const auto& p : plan.collectives)
+            if (p.group == "tied_rows" && p.op == CollOp::all_to_allv) planned += p.bytes[0] + p.bytes[1];
+          const double expected = static_cast<double>(planned) * static_cast<double>(want.distinct) / static_cast<double>(t);
+          EXPECT_LE(std::abs(static_cast<double>(sent_bytes(rows)) - expected), 0.5 * expected)
+              << "run " << sent_bytes(rows) << " B, plan " << planned << " B for " << t << " rows, " << want.distinct
+              << " distinct";
+          std::printf("[ rows     ] %s%s rank %d: %llu of %llu distinct rows to others, %llu B sent, plan %llu B (x %.3f)\n",
+                      c.label().c_str(), deterministic ? " deterministic" : "", world->rank(),
+                      static_cast<unsigned long long>(want.to_others), static_cast<unsigned long long>(want.distinct),
+                      static_cast<unsigned long long>(sent_bytes(rows)), static_cast<unsigned long long>(planned),
+                      static_cast<double>(sent_bytes(rows)) / static_cast<double>(planned));
+        }
       }
   }, 600);
 }
@@ -152,27 +247,30 @@ TEST(AsyncHzpTiedSplit, RefusesStagesContextAndAnUntiedModel) {
   if (world_size() != 4) GTEST_SKIP() << "runs at 4 ranks";
   run_then_barrier([] {
     auto world = make_world(2);
-    auto refused = [&](SchedulerOptions o, bool tied, const std::string& needle) {
-      SCOPED_TRACE(needle);
-      o.tied_split = true;
-      try {
-        NdRun run(*world, two_nodes(*world), {o, [tied](workloads::LlamaConfig& m) { m.tied_embeddings = tied; }, false,
-                                              false, 0, Precision::fp32, "asynchzp"});
-        ADD_FAILURE() << "accepted";
-      } catch (const ConfigError& e) {
-        const std::string what = e.what();
-        EXPECT_NE(what.find("scheduler.tied_split = true"), std::string::npos) << what;
-        EXPECT_NE(what.find(needle), std::string::npos) << what;
-        EXPECT_NE(what.find("Fix:"), std::string::npos) << what;
-      }
-    };
-    SchedulerOptions pp;
-    pp.pp = 2;
-    refused(pp, true, "scheduler.pp = 2");
-    SchedulerOptions cp;
-    cp.cp = 2;
-    refused(cp, true, "scheduler.cp = 2");
-    refused(SchedulerOptions{}, false, "model.tied_embeddings = true");
+    for (TiedSplit mode : {TiedSplit::rows_alltoall, TiedSplit::rows_allgather}) {
+      const std::string value = mode == TiedSplit::rows_alltoall ? "rows_alltoall" : "rows_allgather";
+      auto refused = [&](SchedulerOptions o, bool tied, const std::string& needle) {
+        SCOPED_TRACE(needle + " " + value);
+        o.tied_split = mode;
+        try {
+          NdRun run(*world, two_nodes(*world), {o, [tied](workloads::LlamaConfig& m) { m.tied_embeddings = tied; }, false,
+                                                false, 0, Precision::fp32, "asynchzp"});
+          ADD_FAILURE() << "accepted";
+        } catch (const ConfigError& e) {
+          const std::string what = e.what();
+          EXPECT_NE(what.find("scheduler.tied_split = " + value), std::string::npos) << what;
+          EXPECT_NE(what.find(needle), std::string::npos) << what;
+          EXPECT_NE(what.find("Fix:"), std::string::npos) << what;
+        }
+      };
+      SchedulerOptions pp;
+      pp.pp = 2;
+      refused(pp, true, "scheduler.pp = 2");
+      SchedulerOptions cp;
+      cp.cp = 2;
+      refused(cp, true, "scheduler.cp = 2");
+      refused(SchedulerOptions{}, false, "model.tied_embeddings = true");
+    }
   }, 300);
 }
 

@@ -104,8 +104,10 @@ struct SchedulerOptions {
   bool rs_merge = true;
   /// asynchzp: the tied table's gradient exchanged in two parts, the dense part (the head's contributions and the
   /// lookup's of all but the last micro-batch) right after the last micro-batch's head backward, and the last
-  /// micro-batch's looked-up rows after the embedding's backward (docs/data-parallel.md "The tied table's chain").
-  bool tied_split = false;
+  /// micro-batch's looked-up rows after the embedding's backward (docs/data-parallel.md "The tied table's chain"):
+  /// off, or the rows sent to the ranks whose optimizer slices they fall in (all-to-all-v), or all-gathered.
+  enum class TiedSplit { off, rows_alltoall, rows_allgather };
+  TiedSplit tied_split = TiedSplit::off;
   int prefetch = 2;   ///< parameter all-gathers issued ahead of use, in units (>= 1; bounded by the pool)
   enum class Launch { unit, tensor };
   Launch launch = Launch::unit;  ///< one collective per unit, or per parameter tensor (the paper's)
