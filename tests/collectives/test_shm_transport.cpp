@@ -277,9 +277,15 @@ TEST_P(ShmCopies, TwoDuplicatesFromTwoThreadsConcurrently) {
   auto body = [&](Communicator& c, int salt, std::string& why) {
     try {
       const std::int64_t n = 20000 + 17 * salt;
+      // Made once per thread, refilled with new values every iteration: a buffer freed by one thread while the
+      // other maps its peer's buffers could come back at the same address as a mapping, which ThreadSanitizer
+      // then takes for a race between the first thread's writes and the second's reads (seen about once in 20
+      // runs before).
+      Buffer in(DType::bf16, n, mem), out(DType::bf16, n * p, mem);
+      Buffer full(DType::bf16, n * p, mem), part(DType::bf16, n, mem);
+      Buffer acc(DType::f32, n, mem);
       for (int it = 0; it < iters && why.empty(); ++it) {
         const int s = salt + it;
-        Buffer in(DType::bf16, n, mem), out(DType::bf16, n * p, mem);
         in.fill([&](std::int64_t i) { return copy_value(r, i, s); });
         c.all_gather(in.cview(), out.view(), StreamRef::host());
         for (int q = 0; q < p && why.empty(); ++q)
@@ -288,7 +294,6 @@ TEST_P(ShmCopies, TwoDuplicatesFromTwoThreadsConcurrently) {
               why = c.name() + ": all_gather block " + std::to_string(q);
               break;
             }
-        Buffer full(DType::bf16, n * p, mem), part(DType::bf16, n, mem);
         full.fill([&](std::int64_t i) { return sum_value(r, i, s); });
         c.reduce_scatter(full.cview(), part.view(), ReduceOp::sum, StreamRef::host());
         for (std::int64_t i = 0; i < n && why.empty(); ++i) {
@@ -296,7 +301,6 @@ TEST_P(ShmCopies, TwoDuplicatesFromTwoThreadsConcurrently) {
           for (int q = 0; q < p; ++q) sum += sum_value(q, r * n + i, s);
           if (part.get(i) != stored(DType::bf16, sum)) why = c.name() + ": reduce_scatter element " + std::to_string(i);
         }
-        Buffer acc(DType::f32, n, mem);
         acc.fill([&](std::int64_t i) { return sum_value(r, i, s); });
         Request req = c.start_all_reduce(acc.view(), ReduceOp::sum, StreamRef::host());
         while (!req.test()) std::this_thread::yield();  // completed by polling, as a prefetcher does
