@@ -173,6 +173,7 @@ Transport MpiCommunicator::transport() const noexcept { return state_->shm ? Tra
 std::size_t MpiCommunicator::single_copy_bytes() const noexcept {
   return state_->shm ? state_->shm->single_copy_bytes() : 0;
 }
+bool MpiCommunicator::mapped_buffers() const noexcept { return state_->shm && state_->shm->mapped_buffers(); }
 bool MpiCommunicator::failed() const noexcept { return state_->failed.load(std::memory_order_acquire); }
 std::string MpiCommunicator::failure_reason() const {
   std::lock_guard<std::mutex> lock(state_->fail_mu);

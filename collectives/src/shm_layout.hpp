@@ -1,5 +1,5 @@
-// The bytes of a shared-memory transport segment, as every process of a machine sees them: a header
-// page, then for each ordered pair (from, to) of the communicator's ranks on the machine a ring of
+// The bytes of a shared-memory transport segment, as every process of a machine sees them: header
+// pages, then for each ordered pair (from, to) of the communicator's ranks on the machine a ring of
 // `slots` slots, each a 64-byte slot header followed by `slot_bytes` of data. Process-shared: only
 // trivially copyable fields, the sequence number touched through std::atomic_ref.
 #pragma once
@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+
+#include "shared_buffer_registry.hpp"
 
 namespace hzp::coll::detail {
 
@@ -34,12 +36,17 @@ struct alignas(64) SlotHeader {
   /// message). The consumer reads the bytes from the producer's memory and marks the slot consumed only once it
   /// has all of them; that release is the producer's signal that its buffer is free again.
   static constexpr std::uint32_t kDirect = 2;
+  /// With kDirect: the message lies in a SharedBuffer of the producer (DirectDescriptor::shared), which the
+  /// consumer maps and reads with plain loads instead of process_vm_readv.
+  static constexpr std::uint32_t kMapped = 4;
 };
 
-/// Where a single-copy message's bytes are: the producer's process and the address in it.
+/// Where a single-copy message's bytes are: the producer's process and the address in it, and for a mapped
+/// message the shared buffer that holds them.
 struct DirectDescriptor {
   std::int64_t pid;
   std::uint64_t address;
+  SharedRange shared;
 };
 static_assert(sizeof(SlotHeader) == 64, "a slot header is one cache line");
 static_assert(std::atomic_ref<std::uint64_t>::is_always_lock_free,
@@ -52,15 +59,16 @@ struct SegmentHeader {
   std::uint32_t ranks;
   std::uint32_t slots;
   std::uint64_t slot_bytes;
-  /// Per machine-local rank, written by that rank at setup: where its probe word is, so that every peer can try
-  /// a cross-memory read before single-copy messages are used (ShmTransport::create).
-  static constexpr int kMaxProbes = 240;
+  /// Per machine-local rank, written by that rank at setup: where its probe word is (and its probe page of shared
+  /// memory), so that every peer can try a cross-memory read (a mapping) before single-copy (mapped) messages are
+  /// used (ShmTransport::create).
+  static constexpr int kMaxProbes = 256;
   DirectDescriptor probe[kMaxProbes];
 };
-static_assert(sizeof(SegmentHeader) <= 4096, "the segment header fits its page");
+
 
 struct ShmLayout {
-  static constexpr std::size_t kHeaderBytes = 4096;
+  static constexpr std::size_t kHeaderBytes = 16384;  // whole pages: the rings stay page-aligned
   int ranks = 0;  // the communicator's ranks on this machine
   int slots = 4;
   std::size_t slot_bytes = 0;  // a multiple of 4096
@@ -72,6 +80,8 @@ struct ShmLayout {
     return kHeaderBytes + static_cast<std::size_t>(ranks) * static_cast<std::size_t>(ranks) * ring_bytes();
   }
 };
+
+static_assert(sizeof(SegmentHeader) <= ShmLayout::kHeaderBytes, "the segment header fits its pages");
 
 /// One process's mapping of its machine's segment. The name exists only during setup.
 class ShmSegment {

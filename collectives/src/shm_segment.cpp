@@ -16,7 +16,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <mutex>
+#include <set>
 
 #include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
@@ -74,12 +76,54 @@ std::string probe_peers(const ShmSegment& seg, int me) {
   return {};
 }
 
+// Whether every machine peer's probe page maps and reads back (its shared buffers can be mapped here); an error text
+// for the first one that does not.
+std::string probe_peer_mappings(const ShmSegment& seg, int me) {
+  const SegmentHeader* head = seg.header();
+  PeerMappings maps;
+  for (int i = 0; i < seg.layout().ranks; ++i) {
+    if (i == me) continue;
+    std::string error;
+    const std::byte* p = maps.find(head->probe[i].shared, error);
+    if (p == nullptr) return error + " (machine peer " + std::to_string(i) + ")";
+    std::uint64_t got = 0;
+    std::memcpy(&got, p, sizeof got);
+    if (got != kMappedProbeWord) return "a machine peer's probe page read back wrong";
+  }
+  return {};
+}
+
 int all_min(int v, const CommState& st, std::string_view what) {
   int out = 0;
   MPI_Request req = MPI_REQUEST_NULL;
   HZP_MPI_CHECK(MPI_Iallreduce(&v, &out, 1, MPI_INT, MPI_MIN, st.comm, &req));
   wait_mpi_request(req, st.config, what, st.name);
   return out;
+}
+
+// Collective over st.comm: whether every rank of the group can read its machine peers' memory one way (`probe`
+// gives why this rank cannot, empty when it can); a refusal is said once per process on stderr (`said_format`,
+// the reason put where it says %s).
+bool agree_on_peer_reads(const CommState& st, const char* what, std::size_t ranks_here,
+                         const std::function<std::string()>& probe, const char* said_format) {
+  std::string refused;
+  if (ranks_here > static_cast<std::size_t>(SegmentHeader::kMaxProbes))
+    refused = std::to_string(ranks_here) + " ranks on one machine, more than the segment header's " +
+              std::to_string(SegmentHeader::kMaxProbes) + " probe entries";
+  else
+    refused = probe();
+  const bool ok = all_min(refused.empty() ? 1 : 0, st, std::string("shared-memory setup (") + what + ")") == 1;
+  if (!ok) {
+    static std::mutex said_mu;
+    static std::set<std::string> said;
+    std::lock_guard<std::mutex> lock(said_mu);
+    if (said.insert(what).second) {
+      std::string line = std::string("hzpbench: ") + said_format;
+      line.replace(line.find("%s"), 2, refused.empty() ? "another rank could not read its peers" : refused);
+      std::fputs(line.c_str(), stderr);
+    }
+  }
+  return ok;
 }
 
 }  // namespace
@@ -221,10 +265,12 @@ std::unique_ptr<ShmTransport> ShmTransport::create(const CommState& st) {
   // Single copy: each rank says where its probe word is (ordered before the peers' probes by the next all_min).
   const int me = static_cast<int>(std::find(local.begin(), local.end(), st.rank) - local.begin());
   const bool single_copy = st.config.single_copy_bytes > 0;  // the same on every rank: the all_min below is collective
+  const bool want_mapped = st.config.mapped_buffers;         // likewise
   const bool probe_room = local.size() <= static_cast<std::size_t>(SegmentHeader::kMaxProbes);
-  if (seg && single_copy && probe_room)
+  if (seg && (single_copy || want_mapped) && probe_room)
     seg->header()->probe[me] = {static_cast<std::int64_t>(getpid()),
-                                reinterpret_cast<std::uint64_t>(const_cast<std::uint64_t*>(&probe_word))};
+                                reinterpret_cast<std::uint64_t>(const_cast<std::uint64_t*>(&probe_word)),
+                                want_mapped ? mapped_probe() : SharedRange{}};
   const bool mapped = all_min(error.empty() ? 1 : 0, st, "shared-memory setup (map)") == 1;
   // Mapped by every rank that needs it: the name has served its purpose. Unlinking now leaves nothing
   // behind however the job ends later.
@@ -238,29 +284,25 @@ std::unique_ptr<ShmTransport> ShmTransport::create(const CommState& st) {
                 " (transport = auto falls back to MPI)");
     return nullptr;
   }
-  // Every rank decides alike whether single copy is on (a sender must know the receiver can read it).
-  std::string refused;
-  if (single_copy && !probe_room)
-    refused = std::to_string(local.size()) + " ranks on one machine, more than the segment header's " +
-              std::to_string(SegmentHeader::kMaxProbes) + " probe entries";
-  else if (single_copy && seg && local.size() >= 2)
-    refused = probe_peers(*seg, me);
-  const bool direct = single_copy && all_min(refused.empty() ? 1 : 0, st, "shared-memory setup (single copy)") == 1;
-  if (single_copy && !direct) {
-    static std::once_flag said;
-    std::call_once(said, [&] {
-      std::fprintf(stderr, "hzpbench: single-copy shared memory is off for this job: %s. Messages go through the "
-                   "shared-memory slots (two copies). Fix: allow process_vm_readv between the job's processes "
-                   "(kernel.yama.ptrace_scope = 0, or CAP_SYS_PTRACE), or set collectives.single_copy_bytes = 0 "
-                   "to silence this\n", refused.empty() ? "another rank could not read its peers" : refused.c_str());
-    });
-  }
+  // Every rank decides alike whether each way of reading a sender's memory is on (a sender must know that every
+  // receiver can read it that way).
+  const bool direct = single_copy && agree_on_peer_reads(
+      st, "single copy", local.size(), [&] { return seg && local.size() >= 2 ? probe_peers(*seg, me) : std::string(); },
+      "single-copy shared memory is off for this job: %s. Messages go through the shared-memory slots (two "
+      "copies). Fix: allow process_vm_readv between the job's processes (kernel.yama.ptrace_scope = 0, or "
+      "CAP_SYS_PTRACE), or set collectives.single_copy_bytes = 0 to silence this\n");
+  const bool mapped_ok = want_mapped && agree_on_peer_reads(
+      st, "mapped buffers", local.size(),
+      [&] { return seg && local.size() >= 2 ? probe_peer_mappings(*seg, me) : std::string(); },
+      "mapped shared buffers are off for this job: %s. Their messages go through the shared-memory slots (two "
+      "copies). Fix: let the job's processes open each other's /proc/<pid>/fd (same user, no hidepid), or set "
+      "collectives.mapped_buffers = false to silence this\n");
   if (local.size() < 2) return nullptr;  // alone on this machine: every hop goes through MPI
 
   std::vector<int> local_of(static_cast<std::size_t>(st.size), -1);
   for (std::size_t i = 0; i < local.size(); ++i) local_of[static_cast<std::size_t>(local[i])] = static_cast<int>(i);
   return std::unique_ptr<ShmTransport>(
-      new ShmTransport(std::move(seg), st, local_of, direct ? st.config.single_copy_bytes : 0));
+      new ShmTransport(std::move(seg), st, local_of, direct ? st.config.single_copy_bytes : 0, mapped_ok));
 }
 
 }  // namespace hzp::coll::detail

@@ -4,6 +4,8 @@
 // arrive before their receive kept aside in the process. pump() moves whatever can move, never waits.
 // Single-copy messages (at least single_copy_bytes) travel as a descriptor in one slot; the receiver reads the
 // sender's buffer with process_vm_readv, a piece per pump round, and releases the slot when it has all of it.
+// Mapped messages (from a SharedBuffer) go the same way, read with plain loads from the receiver's mapping of the
+// sender's buffer: copied, or reduced straight from the peer's pages with no staging.
 #include "shm_transport.hpp"
 
 #include <sys/uio.h>
@@ -42,8 +44,9 @@ std::string read_process_memory(std::int64_t pid, std::uint64_t address, std::by
 }
 
 ShmTransport::ShmTransport(std::unique_ptr<ShmSegment> segment, const CommState& st,
-                           const std::vector<int>& machine_index, std::size_t single_copy_bytes)
-    : segment_(std::move(segment)), comm_name_(st.name), rank_(st.rank), single_copy_bytes_(single_copy_bytes) {
+                           const std::vector<int>& machine_index, std::size_t single_copy_bytes, bool mapped)
+    : segment_(std::move(segment)), comm_name_(st.name), rank_(st.rank), single_copy_bytes_(single_copy_bytes),
+      mapped_(mapped) {
   const ShmLayout& layout = segment_->layout();
   slot_bytes_ = layout.slot_bytes;
   slot_stride_ = layout.slot_stride();
@@ -152,7 +155,11 @@ bool ShmTransport::send_one(Channel& c) {
   // Acquire pairs with the consumer's release of the slot's previous chunk: its reads of the slot
   // happen before the writes below.
   if (load_acquire(h) != free_seq) return false;
-  if (single_copy_bytes_ > 0 && s.bytes >= single_copy_bytes_) return send_descriptor(c, s, h);
+  if (mapped_ && s.bytes > 0) {
+    if (const std::optional<SharedRange> shared = find_shared_range(s.src, s.bytes))
+      return send_descriptor(c, s, h, &*shared);
+  }
+  if (single_copy_bytes_ > 0 && s.bytes >= single_copy_bytes_) return send_descriptor(c, s, h, nullptr);
   const std::size_t len = std::min(slot_bytes_, s.bytes - s.put);
   h->tag = s.tag;
   h->first = s.put == 0 ? SlotHeader::kFirst : 0;
@@ -178,17 +185,18 @@ bool ShmTransport::send_one(Channel& c) {
   return true;
 }
 
-bool ShmTransport::send_descriptor(Channel& c, ShmSend& s, SlotHeader* h) {
+bool ShmTransport::send_descriptor(Channel& c, ShmSend& s, SlotHeader* h, const SharedRange* shared) {
   // The sender's own copy (send_and_copy) is made here, from its buffer, while the receiver reads the same.
   if (s.copy_to != nullptr) std::memcpy(s.copy_to, s.src, s.bytes);
   h->tag = s.tag;
-  h->first = SlotHeader::kFirst | SlotHeader::kDirect;
+  h->first = SlotHeader::kFirst | SlotHeader::kDirect | (shared != nullptr ? SlotHeader::kMapped : 0);
   h->msg_bytes = s.bytes;
   h->offset = 0;
   h->len = 0;
   h->join = s.header.join;
   h->ready = s.header.ready;
-  const DirectDescriptor d{static_cast<std::int64_t>(getpid()), reinterpret_cast<std::uint64_t>(s.src)};
+  const DirectDescriptor d{static_cast<std::int64_t>(getpid()), reinterpret_cast<std::uint64_t>(s.src),
+                           shared != nullptr ? *shared : SharedRange{}};
   std::memcpy(h->data(), &d, sizeof d);
   store_release(h, 2 * c.tx + 1);
   s.ack_chunk = c.tx++;
@@ -206,18 +214,33 @@ bool ShmTransport::read_direct(Channel& c, const SlotHeader& h) {
   std::size_t& got = c.cur_recv != nullptr ? c.cur_recv->got : c.cur_unexpected->got;
   const std::size_t len = std::min(piece, total - got);
   const bool reduce = c.cur_recv != nullptr && c.cur_recv->reduce;
-  std::byte* into = nullptr;
-  if (reduce) {
-    staging_.resize(piece);
-    into = staging_.data();
+  if (c.cur_mapped) {
+    // Plain loads from the sender's pages: a reduction combines straight from them, a copy is one memcpy.
+    SharedRange at = c.cur_range;
+    at.offset += got;
+    std::string error;
+    const std::byte* src = peer_maps_.find(at, error);
+    if (src == nullptr)
+      fail("mapping the shared buffer of rank " + std::to_string(c.peer) + " (pid " + std::to_string(at.pid) +
+           ") failed: " + error);
+    if (c.cur_recv != nullptr)
+      deliver(*c.cur_recv, src, got, len);  // pieces are whole pages: whole elements
+    else
+      std::memcpy(c.cur_unexpected->data.get() + got, src, len);
   } else {
-    into = (c.cur_recv != nullptr ? c.cur_recv->dst : c.cur_unexpected->data.get()) + got;
+    std::byte* into = nullptr;
+    if (reduce) {
+      staging_.resize(piece);
+      into = staging_.data();
+    } else {
+      into = (c.cur_recv != nullptr ? c.cur_recv->dst : c.cur_unexpected->data.get()) + got;
+    }
+    const std::string error = read_process_memory(c.cur_pid, c.cur_address + got, into, len);
+    if (!error.empty())
+      fail("single-copy read of " + std::to_string(len) + " bytes from rank " + std::to_string(c.peer) + " (pid " +
+           std::to_string(c.cur_pid) + ") failed: " + error);
+    if (reduce) deliver(*c.cur_recv, staging_.data(), got, len);  // pieces hold whole elements (pages)
   }
-  const std::string error = read_process_memory(c.cur_pid, c.cur_address + got, into, len);
-  if (!error.empty())
-    fail("single-copy read of " + std::to_string(len) + " bytes from rank " + std::to_string(c.peer) + " (pid " +
-         std::to_string(c.cur_pid) + ") failed: " + error);
-  if (reduce) deliver(*c.cur_recv, staging_.data(), got, len);  // pieces hold whole elements (pages)
   got += len;
   if (got < total) return false;
   if (c.cur_recv != nullptr) {
@@ -272,6 +295,8 @@ bool ShmTransport::recv_one(Channel& c) {
       c.cur_direct = true;
       c.cur_pid = d.pid;
       c.cur_address = d.address;
+      c.cur_mapped = (h->first & SlotHeader::kMapped) != 0;
+      c.cur_range = d.shared;
     }
   } else if (!c.cur_direct) {
     const std::size_t expect = c.cur_recv ? c.cur_recv->got : c.cur_unexpected->got;

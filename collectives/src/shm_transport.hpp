@@ -5,7 +5,8 @@
 // arrives before its receive waits in the ring, or is kept aside when it blocks an awaited message.
 // Messages of at least collectives.single_copy_bytes go by descriptor: the receiver reads them straight from
 // the sender's buffer with process_vm_readv (one copy instead of two) and releases the descriptor's slot when
-// done, which is when the send completes.
+// done, which is when the send completes. A message whose bytes lie in a SharedBuffer goes by descriptor too
+// (collectives.mapped_buffers): the receiver maps the sender's buffer and copies or reduces straight from it.
 #pragma once
 
 #include <cstddef>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "comm_state.hpp"
+#include "shared_buffer_registry.hpp"
 
 namespace hzp::coll::detail {
 
@@ -106,6 +108,8 @@ class ShmTransport {
   int slots() const noexcept { return slots_; }
   /// The smallest message sent by descriptor (single copy), or 0 when every message goes through the slots.
   std::size_t single_copy_bytes() const noexcept { return single_copy_bytes_; }
+  /// Whether a message from a SharedBuffer is read by the receiver from the sender's pages (mapped).
+  bool mapped_buffers() const noexcept { return mapped_; }
 
  private:
   struct Unexpected {
@@ -129,14 +133,17 @@ class ShmTransport {
     bool cur_direct = false;               // ...by descriptor, from here:
     std::int64_t cur_pid = 0;
     std::uint64_t cur_address = 0;
+    bool cur_mapped = false;  // ...from the sender's shared buffer, mapped here:
+    SharedRange cur_range;
   };
 
   /// machine_index: group rank -> index among the group's ranks on this machine, or -1.
   ShmTransport(std::unique_ptr<ShmSegment> segment, const CommState& st, const std::vector<int>& machine_index,
-               std::size_t single_copy_bytes);
+               std::size_t single_copy_bytes, bool mapped);
   Channel& channel(int peer) { return channels_[static_cast<std::size_t>(local_of_[peer])]; }
   bool send_one(Channel& c);
-  bool send_descriptor(Channel& c, ShmSend& s, SlotHeader* h);
+  /// `shared`: the SharedBuffer range holding the message (a mapped message), or null (process_vm_readv).
+  bool send_descriptor(Channel& c, ShmSend& s, SlotHeader* h, const SharedRange* shared);
   bool recv_one(Channel& c);
   /// The next piece of the single-copy message in `h` into the current receive (or kept-aside message); true
   /// once the whole message is in.
@@ -156,6 +163,8 @@ class ShmTransport {
   std::size_t slot_stride_ = 0;
   int slots_ = 0;
   std::size_t single_copy_bytes_ = 0;
+  bool mapped_ = false;
+  PeerMappings peer_maps_;  // the peers' shared buffers, mapped here as their messages arrive
   std::vector<std::byte> staging_;  // single-copy reductions: a piece read before it is combined
   // By contract one thread uses a communicator at a time; the lock makes a slip (two threads
   // polling two requests of one communicator) safe rather than corrupting, at ~20 ns per pump.

@@ -113,6 +113,7 @@ int run_collectives(const Args& a) {
         coll::discover_topology(MPI_COMM_WORLD, static_cast<int>(cfg.get_int("topology.ranks_per_node")));
     std::unique_ptr<coll::MpiCommunicator> mpi_world = coll::make_mpi_world(topo, comm_config);
     const std::string transport(coll::transport_name(mpi_world->transport()));
+    const bool mapped = mpi_world->mapped_buffers();
     std::unique_ptr<coll::Communicator> world = std::move(mpi_world);
     // The benchmark's own reductions run on a separate communicator so they never show in the
     // measured communicator's counters (docs/architecture.md, Communicator: the harness's traffic is kept apart).
@@ -130,9 +131,10 @@ int run_collectives(const Args& a) {
                   cfg.get_string("collectives.wait_policy").c_str(),
                   static_cast<long long>(cfg.get_int("collectives.small_message_bytes")),
                   cfg.get_bool("links.emulate") ? "true" : "false");
-      std::printf("# transport (hops inside a machine): %s (collectives.transport=%s, shm_slots=%d x %zu B)\n",
+      std::printf("# transport (hops inside a machine): %s (collectives.transport=%s, shm_slots=%d x %zu B, "
+                  "mapped buffers %s)\n",
                   transport.c_str(), cfg.get_string("collectives.transport").c_str(), comm_config.shm_slots,
-                  comm_config.shm_slot_bytes);
+                  comm_config.shm_slot_bytes, mapped ? "on: one copy" : "off");
       std::printf("# sweep %zu..%zu B, factor %g, warm-up %d, iters %d, dtype %s, ops %s\n", opt.min_bytes,
                   opt.max_bytes, opt.step_factor, opt.warmup_iters, opt.iters, a.dtype.c_str(), a.ops.c_str());
       std::printf("# memcpy of %zu B, best of %d: %.3f GB/s on one core alone (bus/mcp = busbw / this); "

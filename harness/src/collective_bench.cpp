@@ -12,6 +12,7 @@
 #include <limits>
 #include <memory>
 
+#include "hzp/collectives/shared_buffer.hpp"
 #include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
 #include "traffic_floor.hpp"
@@ -237,7 +238,12 @@ std::vector<CollectiveBenchRow> run_collective_bench(
             opt.warmup_iters, " >= 0");
   HZP_CHECK(opt.root >= 0 && opt.root < w, "broadcast root ", opt.root, " outside 0..", w - 1);
   const std::vector<std::size_t> sizes = sweep_sizes(opt, w);
-  Buffer in = make_buffer(sizes.back()), out = make_buffer(sizes.back());
+  // The op's buffers are shared memory, as a caller that wants one copy between ranks of a machine allocates
+  // them (collectives.mapped_buffers); touched once here, so no page fault is timed. The memcpy reference keeps
+  // private memory.
+  coll::SharedBuffer in = coll::SharedBuffer::allocate(sizes.back()), out = coll::SharedBuffer::allocate(sizes.back());
+  std::memset(in.data(), 0, in.size());
+  std::memset(out.data(), 0, out.size());
 
   std::vector<CollectiveBenchRow> rows;
   std::vector<double> times(static_cast<std::size_t>(opt.iters));
@@ -250,13 +256,13 @@ std::vector<CollectiveBenchRow> run_collective_bench(
       row.count = s.count;
       // Correctness once per size, outside the timed loop; the timed loop then reuses the buffers.
       const std::int64_t wrong = opt.dtype == DType::bf16
-                                     ? check_once<bf16>(comm, op, s, opt.dtype, in.get(), out.get(), opt.root)
-                                     : check_once<float>(comm, op, s, opt.dtype, in.get(), out.get(), opt.root);
-      for (int k = 0; k < opt.warmup_iters; ++k) start(comm, op, s, opt.dtype, in.get(), out.get(), opt.root).wait();
+                                     ? check_once<bf16>(comm, op, s, opt.dtype, in.data(), out.data(), opt.root)
+                                     : check_once<float>(comm, op, s, opt.dtype, in.data(), out.data(), opt.root);
+      for (int k = 0; k < opt.warmup_iters; ++k) start(comm, op, s, opt.dtype, in.data(), out.data(), opt.root).wait();
       stats_barrier(stats);
       for (int k = 0; k < opt.iters; ++k) {
         const double t0 = wall_seconds();
-        start(comm, op, s, opt.dtype, in.get(), out.get(), opt.root).wait();
+        start(comm, op, s, opt.dtype, in.data(), out.data(), opt.root).wait();
         times[static_cast<std::size_t>(k)] = wall_seconds() - t0;
       }
       double mean = 0;
@@ -281,11 +287,11 @@ std::vector<CollectiveBenchRow> run_collective_bench(
       if (opt.traffic_floor) {
         // Every rank runs the floor at once, as they ran the op: they share the memory bus alike.
         const std::size_t total = bytes / dtype_size(opt.dtype);
-        run_traffic_floor(op, opt.dtype, total, w, comm.rank(), opt.root, in.get(), out.get());  // warm-up
+        run_traffic_floor(op, opt.dtype, total, w, comm.rank(), opt.root, in.data(), out.data());  // warm-up
         stats_barrier(stats);
         for (int k = 0; k < opt.iters; ++k) {
           const double t0 = wall_seconds();
-          run_traffic_floor(op, opt.dtype, total, w, comm.rank(), opt.root, in.get(), out.get());
+          run_traffic_floor(op, opt.dtype, total, w, comm.rank(), opt.root, in.data(), out.data());
           times[static_cast<std::size_t>(k)] = wall_seconds() - t0;
         }
         row.floor_p50_us = slowest_median_us(times, stats);

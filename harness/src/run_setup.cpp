@@ -79,6 +79,7 @@ coll::MpiCommConfig mpi_comm_config_from(const ResolvedConfig& cfg) {
   c.shm_slot_bytes = static_cast<std::size_t>(cfg.get_int("collectives.shm_slot_bytes"));
   c.shm_slots = static_cast<int>(cfg.get_int("collectives.shm_slots"));
   c.single_copy_bytes = static_cast<std::size_t>(cfg.get_int("collectives.single_copy_bytes"));
+  c.mapped_buffers = cfg.get_bool("collectives.mapped_buffers");
   c.links.enabled = cfg.get_bool("links.emulate");
   c.links.intra = {cfg.get_double("links.intra.latency_us"), cfg.get_double("links.intra.bandwidth_gbps")};
   c.links.inter = {cfg.get_double("links.inter.latency_us"), cfg.get_double("links.inter.bandwidth_gbps")};

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hzp/collectives/mpi_communicator.hpp"
+#include "hzp/collectives/shared_buffer.hpp"
 #include "hzp/collectives/topology.hpp"
 #include "hzp/collectives/topology_mpi.hpp"
 #include "hzp/core/clock.hpp"
@@ -40,12 +41,22 @@ inline std::unique_ptr<MpiCommunicator> make_world(const MpiCommConfig& config, 
   return make_mpi_world(machine, config, MPI_COMM_WORLD, std::move(name));
 }
 
+/// Where a Buffer's bytes live: private memory, or a SharedBuffer (machine peers map it: mapped messages).
+enum class Memory { plain, shared };
+
 /// A host buffer of n elements of fp32 or bf16, filled from float values (exactly representable
 /// in bf16 when the tests choose them so), read back as floats or raw bits.
 class Buffer {
  public:
-  Buffer(DType dtype, std::int64_t n) : dtype_(dtype), n_(n), bytes_(static_cast<std::size_t>(n) * dtype_size(dtype)) {
-    data_.assign(bytes_ + 1, std::byte{0});  // +1: a valid pointer even when empty
+  Buffer(DType dtype, std::int64_t n, Memory memory = Memory::plain)
+      : dtype_(dtype), n_(n), bytes_(static_cast<std::size_t>(n) * dtype_size(dtype)) {
+    if (memory == Memory::shared) {
+      shared_ = SharedBuffer::allocate(bytes_ + 1);  // zeroed
+      data_ptr_ = shared_.data();
+    } else {
+      data_.assign(bytes_ + 1, std::byte{0});  // +1: a valid pointer even when empty
+      data_ptr_ = data_.data();
+    }
   }
   template <typename F>
   void fill(F&& value_of_index) {
@@ -53,32 +64,32 @@ class Buffer {
   }
   void set(std::int64_t i, float v) {
     if (dtype_ == DType::f32) {
-      std::memcpy(data_.data() + 4 * i, &v, 4);
+      std::memcpy(data_ptr_ + 4 * i, &v, 4);
     } else {
       const bf16 b = bf16::from_float(v);
-      std::memcpy(data_.data() + 2 * i, &b.bits, 2);
+      std::memcpy(data_ptr_ + 2 * i, &b.bits, 2);
     }
   }
   float get(std::int64_t i) const {
     if (dtype_ == DType::f32) {
       float v;
-      std::memcpy(&v, data_.data() + 4 * i, 4);
+      std::memcpy(&v, data_ptr_ + 4 * i, 4);
       return v;
     }
     bf16 b;
-    std::memcpy(&b.bits, data_.data() + 2 * i, 2);
+    std::memcpy(&b.bits, data_ptr_ + 2 * i, 2);
     return b.to_float();
   }
   /// Raw bits of element i (bitwise comparisons).
   std::uint32_t bits(std::int64_t i) const {
     std::uint32_t u = 0;
-    std::memcpy(&u, data_.data() + dtype_size(dtype_) * i, dtype_size(dtype_));
+    std::memcpy(&u, data_ptr_ + dtype_size(dtype_) * i, dtype_size(dtype_));
     return u;
   }
-  TensorView view() { return TensorView(data_.data(), Shape{n_}, dtype_); }
-  ConstTensorView cview() const { return ConstTensorView(data_.data(), Shape{n_}, dtype_); }
+  TensorView view() { return TensorView(data_ptr_, Shape{n_}, dtype_); }
+  ConstTensorView cview() const { return ConstTensorView(data_ptr_, Shape{n_}, dtype_); }
   TensorView slice(std::int64_t offset, std::int64_t n) {
-    return TensorView(data_.data() + dtype_size(dtype_) * offset, Shape{n}, dtype_);
+    return TensorView(data_ptr_ + dtype_size(dtype_) * offset, Shape{n}, dtype_);
   }
   std::int64_t size() const { return n_; }
   DType dtype() const { return dtype_; }
@@ -88,6 +99,8 @@ class Buffer {
   std::int64_t n_;
   std::size_t bytes_;
   std::vector<std::byte> data_;
+  SharedBuffer shared_;
+  std::byte* data_ptr_ = nullptr;  // into data_ or shared_
 };
 
 /// The float an exact expected value has after storing it as `dtype` (one rounding for bf16).

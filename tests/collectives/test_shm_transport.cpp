@@ -1,7 +1,8 @@
 // The shared-memory transport of intra-machine hops (collectives.transport): which communicators use
 // it, messages of many slot-sized chunks through tiny rings for every op (exact results, bf16 rounded
 // once), messages that arrive before their receive (whole or half-way), counters of virtual nodes,
-// and two duplicates used concurrently from two threads (also built with ThreadSanitizer).
+// and two duplicates used concurrently from two threads (also built with ThreadSanitizer); each way a message
+// crosses: through the slots, by descriptor read with process_vm_readv, and by mapping the sender's SharedBuffer.
 #include <algorithm>
 #include <string>
 #include <thread>
@@ -20,74 +21,44 @@ double sum_value(int r, std::int64_t i, int salt = 0) {
   return static_cast<double>(((r + 1) * (i % 7 + 1) + salt) % 11 - 5);
 }
 
+// The three ways a message crosses: through the slots; by descriptor, read from the sender's buffer with
+// process_vm_readv (single_copy_bytes = 1: every non-empty message); by descriptor, read from the receiver's
+// mapping of the sender's SharedBuffer (every buffer of the test shared memory, mapped_buffers on).
+struct Copies {
+  std::size_t single_copy_bytes = 0;
+  Memory memory = Memory::plain;
+};
+constexpr Copies kSlots{0, Memory::plain}, kSingleCopy{1, Memory::plain}, kMapped{0, Memory::shared};
+std::string copies_name(const Copies& c) {
+  return c.memory == Memory::shared ? "mapped" : c.single_copy_bytes == 0 ? "slots" : "single_copy";
+}
+
 // Tiny slots (one page, two per direction): every message of a few pages streams through the ring
-// in many chunks, wrapping it several times. With `single_copy_bytes` = 1 every non-empty message goes by
-// descriptor instead, read from the sender's buffer a ring's worth (two pages) at a time.
-MpiCommConfig tiny_rings(std::size_t small_message_bytes, std::size_t single_copy_bytes = 0) {
+// in many chunks, wrapping it several times; a message by descriptor is read a ring's worth (two pages) at a
+// time.
+MpiCommConfig tiny_rings(std::size_t small_message_bytes, const Copies& copies) {
   MpiCommConfig c = test_config();
   c.transport = Transport::shm;
   c.shm_slot_bytes = 4096;
   c.shm_slots = 2;
   c.small_message_bytes = small_message_bytes;
-  c.single_copy_bytes = single_copy_bytes;
+  c.single_copy_bytes = copies.single_copy_bytes;
+  c.mapped_buffers = copies.memory == Memory::shared;
   return c;
 }
 
-// The two ways a message crosses: through the slots (0), or by descriptor (1: every non-empty message).
-std::string copies_name(const ::testing::TestParamInfo<std::size_t>& info) {
-  return info.param == 0 ? "slots" : "single_copy";
-}
-
-TEST(ShmTransport, ChosenForEveryCommunicatorThatHasMachinePeers) {
-  HZP_REQUIRE_MIN_RANKS(2);
-  const int r = hzp::test::world_rank();
-  auto world = make_world(test_config());  // auto
-  EXPECT_EQ(world->transport(), Transport::shm);
-  auto dup = world->duplicate("dup");
-  EXPECT_EQ(dynamic_cast<MpiCommunicator&>(*dup).transport(), Transport::shm);
-  auto pairs = world->split(r / 2, r, "pairs");
-  EXPECT_EQ(dynamic_cast<MpiCommunicator&>(*pairs).transport(), pairs->size() > 1 ? Transport::shm : Transport::mpi);
-  auto alone = world->split(r, 0, "alone");  // nobody to share memory with
-  EXPECT_EQ(dynamic_cast<MpiCommunicator&>(*alone).transport(), Transport::mpi);
-  alone->barrier();
-
-  MpiCommConfig c = test_config();
-  c.transport = Transport::mpi;
-  EXPECT_EQ(make_world(c)->transport(), Transport::mpi);
-  c = test_config();
-  c.mpi_native = true;  // auto: MPICH's collectives carry their own data
-  EXPECT_EQ(make_world(c)->transport(), Transport::mpi);
-}
-
-TEST(ShmTransport, VirtualNodesStillShareMemoryAndCountInterBytes) {
-  HZP_REQUIRE_RANKS_DIVISIBLE_BY(2);
-  MpiCommConfig c = test_config();
-  c.small_message_bytes = 0;
-  auto world = make_world(c, /*ranks_per_node=*/2);
-  ASSERT_EQ(world->transport(), Transport::shm);
-  const int p = world->size(), r = world->rank();
-  const std::int64_t n = 3000;
-  Buffer in(DType::f32, n), out(DType::f32, n * p);
-  in.fill([&](std::int64_t i) { return copy_value(r, i); });
-  world->all_gather(in.cview(), out.view(), StreamRef::host());
-  for (int q = 0; q < p; ++q)
-    for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(out.get(q * n + i), copy_value(q, i));
-  // Every ring hop goes to r + 1: inter-node exactly when that rank is on another virtual node (an
-  // odd rank's hop, except at 2 ranks, where both are on one node).
-  const std::uint64_t sent = static_cast<std::uint64_t>(p - 1) * n * 4;
-  const bool inter = vnode(r, 2) != vnode((r + 1) % p, 2);
-  const CallRecord rec = world->counters().records().back();
-  EXPECT_EQ(rec.bytes[0], inter ? 0u : sent);
-  EXPECT_EQ(rec.bytes[1], inter ? sent : 0u);
-}
-
-// (small_message_bytes, single_copy_bytes)
-class ShmChunks : public ::testing::TestWithParam<std::pair<std::size_t, std::size_t>> {};
+// (small_message_bytes, the way messages cross)
+class ShmChunks : public ::testing::TestWithParam<std::pair<std::size_t, Copies>> {};
 
 TEST_P(ShmChunks, EveryOpExactThroughTinyRings) {
-  auto world = make_world(tiny_rings(GetParam().first, GetParam().second));
-  // This machine's kernel allows the cross-process reads (the containers CI runs in do): the path is exercised.
-  EXPECT_EQ(world->single_copy_bytes(), world->transport() == Transport::shm ? GetParam().second : 0);
+  const Copies copies = GetParam().second;
+  const Memory mem = copies.memory;
+  auto world = make_world(tiny_rings(GetParam().first, copies));
+  // This machine's kernel allows the cross-process reads and mappings (the containers CI runs in do): the paths
+  // are exercised.
+  const bool shm = world->transport() == Transport::shm;
+  EXPECT_EQ(world->single_copy_bytes(), shm ? copies.single_copy_bytes : 0);
+  EXPECT_EQ(world->mapped_buffers(), shm && mem == Memory::shared);
   const int p = world->size(), r = world->rank();
   if (p > 1) {
     ASSERT_EQ(world->transport(), Transport::shm);
@@ -95,14 +66,14 @@ TEST_P(ShmChunks, EveryOpExactThroughTinyRings) {
   for (DType t : {DType::f32, DType::bf16}) {
     // Blocks of ~2.4 and ~5 pages: chunk boundaries fall inside elements' runs, never on block ends.
     for (std::int64_t n : {2500, 5003}) {
-      Buffer in(t, n), out(t, n * p);
+      Buffer in(t, n, mem), out(t, n * p, mem);
       in.fill([&](std::int64_t i) { return copy_value(r, i); });
       world->all_gather(in.cview(), out.view(), StreamRef::host());
       for (int q = 0; q < p; ++q)
         for (std::int64_t i = 0; i < n; ++i)
           ASSERT_EQ(out.get(q * n + i), stored(t, copy_value(q, i))) << dtype_name(t) << " n=" << n << " q=" << q;
 
-      Buffer full(t, n * p), part(t, n);
+      Buffer full(t, n * p, mem), part(t, n, mem);
       full.fill([&](std::int64_t i) { return sum_value(r, i); });
       world->reduce_scatter(full.cview(), part.view(), ReduceOp::sum, StreamRef::host());
       for (std::int64_t i = 0; i < n; ++i) {
@@ -111,7 +82,7 @@ TEST_P(ShmChunks, EveryOpExactThroughTinyRings) {
         ASSERT_EQ(part.get(i), stored(t, s)) << dtype_name(t) << " reduce_scatter n=" << n << " i=" << i;
       }
 
-      Buffer acc(t, n + 3);  // not divisible by the group: unequal ring chunks
+      Buffer acc(t, n + 3, mem);  // not divisible by the group: unequal ring chunks
       acc.fill([&](std::int64_t i) { return sum_value(r, i, 1); });
       world->all_reduce(acc.view(), ReduceOp::max, StreamRef::host());
       for (std::int64_t i = 0; i < n + 3; ++i) {
@@ -131,7 +102,7 @@ TEST_P(ShmChunks, EveryOpExactThroughTinyRings) {
     ns += cnt(r, q);
     nr += cnt(q, r);
   }
-  Buffer a_in(DType::f32, ns), a_out(DType::f32, nr);
+  Buffer a_in(DType::f32, ns, mem), a_out(DType::f32, nr, mem);
   a_in.fill([&](std::int64_t i) { return copy_value(r, i); });
   world->start_all_to_allv(a_in.cview(), sc, a_out.view(), rc, StreamRef::host()).wait();
   std::int64_t off = 0;
@@ -142,7 +113,7 @@ TEST_P(ShmChunks, EveryOpExactThroughTinyRings) {
       ASSERT_EQ(a_out.get(off + i), copy_value(q, their_off + i)) << "all_to_allv from " << q;
     off += cnt(q, r);
   }
-  Buffer b(DType::f32, 9001);
+  Buffer b(DType::f32, 9001, mem);
   const int root = p - 1;
   b.fill([&](std::int64_t i) { return r == root ? copy_value(root, i) : 0.0; });
   world->broadcast(b.view(), root, StreamRef::host());
@@ -150,28 +121,83 @@ TEST_P(ShmChunks, EveryOpExactThroughTinyRings) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, ShmChunks,
-                         ::testing::Values(std::pair<std::size_t, std::size_t>{0, 0},
-                                           std::pair<std::size_t, std::size_t>{std::size_t{1} << 40, 0},
-                                           std::pair<std::size_t, std::size_t>{0, 1},
-                                           std::pair<std::size_t, std::size_t>{std::size_t{1} << 40, 1}),
+                         ::testing::Values(std::pair{std::size_t{0}, kSlots},
+                                           std::pair{std::size_t{1} << 40, kSlots},
+                                           std::pair{std::size_t{0}, kSingleCopy},
+                                           std::pair{std::size_t{1} << 40, kSingleCopy},
+                                           std::pair{std::size_t{0}, kMapped},
+                                           std::pair{std::size_t{1} << 40, kMapped}),
                          [](const auto& info) {
-                           return std::string(info.param.first == 0 ? "ring" : "small") +
-                                  (info.param.second == 0 ? "_slots" : "_single_copy");
+                           return std::string(info.param.first == 0 ? "ring" : "small") + "_" +
+                                  copies_name(info.param.second);
                          });
 
-class ShmCopies : public ::testing::TestWithParam<std::size_t> {};
-INSTANTIATE_TEST_SUITE_P(Copies, ShmCopies, ::testing::Values(std::size_t{0}, std::size_t{1}), copies_name);
+// A mapped message is read from the sender's pages: its send ends only once the receiver has taken it (through
+// the slots this one-page message would sit in the two-slot ring and its send end at once). It starts 7 elements
+// into its buffer (the descriptor's offset), and lands in private memory.
+TEST(ShmTransport, MappedSendEndsOnlyOnceTheReceiverHasReadIt) {
+  HZP_REQUIRE_MIN_RANKS(2);
+  auto world = make_world(tiny_rings(0, kMapped));
+  auto c = world->duplicate("p2p");
+  ASSERT_TRUE(world->mapped_buffers());
+  const int r = c->rank();
+  const std::int64_t n = 1000, skip = 7;
+  auto barrier = [] { hzp::test::run_then_barrier([] {}); };
+  if (r == 0) {
+    Buffer buf(DType::f32, skip + n, Memory::shared);
+    buf.fill([&](std::int64_t i) { return copy_value(0, i); });
+    Request s = c->start_send(buf.slice(skip, n), 1, 3, StreamRef::host());
+    EXPECT_FALSE(s.test());  // the peer has not even posted its receive
+    barrier();
+    s.wait();
+  } else if (r == 1) {
+    barrier();
+    Buffer got(DType::f32, n);
+    c->recv(got.view(), 0, 3, StreamRef::host());
+    for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(got.get(i), copy_value(0, skip + i)) << i;
+  } else {
+    barrier();
+  }
+}
 
-// Single copy: message 7 is one descriptor instead of ten chunks; the peer keeps it aside by reading the whole
-// message from the sender's buffer (the sender's wait only ends once it has), the rest as through the slots.
+// One call mixing the two: all_gather's own block leaves from private memory (through the slots), the blocks it
+// forwards (at 4 and 8 ranks) from the shared output (mapped); reduce_scatter's input is shared, its partials
+// leave from the communicator's private scratch. Odd sizes, so blocks and chunks end mid-page.
+TEST(ShmTransport, MappedAndSlotMessagesInOneCall) {
+  auto world = make_world(tiny_rings(0, kMapped));
+  const int p = world->size(), r = world->rank();
+  for (std::int64_t n : {1, 1023, 3001}) {
+    Buffer in(DType::f32, n), out(DType::f32, n * p, Memory::shared);
+    in.fill([&](std::int64_t i) { return copy_value(r, i, 2); });
+    world->all_gather(in.cview(), out.view(), StreamRef::host());
+    for (int q = 0; q < p; ++q)
+      for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(out.get(q * n + i), copy_value(q, i, 2)) << n << " " << q;
+    Buffer full(DType::bf16, n * p, Memory::shared), part(DType::bf16, n);
+    full.fill([&](std::int64_t i) { return sum_value(r, i, 2); });
+    world->reduce_scatter(full.cview(), part.view(), ReduceOp::sum, StreamRef::host());
+    for (std::int64_t i = 0; i < n; ++i) {
+      double sum = 0;
+      for (int q = 0; q < p; ++q) sum += sum_value(q, r * n + i, 2);
+      ASSERT_EQ(part.get(i), stored(DType::bf16, sum)) << n << " " << i;
+    }
+  }
+}
+
+class ShmCopies : public ::testing::TestWithParam<Copies> {};
+INSTANTIATE_TEST_SUITE_P(Copies, ShmCopies, ::testing::Values(kSlots, kSingleCopy, kMapped),
+                         [](const auto& info) { return copies_name(info.param); });
+
+// Single copy and mapped: message 7 is one descriptor instead of ten chunks; the peer keeps it aside by reading the
+// whole message from the sender's buffer (the sender's wait only ends once it has), the rest as through the slots.
 TEST_P(ShmCopies, MessagesArrivingBeforeTheirReceive) {
   HZP_REQUIRE_MIN_RANKS(2);
+  const Memory mem = GetParam().memory;
   auto world = make_world(tiny_rings(0, GetParam()));
   auto c = world->duplicate("p2p");
   const int r = c->rank();
   const std::int64_t n = 10240;  // 40 KiB: ten chunks through a two-slot ring
   auto barrier = [] { hzp::test::run_then_barrier([] {}); };
-  Buffer first(DType::f32, n), second(DType::f32, n), third(DType::f32, 3);
+  Buffer first(DType::f32, n, mem), second(DType::f32, n, mem), third(DType::f32, 3, mem);
   if (r == 0) {
     first.fill([&](std::int64_t i) { return copy_value(1, i); });
     second.fill([&](std::int64_t i) { return copy_value(2, i); });
@@ -199,7 +225,7 @@ TEST_P(ShmCopies, MessagesArrivingBeforeTheirReceive) {
     barrier();  // (B)
     Request r9 = c->start_recv(third.view(), 0, 9, StreamRef::host());
     EXPECT_FALSE(r9.test());  // pumps: two chunks of message 7, no receive for it yet
-    Buffer seventh(DType::f32, n);
+    Buffer seventh(DType::f32, n, mem);
     Request r7 = c->start_recv(seventh.view(), 0, 7, StreamRef::host());
     barrier();  // (C)
     r7.wait();
@@ -212,10 +238,11 @@ TEST_P(ShmCopies, MessagesArrivingBeforeTheirReceive) {
 }
 
 TEST_P(ShmCopies, OverlappingCollectivesCompletedInReverseOrder) {
+  const Memory mem = GetParam().memory;
   auto world = make_world(tiny_rings(0, GetParam()));
   const int p = world->size(), r = world->rank();
   const std::int64_t n = 4000;
-  Buffer in(DType::f32, n), out(DType::f32, n * p), acc(DType::bf16, n * 2);
+  Buffer in(DType::f32, n, mem), out(DType::f32, n * p, mem), acc(DType::bf16, n * 2, mem);
   in.fill([&](std::int64_t i) { return copy_value(r, i); });
   acc.fill([&](std::int64_t i) { return sum_value(r, i); });
   Request a = world->start_all_gather(in.cview(), out.view(), StreamRef::host());
@@ -234,8 +261,10 @@ TEST_P(ShmCopies, OverlappingCollectivesCompletedInReverseOrder) {
 // Two duplicates, each driven by its own thread at once, with large messages: every result exact
 // (a chunk delivered on the wrong communicator would show), counters kept apart.
 TEST_P(ShmCopies, TwoDuplicatesFromTwoThreadsConcurrently) {
+  const Memory mem = GetParam().memory;
   MpiCommConfig cfg = test_config();
-  cfg.single_copy_bytes = GetParam();
+  cfg.single_copy_bytes = GetParam().single_copy_bytes;
+  cfg.mapped_buffers = mem == Memory::shared;
   cfg.transport = Transport::shm;
   cfg.shm_slot_bytes = 16384;
   cfg.shm_slots = 3;
@@ -248,9 +277,15 @@ TEST_P(ShmCopies, TwoDuplicatesFromTwoThreadsConcurrently) {
   auto body = [&](Communicator& c, int salt, std::string& why) {
     try {
       const std::int64_t n = 20000 + 17 * salt;
+      // Made once per thread, refilled with new values every iteration: a buffer freed by one thread while the
+      // other maps its peer's buffers could come back at the same address as a mapping, which ThreadSanitizer
+      // then takes for a race between the first thread's writes and the second's reads (seen about once in 20
+      // runs before).
+      Buffer in(DType::bf16, n, mem), out(DType::bf16, n * p, mem);
+      Buffer full(DType::bf16, n * p, mem), part(DType::bf16, n, mem);
+      Buffer acc(DType::f32, n, mem);
       for (int it = 0; it < iters && why.empty(); ++it) {
         const int s = salt + it;
-        Buffer in(DType::bf16, n), out(DType::bf16, n * p);
         in.fill([&](std::int64_t i) { return copy_value(r, i, s); });
         c.all_gather(in.cview(), out.view(), StreamRef::host());
         for (int q = 0; q < p && why.empty(); ++q)
@@ -259,7 +294,6 @@ TEST_P(ShmCopies, TwoDuplicatesFromTwoThreadsConcurrently) {
               why = c.name() + ": all_gather block " + std::to_string(q);
               break;
             }
-        Buffer full(DType::bf16, n * p), part(DType::bf16, n);
         full.fill([&](std::int64_t i) { return sum_value(r, i, s); });
         c.reduce_scatter(full.cview(), part.view(), ReduceOp::sum, StreamRef::host());
         for (std::int64_t i = 0; i < n && why.empty(); ++i) {
@@ -267,7 +301,6 @@ TEST_P(ShmCopies, TwoDuplicatesFromTwoThreadsConcurrently) {
           for (int q = 0; q < p; ++q) sum += sum_value(q, r * n + i, s);
           if (part.get(i) != stored(DType::bf16, sum)) why = c.name() + ": reduce_scatter element " + std::to_string(i);
         }
-        Buffer acc(DType::f32, n);
         acc.fill([&](std::int64_t i) { return sum_value(r, i, s); });
         Request req = c.start_all_reduce(acc.view(), ReduceOp::sum, StreamRef::host());
         while (!req.test()) std::this_thread::yield();  // completed by polling, as a prefetcher does

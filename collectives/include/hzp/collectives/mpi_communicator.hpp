@@ -63,6 +63,11 @@ struct MpiCommConfig {
   /// instead of two. 0 = never (the default: measured, it wins only in a middle range of sizes and ops;
   /// docs/collectives.md "Single copy"). Where the kernel refuses it, the slots are kept (and the run says so).
   std::size_t single_copy_bytes = 0;  // collectives.single_copy_bytes
+  /// Messages between ranks of one machine whose bytes lie in a SharedBuffer (shared_buffer.hpp) are read by the
+  /// receiver from its mapping of the sender's buffer: one copy, no cross-process syscall (docs/collectives.md
+  /// "Mapped buffers"). Off by default: measured on a loaded machine it wins all_gather and reduce_scatter and
+  /// loses all_reduce. Where peers cannot map each other's buffers, the slots are kept (and the run says so).
+  bool mapped_buffers = false;  // collectives.mapped_buffers
   LinkEmulationConfig links;          // links.*
 
   void validate() const;
@@ -136,6 +141,9 @@ class MpiCommunicator final : public Communicator {
   /// The smallest intra-machine message read straight from the sender's buffer (collectives.single_copy_bytes),
   /// or 0 when every message goes through the slots (off, refused by the kernel, or no shared memory).
   std::size_t single_copy_bytes() const noexcept;
+  /// Whether messages from SharedBuffers are read from the sender's pages (collectives.mapped_buffers, and the
+  /// machine's peers could map each other's buffers at setup).
+  bool mapped_buffers() const noexcept;
   /// True once a deadline fired on this communicator; failure_reason() says which call.
   bool failed() const noexcept;
   std::string failure_reason() const;
