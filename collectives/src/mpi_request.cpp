@@ -23,8 +23,8 @@ std::uint64_t this_thread_id() noexcept { return static_cast<std::uint64_t>(sysc
 class MpiRequest final : public Request::Impl {
  public:
   MpiRequest(std::shared_ptr<CommState> st, const CallInfo& info, std::unique_ptr<Operation> op,
-             const CollectiveModel* model, const LinkReservation& booked)
-      : st_(std::move(st)), info_(info), op_(std::move(op)), emulate_(model != nullptr), booked_(booked),
+             const CollectiveModel* model, std::shared_ptr<const LinkReservation> booked)
+      : st_(std::move(st)), info_(info), op_(std::move(op)), emulate_(model != nullptr), booked_(std::move(booked)),
         deadline_(info.join + st_->config.timeout_s), thread_(this_thread_id()) {
     if (model) model_ = *model;
   }
@@ -118,7 +118,7 @@ class MpiRequest final : public Request::Impl {
     if (!emulate_) return;
     // The modelled time starts when the last rank is ready (joined and its links free).
     const double start = std::max(op_->known().ready, info_.join);
-    st_->world->links->settle(booked_, start, model_);
+    st_->world->links->settle(*booked_, start, model_);
     model_end_ = start + model_.duration_s;
   }
 
@@ -174,7 +174,7 @@ class MpiRequest final : public Request::Impl {
   CallInfo info_;
   std::unique_ptr<Operation> op_;
   bool emulate_;
-  LinkReservation booked_;
+  std::shared_ptr<const LinkReservation> booked_;  // filled before the transfer can be done
   CollectiveModel model_{};
   double deadline_;
   std::uint64_t thread_;
@@ -190,8 +190,8 @@ class MpiRequest final : public Request::Impl {
 }  // namespace
 
 Request make_request(std::shared_ptr<CommState> st, const CallInfo& info, std::unique_ptr<Operation> op,
-                     const CollectiveModel* model, const LinkReservation& booked) {
-  return Request(std::make_unique<MpiRequest>(std::move(st), info, std::move(op), model, booked));
+                     const CollectiveModel* model, std::shared_ptr<const LinkReservation> booked) {
+  return Request(std::make_unique<MpiRequest>(std::move(st), info, std::move(op), model, std::move(booked)));
 }
 
 }  // namespace hzp::coll::detail
