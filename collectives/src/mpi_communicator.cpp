@@ -189,21 +189,11 @@ bool is_small(const CommState& st, CollOp op, std::int64_t count, DType dtype) {
   return threshold > 0 && algbw_bytes(op, static_cast<std::size_t>(count), dtype, st.size) < threshold;
 }
 
-// Whom the join round tells (`tell`) or hears from: every other member for a collective; a send tells its receiver
-// and a receive hears from its sender, so a send never waits on its receiver (it did not before either).
-std::vector<int> join_peers(const CommState& st, const CallInfo& info, bool tell) {
-  if (info.op == CollOp::send) return tell ? std::vector<int>{info.peer} : std::vector<int>{};
-  if (info.op == CollOp::recv) return tell ? std::vector<int>{} : std::vector<int>{info.peer};
-  std::vector<int> others;
-  for (int q = 0; q < st.size; ++q)
-    if (q != st.rank) others.push_back(q);
-  return others;
-}
-
 Request launch_unguarded(const std::shared_ptr<CommState>& sp, const CallInfo& info,
                          detail::ScratchPool::Lease scratch, std::unique_ptr<detail::Algorithm> live,
                          const detail::DryFactory& dry, bool model_all_ranks, const detail::NativeCall* native) {
   CommState& st = *sp;
+  const bool p2p = info.op == CollOp::send || info.op == CollOp::recv;
   Header own{info.join, info.join};
   CollectiveModel model;
   const CollectiveModel* model_ptr = nullptr;
@@ -212,16 +202,17 @@ Request launch_unguarded(const std::shared_ptr<CommState>& sp, const CallInfo& i
   if (st.world->links) {
     model = detail::model_call(st, dry, model_all_ranks);
     model_ptr = &model;
-    if (live) {
+    if (live && !p2p) {
       // Our algorithm: its links are booked once the join round has told the group's last join.
-      live = detail::with_join_round(std::move(live), join_peers(st, info, true), join_peers(st, info, false));
+      live = detail::with_join_round(std::move(live), st.rank, st.size);
       book = [links = st.world->links.get(), booked, model](double last_join) {
         *booked = links->reserve(last_join, model);
         return booked->ready_s;
       };
     } else {
-      // A phantom world has no peers to hear from; MPICH's native collectives carry their header in a collective
-      // of their own, posted at launch. Both book at this rank's join.
+      // At this rank's join: a phantom world has no peers to hear from; MPICH's native collectives carry their header
+      // in a collective of their own, posted at launch; a message is booked by its sender alone (a receive books no
+      // link of its own), which does not wait for its receiver.
       *booked = st.world->links->reserve(info.join, model);
       own.ready = booked->ready_s;
     }
@@ -237,7 +228,6 @@ Request launch_unguarded(const std::shared_ptr<CommState>& sp, const CallInfo& i
     op = detail::make_native_operation(st, *native, own, std::move(scratch), bytes,
                                        detail::carried_algorithm_name(detail::Carrier::native, self->name()));
   } else {
-    const bool p2p = info.op == CollOp::send || info.op == CollOp::recv;
     const detail::TagPair tags = p2p ? detail::p2p_tags(info.tag) : detail::collective_tags(info.seq);
     op = detail::make_p2p_operation(st, std::move(live), tags, own, std::move(scratch), std::move(book));
   }
