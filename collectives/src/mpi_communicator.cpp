@@ -214,7 +214,8 @@ Request launch_unguarded(const std::shared_ptr<CommState>& sp, const CallInfo& i
       // in a collective of their own, posted at launch; a message is booked by its sender alone (a receive books no
       // link of its own), which does not wait for its receiver.
       *booked = st.world->links->reserve(info.join, model);
-      own.ready = booked->ready_s;
+      // A live receive carries no ready of its own: what it hears is its sender's, when the message can leave.
+      own.ready = live && info.op == CollOp::recv ? 0.0 : booked->ready_s;
     }
   }
   std::unique_ptr<detail::Operation> op;

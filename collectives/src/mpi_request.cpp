@@ -116,6 +116,12 @@ class MpiRequest final : public Request::Impl {
   void on_transfer_done() {
     transfer_done_ = true;
     if (!emulate_) return;
+    if (info_.op == CollOp::recv && !st_->phantom) {
+      // A message is in once its sender's modelled transfer is done (the sender's ready, the only one the receive
+      // hears, plus the message's time), and a receive posted later finds it there: it books no link of its own.
+      model_end_ = std::max(info_.join, op_->known().ready + model_.duration_s);
+      return;
+    }
     // The modelled time starts when the last rank is ready (joined and its links free).
     const double start = std::max(op_->known().ready, info_.join);
     st_->world->links->settle(*booked_, start, model_);

@@ -263,6 +263,53 @@ TEST(LinkBookingAcrossRanks, CrossedJoinsBetweenTwoNodesEndWithinTwoCalls) {
   EXPECT_GE(std::max({end_of(0), end_of(1), end_of(2), end_of(3)}), earliest + 2 * kT * (1 - 1e-6));
 }
 
+// A message is in once its sender's modelled transfer is done; a receive posted after that finds it there (the
+// simulator's rule, docs/simulate.md "The model of one rank's step"), and one posted before waits for it. Before,
+// the receive started the message's time again at its own join: a pipeline stage posting its receive after the
+// activation had arrived paid the message twice.
+TEST(LinkBookingAcrossRanks, AReceiveEndsWhenItsMessageIsIn) {
+  HZP_REQUIRE_MIN_RANKS(2);
+  constexpr double kT = 0.3;        // the message's modelled time on the sender's port
+  constexpr std::int64_t n = 1000;  // 4000 bytes
+  const MpiCommConfig c = emulated(0, n * 4.0 / kT / 1e9, 0, 1);
+  auto world = make_world(c, 0);  // one node: the intra port
+  const int r = world->rank();
+  double origin = wall_seconds() + 0.05;
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Ibcast(&origin, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD, &req);
+  ASSERT_TRUE(hzp::test::wait_with_deadline(req, hzp::test::default_deadline_s()));
+  Buffer buf(DType::f32, n);
+  buf.fill([&](std::int64_t i) { return value(0, i); });
+  // Message 0: the receive comes 2T after the send. Message 1: the send comes T/2 after the receive.
+  constexpr double kSendAt[] = {0.0, 0.9 + kT / 2}, kRecvAt[] = {2 * kT, 0.9};
+  double joins[2][2] = {}, ends[2] = {};  // [message][sender, receiver]; the receiver's ends
+  for (int m = 0; m < 2; ++m) {
+    if (r == 0) {
+      LinkEmulator::sleep_until(origin + kSendAt[m]);
+      joins[m][0] = wall_seconds();
+      world->send(buf.cview(), 1, m, StreamRef::host());
+    } else if (r == 1) {
+      LinkEmulator::sleep_until(origin + kRecvAt[m]);
+      joins[m][1] = wall_seconds();
+      world->recv(buf.view(), 0, m, StreamRef::host());
+      ends[m] = wall_seconds();
+      EXPECT_TRUE(check_gather(buf, 1, n));
+    }
+  }
+  double sender_joins[2] = {joins[0][0], joins[1][0]};
+  MPI_Ibcast(sender_joins, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD, &req);
+  ASSERT_TRUE(hzp::test::wait_with_deadline(req, hzp::test::default_deadline_s()));
+  if (r != 1) return;
+  constexpr double kSlack = 0.1;  // the machine's scheduling, as above
+  for (int m = 0; m < 2; ++m) {
+    const double in = std::max(joins[m][1], sender_joins[m] + kT);  // closed form: when the message is there
+    EXPECT_GE(ends[m], in * (1 - 1e-12)) << "message " << m << " received before the model allows";
+    EXPECT_LE(ends[m], in + kSlack) << "message " << m << " received " << ends[m] - joins[m][1]
+                                    << " s after the receive's join, sent " << joins[m][1] - sender_joins[m]
+                                    << " s before it";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Nodes, LinkEmulation, ::testing::Values(0, 2), [](const ::testing::TestParamInfo<int>& i) {
   return i.param == 0 ? std::string("one_machine_node") : std::string("virtual_nodes_of_2");
 });
