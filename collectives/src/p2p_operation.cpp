@@ -24,7 +24,7 @@ class P2POperation final : public Operation, private Poster {
   P2POperation(CommState& st, std::unique_ptr<Algorithm> alg, TagPair tags, Header own, ScratchPool::Lease scratch,
                JoinBooking book)
       : st_(st), shm_(st.shm.get()), alg_(std::move(alg)), tags_(tags), known_(own), scratch_(std::move(scratch)),
-        book_(std::move(book)) {
+        book_(std::move(book)), join_round_(static_cast<bool>(book_)) {
     reqs_.reserve(8);
     peers_.reserve(8);
   }
@@ -58,7 +58,11 @@ class P2POperation final : public Operation, private Poster {
 
   std::string pending() const override {
     std::ostringstream os;
-    os << alg_->name() << " round " << round_ - 1 << ", waiting on ";
+    // round_ - 1 is the round in flight; with a join round in front the algorithm's own rounds count from 1.
+    if (book_)
+      os << alg_->name() << " join round (the members' join times), waiting on ";
+    else
+      os << alg_->name() << " round " << round_ - 1 - (join_round_ ? 1 : 0) << ", waiting on ";
     // Which of the round's messages are still open (MPI_Testall leaves completed ones inactive).
     std::vector<int> waiting;
     for (std::size_t i = 0; i < reqs_.size(); ++i)
@@ -258,6 +262,7 @@ class P2POperation final : public Operation, private Poster {
   Header known_;
   ScratchPool::Lease scratch_;
   JoinBooking book_;  // empty once called, or when the call books at launch
+  bool join_round_;   // round 0 is the join round (book_ was given)
   std::vector<MPI_Request> reqs_;
   std::vector<int> peers_;
   std::vector<int> recv_flags_;
