@@ -152,10 +152,15 @@ class Operation {
   virtual void abandon() noexcept = 0;
 };
 
+/// Books an emulated call's links at the group's last join (what the join round told) and returns this rank's
+/// ready time (join_round.hpp).
+using JoinBooking = std::function<double(double last_join)>;
+
 /// Our algorithm over MPI_Isend/Irecv, and the shared-memory transport for the hops it reaches
-/// (p2p_operation.cpp). Posts round 0 before returning.
+/// (p2p_operation.cpp). Posts round 0 before returning. With `book`, round 0 is the join round: once it is done the
+/// operation books at the latest join it has heard and sends the ready time it gets from then on.
 std::unique_ptr<Operation> make_p2p_operation(CommState& st, std::unique_ptr<Algorithm> alg, TagPair tags,
-                                              Header own, ScratchPool::Lease scratch);
+                                              Header own, ScratchPool::Lease scratch, JoinBooking book = {});
 
 /// Builds the dry replica of the call's algorithm for group rank q (null buffers).
 using DryFactory = std::function<std::unique_ptr<Algorithm>(int q)>;
@@ -180,8 +185,8 @@ struct CallInfo {
 
 /// The Request::Impl of every MPI call: waits on `op` under the wait policy and the deadline,
 /// sleeps the remainder of the link model (when `model` is given; `booked` is where the links were reserved
-/// for it), records counters once.
+/// for it, at launch or, by `op`, after its join round), records counters once.
 Request make_request(std::shared_ptr<CommState> st, const CallInfo& info, std::unique_ptr<Operation> op,
-                     const CollectiveModel* model, const LinkReservation& booked);
+                     const CollectiveModel* model, std::shared_ptr<const LinkReservation> booked);
 
 }  // namespace hzp::coll::detail

@@ -11,6 +11,7 @@
 #include "carried_algorithm_name.hpp"
 #include "comm_state.hpp"
 #include "hzp/core/clock.hpp"
+#include "join_round.hpp"
 #include "mpi_check.hpp"
 #include "native_collectives.hpp"
 #include "phantom.hpp"
@@ -193,15 +194,30 @@ Request launch_unguarded(const std::shared_ptr<CommState>& sp, const CallInfo& i
                          detail::ScratchPool::Lease scratch, std::unique_ptr<detail::Algorithm> live,
                          const detail::DryFactory& dry, bool model_all_ranks, const detail::NativeCall* native) {
   CommState& st = *sp;
+  const bool p2p = info.op == CollOp::send || info.op == CollOp::recv;
   Header own{info.join, info.join};
   CollectiveModel model;
   const CollectiveModel* model_ptr = nullptr;
-  LinkReservation booked;
+  auto booked = std::make_shared<LinkReservation>();
+  detail::JoinBooking book;
   if (st.world->links) {
     model = detail::model_call(st, dry, model_all_ranks);
-    booked = st.world->links->reserve(info.join, model);
-    own.ready = booked.ready_s;
     model_ptr = &model;
+    if (live && !p2p) {
+      // Our algorithm: its links are booked once the join round has told the group's last join.
+      live = detail::with_join_round(std::move(live), st.rank, st.size);
+      book = [links = st.world->links.get(), booked, model](double last_join) {
+        *booked = links->reserve(last_join, model);
+        return booked->ready_s;
+      };
+    } else {
+      // At this rank's join: a phantom world has no peers to hear from; MPICH's native collectives carry their header
+      // in a collective of their own, posted at launch; a message is booked by its sender alone (a receive books no
+      // link of its own), which does not wait for its receiver.
+      *booked = st.world->links->reserve(info.join, model);
+      // A live receive carries no ready of its own: what it hears is its sender's, when the message can leave.
+      own.ready = live && info.op == CollOp::recv ? 0.0 : booked->ready_s;
+    }
   }
   std::unique_ptr<detail::Operation> op;
   if (st.phantom) {
@@ -214,11 +230,10 @@ Request launch_unguarded(const std::shared_ptr<CommState>& sp, const CallInfo& i
     op = detail::make_native_operation(st, *native, own, std::move(scratch), bytes,
                                        detail::carried_algorithm_name(detail::Carrier::native, self->name()));
   } else {
-    const bool p2p = info.op == CollOp::send || info.op == CollOp::recv;
     const detail::TagPair tags = p2p ? detail::p2p_tags(info.tag) : detail::collective_tags(info.seq);
-    op = detail::make_p2p_operation(st, std::move(live), tags, own, std::move(scratch));
+    op = detail::make_p2p_operation(st, std::move(live), tags, own, std::move(scratch), std::move(book));
   }
-  return detail::make_request(sp, info, std::move(op), model_ptr, booked);
+  return detail::make_request(sp, info, std::move(op), model_ptr, std::move(booked));
 }
 
 // A call that failed after taking its sequence number leaves this rank out of step with its peers

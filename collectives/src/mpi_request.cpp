@@ -23,8 +23,8 @@ std::uint64_t this_thread_id() noexcept { return static_cast<std::uint64_t>(sysc
 class MpiRequest final : public Request::Impl {
  public:
   MpiRequest(std::shared_ptr<CommState> st, const CallInfo& info, std::unique_ptr<Operation> op,
-             const CollectiveModel* model, const LinkReservation& booked)
-      : st_(std::move(st)), info_(info), op_(std::move(op)), emulate_(model != nullptr), booked_(booked),
+             const CollectiveModel* model, std::shared_ptr<const LinkReservation> booked)
+      : st_(std::move(st)), info_(info), op_(std::move(op)), emulate_(model != nullptr), booked_(std::move(booked)),
         deadline_(info.join + st_->config.timeout_s), thread_(this_thread_id()) {
     if (model) model_ = *model;
   }
@@ -116,9 +116,15 @@ class MpiRequest final : public Request::Impl {
   void on_transfer_done() {
     transfer_done_ = true;
     if (!emulate_) return;
+    if (info_.op == CollOp::recv && !st_->phantom) {
+      // A message is in once its sender's modelled transfer is done (the sender's ready, the only one the receive
+      // hears, plus the message's time), and a receive posted later finds it there: it books no link of its own.
+      model_end_ = std::max(info_.join, op_->known().ready + model_.duration_s);
+      return;
+    }
     // The modelled time starts when the last rank is ready (joined and its links free).
     const double start = std::max(op_->known().ready, info_.join);
-    st_->world->links->settle(booked_, start, model_);
+    st_->world->links->settle(*booked_, start, model_);
     model_end_ = start + model_.duration_s;
   }
 
@@ -174,7 +180,7 @@ class MpiRequest final : public Request::Impl {
   CallInfo info_;
   std::unique_ptr<Operation> op_;
   bool emulate_;
-  LinkReservation booked_;
+  std::shared_ptr<const LinkReservation> booked_;  // filled before the transfer can be done
   CollectiveModel model_{};
   double deadline_;
   std::uint64_t thread_;
@@ -190,8 +196,8 @@ class MpiRequest final : public Request::Impl {
 }  // namespace
 
 Request make_request(std::shared_ptr<CommState> st, const CallInfo& info, std::unique_ptr<Operation> op,
-                     const CollectiveModel* model, const LinkReservation& booked) {
-  return Request(std::make_unique<MpiRequest>(std::move(st), info, std::move(op), model, booked));
+                     const CollectiveModel* model, std::shared_ptr<const LinkReservation> booked) {
+  return Request(std::make_unique<MpiRequest>(std::move(st), info, std::move(op), model, std::move(booked)));
 }
 
 }  // namespace hzp::coll::detail

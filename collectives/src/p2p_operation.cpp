@@ -5,6 +5,7 @@
 // link level as it posts them: bytes by construction, whatever the transport.
 #include <sched.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <sstream>
@@ -20,8 +21,10 @@ namespace {
 
 class P2POperation final : public Operation, private Poster {
  public:
-  P2POperation(CommState& st, std::unique_ptr<Algorithm> alg, TagPair tags, Header own, ScratchPool::Lease scratch)
-      : st_(st), shm_(st.shm.get()), alg_(std::move(alg)), tags_(tags), known_(own), scratch_(std::move(scratch)) {
+  P2POperation(CommState& st, std::unique_ptr<Algorithm> alg, TagPair tags, Header own, ScratchPool::Lease scratch,
+               JoinBooking book)
+      : st_(st), shm_(st.shm.get()), alg_(std::move(alg)), tags_(tags), known_(own), scratch_(std::move(scratch)),
+        book_(std::move(book)), join_round_(static_cast<bool>(book_)) {
     reqs_.reserve(8);
     peers_.reserve(8);
   }
@@ -55,7 +58,11 @@ class P2POperation final : public Operation, private Poster {
 
   std::string pending() const override {
     std::ostringstream os;
-    os << alg_->name() << " round " << round_ - 1 << ", waiting on ";
+    // round_ - 1 is the round in flight; with a join round in front the algorithm's own rounds count from 1.
+    if (book_)
+      os << alg_->name() << " join round (the members' join times), waiting on ";
+    else
+      os << alg_->name() << " round " << round_ - 1 - (join_round_ ? 1 : 0) << ", waiting on ";
     // Which of the round's messages are still open (MPI_Testall leaves completed ones inactive).
     std::vector<int> waiting;
     for (std::size_t i = 0; i < reqs_.size(); ++i)
@@ -239,6 +246,11 @@ class P2POperation final : public Operation, private Poster {
   // this rank posts nothing (idle in a tree or a doubling pre-step) completes at once.
   void advance_rounds() {
     while (!finished_ && posted_ == 0) {
+      if (round_ == 1 && book_) {
+        // The join round is done: every member's join is heard, so the links are booked where the call can run.
+        known_.ready = std::max(known_.ready, book_(known_.join));
+        book_ = nullptr;
+      }
       if (!alg_->step(round_++, *this)) finished_ = true;
     }
   }
@@ -249,6 +261,8 @@ class P2POperation final : public Operation, private Poster {
   TagPair tags_;
   Header known_;
   ScratchPool::Lease scratch_;
+  JoinBooking book_;  // empty once called, or when the call books at launch
+  bool join_round_;   // round 0 is the join round (book_ was given)
   std::vector<MPI_Request> reqs_;
   std::vector<int> peers_;
   std::vector<int> recv_flags_;
@@ -265,8 +279,8 @@ class P2POperation final : public Operation, private Poster {
 }  // namespace
 
 std::unique_ptr<Operation> make_p2p_operation(CommState& st, std::unique_ptr<Algorithm> alg, TagPair tags,
-                                              Header own, ScratchPool::Lease scratch) {
-  auto op = std::make_unique<P2POperation>(st, std::move(alg), tags, own, std::move(scratch));
+                                              Header own, ScratchPool::Lease scratch, JoinBooking book) {
+  auto op = std::make_unique<P2POperation>(st, std::move(alg), tags, own, std::move(scratch), std::move(book));
   op->begin();
   return op;
 }

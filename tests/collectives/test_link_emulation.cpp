@@ -3,7 +3,8 @@
 // all-gathers on one link take at least the sum of their modelled times; a late joiner delays
 // everyone's completion by the model; a 100 ms modelled wait is slept (thread CPU under 5 ms);
 // results stay exact; the ranks of a node booking its interface at once never overlap on it (the bookings live in
-// the node's shared segment). No wall-clock upper bound is ever asserted.
+// the node's shared segment). One wall-clock upper bound, a closed form with a stated allowance for the machine's
+// scheduling: two calls between two nodes whose members join in crossed orders end within two calls' time.
 #include <algorithm>
 #include <random>
 #include <thread>
@@ -80,10 +81,9 @@ TEST_P(LinkEmulation, TwoConcurrentAllGathersShareTheLink) {
   ta.join();
   tb.join();
   const double end = wall_seconds();
-  // Measured from the first rank's start: ranks leave the barrier up to ~0.1 ms apart, and a link's
-  // reservation starts at its reserving rank's own join (docs/collectives.md "Link emulation"), so a
-  // rank that left the barrier late may see the two calls end up to that skew before 2 * model after
-  // its own start. The clock is CLOCK_MONOTONIC, shared by the processes of this machine.
+  // Measured from the first rank's start, the bound that holds whatever a rank's own start: ranks leave the barrier
+  // up to ~0.1 ms apart and a call's links are booked from its group's last join (docs/collectives.md "Link
+  // emulation"). The clock is CLOCK_MONOTONIC, shared by the processes of this machine.
   double t0 = my_t0;
   MPI_Request req = MPI_REQUEST_NULL;
   MPI_Iallreduce(&my_t0, &t0, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD, &req);
@@ -207,6 +207,107 @@ TEST(LinkBookingAcrossRanks, ANodesRanksNeverOverlapOnItsInterface) {
     total += books[i].end - books[i].start;
   }
   EXPECT_NEAR(total, 2 * kThreads * kCalls * dur, 1e-6);
+}
+
+// Two calls between the same two nodes whose members join in crossed orders: node 1 sees call A's member first, node 0
+// call B's (asynchzp pp2's tied-table copies, docs/simulate.md "Validation"). A real interface reserves nothing for
+// a transfer that has not started, so each node serves the two calls one after the other from their last joins:
+// closed form, the first ends at lj1 + T and the second at max(lj1 + T, lj2) + T <= max(lj) + 2T. Booking an
+// interface at a member's own join instead let node 1 hold [0, T] for A while A's other member was still away, and
+// node 0, having moved B behind that, found no gap for A before 2T: A ended at 3T.
+TEST(LinkBookingAcrossRanks, CrossedJoinsBetweenTwoNodesEndWithinTwoCalls) {
+  HZP_REQUIRE_RANKS(4);
+  constexpr double kT = 0.3;                     // seconds a call holds each node's interface
+  constexpr std::int64_t n = 1000;               // 4000 bytes per rank, each rank's one ring message
+  const double gbps = n * 4.0 / kT / 1e9;        // so that 4000 bytes take kT
+  const MpiCommConfig c = emulated(0, 1, 0, gbps);
+  auto world = make_world(c, 2);                 // nodes {0, 1} and {2, 3}
+  const int r = world->rank();
+  auto call = world->split(r % 2, r, r % 2 == 0 ? "A" : "B");  // A = {0, 2}, B = {1, 3}: one member per node
+  // Joins after a common origin: node 1 (ranks 2, 3) sees A's member first, node 0 (ranks 0, 1) B's; rank 0 joins
+  // 70 ms after rank 1, long after B's transfer has completed (it needs only ranks 1 and 3).
+  constexpr double kOffset[] = {0.10, 0.03, 0.0, 0.01};
+  double origin = wall_seconds() + 0.05;  // CLOCK_MONOTONIC, shared by the processes of this machine
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Ibcast(&origin, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD, &req);
+  ASSERT_TRUE(hzp::test::wait_with_deadline(req, hzp::test::default_deadline_s()));
+  Buffer in(DType::f32, n), out(DType::f32, 2 * n);
+  in.fill([&](std::int64_t i) { return value(call->rank(), i); });
+  LinkEmulator::sleep_until(origin + kOffset[r]);
+  const double join = wall_seconds();
+  call->all_gather(in.cview(), out.view(), StreamRef::host());
+  const double end = wall_seconds();
+  EXPECT_TRUE(check_gather(out, 2, n));
+  const auto recs = call->counters().records();
+  ASSERT_FALSE(recs.empty());
+  EXPECT_NEAR(recs.back().modelled_s, kT, 1e-6);
+
+  double mine[2] = {join, end}, all[8] = {};
+  MPI_Iallgather(mine, 2, MPI_DOUBLE, all, 2, MPI_DOUBLE, MPI_COMM_WORLD, &req);
+  ASSERT_TRUE(hzp::test::wait_with_deadline(req, hzp::test::default_deadline_s()));
+  auto join_of = [&](int q) { return all[2 * q]; };
+  auto end_of = [&](int q) { return all[2 * q + 1]; };
+  const double last_join[2] = {std::max(join_of(0), join_of(2)), std::max(join_of(1), join_of(3))};  // A, B
+  // The machine's scheduling: a rank woken from its modelled sleep, or joining, a little late on the loaded cores.
+  constexpr double kSlack = 0.1;
+  const double latest = std::max(last_join[0], last_join[1]), earliest = std::min(last_join[0], last_join[1]);
+  for (int q = 0; q < 4; ++q) {
+    const double lj = last_join[q % 2];
+    EXPECT_GE(end_of(q), lj + kT * (1 - 1e-6)) << "rank " << q << " ended before its call's last join + T";
+    EXPECT_LE(end_of(q), latest + 2 * kT + kSlack)
+        << "rank " << q << " ended " << (end_of(q) - latest) / kT << " T after the calls' later last join (joins "
+        << join_of(0) - origin << ", " << join_of(1) - origin << ", " << join_of(2) - origin << ", "
+        << join_of(3) - origin << " s after the origin): a node's interface sat idle";
+  }
+  // One interface serves one call at a time: the later of a node's two calls ends 2T after the first could start.
+  EXPECT_GE(std::max({end_of(0), end_of(1), end_of(2), end_of(3)}), earliest + 2 * kT * (1 - 1e-6));
+}
+
+// A message is in once its sender's modelled transfer is done; a receive posted after that finds it there (the
+// simulator's rule, docs/simulate.md "The model of one rank's step"), and one posted before waits for it. Before,
+// the receive started the message's time again at its own join: a pipeline stage posting its receive after the
+// activation had arrived paid the message twice.
+TEST(LinkBookingAcrossRanks, AReceiveEndsWhenItsMessageIsIn) {
+  HZP_REQUIRE_MIN_RANKS(2);
+  constexpr double kT = 0.3;        // the message's modelled time on the sender's port
+  constexpr std::int64_t n = 1000;  // 4000 bytes
+  const MpiCommConfig c = emulated(0, n * 4.0 / kT / 1e9, 0, 1);
+  auto world = make_world(c, 0);  // one node: the intra port
+  const int r = world->rank();
+  double origin = wall_seconds() + 0.05;
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Ibcast(&origin, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD, &req);
+  ASSERT_TRUE(hzp::test::wait_with_deadline(req, hzp::test::default_deadline_s()));
+  Buffer buf(DType::f32, n);
+  buf.fill([&](std::int64_t i) { return value(0, i); });
+  // Message 0: the receive comes 2T after the send. Message 1: the send comes T/2 after the receive.
+  constexpr double kSendAt[] = {0.0, 0.9 + kT / 2}, kRecvAt[] = {2 * kT, 0.9};
+  double joins[2][2] = {}, ends[2] = {};  // [message][sender, receiver]; the receiver's ends
+  for (int m = 0; m < 2; ++m) {
+    if (r == 0) {
+      LinkEmulator::sleep_until(origin + kSendAt[m]);
+      joins[m][0] = wall_seconds();
+      world->send(buf.cview(), 1, m, StreamRef::host());
+    } else if (r == 1) {
+      LinkEmulator::sleep_until(origin + kRecvAt[m]);
+      joins[m][1] = wall_seconds();
+      world->recv(buf.view(), 0, m, StreamRef::host());
+      ends[m] = wall_seconds();
+      EXPECT_TRUE(check_gather(buf, 1, n));
+    }
+  }
+  double sender_joins[2] = {joins[0][0], joins[1][0]};
+  MPI_Ibcast(sender_joins, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD, &req);
+  ASSERT_TRUE(hzp::test::wait_with_deadline(req, hzp::test::default_deadline_s()));
+  if (r != 1) return;
+  constexpr double kSlack = 0.1;  // the machine's scheduling, as above
+  for (int m = 0; m < 2; ++m) {
+    const double in = std::max(joins[m][1], sender_joins[m] + kT);  // closed form: when the message is there
+    EXPECT_GE(ends[m], in * (1 - 1e-12)) << "message " << m << " received before the model allows";
+    EXPECT_LE(ends[m], in + kSlack) << "message " << m << " received " << ends[m] - joins[m][1]
+                                    << " s after the receive's join, sent " << joins[m][1] - sender_joins[m]
+                                    << " s before it";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Nodes, LinkEmulation, ::testing::Values(0, 2), [](const ::testing::TestParamInfo<int>& i) {

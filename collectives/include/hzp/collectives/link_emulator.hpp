@@ -97,7 +97,8 @@ class LinkEmulator {
   CollectiveModel model(std::span<const std::vector<RoundLoad>> loads, std::span<const int> node_of,
                         int me) const;
 
-  /// Books this rank's links for a collective joining at `join_s`, tentatively: at the earliest time at or
+  /// Books this rank's links for a collective that can start at `join_s` (the group's last join, once the call's
+  /// join round has told it; this rank's own join where there is none), tentatively: at the earliest time at or
   /// after join_s when every link it uses (its port for intra_busy_s, its node's interface for nic_busy_s) has
   /// a free gap that long. That time is this rank's "ready" time.
   LinkReservation reserve(double join_s, const CollectiveModel& m);
