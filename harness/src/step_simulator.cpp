@@ -521,11 +521,13 @@ class Simulation {
     auto it = models_.find(key);
     if (it == models_.end()) it = models_.emplace(key, model_event(e)).first;
     const coll::CollectiveModel& m = it->second;
-    // No stream issues a call before the earliest of its clocks: what ended by then is of no use to any gap search.
-    // (A node's shared interface keeps its bookings: its other ranks' streams may still book before this one's.)
-    const double past = std::min({now_, params_free_, gradients_free_});
-    links_.intra.forget_before(past);
-    if (links_.nic == &links_.own_nic) links_.own_nic.forget_before(past);
+    // No call of the rank is issued before compute's clock from here on: the streams issue theirs at the later of
+    // their last completion and compute reaching the declaration (max(free, now_); joins only delay them), messages
+    // and inside calls at now_. So what ended by now_ is of no use to any gap search. (Not the streams' own clocks:
+    // an idle stream's stays where its last call ended, 0 for one that never runs, and kept every booking since.)
+    // A node's shared interface keeps its bookings: its other ranks may still book before this one's clock.
+    links_.intra.forget_before(now_);
+    if (links_.nic == &links_.own_nic) links_.own_nic.forget_before(now_);
     for (std::int64_t i = 0; i < n; ++i) {
       const double start = coll::earliest_on_both(links_.intra, m.intra_busy_s, *links_.nic, m.nic_busy_s, at);
       links_.intra.book(start, m.intra_busy_s);
