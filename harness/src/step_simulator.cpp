@@ -516,8 +516,8 @@ class Simulation {
     if (c.calls == 0 || n == 0) return at;
     // A step repeats few distinct calls (per unit, per micro-batch): each is modelled once, which keeps a
     // world-sized ring's O(p²) rounds affordable at thousands of ranks.
-    const ModelKey key{static_cast<int>(c.op), c.group,     c.bytes[0] / c.calls, c.bytes[1] / c.calls,
-                       c.elements / c.calls,      e.peer, interface_use(e)};
+    const ModelKey key{static_cast<int>(c.op), c.group, c.bytes[0] / c.calls, c.bytes[1] / c.calls,
+                       c.elements / c.calls, e.peer, interface_use(e)};
     auto it = models_.find(key);
     if (it == models_.end()) it = models_.emplace(key, model_event(e)).first;
     const coll::CollectiveModel& m = it->second;
