@@ -147,15 +147,10 @@ std::vector<SimulatedStep> simulate_world(int world, const std::function<StepDes
     // replicas' (NodeInterface::shared), which is what sets one replica of a stage apart from another.
     std::vector<StepDescription> ds;
     std::vector<int> group{r0};
-    const auto pipeline_of = [](const StepDescription& d) -> const std::vector<int>* {
-      for (const StepEvent& e : d.events)
-        if (e.stream == schedulers::CommStream::pipeline) return &e.members.get();
-      return nullptr;
-    };
-    const bool shared = links.ranks_per_node > 0 && !links.nic_per_rank;
+    const bool shared = node_interface_shared(links);
     for (std::size_t i = 0; i < group.size(); ++i) {
       ds.push_back(describe(group[i]));
-      const std::vector<int>* stages = pipeline_of(ds.back());
+      const std::vector<int>* stages = pipeline_members(ds.back());
       if (stages == nullptr) continue;
       std::vector<int> more = *stages;
       if (shared) {

@@ -30,6 +30,15 @@ int ceil_log2(int p) {
   return r;
 }
 
+// The position in `members` of the member that reserves world_rank's node interface for the group's copy there
+// (NodeInterface::shared): the group's first member on that node. rpn <= 0: every rank on one node.
+int copy_leader(const std::vector<int>& members, int world_rank, int rpn) {
+  if (rpn <= 0) return 0;
+  for (std::size_t q = 0; q < members.size(); ++q)
+    if (members[q] / rpn == world_rank / rpn) return static_cast<int>(q);
+  HZP_THROW(PreconditionError, "simulate: rank ", world_rank, "'s node holds no member of its group");
+}
+
 // The rank's two link levels: a call starts at the earliest time at or after its issue when every level it uses
 // has a gap that fits it (streams book out of time order: a call issued later may take an earlier gap). The
 // interface's bookings are the rank's own, or its node's when the node's ranks are simulated together
@@ -88,9 +97,10 @@ struct Exchange {
   }
 };
 
-// A call's modelled duration, by (op, group, bytes per call intra and inter, elements per call, peer): a step repeats
-// few distinct calls, and ranks of one description (a role) share them.
-using ModelKey = std::tuple<int, std::string, std::uint64_t, std::uint64_t, std::int64_t, int>;
+// A call's modelled duration, by (op, group, bytes per call intra and inter, elements per call, peer, the node
+// interface's use: Simulation::interface_use): a step repeats few distinct calls, and ranks of one description (a
+// role) share them; a role's key does not tell which of its ranks lead their node's copy, so this key does.
+using ModelKey = std::tuple<int, std::string, std::uint64_t, std::uint64_t, std::int64_t, int, int>;
 using Models = std::map<ModelKey, coll::CollectiveModel>;
 
 // Per group (its members' vector): how many of its members are simulated together, and its lowest member.
@@ -506,15 +516,18 @@ class Simulation {
     if (c.calls == 0 || n == 0) return at;
     // A step repeats few distinct calls (per unit, per micro-batch): each is modelled once, which keeps a
     // world-sized ring's O(p²) rounds affordable at thousands of ranks.
-    const ModelKey key{static_cast<int>(c.op), c.group, c.bytes[0] / c.calls, c.bytes[1] / c.calls, c.elements / c.calls, e.peer};
+    const ModelKey key{static_cast<int>(c.op), c.group, c.bytes[0] / c.calls, c.bytes[1] / c.calls,
+                       c.elements / c.calls, e.peer, interface_use(e)};
     auto it = models_.find(key);
     if (it == models_.end()) it = models_.emplace(key, model_event(e)).first;
     const coll::CollectiveModel& m = it->second;
-    // No stream issues a call before the earliest of its clocks: what ended by then is of no use to any gap search.
-    // (A node's shared interface keeps its bookings: its other ranks' streams may still book before this one's.)
-    const double past = std::min({now_, params_free_, gradients_free_});
-    links_.intra.forget_before(past);
-    if (links_.nic == &links_.own_nic) links_.own_nic.forget_before(past);
+    // No call of the rank is issued before compute's clock from here on: the streams issue theirs at the later of
+    // their last completion and compute reaching the declaration (max(free, now_); joins only delay them), messages
+    // and inside calls at now_. So what ended by now_ is of no use to any gap search. (Not the streams' own clocks:
+    // an idle stream's stays where its last call ended, 0 for one that never runs, and kept every booking since.)
+    // A node's shared interface keeps its bookings: its other ranks may still book before this one's clock.
+    links_.intra.forget_before(now_);
+    if (links_.nic == &links_.own_nic) links_.own_nic.forget_before(now_);
     for (std::int64_t i = 0; i < n; ++i) {
       const double start = coll::earliest_on_both(links_.intra, m.intra_busy_s, *links_.nic, m.nic_busy_s, at);
       links_.intra.book(start, m.intra_busy_s);
@@ -530,6 +543,18 @@ class Simulation {
         s_.time_s[op][lv] += m.duration_s * static_cast<double>(n);
       }
     return at;
+  }
+
+  // How e's call uses the node's interface: 0 with the node's copies (the rank's own clock), on the node's shared
+  // clock 2 where the rank reserves it for its group's copy (the group's first member on the node,
+  // model_planned_call) and 1 where another member does; asked once per group.
+  int interface_use(const StepEvent& e) {
+    if (!node_simulated_) return 0;
+    if (e.collective.op == CollOp::send) return 1;  // each message is its sender's own (model_message)
+    const std::vector<int>& g = members(e);
+    const auto [it, fresh] = leads_.try_emplace(&g, false);
+    if (fresh) it->second = g[static_cast<std::size_t>(copy_leader(g, rank(), l_.ranks_per_node))] == rank();
+    return it->second ? 2 : 1;
   }
 
   coll::CollectiveModel model_event(const StepEvent& e) const {
@@ -548,6 +573,7 @@ class Simulation {
   Models& models_;
   bool join_streams_;
   bool node_simulated_;  // the node's other ranks are simulated beside this one, on the same interface clock
+  std::unordered_map<const std::vector<int>*, bool> leads_;  // interface_use's leaders, by group
   std::size_t param_event_ = 0;                                       // issue_up_to's place in a call's gathers
   double param_at_ = 0;
   Idle params_idle_, gradients_idle_;
@@ -613,12 +639,8 @@ coll::CollectiveModel model_planned_call(const schedulers::PlannedCollective& c,
   // traffic one after the other (the emulator's reservations queue them) and the last copy ends (k − 1) interface
   // times later. The model charges the group's lowest rank on the node; here every rank holds the node's clock, unless
   // the node's ranks are simulated together on its one clock: then each copy is reserved by its own leader, once.
-  int leader = me, local = 0;
-  for (int q = 0; q < p; ++q)
-    if (node_of[static_cast<std::size_t>(q)] == node_of[static_cast<std::size_t>(me)]) {
-      leader = std::min(leader, q);
-      ++local;
-    }
+  const int leader = copy_leader(members, world_rank, l.ranks_per_node);
+  const auto local = static_cast<int>(std::count(node_of.begin(), node_of.end(), node_of[static_cast<std::size_t>(me)]));
   const double times = ring ? rounds : 1;
   coll::CollectiveModel m = coll::model_collective(l.links, loads, node_of, me);
   m.duration_s *= times;
@@ -655,6 +677,14 @@ coll::CollectiveModel model_message(const schedulers::PlannedCollective& c, cons
   return m;
 }
 
+bool node_interface_shared(const SimulatorLinks& l) { return l.ranks_per_node > 0 && !l.nic_per_rank; }
+
+const std::vector<int>* pipeline_members(const schedulers::StepDescription& d) {
+  for (const StepEvent& e : d.events)
+    if (e.stream == CommStream::pipeline) return &e.members.get();
+  return nullptr;
+}
+
 SimulatedStep simulate_step(const schedulers::StepDescription& d, const UnitTimes& t, const SimulatorLinks& links) {
   return simulate_steps({&d}, t, links).front();
 }
@@ -675,7 +705,7 @@ std::vector<SimulatedStep> run_together(const std::vector<SimulatedRank>& ranks,
   // A node all of whose ranks are here, on a shared interface, gets one list of bookings for them all
   // (NodeInterface::shared).
   const int rpn = links.ranks_per_node;
-  const bool shared = nodes == NodeInterface::shared && rpn > 0 && !links.nic_per_rank;
+  const bool shared = nodes == NodeInterface::shared && node_interface_shared(links);
   std::vector<coll::LinkBook<double>> node_interface(shared ? static_cast<std::size_t>((world + rpn - 1) / rpn) : 0);
   std::vector<int> present(node_interface.size(), 0);
   for (const SimulatedRank& r : ranks)
@@ -690,8 +720,7 @@ std::vector<SimulatedStep> run_together(const std::vector<SimulatedRank>& ranks,
   // issue one waits for the others), as in simulate_joined.
   join_streams = join_streams || x.ordered;
   GroupsTogether groups;
-  // One per description: a role shares its calls' durations. (A shared interface changes them, but it is only ever
-  // given where every rank has its own description: simulate_joined, whose ranks share roles, keeps the copies.)
+  // One per description: a role shares its calls' durations (ModelKey tells its ranks that lead a node's copy apart).
   std::unordered_map<const schedulers::StepDescription*, Models> models;
   std::vector<Simulation> sims;
   sims.reserve(ranks.size());
@@ -736,8 +765,8 @@ std::vector<SimulatedStep> simulate_steps(const std::vector<const schedulers::St
 }
 
 std::vector<SimulatedStep> simulate_joined(const std::vector<SimulatedRank>& ranks, const UnitTimes& t,
-                                           const SimulatorLinks& links) {
-  return run_together(ranks, t, links, true, NodeInterface::copies);
+                                           const SimulatorLinks& links, NodeInterface nodes) {
+  return run_together(ranks, t, links, true, nodes);
 }
 
 }  // namespace hzp::harness

@@ -1,7 +1,8 @@
 // Document packing in hzpbench simulate (packing_imbalance.hpp, step_simulator.hpp's simulate_joined), on fixed unit
 // times and links, never on a duration measured here: the attention factors are a direct count of the visible pairs
 // of the rank's rows; one document per sequence gives factors of exactly 1 and the joined simulation of symmetric
-// ranks equals today's one-pipeline-group-at-a-time result bit for bit; a rank slower on one micro-batch makes its
+// ranks equals the unpacked simulation (simulate_world, on the node's shared interface where it has one) bit for bit;
+// a rank slower on one micro-batch makes its
 // peers wait exactly the difference at the next collective over them (a join wait in their exposed communication),
 // on the compute thread and on the gradients stream alike.
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "hzp/harness/packing_imbalance.hpp"
+#include "hzp/harness/step_fold.hpp"
 #include "hzp/harness/step_simulator.hpp"
 #include "hzp/schedulers/plan.hpp"
 #include "hzp/workloads/batch_plan.hpp"
@@ -105,8 +107,8 @@ struct Model {
   schedulers::PlanInputs in;
 };
 
-// tiny at W ranks in nodes of 2, 8 sequences of one micro-batch each.
-Model tiny(int world, int rank, const schedulers::SchedulerOptions& o) {
+// tiny at W ranks in nodes of `per_node`, 8 sequences of one micro-batch each.
+Model tiny(int world, int rank, const schedulers::SchedulerOptions& o, int per_node = 2) {
   const auto& preset = workloads::model_preset("tiny");
   Model m{workloads::llama_spec(preset.model), std::make_unique<workloads::ParamLayout>(workloads::llama_layout(preset.model)),
           {}};
@@ -116,7 +118,7 @@ Model tiny(int world, int rank, const schedulers::SchedulerOptions& o) {
   m.in.train.global_batch = 8;
   m.in.train.micro_batch_size = 1;
   m.in.world_size = world;
-  m.in.ranks_per_node = 2;
+  m.in.ranks_per_node = per_node;
   m.in.rank = rank;
   m.in.small_message_bytes = 0;
   m.in.options = o;
@@ -128,73 +130,83 @@ UnitTimes unit_times(int units, double f, double b, double attention) {
   return {std::vector<double>(n, f), std::vector<double>(n, b), std::vector<double>(n, attention), {}, {}};
 }
 
-SimulatorLinks slow_links() {
+// The emulator's node interface (one per node, shared by its ranks) unless `nic_per_rank` (the profiles' NIC per
+// device).
+SimulatorLinks slow_links(int per_node = 2, bool nic_per_rank = false) {
   SimulatorLinks l;
   l.links.enabled = true;
   l.links.intra = {10, 1};
   l.links.inter = {10, 0.1};
-  l.ranks_per_node = 2;
+  l.ranks_per_node = per_node;
   l.small_message_bytes = 0;
+  l.nic_per_rank = nic_per_rank;
   return l;
 }
 
 struct Layout {
   const char* scheduler;
   int tp, cp, pp;
+  int world = 4, per_node = 2;
+  bool nic_per_rank = false;
 };
 
-// Every rank of a layout at W = 4 simulated together with document packing of one document per sequence (its
-// factors, all 1, from attention_factors) is today's simulation (each rank alone, or its pipeline group) exactly
-// where the ranks' shards are equal. Where a sharded engine's pieces are not (tiny's units do not divide by 4 and
-// the plan's bytes are each rank's own), a larger shard's collective ends later and its peers wait for it at the
-// next join: then the compute and the bytes are still equal, and the step and exposed time differ by exactly that
-// join wait (under a microsecond here).
+// Every rank of a layout simulated together with document packing of one document per sequence (its factors, all 1,
+// from attention_factors) is the unpacked simulation (simulate_world: each rank alone, or its pipeline group, or on a
+// node interface its ranks share the pipelines of whole nodes on one interface clock per node) exactly where the
+// ranks' shards are equal. The pp2 layouts put a stage on each node (W = 4 in nodes of 2, W = 8 in nodes of 4), so
+// the replicas' boundary messages and collectives queue on the node's one clock, in the joined simulation as in the
+// unpacked one (NodeInterface::shared where the ranks have stages, as simulate_packed chooses); with a NIC per rank
+// (the profiles') nothing queues. Where a sharded engine's pieces are not equal (tiny's units do not divide by 4 and
+// the plan's bytes are each rank's own) and the ranks are simulated apart in the unpacked simulation, a larger
+// shard's collective ends later and its peers wait for it at the next join: then the compute and the bytes are still
+// equal, and the step and exposed time differ by exactly that join wait (under a microsecond here).
 TEST(JoinedSimulation, OneDocumentPerSequenceIsTheUnpackedSimulation) {
   const workloads::DocumentPacking p = documents(1e12, 0.0);
   struct Case {
     Layout l;
-    bool even;  // every rank's shard equal
+    bool even;  // every rank's shard equal, or the unpacked simulation joins the ranks too (a shared interface)
   };
-  for (const auto& [l, even] : {Case{{"ddp", 1, 1, 1}, true}, Case{{"hsdp", 1, 1, 1}, true},
-                                Case{{"nd", 2, 1, 1}, true}, Case{{"nd", 1, 2, 1}, true}, Case{{"nd", 1, 1, 2}, true},
-                                Case{{"zero3", 1, 1, 1}, false}, Case{{"asynchzp", 1, 1, 1}, false},
-                                Case{{"asynchzp", 1, 2, 1}, false}, Case{{"asynchzp", 1, 1, 2}, false}}) {
+  std::vector<Case> cases{{{"ddp", 1, 1, 1}, true},       {{"hsdp", 1, 1, 1}, true},     {{"nd", 2, 1, 1}, true},
+                          {{"nd", 1, 2, 1}, true},        {{"nd", 1, 1, 2}, true},       {{"zero3", 1, 1, 1}, false},
+                          {{"asynchzp", 1, 1, 1}, false}, {{"asynchzp", 1, 2, 1}, false}, {{"asynchzp", 1, 1, 2}, true},
+                          {{"nd", 1, 1, 2, 8, 4}, true},  {{"asynchzp", 1, 1, 2, 8, 4}, true}};
+  cases.push_back({{"nd", 1, 1, 2, 4, 2, true}, true});
+  cases.push_back({{"asynchzp", 1, 1, 2, 4, 2, true}, false});  // the unpacked simulation's pipelines apart
+  for (const auto& [l, even] : cases) {
     schedulers::SchedulerOptions o;
     o.tp = l.tp;
     o.cp = l.cp;
     o.pp = l.pp;
     o.group_size = 2;
-    o.z1 = 4 / l.pp;
+    o.z1 = l.world / l.pp;
     o.z2 = o.z3 = 2;
     std::vector<Model> ms;
     std::vector<StepDescription> ds;
-    for (int r = 0; r < 4; ++r) ms.push_back(tiny(4, r, o));
+    for (int r = 0; r < l.world; ++r) ms.push_back(tiny(l.world, r, o, l.per_node));
     for (Model& m : ms) ds.push_back(schedulers::describe_step(l.scheduler, m.in));
     const std::string name = std::string(l.scheduler) + " tp" + std::to_string(l.tp) + " cp" + std::to_string(l.cp) +
-                             " pp" + std::to_string(l.pp);
+                             " pp" + std::to_string(l.pp) + " at W = " + std::to_string(l.world) + " in nodes of " +
+                             std::to_string(l.per_node) + (l.nic_per_rank ? ", a NIC per rank" : "");
+    const std::vector<int>* stages = pipeline_members(ds[0]);
+    if (stages != nullptr) {  // a stage per node: the replicas of a stage share its node's interface
+      for (int m : *stages)
+        EXPECT_TRUE(m == 0 || m / l.per_node != 0) << name << ": rank 0's peer stage " << m << " is on its node";
+    }
     const int units = ms[0].layout->num_units();
     UnitTimes t = unit_times(units, 0.01, 0.03, 0.4);
     t.attention_share = block_attention_shares(*ms[0].layout, t.attention_share);
+    const SimulatorLinks links = slow_links(l.per_node, l.nic_per_rank);
     std::vector<SimulatedRank> all;
-    for (int r = 0; r < 4; ++r) {
-      const RankRows rows = rank_rows(l.scheduler, o, 4, 2, r);
+    for (int r = 0; r < l.world; ++r) {
+      const RankRows rows = rank_rows(l.scheduler, o, l.world, l.per_node, r);
       all.push_back({&ds[static_cast<std::size_t>(r)], attention_factors(p, 8, 1, ms[0].spec->seq_len(), rows)});
     }
-    const std::vector<SimulatedStep> joined = simulate_joined(all, t, slow_links());
-    for (int r = 0; r < 4; ++r) {
-      // Today's grouping: the rank's pipeline group, or the rank alone.
-      std::vector<const StepDescription*> group{&ds[static_cast<std::size_t>(r)]};
-      std::size_t me = 0;
-      for (const schedulers::StepEvent& e : ds[static_cast<std::size_t>(r)].events)
-        if (e.stream == schedulers::CommStream::pipeline) {
-          group.clear();
-          for (int m : e.members) {
-            if (m == r) me = group.size();
-            group.push_back(&ds[static_cast<std::size_t>(m)]);
-          }
-          break;
-        }
-      const SimulatedStep alone = simulate_steps(group, t, slow_links())[me];
+    const std::vector<SimulatedStep> joined =
+        simulate_joined(all, t, links, stages != nullptr ? NodeInterface::shared : NodeInterface::copies);
+    const std::vector<SimulatedStep> unpacked =
+        simulate_world(l.world, [&](int r) { return ds[static_cast<std::size_t>(r)]; }, t, links, false);
+    for (int r = 0; r < l.world; ++r) {
+      const SimulatedStep& alone = unpacked[static_cast<std::size_t>(r)];
       const SimulatedStep& j = joined[static_cast<std::size_t>(r)];
       const std::string what = name + " rank " + std::to_string(r);
       if (even) {

@@ -2,13 +2,15 @@
 // a two-stage pipeline, one stage per node, send their boundary messages through one interface per node. Simulated
 // together, the second replica's message queues behind the first's (the interface's bookings), so the
 // replicas drift apart by one message time per stage; on the copies model both pay for both copies; with a NIC per
-// rank neither waits. Hand-built descriptions and closed forms, worked out below; nothing depends on this machine.
+// rank neither waits. Ranks of one role (one description) reserve the clock each as its own description would.
+// Hand-built descriptions and closed forms, worked out below; nothing depends on this machine.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <limits>
 #include <vector>
 
+#include "hzp/harness/role_descriptions.hpp"
 #include "hzp/harness/step_fold.hpp"
 #include "hzp/harness/step_simulator.hpp"
 #include "hzp/schedulers/plan.hpp"
@@ -139,6 +141,53 @@ TEST(NodeInterface, TheSecondReplicasMessagesQueueBehindTheFirsts) {
       EXPECT_DOUBLE_EQ(world[static_cast<std::size_t>(r)].pipeline_wait_s,
                        shared[static_cast<std::size_t>(r)].pipeline_wait_s) << r;
     }
+  }
+}
+
+// One all-gather over {3, 1, 0, 2} at W = 4 in nodes of 2 (nodes 1 0 0 1 in the group's order), blocking before the
+// only unit: seen from ranks 0 and 3 the group's node pattern is the same (A B B A), so they are one role, as are
+// ranks 1 and 2 (A A B B); but rank 3 leads node 1's copy (the group's first member there) and rank 0 does not (rank 1
+// leads node 0's). On the node's shared clock each node's copy is reserved once, by its leader: every rank ends at
+// F0 + G, G the ring's three rounds of 2,000 bytes over the interface. Given the role's description (the joined
+// simulation under packing), each rank must still reserve as its own description says; one call model per role,
+// made by its leader (rank 3 joins last and goes first), has rank 0 book node 0 as well, and rank 1 then waits G.
+constexpr std::uint64_t kGathered = 6000;
+
+StepDescription gather_before_unit(int rank) {
+  StepDescription d;
+  d.plan.rank = rank;
+  d.plan.world_size = 4;
+  const Action f{Action::Kind::forward, 0, 0, 1};
+  d.actions = {f};
+  d.calls = {{f, 0}};
+  StepEvent e;
+  e.call = 0;
+  e.stream = CommStream::compute;
+  e.place = CommPlace::before_unit;
+  e.collective.op = coll::CollOp::all_gather;
+  e.collective.group = "g";
+  e.collective.group_size = 4;
+  e.collective.calls = 1;
+  e.collective.elements = kGathered / 4;
+  e.collective.bytes[1] = kGathered;  // each member's three rounds, two of the four hops between nodes
+  e.members = std::vector<int>{3, 1, 0, 2};
+  d.events.push_back(e);
+  return d;
+}
+
+TEST(NodeInterface, ARolesRanksReserveTheClockAsTheirOwnDescriptionsSay) {
+  std::vector<StepDescription> ds;
+  std::vector<SimulatedRank> own, role;
+  for (int r = 0; r < 4; ++r) ds.push_back(gather_before_unit(r));
+  for (const StepDescription& d : ds) own.push_back({&d, {}});
+  const RoleDescriptions roles(4, gather_before_unit, 2);
+  ASSERT_EQ(roles.roles(), 2);  // {0, 3} and {1, 2}: each role holds a leader and a rank that is not
+  for (int r = 0; r < 4; ++r) role.push_back(roles.rank(r, {}));
+  const double g = 3 * (kGathered / 3.0) / (kInterGbps * 1e9);
+  for (const auto* ranks : {&own, &role}) {
+    const std::vector<SimulatedStep> st = simulate_joined(*ranks, unit_times(), node_links(false), NodeInterface::shared);
+    for (int r = 0; r < 4; ++r)
+      EXPECT_NEAR(st[static_cast<std::size_t>(r)].step_s, kF0 + g, 1e-12) << (ranks == &own ? "own" : "role") << " rank " << r;
   }
 }
 

@@ -62,9 +62,10 @@ class FixedIntervals {
 ///
 /// While no two bookings overlap their ends are in start order too, so the bookings that end by a time are a prefix
 /// found by bisection: a gap search and forget_before then cost the few bookings around the time asked, not the whole
-/// list. (The simulator's stream clocks can lag far behind a rank's messages, so its lists grow to thousands of
-/// bookings; scanning them from the start made Table 5's runs quadratic in their messages.) Once an overlap is booked
-/// the ends are unordered and both scan the list until it empties.
+/// list. (A list can grow long: the simulator keeps a node interface's bookings for the whole step where the node's
+/// ranks share it, and its rank lists had kept every booking since an idle stream's last call; scanning them from
+/// the start had made Table 5's simulations quadratic in their messages.) Once an overlap is booked the ends are
+/// unordered and both scan the list until it empties.
 template <class Time, class Store = std::vector<LinkInterval<Time>>>
 class LinkBook {
  public:

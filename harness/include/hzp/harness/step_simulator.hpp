@@ -44,6 +44,14 @@ struct SimulatorLinks {
 /// the emulator's ranks do (the first copy ends first, so replicas whose messages queue there drift apart).
 enum class NodeInterface { copies, shared };
 
+/// Whether a node's ranks share one inter-node interface (the emulator's node link: ranks_per_node set and no NIC
+/// per rank), which NodeInterface::shared then puts on one clock.
+bool node_interface_shared(const SimulatorLinks& l);
+
+/// The members of d's pipeline group (its first pipeline call's), nullptr without stages: the ranks whose nodes
+/// the unpacked and the joined simulations put on one interface clock (NodeInterface::shared).
+const std::vector<int>* pipeline_members(const schedulers::StepDescription& d);
+
 /// One rank's simulated step, in the run's metric terms (docs/run.md): the step time closes into compute and
 /// exposed communication (the compute thread's waits); comm_time_s sums every call's duration over all streams.
 struct SimulatedStep {
@@ -128,8 +136,9 @@ struct SimulatedRank {
 /// member issues it, on the params and gradients streams too (the stream's next call waits, not compute; the
 /// refreshes queued at the step's start and the calls inside a unit, over ranks of the same rows, do not join).
 /// With every factor 1 and symmetric peers it equals simulate_steps. Ranks given one description (SimulatedRank::groups)
-/// share its calls' modelled durations, computed once.
+/// share its calls' modelled durations, computed once. With NodeInterface::shared, the nodes all of whose ranks are
+/// here are on one interface clock each, as in simulate_steps.
 std::vector<SimulatedStep> simulate_joined(const std::vector<SimulatedRank>& ranks, const UnitTimes& t,
-                                           const SimulatorLinks& links);
+                                           const SimulatorLinks& links, NodeInterface nodes = NodeInterface::copies);
 
 }  // namespace hzp::harness
