@@ -191,12 +191,17 @@ TEST(ShmTransport, MappedAndSlotMessagesInOneCall) {
 // then sleeps while they run ahead as far as the data lets them. Every rank overwrites all its buffers the moment a
 // call returns, so bytes written again too early (within the call, or after it, by the caller) reach the late reader
 // as garbage. Odd sizes (blocks end mid-page, inside a two-page ring), in place and not, every ring op and broadcast,
-// every message from shared memory (mapped), and the counters show the sends did end early.
-TEST(ShmTransport, KeptSendsSurviveALateReader) {
-  auto world = make_world(tiny_rings(0, kMapped));
+// every message by descriptor (read with process_vm_readv, or mapped), and the counters show the sends did end early.
+class ShmKeptSends : public ::testing::TestWithParam<Copies> {};
+INSTANTIATE_TEST_SUITE_P(Copies, ShmKeptSends, ::testing::Values(kSingleCopy, kMapped),
+                         [](const auto& info) { return copies_name(info.param); });
+
+TEST_P(ShmKeptSends, SurviveALateReader) {
+  const Memory mem = GetParam().memory;
+  auto world = make_world(tiny_rings(0, GetParam()));
   const int p = world->size(), r = world->rank();
   if (p > 1) {
-    ASSERT_TRUE(world->mapped_buffers());
+    ASSERT_EQ(world->mapped_buffers(), mem == Memory::shared);
   }
   const ShmMessageCounts before = shm_message_counts();
   for (int late = 0; late < p; ++late) {
@@ -215,7 +220,7 @@ TEST(ShmTransport, KeptSendsSurviveALateReader) {
     auto garbage = [](Buffer& b) { b.fill([](std::int64_t) { return -77.0; }); };
     for (std::int64_t n : {1, 1023, 3001}) {
       const std::string at = " n=" + std::to_string(n) + " late=" + std::to_string(late);
-      Buffer in(DType::f32, n, Memory::shared), out(DType::f32, n * p, Memory::shared);
+      Buffer in(DType::f32, n, mem), out(DType::f32, n * p, mem);
       in.fill([&](std::int64_t i) { return copy_value(r, i, 3); });
       run([&] { return world->start_all_gather(in.cview(), out.view(), StreamRef::host()); });
       garbage(in);
@@ -223,7 +228,7 @@ TEST(ShmTransport, KeptSendsSurviveALateReader) {
         for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(out.get(q * n + i), copy_value(q, i, 3)) << "all_gather" << at;
       garbage(out);
 
-      Buffer gathered(DType::f32, n * p, Memory::shared);  // in place: our block is already in out
+      Buffer gathered(DType::f32, n * p, mem);  // in place: our block is already in out
       gathered.fill([&](std::int64_t i) { return i / n == r ? copy_value(r, i % n, 4) : -1.0; });
       run([&] {
         return world->start_all_gather(gathered.slice(r * n, n), gathered.view(), StreamRef::host());
@@ -233,7 +238,7 @@ TEST(ShmTransport, KeptSendsSurviveALateReader) {
           ASSERT_EQ(gathered.get(q * n + i), copy_value(q, i, 4)) << "all_gather in place" << at;
       garbage(gathered);
 
-      Buffer full(DType::bf16, n * p, Memory::shared), part(DType::bf16, n, Memory::shared);
+      Buffer full(DType::bf16, n * p, mem), part(DType::bf16, n, mem);
       full.fill([&](std::int64_t i) { return sum_value(r, i, 3); });
       run([&] { return world->start_reduce_scatter(full.cview(), part.view(), ReduceOp::sum, StreamRef::host()); });
       garbage(full);
@@ -244,7 +249,7 @@ TEST(ShmTransport, KeptSendsSurviveALateReader) {
       }
       garbage(part);
 
-      Buffer acc(DType::f32, n * p + 3, Memory::shared);  // in place, unequal ring chunks
+      Buffer acc(DType::f32, n * p + 3, mem);  // in place, unequal ring chunks
       acc.fill([&](std::int64_t i) { return sum_value(r, i, 4); });
       run([&] { return world->start_all_reduce(acc.view(), ReduceOp::sum, StreamRef::host()); });
       for (std::int64_t i = 0; i < n * p + 3; ++i) {
@@ -254,7 +259,7 @@ TEST(ShmTransport, KeptSendsSurviveALateReader) {
       }
       garbage(acc);
 
-      Buffer b(DType::f32, n, Memory::shared);
+      Buffer b(DType::f32, n, mem);
       const int root = (late + 1) % p;
       b.fill([&](std::int64_t i) { return r == root ? copy_value(root, i, 5) : 0.0; });
       run([&] { return world->start_broadcast(b.view(), root, StreamRef::host()); });
@@ -264,7 +269,10 @@ TEST(ShmTransport, KeptSendsSurviveALateReader) {
   }
   if (p > 1) {
     const ShmMessageCounts after = shm_message_counts();
-    EXPECT_GT(after.mapped, before.mapped);
+    if (mem == Memory::shared)
+      EXPECT_GT(after.mapped, before.mapped);
+    else
+      EXPECT_GT(after.single_copy, before.single_copy);
     EXPECT_GT(after.ended_early, before.ended_early);
   }
 }
