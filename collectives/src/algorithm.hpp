@@ -19,8 +19,14 @@ namespace hzp::coll::detail {
 class Poster {
  public:
   virtual ~Poster() = default;
-  /// bytes == 0 sends only the timing header (barriers, empty blocks): both sides know the size.
+  /// bytes == 0 sends only the timing header (barriers, empty blocks): both sides know the size. The
+  /// algorithm may write `buf` again in a later round of this call: the send ends once the receiver has the bytes.
   virtual void send(const void* buf, std::size_t bytes, int peer) = 0;
+  /// send(), for bytes this call never writes again: a transport whose receiver reads them in place (mapped, single
+  /// copy) may end the send as soon as the receiver is told where they are, and the call waits for the reads only at
+  /// its end, before the buffers are the caller's again (docs/collectives.md "Mapped buffers"). Each algorithm says
+  /// why its kept sends are never written again; anything not proven uses send().
+  virtual void send_kept(const void* buf, std::size_t bytes, int peer) { send(buf, bytes, peer); }
   virtual void recv(void* buf, std::size_t bytes, int peer) = 0;
   /// True when replaying for the model: buffers are null and local work must be skipped.
   virtual bool dry() const noexcept = 0;
@@ -33,7 +39,8 @@ class Poster {
     (void)peer;
     return false;
   }
-  /// send(buf, bytes, peer), also copying the same bytes to copy_to (all_gather's own block).
+  /// send_kept(buf, bytes, peer), also copying the same bytes to copy_to (all_gather's own block, sent from the
+  /// call's input, which the call never writes).
   virtual void send_and_copy(const void* buf, std::size_t bytes, int peer, void* copy_to);
   /// Receives n elements of type a_type from peer and stores red.combine(received, b) into dst: in
   /// red.acc, or rounded once to red.dtype when `finish` (the last step of a reduction).

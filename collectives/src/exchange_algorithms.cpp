@@ -73,7 +73,9 @@ class BinomialBroadcast final : public Algorithm {
     if (round >= ceil_log2(p_)) return false;
     const int d = 1 << round;
     const int vr = mod(rank_ - root_, p_);  // relative rank: the root is 0
-    if (vr < d && vr + d < p_) post.send(buf_, bytes_, mod(vr + d + root_, p_));
+    // Kept: a rank sends only in rounds after the one it received in (relative rank vr < d sends, d <= vr < 2d
+    // receives), and it receives once, so buf is never written after its first send.
+    if (vr < d && vr + d < p_) post.send_kept(buf_, bytes_, mod(vr + d + root_, p_));
     if (vr >= d && vr < 2 * d) post.recv(buf_, bytes_, mod(vr - d + root_, p_));
     return true;
   }

@@ -2,7 +2,9 @@
 // once the previous one has completed), each message over the shared-memory transport when it
 // reaches the peer (the timing header rides in the slots) or else over MPI_Isend/MPI_Irecv on the
 // communicator's own MPI_Comm (paired with a header message), counting the bytes this rank sends per
-// link level as it posts them: bytes by construction, whatever the transport.
+// link level as it posts them: bytes by construction, whatever the transport. A kept send read in place over shared
+// memory ends its round at once; the call waits for the receivers' reads at its end (docs/collectives.md "Mapped
+// buffers").
 #include <sched.h>
 
 #include <algorithm>
@@ -47,6 +49,14 @@ class P2POperation final : public Operation, private Poster {
       round_complete();
       advance_rounds();
     }
+    // The caller gets its buffers back only once every receiver has read its kept sends.
+    while (!unread_.empty()) {
+      if (!shm_->read_by_peer(unread_.back().peer, unread_.back().chunk)) {
+        if (shm_->pump()) moved_ = true;
+        if (!shm_->read_by_peer(unread_.back().peer, unread_.back().chunk)) return false;
+      }
+      unread_.pop_back();
+    }
     return true;
   }
   bool moved() const noexcept override { return moved_; }
@@ -71,6 +81,12 @@ class P2POperation final : public Operation, private Poster {
       if (!m.done) waiting.push_back(m.peer);
     for (const ShmRecv& m : shm_recvs_)
       if (!m.done) waiting.push_back(m.peer);
+    if (finished_ && !unread_.empty()) {
+      os.str("");
+      os << alg_->name() << " done, waiting for " << unread_.size() << " kept send(s) to be read, the first by rank "
+         << unread_.back().peer;
+      return os.str();
+    }
     if (waiting.empty()) {
       os << "nothing (local work)";
     } else {
@@ -88,7 +104,11 @@ class P2POperation final : public Operation, private Poster {
     if (shm_) {
       for (ShmSend& m : shm_sends_) shm_->cancel(m);
       for (ShmRecv& m : shm_recvs_) shm_->cancel(m);
+      for (const ShmSend& m : shm_sends_)
+        if (m.unread) shm_->abandon_unread(m.peer, m.ack_chunk);
+      for (const Unread& u : unread_) shm_->abandon_unread(u.peer, u.chunk);
     }
+    unread_.clear();
     shm_sends_.clear();
     shm_recvs_.clear();
     for (std::size_t i = 0; i < reqs_.size(); ++i) {
@@ -115,9 +135,15 @@ class P2POperation final : public Operation, private Poster {
 
  private:
   // ---- Poster: what the algorithm posts -----------------------------------------------------------
-  void send(const void* buf, std::size_t bytes, int peer) override { send_and_copy(buf, bytes, peer, nullptr); }
-
+  void send(const void* buf, std::size_t bytes, int peer) override { post_send(buf, bytes, peer, nullptr, false); }
+  void send_kept(const void* buf, std::size_t bytes, int peer) override {
+    post_send(buf, bytes, peer, nullptr, true);
+  }
   void send_and_copy(const void* buf, std::size_t bytes, int peer, void* copy_to) override {
+    post_send(buf, bytes, peer, copy_to, true);
+  }
+
+  void post_send(const void* buf, std::size_t bytes, int peer, void* copy_to, bool kept) {
     if (shm_ && shm_->reaches(peer)) {
       ShmSend& m = shm_sends_.emplace_back();  // deque: the transport holds its address
       m.peer = peer;
@@ -126,6 +152,7 @@ class P2POperation final : public Operation, private Poster {
       m.bytes = bytes;
       m.copy_to = static_cast<std::byte*>(copy_to);
       m.header = known_;
+      m.early = kept;
       shm_->post(m);
     } else {
       if (copy_to != nullptr && bytes > 0) std::memcpy(copy_to, buf, bytes);
@@ -232,6 +259,8 @@ class P2POperation final : public Operation, private Poster {
   void round_complete() {
     for (const Header& h : recv_headers_) known_.merge(h);
     for (const ShmRecv& m : shm_recvs_) known_.merge(m.header);
+    for (const ShmSend& m : shm_sends_)
+      if (m.unread) unread_.push_back({m.peer, m.ack_chunk});
     shm_sends_.clear();
     shm_recvs_.clear();
     posted_ = 0;
@@ -269,6 +298,12 @@ class P2POperation final : public Operation, private Poster {
   std::deque<Header> send_headers_, recv_headers_;
   std::deque<ShmSend> shm_sends_;
   std::deque<ShmRecv> shm_recvs_;
+  // Kept sends that ended before their receiver read them (ShmSend::unread): the call ends once all are read.
+  struct Unread {
+    int peer;
+    std::uint64_t chunk;
+  };
+  std::vector<Unread> unread_;
   int posted_ = 0;  // messages posted in the current round, on either transport
   bool moved_ = false;
   std::array<std::uint64_t, kNumLinkLevels> bytes_{};

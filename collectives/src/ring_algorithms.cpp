@@ -30,10 +30,14 @@ class RingAllGather final : public Algorithm {
     // Round s forwards the block received in round s - 1 (round 0: our own).
     const int send_block = mod(rank_ - round, p_);
     const int recv_block = mod(rank_ - round - 1, p_);
+    // Every send is kept (never written again in this call): round s receives block rank - s - 1, so the
+    // receives fill p - 1 distinct blocks, none of them our own; a block is sent only in the round after it was
+    // received (or, our own, after the copy above or from own_in, which the call only reads). No block is written
+    // after it is sent, in place (own_in is our block or null) or not.
     if (fuse_own)
       post.send_and_copy(own_in_, own_bytes, next, own);
     else
-      post.send(block(send_block), bytes_of(send_block), next);
+      post.send_kept(block(send_block), bytes_of(send_block), next);
     post.recv(block(recv_block), bytes_of(recv_block), mod(rank_ - 1, p_));
     return true;
   }
@@ -82,10 +86,14 @@ class RingReduceScatter final : public Algorithm {
     const int send_block = mod(rank_ - round - 1, p_);
     const std::size_t n_send = static_cast<std::size_t>(blocks_.count(send_block));
     if (round == 0) {
-      post.send(input(send_block), n_send * red_.elem(), next);
+      // Kept: the input is only read by this algorithm (reduce_scatter refuses in overlapping out; for all_reduce's
+      // in-place use see make_ring_all_reduce).
+      post.send_kept(input(send_block), n_send * red_.elem(), next);
     } else if (fused_) {
+      // Not kept: round + 1 receives into the other half and round + 2 into this one again.
       post.send(half(round - 1), n_send * red_.acc_elem(), next);  // combined while it arrived
     } else {
+      // Not kept: send_ is recombined every round.
       if (!post.dry()) red_.combine(send_, recv_, got, input(send_block), red_.dtype, n_send);
       post.send(send_, n_send * red_.acc_elem(), next);
     }
@@ -182,6 +190,15 @@ std::unique_ptr<Algorithm> make_ring_all_reduce(int rank, int p, std::byte* buf,
   std::byte* own = at(buf, chunks.offset(rank) * static_cast<std::int64_t>(red.elem()));
   // The all-gather phase moves finished chunks, already rounded to the user's type: bf16 is
   // rounded once, in the reduce-scatter's last step.
+  //
+  // Kept sends in place. The all-gather phase's are kept for its own reasons (above); the reduce-scatter writes only
+  // our own chunk (its last step), which it never sent. The one chunk sent and later written is chunk rank - 1: sent
+  // in reduce-scatter round 0 to rank + 1, overwritten by the all-gather's round 0 receive. That receive's bytes
+  // come from rank - 1's all-gather round 0, which rank - 1 posts only after its reduce-scatter round p - 2
+  // completed; a round is posted only after the previous one completed, and round s's receive carries what the
+  // sender combined after its round s - 1, so rank - 1's round p - 2 receive completes after rank - 1 - j's round
+  // p - 2 - j receive for every j up to p - 2: rank + 1's round 0 receive, the read of our chunk. So the chunk is
+  // read before any byte can overwrite it, whenever the send itself ends (MPI or shared memory, any p >= 2).
   return std::make_unique<Sequence>(make_ring_reduce_scatter(rank, p, buf, own, chunks, red, scratch),
                                     make_ring_all_gather(rank, p, buf, nullptr, chunks, red.elem()));
 }

@@ -6,6 +6,8 @@
 // sender's buffer with process_vm_readv, a piece per pump round, and releases the slot when it has all of it.
 // Mapped messages (from a SharedBuffer) go the same way, read with plain loads from the receiver's mapping of the
 // sender's buffer: copied, or reduced straight from the peer's pages with no staging.
+// A descriptor send marked early (a kept send) ends once the descriptor is out: the ring goes on to the next
+// message, and the sender checks the descriptor's slot (read_by_peer) before the bytes are written again.
 #include "shm_transport.hpp"
 
 #include <sys/uio.h>
@@ -15,8 +17,23 @@
 #include <cerrno>
 #include <cstring>
 
+#include "hzp/collectives/shm_message_counts.hpp"
 #include "hzp/core/error.hpp"
 #include "shm_layout.hpp"
+
+namespace hzp::coll {
+namespace {
+
+std::atomic<std::uint64_t> sent_slots{0}, sent_single_copy{0}, sent_mapped{0}, sent_ended_early{0};
+
+}  // namespace
+
+ShmMessageCounts shm_message_counts() noexcept {
+  return {sent_slots.load(std::memory_order_relaxed), sent_single_copy.load(std::memory_order_relaxed),
+          sent_mapped.load(std::memory_order_relaxed), sent_ended_early.load(std::memory_order_relaxed)};
+}
+
+}  // namespace hzp::coll
 
 namespace hzp::coll::detail {
 namespace {
@@ -181,6 +198,7 @@ bool ShmTransport::send_one(Channel& c) {
   if (s.put == s.bytes) {
     s.done = true;
     c.sends.pop_front();
+    sent_slots.fetch_add(1, std::memory_order_relaxed);
   }
   return true;
 }
@@ -202,8 +220,32 @@ bool ShmTransport::send_descriptor(Channel& c, ShmSend& s, SlotHeader* h, const 
   s.ack_chunk = c.tx++;
   s.put = s.bytes;
   s.started = true;
+  (shared != nullptr ? sent_mapped : sent_single_copy).fetch_add(1, std::memory_order_relaxed);
+  if (s.early) {
+    // The ring moves on to the next message at once; the receiver still releases this slot only after its last
+    // read, which is what read_by_peer looks for.
+    s.unread = true;
+    s.done = true;
+    c.sends.pop_front();
+    sent_ended_early.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
   s.awaiting = true;  // done once the receiver releases the slot (send_one)
   return true;
+}
+
+bool ShmTransport::read_by_peer(int peer, std::uint64_t chunk) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  check_usable();
+  // Acquire pairs with the consumer's release after its last read. A slot's sequence number only grows (the
+  // producer refills it only after that release), so any later value also means chunk `chunk` was read.
+  return load_acquire(slot(channel(peer).out, chunk)) >= 2 * chunk + 2;
+}
+
+void ShmTransport::abandon_unread(int peer, std::uint64_t chunk) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (load_acquire(slot(channel(peer).out, chunk)) >= 2 * chunk + 2 || !poisoned_.empty()) return;
+  poisoned_ = "a kept message to rank " + std::to_string(peer) + " was abandoned before the peer had read it";
 }
 
 bool ShmTransport::read_direct(Channel& c, const SlotHeader& h) {

@@ -7,6 +7,8 @@
 // the sender's buffer with process_vm_readv (one copy instead of two) and releases the descriptor's slot when
 // done, which is when the send completes. A message whose bytes lie in a SharedBuffer goes by descriptor too
 // (collectives.mapped_buffers): the receiver maps the sender's buffer and copies or reduces straight from it.
+// A send marked `early` that goes by descriptor ends as soon as the descriptor is out; its sender then asks
+// read_by_peer before writing the bytes again (the algorithm keeps them: Poster::send_kept).
 #pragma once
 
 #include <cstddef>
@@ -48,11 +50,15 @@ struct ShmSend {
   std::size_t bytes = 0;
   std::byte* copy_to = nullptr;  // send_and_copy: the same bytes also written here
   Header header;
+  /// By descriptor, end once the descriptor is out instead of once the receiver has read `src`; the sender
+  /// leaves `src` unwritten until read_by_peer(peer, ack_chunk) (a kept send).
+  bool early = false;
   // Progress, written by the transport.
   std::size_t put = 0;
   bool started = false;
   bool done = false;
   bool awaiting = false;        // single copy: the descriptor is out, the receiver is reading `src`
+  bool unread = false;          // early: done, but the receiver may still be reading `src` (see read_by_peer)
   std::uint64_t ack_chunk = 0;  // the descriptor's chunk number in the ring
 };
 
@@ -103,6 +109,11 @@ class ShmTransport {
   /// later pump() throws (the communicator is failed anyway; its peers time out or fail alike).
   void cancel(ShmSend& s) noexcept;
   void cancel(ShmRecv& r) noexcept;
+  /// Whether the receiver has read the early send that went out as chunk `chunk` to `peer` (its slot released).
+  bool read_by_peer(int peer, std::uint64_t chunk) const;
+  /// An early send's operation is abandoned before its receiver read it: the caller may write the bytes while the
+  /// peer reads them, so the transport is poisoned, as for a message abandoned mid-way (cancel).
+  void abandon_unread(int peer, std::uint64_t chunk) noexcept;
 
   std::size_t slot_bytes() const noexcept { return slot_bytes_; }
   int slots() const noexcept { return slots_; }
@@ -151,6 +162,7 @@ class ShmTransport {
   void deliver(ShmRecv& r, const std::byte* src, std::size_t offset, std::size_t len);
   void take_unexpected(Channel& c, ShmRecv& r, std::list<Unexpected>::iterator it);
   SlotHeader* slot(SlotHeader* ring, std::uint64_t chunk) const noexcept;
+  const Channel& channel(int peer) const { return channels_[static_cast<std::size_t>(local_of_[peer])]; }
   [[noreturn]] void fail(const std::string& why);
   void check_usable() const;
 

@@ -80,11 +80,11 @@ void register_keys(OptionTable& t) {
             .in_range(0, std::int64_t{1} << 40)
             .with_unit("bytes"));
   t.add(S::boolean("collectives.mapped_buffers", false,
-                   "Messages between ranks of one machine whose bytes lie in shared buffers (the collectives "
-                   "benchmark's) are read by the receiver straight from the sender's pages, mapped: one copy "
-                   "instead of the slots' two (default off: measured, it wins all_gather and reduce_scatter and "
-                   "loses all_reduce, docs/collectives.md). Where peers cannot map each other's buffers, the slots "
-                   "are used and the run says so once"));
+                   "Messages between ranks of one machine whose bytes lie in shared buffers are read by the "
+                   "receiver straight from the sender's pages, mapped: one copy instead of the slots' two. The "
+                   "collectives benchmark allocates its buffers so; a CPU run's allocator then hands out shared "
+                   "(memfd) memory, so the schedulers' buffers go mapped too (docs/collectives.md, Mapped buffers). "
+                   "Where peers cannot map each other's buffers, the slots are used and the run says so once"));
   t.add(S::integer("collectives.shm_slots", 4,
                    "Slots per direction of each pair of ranks in the shared-memory rings")
             .in_range(2, 64));

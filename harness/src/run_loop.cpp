@@ -46,6 +46,8 @@
 #include "hzp/collectives/comm_wait_observer.hpp"
 #include "hzp/collectives/mpi_bootstrap.hpp"
 #include "hzp/collectives/nccl_communicator.hpp"
+#include "hzp/collectives/shared_buffer_backing.hpp"
+#include "hzp/collectives/shm_message_counts.hpp"
 #include "hzp/core/trace_sink.hpp"
 #include "hzp/harness/compute_rate.hpp"
 #include "hzp/harness/link_profiles.hpp"
@@ -173,7 +175,12 @@ class Run {
   /// already refused cuda for a build without CUDA and for schedulers other than none.
   void open_device() {
     if (o_.backend != "cuda") {
-      backing_ = std::make_unique<HostBacking>();
+      // collectives.mapped_buffers: every buffer the scheduler allocates is a SharedBuffer, so its messages to the
+      // ranks of this machine go by mapping (docs/collectives.md "Mapped buffers").
+      if (s_.uses_world_comm && s_.comm.mapped_buffers)
+        backing_ = std::make_unique<coll::SharedBufferBacking>();
+      else
+        backing_ = std::make_unique<HostBacking>();
       return;
     }
     const int gpus = cuda_device_count();
@@ -565,7 +572,9 @@ class Run {
       if (wrote) std::printf("trace: %s (%zu events dropped)\n", path.c_str(), recorder_->dropped());
     }
     const int code = outcome == Outcome::preempted ? kExitPreempted : diverged ? kExitDiverged : kExitOk;
+    const auto shm_counts = shm_messages_job();  // collective over the ranks
     if (!root_) return code;
+    results_->post(shm_counts);
 
     SummaryContext sc;
     sc.world_size = ctx_.world_size;
@@ -590,6 +599,21 @@ class Run {
     std::printf("status: %s\nresults: %s\n", status.text().c_str(), results_->path().c_str());
     std::fflush(stdout);
     return code;
+  }
+
+  /// How the run's messages crossed the shared-memory transport, summed over the ranks (collective over them):
+  /// `comm.shm_messages.slots`, `.single_copy`, `.mapped` (collectives.mapped_buffers) and `.ended_early`.
+  ResultsThread::Job shm_messages_job() const {
+    const coll::ShmMessageCounts c = coll::shm_message_counts();
+    std::vector<std::pair<std::string, AttrValue>> a;
+    for (const auto& [name, n] : {std::pair{"slots", c.slots}, std::pair{"single_copy", c.single_copy},
+                                  std::pair{"mapped", c.mapped}, std::pair{"ended_early", c.ended_early}}) {
+      const double sum = all_reduce_sum(*ctx_.harness, static_cast<double>(n));  // exact below 2^53 messages
+      a.emplace_back(std::string("comm.shm_messages.") + name, static_cast<std::int64_t>(sum));
+    }
+    return [a = std::move(a)](ResultsWriter& w) {
+      for (const auto& [k, v] : a) w.set_attribute(k, v);
+    };
   }
 
   ResultsThread::Job summary_attributes_job() const {

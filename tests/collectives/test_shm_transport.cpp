@@ -4,10 +4,13 @@
 // and two duplicates used concurrently from two threads (also built with ThreadSanitizer); each way a message
 // crosses: through the slots, by descriptor read with process_vm_readv, and by mapping the sender's SharedBuffer.
 #include <algorithm>
+#include <chrono>
+#include <functional>
 #include <string>
 #include <thread>
 #include <utility>
 
+#include "hzp/collectives/shm_message_counts.hpp"
 #include "mpi_comm_test_util.hpp"
 
 namespace hzp::coll::test {
@@ -180,6 +183,97 @@ TEST(ShmTransport, MappedAndSlotMessagesInOneCall) {
       for (int q = 0; q < p; ++q) sum += sum_value(q, r * n + i, 2);
       ASSERT_EQ(part.get(i), stored(DType::bf16, sum)) << n << " " << i;
     }
+  }
+}
+
+// Kept sends (Poster::send_kept) end before their receivers read them, and a call waits for those reads only at its
+// end. Each rank in turn reads late: it starts the call (posting its own messages) before the others start theirs,
+// then sleeps while they run ahead as far as the data lets them. Every rank overwrites all its buffers the moment a
+// call returns, so bytes written again too early (within the call, or after it, by the caller) reach the late reader
+// as garbage. Odd sizes (blocks end mid-page, inside a two-page ring), in place and not, every ring op and broadcast,
+// every message by descriptor (read with process_vm_readv, or mapped), and the counters show the sends did end early.
+class ShmKeptSends : public ::testing::TestWithParam<Copies> {};
+INSTANTIATE_TEST_SUITE_P(Copies, ShmKeptSends, ::testing::Values(kSingleCopy, kMapped),
+                         [](const auto& info) { return copies_name(info.param); });
+
+TEST_P(ShmKeptSends, SurviveALateReader) {
+  const Memory mem = GetParam().memory;
+  auto world = make_world(tiny_rings(0, GetParam()));
+  const int p = world->size(), r = world->rank();
+  if (p > 1) {
+    ASSERT_EQ(world->mapped_buffers(), mem == Memory::shared);
+  }
+  const ShmMessageCounts before = shm_message_counts();
+  for (int late = 0; late < p; ++late) {
+    // The late rank's messages are out before anyone else's arrive, and it reads nothing for 30 ms.
+    auto run = [&](const std::function<Request()>& start) {
+      if (r == late) {
+        Request q = start();
+        hzp::test::run_then_barrier([] {});
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        q.wait();
+      } else {
+        hzp::test::run_then_barrier([] {});
+        start().wait();
+      }
+    };
+    auto garbage = [](Buffer& b) { b.fill([](std::int64_t) { return -77.0; }); };
+    for (std::int64_t n : {1, 1023, 3001}) {
+      const std::string at = " n=" + std::to_string(n) + " late=" + std::to_string(late);
+      Buffer in(DType::f32, n, mem), out(DType::f32, n * p, mem);
+      in.fill([&](std::int64_t i) { return copy_value(r, i, 3); });
+      run([&] { return world->start_all_gather(in.cview(), out.view(), StreamRef::host()); });
+      garbage(in);
+      for (int q = 0; q < p; ++q)
+        for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(out.get(q * n + i), copy_value(q, i, 3)) << "all_gather" << at;
+      garbage(out);
+
+      Buffer gathered(DType::f32, n * p, mem);  // in place: our block is already in out
+      gathered.fill([&](std::int64_t i) { return i / n == r ? copy_value(r, i % n, 4) : -1.0; });
+      run([&] {
+        return world->start_all_gather(gathered.slice(r * n, n), gathered.view(), StreamRef::host());
+      });
+      for (int q = 0; q < p; ++q)
+        for (std::int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(gathered.get(q * n + i), copy_value(q, i, 4)) << "all_gather in place" << at;
+      garbage(gathered);
+
+      Buffer full(DType::bf16, n * p, mem), part(DType::bf16, n, mem);
+      full.fill([&](std::int64_t i) { return sum_value(r, i, 3); });
+      run([&] { return world->start_reduce_scatter(full.cview(), part.view(), ReduceOp::sum, StreamRef::host()); });
+      garbage(full);
+      for (std::int64_t i = 0; i < n; ++i) {
+        double sum = 0;
+        for (int q = 0; q < p; ++q) sum += sum_value(q, r * n + i, 3);
+        ASSERT_EQ(part.get(i), stored(DType::bf16, sum)) << "reduce_scatter" << at;
+      }
+      garbage(part);
+
+      Buffer acc(DType::f32, n * p + 3, mem);  // in place, unequal ring chunks
+      acc.fill([&](std::int64_t i) { return sum_value(r, i, 4); });
+      run([&] { return world->start_all_reduce(acc.view(), ReduceOp::sum, StreamRef::host()); });
+      for (std::int64_t i = 0; i < n * p + 3; ++i) {
+        double sum = 0;
+        for (int q = 0; q < p; ++q) sum += sum_value(q, i, 4);
+        ASSERT_EQ(acc.get(i), sum) << "all_reduce" << at << " i=" << i;
+      }
+      garbage(acc);
+
+      Buffer b(DType::f32, n, mem);
+      const int root = (late + 1) % p;
+      b.fill([&](std::int64_t i) { return r == root ? copy_value(root, i, 5) : 0.0; });
+      run([&] { return world->start_broadcast(b.view(), root, StreamRef::host()); });
+      for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(b.get(i), copy_value(root, i, 5)) << "broadcast" << at;
+      garbage(b);
+    }
+  }
+  if (p > 1) {
+    const ShmMessageCounts after = shm_message_counts();
+    if (mem == Memory::shared)
+      EXPECT_GT(after.mapped, before.mapped);
+    else
+      EXPECT_GT(after.single_copy, before.single_copy);
+    EXPECT_GT(after.ended_early, before.ended_early);
   }
 }
 

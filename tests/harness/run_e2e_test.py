@@ -8,6 +8,8 @@ Scenarios (one CTest each, see run_tests.cmake):
   closure          every registered scheduler (none on 1 rank, the others on 2; nd also with cp = 2): the parts of the step time
                    add up to it, none counted twice (other never more than 2% negative); the unattributed
                    share is printed, not bounded (a timing)
+  mapped_buffers   collectives.mapped_buffers on the training path: zero3 and asynchzp at 2 ranks in deterministic
+                   mode equal the option off bit for bit, and their messages went by mapping
   moe              tiny-moe: steps/moe/* written, consistent, and bitwise equal between none and zero3 at 2 ranks
                    in deterministic mode; the MFU marked as counting active parameters
   collective_only  2 ranks, debug.collective_only: [step, 2] series, comm/<op>/<level>/*, link profiles and
@@ -271,6 +273,39 @@ def scenario_deterministic():
             check(y is not None, f"zero3 at 2 ranks did not dump {n}")
             check(x[()].tobytes() == y[()].tobytes(), f"dumped {n}: zero3 at 2 ranks differs from none")
         print(f"  {len(names)} dumped tensors bitwise equal")
+
+
+def scenario_mapped_buffers():
+    """collectives.mapped_buffers through the CLI (docs/collectives.md, Mapped buffers): the run's allocator then
+    hands out shared buffers, so zero3's and asynchzp's collectives read their peers' flat buffers by mapping, with
+    kept sends ending before they are read. At 2 ranks on tiny in deterministic mode the losses, norms and dumped
+    tensors equal the same run with the option off bit for bit; the transport's counters say the messages went
+    mapped with it on (and ended early), and never with it off."""
+    det = TINY + ["--set", "train.steps=3", "--set", "train.deterministic=true", "--dump-tensors", "2"]
+    for sched in ("zero3", "asynchzp"):
+        runs = {}
+        for mapped in ("false", "true"):
+            _, _, _, runs[mapped] = run(det + ["--set", f"scheduler.name={sched}",
+                                               "--set", f"collectives.mapped_buffers={mapped}"], ranks=2, expect_rc=0)
+        with h5py.File(runs["false"], "r") as a, h5py.File(runs["true"], "r") as b:
+            for name in ("loss", "grad_norm", "clip_coefficient"):
+                x, y = a[f"steps/{name}"][:], b[f"steps/{name}"][:]
+                check(x.tobytes() == y.tobytes(), f"{sched} steps/{name}: mapped off {x} vs on {y}")
+            names = []
+            a["tensors/step_2"].visit(lambda n: names.append(n) if isinstance(a["tensors/step_2"][n], h5py.Dataset)
+                                      else None)
+            check(len(names) > 0, f"{sched}: nothing dumped")
+            for n in names:
+                check(a["tensors/step_2"][n][()].tobytes() == b["tensors/step_2"][n][()].tobytes(),
+                      f"{sched}: dumped {n} differs with mapped buffers on")
+            for name in ("mapped", "ended_early"):
+                off, on = int(attr(a, f"comm.shm_messages.{name}")), int(attr(b, f"comm.shm_messages.{name}"))
+                check(off == 0, f"{sched}: {off} messages {name} with mapped buffers off")
+                check(on > 0, f"{sched}: no message {name} with mapped buffers on")
+            print(f"  {sched}: losses {b['steps/loss'][:]} and {len(names)} dumped tensors bitwise equal; "
+                  f"messages mapped {int(attr(b, 'comm.shm_messages.mapped'))} of "
+                  f"{sum(int(attr(b, f'comm.shm_messages.{k}')) for k in ('slots', 'single_copy', 'mapped'))}, "
+                  f"ended early {int(attr(b, 'comm.shm_messages.ended_early'))}")
 
 
 def scenario_moe():

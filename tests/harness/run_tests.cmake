@@ -202,6 +202,7 @@ if(Python3_Interpreter_FOUND)
     "run_e2e_closure_every_scheduler|closure|0|300"
     "run_e2e_collective_only_np2|collective_only|2|120"
     "run_e2e_deterministic|deterministic|2|120"
+    "run_e2e_mapped_buffers|mapped_buffers|2|240"
     "run_e2e_moe|moe|2|120"
     "run_e2e_diverged|diverged|1|60"
     "run_e2e_skip_nonfinite|skip_nonfinite|1|60"
