@@ -39,18 +39,23 @@ std::atomic<std::uint64_t> next_id{1};
 SharedBuffer SharedBuffer::allocate(std::size_t bytes) {
   const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + page - 1) / page * page;
+  // One fix for every failure here. Training runs allocate shared buffers only under collectives.mapped_buffers; the
+  // collectives benchmark always does (its control is the same buffers through the slots).
+  constexpr const char* fix = ". Fix: give the job more memory (these pages count as shared memory), or, in a run, "
+                              "collectives.mapped_buffers = false (private memory)";
   const int fd = memfd_create("hzp-shared-buffer", MFD_CLOEXEC);
-  if (fd < 0) HZP_THROW(IoError, "memfd_create for a shared buffer of ", rounded, " bytes failed: ", std::strerror(errno));
+  if (fd < 0)
+    HZP_THROW(IoError, "memfd_create for a shared buffer of ", rounded, " bytes failed: ", std::strerror(errno), fix);
   if (ftruncate(fd, static_cast<off_t>(rounded)) != 0) {
     const int e = errno;
     close(fd);
-    HZP_THROW(IoError, "sizing a shared buffer to ", rounded, " bytes failed: ", std::strerror(e));
+    HZP_THROW(IoError, "sizing a shared buffer to ", rounded, " bytes failed: ", std::strerror(e), fix);
   }
   void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     const int e = errno;
     close(fd);
-    HZP_THROW(IoError, "mapping a shared buffer of ", rounded, " bytes failed: ", std::strerror(e));
+    HZP_THROW(IoError, "mapping a shared buffer of ", rounded, " bytes failed: ", std::strerror(e), fix);
   }
   SharedBuffer b;
   b.base_ = static_cast<std::byte*>(p);
