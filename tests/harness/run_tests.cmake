@@ -221,6 +221,8 @@ if(Python3_Interpreter_FOUND)
     "phantom_exact_hsdp_np4|exact_hsdp|4|240"
     "phantom_exact_asynchzp_np4|exact_asynchzp|4|240"
     "phantom_exact_asynchzp_inline_np4|exact_asynchzp_inline|4|240"
+    "phantom_exact_asynchzp_tied_allgather_np4|exact_asynchzp_tied_allgather|4|240"
+    "phantom_exact_asynchzp_tied_alltoall_np4|exact_asynchzp_tied_alltoall|4|240"
     "phantom_exact_nd_tp2_np4|exact_nd_tp2|4|240"
     "phantom_exact_nd_cp2_np4|exact_nd_cp2|4|240"
     "phantom_exact_asynchzp_cp2_np4|exact_asynchzp_cp2|4|240"
