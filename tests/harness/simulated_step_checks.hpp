@@ -1,5 +1,5 @@
 // One GoogleTest comparison of two simulated steps, field by field and to the bit, for the tests that hold a second
-// way of simulating (folded roles, joined ranks) against the plain per-rank simulation.
+// way of simulating (folded roles, joined ranks) against the plain per-rank simulation, and the links they run on.
 #pragma once
 
 #include <gtest/gtest.h>
