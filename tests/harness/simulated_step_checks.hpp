@@ -1,5 +1,5 @@
 // One GoogleTest comparison of two simulated steps, field by field and to the bit, for the tests that hold a second
-// way of simulating (folded roles, joined ranks) against the plain per-rank simulation.
+// way of simulating (folded roles, joined ranks) against the plain per-rank simulation, and the links they run on.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -22,6 +22,19 @@ inline void expect_same_step(const SimulatedStep& a, const SimulatedStep& b, con
   EXPECT_EQ(a.count, b.count) << what;
   EXPECT_EQ(a.bytes, b.bytes) << what;
   EXPECT_EQ(a.time_s, b.time_s) << what;
+}
+
+// The links the packing tests simulate on: the emulator's node interface (one per node, shared by its ranks) unless
+// `nic_per_rank` (the profiles' NIC per device), slow across nodes so that queueing there shows.
+inline SimulatorLinks slow_links(int per_node = 2, bool nic_per_rank = false) {
+  SimulatorLinks l;
+  l.links.enabled = true;
+  l.links.intra = {10, 1};
+  l.links.inter = {10, 0.1};
+  l.ranks_per_node = per_node;
+  l.small_message_bytes = 0;
+  l.nic_per_rank = nic_per_rank;
+  return l;
 }
 
 }  // namespace hzp::harness::test

@@ -130,18 +130,6 @@ UnitTimes unit_times(int units, double f, double b, double attention) {
   return {std::vector<double>(n, f), std::vector<double>(n, b), std::vector<double>(n, attention), {}, {}};
 }
 
-// The emulator's node interface (one per node, shared by its ranks) unless `nic_per_rank` (the profiles' NIC per
-// device).
-SimulatorLinks slow_links(int per_node = 2, bool nic_per_rank = false) {
-  SimulatorLinks l;
-  l.links.enabled = true;
-  l.links.intra = {10, 1};
-  l.links.inter = {10, 0.1};
-  l.ranks_per_node = per_node;
-  l.small_message_bytes = 0;
-  l.nic_per_rank = nic_per_rank;
-  return l;
-}
 
 struct Layout {
   const char* scheduler;
@@ -195,7 +183,7 @@ TEST(JoinedSimulation, OneDocumentPerSequenceIsTheUnpackedSimulation) {
     const int units = ms[0].layout->num_units();
     UnitTimes t = unit_times(units, 0.01, 0.03, 0.4);
     t.attention_share = block_attention_shares(*ms[0].layout, t.attention_share);
-    const SimulatorLinks links = slow_links(l.per_node, l.nic_per_rank);
+    const SimulatorLinks links = test::slow_links(l.per_node, l.nic_per_rank);
     std::vector<SimulatedRank> all;
     for (int r = 0; r < l.world; ++r) {
       const RankRows rows = rank_rows(l.scheduler, o, l.world, l.per_node, r);
@@ -239,8 +227,8 @@ TEST(JoinedSimulation, ASlowMicroBatchStallsItsPeerByTheDifference) {
   const std::vector<double> even(4, 1.0);
   std::vector<double> slow = even;
   slow[0] = 2.0;
-  const std::vector<SimulatedStep> base = simulate_joined({{&ds[0], even}, {&ds[1], even}}, t, slow_links());
-  const std::vector<SimulatedStep> st = simulate_joined({{&ds[0], even}, {&ds[1], slow}}, t, slow_links());
+  const std::vector<SimulatedStep> base = simulate_joined({{&ds[0], even}, {&ds[1], even}}, t, test::slow_links());
+  const std::vector<SimulatedStep> st = simulate_joined({{&ds[0], even}, {&ds[1], slow}}, t, test::slow_links());
   const double extra = units * share * (f + b);  // micro-batch 0's forward and backward of every unit
   EXPECT_NEAR(st[1].compute_s, base[1].compute_s + extra, 1e-12);
   EXPECT_NEAR(st[0].compute_s, base[0].compute_s, 1e-12);
@@ -271,7 +259,7 @@ TEST(JoinedSimulation, AStreamWaitsForItsLateMember) {
   const int units = ms[0].layout->num_units();
   const double f = 0.25, b = 0.5, share = 0.5;
   const UnitTimes t = unit_times(units, f, b, share);
-  SimulatorLinks l = slow_links();
+  SimulatorLinks l = test::slow_links();
   l.links.intra = l.links.inter = {0, std::numeric_limits<double>::infinity()};
   std::vector<double> slow(4, 1.0);
   slow[3] = 3.0;
