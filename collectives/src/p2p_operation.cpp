@@ -68,6 +68,11 @@ class P2POperation final : public Operation, private Poster {
 
   std::string pending() const override {
     std::ostringstream os;
+    if (finished_ && !unread_.empty()) {
+      os << alg_->name() << " done, waiting for " << unread_.size() << " kept send(s) to be read, the first by rank "
+         << unread_.back().peer;
+      return os.str();
+    }
     // round_ - 1 is the round in flight; with a join round in front the algorithm's own rounds count from 1.
     if (book_)
       os << alg_->name() << " join round (the members' join times), waiting on ";
@@ -81,12 +86,6 @@ class P2POperation final : public Operation, private Poster {
       if (!m.done) waiting.push_back(m.peer);
     for (const ShmRecv& m : shm_recvs_)
       if (!m.done) waiting.push_back(m.peer);
-    if (finished_ && !unread_.empty()) {
-      os.str("");
-      os << alg_->name() << " done, waiting for " << unread_.size() << " kept send(s) to be read, the first by rank "
-         << unread_.back().peer;
-      return os.str();
-    }
     if (waiting.empty()) {
       os << "nothing (local work)";
     } else {
