@@ -605,12 +605,13 @@ class Run {
   /// `comm.shm_messages.slots`, `.single_copy`, `.mapped` (collectives.mapped_buffers) and `.ended_early`.
   ResultsThread::Job shm_messages_job() const {
     const coll::ShmMessageCounts c = coll::shm_message_counts();
+    // One exact integer sum of the four counts.
+    std::int64_t n[4] = {static_cast<std::int64_t>(c.slots), static_cast<std::int64_t>(c.single_copy),
+                         static_cast<std::int64_t>(c.mapped), static_cast<std::int64_t>(c.ended_early)};
+    ctx_.harness->all_reduce(TensorView(n, Shape{4}, DType::i64), coll::ReduceOp::sum, StreamRef::host());
     std::vector<std::pair<std::string, AttrValue>> a;
-    for (const auto& [name, n] : {std::pair{"slots", c.slots}, std::pair{"single_copy", c.single_copy},
-                                  std::pair{"mapped", c.mapped}, std::pair{"ended_early", c.ended_early}}) {
-      const double sum = all_reduce_sum(*ctx_.harness, static_cast<double>(n));  // exact below 2^53 messages
-      a.emplace_back(std::string("comm.shm_messages.") + name, static_cast<std::int64_t>(sum));
-    }
+    const char* names[4] = {"slots", "single_copy", "mapped", "ended_early"};
+    for (int i = 0; i < 4; ++i) a.emplace_back(std::string("comm.shm_messages.") + names[i], n[i]);
     return [a = std::move(a)](ResultsWriter& w) {
       for (const auto& [k, v] : a) w.set_attribute(k, v);
     };
