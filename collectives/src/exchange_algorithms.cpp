@@ -41,9 +41,10 @@ class PairwiseAllToAllv final : public Algorithm {
     if (round >= rounds) return false;
     const int k_first = all_at_once_ ? 1 : round + 1;
     const int k_last = all_at_once_ ? p_ - 1 : round + 1;
+    // Kept: the input is only read (all_to_all(v) refuses in overlapping out).
     for (int k = k_first; k <= k_last; ++k) {
       const int to = mod(rank_ + k, p_);
-      post.send(at(in_, send_off_[to] * static_cast<std::int64_t>(elem_)),
+      post.send_kept(at(in_, send_off_[to] * static_cast<std::int64_t>(elem_)),
                 static_cast<std::size_t>(send_counts_[to]) * elem_, to);
     }
     for (int k = k_first; k <= k_last; ++k) {

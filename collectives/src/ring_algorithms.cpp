@@ -90,10 +90,20 @@ class RingReduceScatter final : public Algorithm {
       // in-place use see make_ring_all_reduce).
       post.send_kept(input(send_block), n_send * red_.elem(), next);
     } else if (fused_) {
-      // Not kept: round + 1 receives into the other half and round + 2 into this one again.
-      post.send(half(round - 1), n_send * red_.acc_elem(), next);  // combined while it arrived
+      // The partial sent in round s is half(s - 1), which round s + 1 receives into again, unless round s + 1 is the
+      // last (p - 2, which receives into the output) or there is none: kept in rounds p - 3 and p - 2 only. The
+      // earlier ones would each need a half of their own (p - 2 blocks of scratch instead of 2, up to the whole
+      // input in the accumulator type): round s + 1's receive carries what rank - 1 sent after its round s, and no
+      // chain of completed rounds puts rank + 1's read of round s before that (it runs p - 2 hops round the ring).
+      // Not done: the partials leave from the communicator's private scratch, so only single copy sends them by
+      // descriptor, never mapped buffers.
+      if (round >= p_ - 3)
+        post.send_kept(half(round - 1), n_send * red_.acc_elem(), next);  // combined while it arrived
+      else
+        post.send(half(round - 1), n_send * red_.acc_elem(), next);
     } else {
-      // Not kept: send_ is recombined every round.
+      // Not kept: send_ is recombined every round, and by finish() when widening (this path runs only where the
+      // hop from rank - 1 is over MPI, another machine).
       if (!post.dry()) red_.combine(send_, recv_, got, input(send_block), red_.dtype, n_send);
       post.send(send_, n_send * red_.acc_elem(), next);
     }

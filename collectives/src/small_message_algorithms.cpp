@@ -41,9 +41,12 @@ class BruckAllGather final : public Algorithm {
   std::byte* block(int j) const { return at(out_, static_cast<std::int64_t>(block_bytes_) * j); }
   void post_range(Poster& post, bool send, int first, int cnt, int peer) {
     const int head = std::min(cnt, p_ - first);  // blocks before the wrap
+    // Kept: every block of `out` is written once, our own by the copy in round 0 and block rank + j by the receive
+    // of the round k with 2^k <= j < 2^(k+1); round k sends only blocks rank .. rank + 2^k - 1, all written in
+    // earlier rounds. No block is written after it is sent, in place or not.
     auto one = [&](int b, int c) {
       if (send)
-        post.send(block(b), block_bytes_ * static_cast<std::size_t>(c), peer);
+        post.send_kept(block(b), block_bytes_ * static_cast<std::size_t>(c), peer);
       else
         post.recv(block(b), block_bytes_ * static_cast<std::size_t>(c), peer);
     };
@@ -69,9 +72,11 @@ class DirectReduceScatter final : public Algorithm {
 
   bool step(int round, Poster& post) override {
     if (round == 0) {
+      // Kept: the input is only read (reduce_scatter refuses in overlapping out); the received blocks and the
+      // accumulator live in the scratch.
       for (int j = 1; j < p_; ++j) {
         const int to = mod(rank_ + j, p_);
-        post.send(at(in_, static_cast<std::int64_t>(n_ * red_.elem()) * to), n_ * red_.elem(), to);
+        post.send_kept(at(in_, static_cast<std::int64_t>(n_ * red_.elem()) * to), n_ * red_.elem(), to);
       }
       for (int j = 1; j < p_; ++j) {
         const int from = mod(rank_ - j, p_);
@@ -157,8 +162,10 @@ class RecursiveDoublingAllReduce final : public Algorithm {
 
     if (round < pre) {
       if (rank_ < 2 * rem_) {
+        // Kept: an even rank writes buf only by the hand-back receive of the last round, whose bytes its partner
+        // sends after this round's receive (the read of these bytes) completed.
         if (rank_ % 2 == 0)
-          post.send(buf_, n_ * red_.elem(), rank_ + 1);
+          post.send_kept(buf_, n_ * red_.elem(), rank_ + 1);
         else
           post.recv(tmp_, n_ * red_.elem(), rank_ - 1);
       }
@@ -168,6 +175,9 @@ class RecursiveDoublingAllReduce final : public Algorithm {
       if (newrank_ >= 0) {
         const int partner_new = newrank_ ^ (1 << (round - pre));
         const int partner = partner_new < rem_ ? partner_new * 2 + 1 : partner_new + rem_;
+        // Not kept: the next round combines into acc_. A fresh accumulator per level would keep it (log2 q more
+        // vectors of scratch, growing with p): nothing the next partner sends waits for the last one's read. acc_
+        // is the communicator's private scratch, so only single copy sends it by descriptor, never mapped.
         post.send(acc_, n_ * red_.acc_elem(), partner);
         post.recv(tmp_, n_ * red_.acc_elem(), partner);
       }
@@ -175,8 +185,8 @@ class RecursiveDoublingAllReduce final : public Algorithm {
     }
     if (round == pre + levels_ && pre) {
       if (rank_ < 2 * rem_) {
-        if (rank_ % 2 == 1)
-          post.send(buf_, n_ * red_.elem(), rank_ - 1);
+        if (rank_ % 2 == 1)  // kept: the call's last message, buf finished before it
+          post.send_kept(buf_, n_ * red_.elem(), rank_ - 1);
         else
           post.recv(buf_, n_ * red_.elem(), rank_ + 1);
       }

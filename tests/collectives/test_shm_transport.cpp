@@ -35,6 +35,30 @@ constexpr Copies kSlots{0, Memory::plain}, kSingleCopy{1, Memory::plain}, kMappe
 std::string copies_name(const Copies& c) {
   return c.memory == Memory::shared ? "mapped" : c.single_copy_bytes == 0 ? "slots" : "single_copy";
 }
+// (small_message_bytes, the way messages cross): 0 picks the ring family, a huge threshold the small-message one.
+std::string algorithms_name(const std::pair<std::size_t, Copies>& param) {
+  return std::string(param.first == 0 ? "ring" : "small") + "_" + copies_name(param.second);
+}
+
+// Rank r's side of an exchange in which rank `from` sends count(from, to) elements to rank `to`, each rank's input
+// holding copy_value(from, i, salt): its send and receive counts, and the output it must receive.
+struct Exchange {
+  std::vector<std::int64_t> send, recv;
+  std::int64_t send_total = 0;
+  std::vector<double> expected;
+};
+Exchange exchange(int p, int r, int salt, const std::function<std::int64_t(int, int)>& count) {
+  Exchange e;
+  for (int q = 0; q < p; ++q) {
+    e.send.push_back(count(r, q));
+    e.recv.push_back(count(q, r));
+    e.send_total += count(r, q);
+    std::int64_t their_off = 0;  // where rank q's block for us starts in q's input
+    for (int k = 0; k < r; ++k) their_off += count(q, k);
+    for (std::int64_t i = 0; i < count(q, r); ++i) e.expected.push_back(copy_value(q, their_off + i, salt));
+  }
+  return e;
+}
 
 // Tiny slots (one page, two per direction): every message of a few pages streams through the ring
 // in many chunks, wrapping it several times; a message by descriptor is read a ring's worth (two pages) at a
@@ -50,7 +74,6 @@ MpiCommConfig tiny_rings(std::size_t small_message_bytes, const Copies& copies) 
   return c;
 }
 
-// (small_message_bytes, the way messages cross)
 class ShmChunks : public ::testing::TestWithParam<std::pair<std::size_t, Copies>> {};
 
 TEST_P(ShmChunks, EveryOpExactThroughTinyRings) {
@@ -96,26 +119,14 @@ TEST_P(ShmChunks, EveryOpExactThroughTinyRings) {
     }
   }
   // Uneven exchange: rank r sends (r + q) % 3 * 1500 + 1 elements to rank q.
-  auto cnt = [](int from, int to) { return static_cast<std::int64_t>((from + to) % 3) * 1500 + 1; };
-  std::vector<std::int64_t> sc(static_cast<std::size_t>(p)), rc(static_cast<std::size_t>(p));
-  std::int64_t ns = 0, nr = 0;
-  for (int q = 0; q < p; ++q) {
-    sc[static_cast<std::size_t>(q)] = cnt(r, q);
-    rc[static_cast<std::size_t>(q)] = cnt(q, r);
-    ns += cnt(r, q);
-    nr += cnt(q, r);
-  }
-  Buffer a_in(DType::f32, ns, mem), a_out(DType::f32, nr, mem);
+  const Exchange x =
+      exchange(p, r, 0, [](int from, int to) { return static_cast<std::int64_t>((from + to) % 3) * 1500 + 1; });
+  const auto nr = static_cast<std::int64_t>(x.expected.size());
+  Buffer a_in(DType::f32, x.send_total, mem), a_out(DType::f32, nr, mem);
   a_in.fill([&](std::int64_t i) { return copy_value(r, i); });
-  world->start_all_to_allv(a_in.cview(), sc, a_out.view(), rc, StreamRef::host()).wait();
-  std::int64_t off = 0;
-  for (int q = 0; q < p; ++q) {
-    std::int64_t their_off = 0;  // where rank q's block for us starts in q's input
-    for (int k = 0; k < r; ++k) their_off += cnt(q, k);
-    for (std::int64_t i = 0; i < cnt(q, r); ++i)
-      ASSERT_EQ(a_out.get(off + i), copy_value(q, their_off + i)) << "all_to_allv from " << q;
-    off += cnt(q, r);
-  }
+  world->start_all_to_allv(a_in.cview(), x.send, a_out.view(), x.recv, StreamRef::host()).wait();
+  for (std::int64_t i = 0; i < nr; ++i)
+    ASSERT_EQ(a_out.get(i), x.expected[static_cast<std::size_t>(i)]) << "all_to_allv, element " << i;
   Buffer b(DType::f32, 9001, mem);
   const int root = p - 1;
   b.fill([&](std::int64_t i) { return r == root ? copy_value(root, i) : 0.0; });
@@ -130,10 +141,7 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, ShmChunks,
                                            std::pair{std::size_t{1} << 40, kSingleCopy},
                                            std::pair{std::size_t{0}, kMapped},
                                            std::pair{std::size_t{1} << 40, kMapped}),
-                         [](const auto& info) {
-                           return std::string(info.param.first == 0 ? "ring" : "small") + "_" +
-                                  copies_name(info.param.second);
-                         });
+                         [](const auto& info) { return algorithms_name(info.param); });
 
 // A mapped message is read from the sender's pages: its send ends only once the receiver has taken it (through
 // the slots this one-page message would sit in the two-slot ring and its send end at once). It starts 7 elements
@@ -189,40 +197,35 @@ TEST(ShmTransport, MappedAndSlotMessagesInOneCall) {
 // Kept sends (Poster::send_kept) end before their receivers read them, and a call waits for those reads only at its
 // end. Each rank in turn reads late: it starts the call (posting its own messages) before the others start theirs,
 // then sleeps while they run ahead as far as the data lets them. Every rank overwrites all its buffers the moment a
-// call returns, so bytes written again too early (within the call, or after it, by the caller) reach the late reader
-// as garbage. Odd sizes (blocks end mid-page, inside a two-page ring), in place and not, every ring op and broadcast,
-// every message by descriptor (read with process_vm_readv, or mapped), and the counters show the sends did end early.
-class ShmKeptSends : public ::testing::TestWithParam<Copies> {};
-INSTANTIATE_TEST_SUITE_P(Copies, ShmKeptSends, ::testing::Values(kSingleCopy, kMapped),
-                         [](const auto& info) { return copies_name(info.param); });
-
-TEST_P(ShmKeptSends, SurviveALateReader) {
-  const Memory mem = GetParam().memory;
-  auto world = make_world(tiny_rings(0, GetParam()));
-  const int p = world->size(), r = world->rank();
-  if (p > 1) {
-    ASSERT_EQ(world->mapped_buffers(), mem == Memory::shared);
-  }
-  const ShmMessageCounts before = shm_message_counts();
+// call returns, and starts the next reduction at once (which writes the communicator's scratch again, where the
+// partials of the one before were sent from), so bytes written again too early (within the call, or after it)
+// reach the late reader as garbage. Odd sizes (blocks end mid-page, inside a two-page ring), in place and not,
+// every op but barrier and send/recv, in both algorithm families, every message by descriptor (read with
+// process_vm_readv, or mapped); at 4 and 8 ranks again in a group of 3 or 7 (a ring of odd length, recursive
+// doubling's fold-in and hand-back); and the counters show the sends did end early.
+void survive_late_reader(Communicator& c, MPI_Comm same_group, Memory mem, const std::string& group) {
+  const int p = c.size(), r = c.rank();
   for (int late = 0; late < p; ++late) {
-    // The late rank's messages are out before anyone else's arrive, and it reads nothing for 30 ms.
-    auto run = [&](const std::function<Request()>& start) {
+    // The late rank's messages are out before anyone else's arrive, and it reads nothing for 30 ms. `next`, when
+    // given, is started the moment the first call returns.
+    auto run = [&](const std::function<Request()>& start, const std::function<Request()>& next = nullptr) {
       if (r == late) {
         Request q = start();
-        hzp::test::run_then_barrier([] {});
+        hzp::test::run_then_barrier([] {}, hzp::test::default_deadline_s(), same_group);
         std::this_thread::sleep_for(std::chrono::milliseconds(30));
         q.wait();
       } else {
-        hzp::test::run_then_barrier([] {});
+        hzp::test::run_then_barrier([] {}, hzp::test::default_deadline_s(), same_group);
         start().wait();
       }
+      if (next) next().wait();
     };
     auto garbage = [](Buffer& b) { b.fill([](std::int64_t) { return -77.0; }); };
     for (std::int64_t n : {1, 1023, 3001}) {
-      const std::string at = " n=" + std::to_string(n) + " late=" + std::to_string(late);
+      const std::string at = " n=" + std::to_string(n) + " late=" + std::to_string(late) + " in " + group;
       Buffer in(DType::f32, n, mem), out(DType::f32, n * p, mem);
       in.fill([&](std::int64_t i) { return copy_value(r, i, 3); });
-      run([&] { return world->start_all_gather(in.cview(), out.view(), StreamRef::host()); });
+      run([&] { return c.start_all_gather(in.cview(), out.view(), StreamRef::host()); });
       garbage(in);
       for (int q = 0; q < p; ++q)
         for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(out.get(q * n + i), copy_value(q, i, 3)) << "all_gather" << at;
@@ -230,42 +233,103 @@ TEST_P(ShmKeptSends, SurviveALateReader) {
 
       Buffer gathered(DType::f32, n * p, mem);  // in place: our block is already in out
       gathered.fill([&](std::int64_t i) { return i / n == r ? copy_value(r, i % n, 4) : -1.0; });
-      run([&] {
-        return world->start_all_gather(gathered.slice(r * n, n), gathered.view(), StreamRef::host());
-      });
+      run([&] { return c.start_all_gather(gathered.slice(r * n, n), gathered.view(), StreamRef::host()); });
       for (int q = 0; q < p; ++q)
         for (std::int64_t i = 0; i < n; ++i)
           ASSERT_EQ(gathered.get(q * n + i), copy_value(q, i, 4)) << "all_gather in place" << at;
       garbage(gathered);
 
+      // Two in a row: the second's partials land in the scratch the first's were sent from.
       Buffer full(DType::bf16, n * p, mem), part(DType::bf16, n, mem);
+      Buffer full2(DType::bf16, n * p, mem), part2(DType::bf16, n, mem);
       full.fill([&](std::int64_t i) { return sum_value(r, i, 3); });
-      run([&] { return world->start_reduce_scatter(full.cview(), part.view(), ReduceOp::sum, StreamRef::host()); });
-      garbage(full);
+      full2.fill([&](std::int64_t i) { return sum_value(r, i, 6); });
+      run([&] { return c.start_reduce_scatter(full.cview(), part.view(), ReduceOp::sum, StreamRef::host()); },
+          [&] {
+            garbage(full);
+            return c.start_reduce_scatter(full2.cview(), part2.view(), ReduceOp::sum, StreamRef::host());
+          });
+      garbage(full2);
       for (std::int64_t i = 0; i < n; ++i) {
-        double sum = 0;
-        for (int q = 0; q < p; ++q) sum += sum_value(q, r * n + i, 3);
+        double sum = 0, sum2 = 0;
+        for (int q = 0; q < p; ++q) sum += sum_value(q, r * n + i, 3), sum2 += sum_value(q, r * n + i, 6);
         ASSERT_EQ(part.get(i), stored(DType::bf16, sum)) << "reduce_scatter" << at;
+        ASSERT_EQ(part2.get(i), stored(DType::bf16, sum2)) << "second reduce_scatter" << at;
       }
       garbage(part);
+      garbage(part2);
 
-      Buffer acc(DType::f32, n * p + 3, mem);  // in place, unequal ring chunks
+      Buffer acc(DType::f32, n * p + 3, mem), acc2(DType::f32, n * p + 3, mem);  // in place, unequal ring chunks
       acc.fill([&](std::int64_t i) { return sum_value(r, i, 4); });
-      run([&] { return world->start_all_reduce(acc.view(), ReduceOp::sum, StreamRef::host()); });
+      acc2.fill([&](std::int64_t i) { return sum_value(r, i, 7); });
+      std::vector<double> got(static_cast<std::size_t>(n * p + 3));
+      run([&] { return c.start_all_reduce(acc.view(), ReduceOp::sum, StreamRef::host()); },
+          [&] {
+            for (std::int64_t i = 0; i < n * p + 3; ++i) got[static_cast<std::size_t>(i)] = acc.get(i);
+            garbage(acc);
+            return c.start_all_reduce(acc2.view(), ReduceOp::sum, StreamRef::host());
+          });
       for (std::int64_t i = 0; i < n * p + 3; ++i) {
-        double sum = 0;
-        for (int q = 0; q < p; ++q) sum += sum_value(q, i, 4);
-        ASSERT_EQ(acc.get(i), sum) << "all_reduce" << at << " i=" << i;
+        double sum = 0, sum2 = 0;
+        for (int q = 0; q < p; ++q) sum += sum_value(q, i, 4), sum2 += sum_value(q, i, 7);
+        ASSERT_EQ(got[static_cast<std::size_t>(i)], sum) << "all_reduce" << at << " i=" << i;
+        ASSERT_EQ(acc2.get(i), sum2) << "second all_reduce" << at << " i=" << i;
       }
-      garbage(acc);
+      garbage(acc2);
 
       Buffer b(DType::f32, n, mem);
       const int root = (late + 1) % p;
       b.fill([&](std::int64_t i) { return r == root ? copy_value(root, i, 5) : 0.0; });
-      run([&] { return world->start_broadcast(b.view(), root, StreamRef::host()); });
+      run([&] { return c.start_broadcast(b.view(), root, StreamRef::host()); });
       for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(b.get(i), copy_value(root, i, 5)) << "broadcast" << at;
       garbage(b);
+
+      // Uneven exchange: rank r sends (r + q) % 3 * n + 1 elements to rank q (all_to_all: n to each).
+      for (bool uneven : {false, true}) {
+        const Exchange x = exchange(p, r, 8, [&](int from, int to) {
+          return uneven ? static_cast<std::int64_t>((from + to) % 3) * n + 1 : n;
+        });
+        const auto nr = static_cast<std::int64_t>(x.expected.size());
+        Buffer a_in(DType::f32, x.send_total, mem), a_out(DType::f32, nr, mem);
+        a_in.fill([&](std::int64_t i) { return copy_value(r, i, 8); });
+        run([&] {
+          return uneven ? c.start_all_to_allv(a_in.cview(), x.send, a_out.view(), x.recv, StreamRef::host())
+                        : c.start_all_to_all(a_in.cview(), a_out.view(), StreamRef::host());
+        });
+        garbage(a_in);
+        for (std::int64_t i = 0; i < nr; ++i)
+          ASSERT_EQ(a_out.get(i), x.expected[static_cast<std::size_t>(i)])
+              << (uneven ? "all_to_allv" : "all_to_all") << " element " << i << at;
+        garbage(a_out);
+      }
     }
+  }
+}
+
+class ShmKeptSends : public ::testing::TestWithParam<std::pair<std::size_t, Copies>> {};
+INSTANTIATE_TEST_SUITE_P(Algorithms, ShmKeptSends,
+                         ::testing::Values(std::pair{std::size_t{0}, kSingleCopy},
+                                           std::pair{std::size_t{1} << 40, kSingleCopy},
+                                           std::pair{std::size_t{0}, kMapped},
+                                           std::pair{std::size_t{1} << 40, kMapped}),
+                         [](const auto& info) { return algorithms_name(info.param); });
+
+TEST_P(ShmKeptSends, SurviveALateReader) {
+  const Memory mem = GetParam().second.memory;
+  auto world = make_world(tiny_rings(GetParam().first, GetParam().second));
+  const int p = world->size(), r = world->rank();
+  if (p > 1) {
+    ASSERT_EQ(world->mapped_buffers(), mem == Memory::shared);
+  }
+  const ShmMessageCounts before = shm_message_counts();
+  survive_late_reader(*world, MPI_COMM_WORLD, mem, "world");
+  if (p >= 4) {
+    const bool member = r < p - 1;
+    auto group = world->split(member ? 0 : -1, r, "all but the last");
+    MPI_Comm same_group = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, member ? 0 : MPI_UNDEFINED, r, &same_group);
+    if (member) survive_late_reader(*group, same_group, mem, "all but the last");
+    if (same_group != MPI_COMM_NULL) MPI_Comm_free(&same_group);
   }
   if (p > 1) {
     const ShmMessageCounts after = shm_message_counts();
