@@ -116,8 +116,9 @@ std::vector<SchedulerOptionDecl> declare() {
       "the lookup's of all but the last micro-batch) as soon as the last micro-batch's head backward is done, and the "
       "last micro-batch's looked-up rows (row ids + values) after the embedding's backward, sent to the ranks whose "
       "optimizer slices they fall in (rows_alltoall: an all-to-all-v, about T·(W-1)/z1 rows per rank) or "
-      "all-gathered over the data-parallel ranks (rows_allgather: (W-1)·T rows per rank, sizes independent of the "
-      "data); needs model.tied_embeddings, the CPU backend and pp = cp = 1"));
+      "all-gathered over the data × context ranks (rows_allgather: (W-1)·T rows per rank, sizes independent of the "
+      "data), T the rank's tokens of a micro-batch (micro_batch_size · seq_len / cp); needs model.tied_embeddings, "
+      "the CPU backend and pp = 1"));
   v.push_back(with(int_option("scheduler.prefetch", &O::prefetch,
                               "asynchzp (async): parameter all-gathers queued ahead of the unit being computed, in "
                               "units; the pool's all_gather ring bounds it too"),

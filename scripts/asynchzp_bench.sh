@@ -15,9 +15,12 @@
 # RANKS=2 RPN=1 Z1=2 Z2=1 Z3=1 is the layout this 2-core machine can time: every asynchzp collective is the step
 # end's, between the two nodes. asynchzp_p2_split is asynchzp_p2 with scheduler.tied_split = rows_allgather (the
 # tied table's rows exchanged apart, all-gathered; docs/data-parallel.md "The tied table's chain"), asynchzp_p2_a2a
-# the same with rows_alltoall (each row sent to the ranks whose optimizer slices hold it).
+# the same with rows_alltoall (each row sent to the ranks whose optimizer slices hold it). CP=c runs the asynchzp
+# layouts with context parallelism (scheduler.cp; z1 must be a multiple of it), and UNIT_SLEEP_MS=s sleeps s ms after
+# every block's forward and backward (the benchmark hook scheduler.debug_unit_sleep_ms, exported with
+# HZPBENCH_BENCHMARK_HOOKS=1), so that ranks sharing few cores are charged a known unit time.
 # Usage: [PRESET=small|small-moe] [RATIOS="0.5 1 2"] [CONFIGS="zero3 asynchzp_p2 nd_tp2 ..."] [GLOBAL_BATCH=N]
-# [RANKS=4 RPN=2 Z1=4 Z2=2 Z3=2] scripts/asynchzp_bench.sh [out_dir] [steps]
+# [RANKS=4 RPN=2 Z1=4 Z2=2 Z3=2] [CP=1] [UNIT_SLEEP_MS=0] scripts/asynchzp_bench.sh [out_dir] [steps]
 set -euo pipefail
 out=${1:-results/asynchzp_bench}
 steps=${2:-3}
@@ -27,7 +30,12 @@ ranks=${RANKS:-4}
 common=(--set model.preset="${PRESET:-small}" --set topology.ranks_per_node="${RPN:-2}" --set links.emulate=true
         --set train.steps="$steps" --set train.warmup_steps=1 --set harness.warmup_steps=1)
 [[ -n ${GLOBAL_BATCH:-} ]] && common+=(--set train.global_batch="$GLOBAL_BATCH")
-hzp=(--set scheduler.name=asynchzp --set scheduler.z1="${Z1:-4}" --set scheduler.z2="${Z2:-2}" --set scheduler.z3="${Z3:-2}")
+if [[ -n ${UNIT_SLEEP_MS:-} ]]; then
+  export HZPBENCH_BENCHMARK_HOOKS=1
+  common+=(--set scheduler.debug_unit_sleep_ms="$UNIT_SLEEP_MS")
+fi
+hzp=(--set scheduler.name=asynchzp --set scheduler.z1="${Z1:-4}" --set scheduler.z2="${Z2:-2}" --set scheduler.z3="${Z3:-2}"
+     --set scheduler.cp="${CP:-1}")
 nd=(--set scheduler.name=nd --set scheduler.tp=2)
 for r in ${RATIOS:-0.5 1 2}; do
   for cfg in ${CONFIGS:-zero3 hsdp asynchzp_inline asynchzp_p1 asynchzp_p2}; do

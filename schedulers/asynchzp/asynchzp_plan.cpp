@@ -106,7 +106,9 @@ class AsyncHzpPlan final : public EnginePlan {
                   " needs the model (its tokens per micro-batch), not only its layout");
       tied_mode_ = in.options.tied_split;
       tied_ = tied_split_table(layout_, dims_, /*on_gpu=*/false, tied_mode_);
-      tied_slots_ = in.train.micro_batch_size * in.model->seq_len();
+      // A rank's tokens of a micro-batch: its share of every sequence under cp (ContextShard::local_len).
+      tied_slots_ = in.train.micro_batch_size * (in.model->seq_len() / dims_.cp);
+      // The world, which without stages (refused above) is the data × context group the rows are summed over.
       tied_rows_ = {"tied_rows", plan_world_group(in)};
     }
     reuse_ = std::make_unique<StageReuse>(layout_, actions, dims_.pp > 1 && in.options.pp_reuse,
@@ -225,7 +227,7 @@ class AsyncHzpPlan final : public EnginePlan {
   std::unique_ptr<ContextParallelPlan> cp_;
   std::optional<TiedTable> tied_;  // scheduler.tied_split
   TiedSplit tied_mode_ = TiedSplit::off;
-  std::int64_t tied_slots_ = 0;    // tokens of a micro-batch: the rows' slots
+  std::int64_t tied_slots_ = 0;    // the rank's tokens of a micro-batch: the rows' slots
   PlanGroup tied_rows_;
 };
 

@@ -226,8 +226,8 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
   std::unique_ptr<DistinctNorm> norm_;         // over z1 (and the stages): the units this stage runs
   std::unique_ptr<StepDriver> driver_;
   int micro_batches_ = 0;  // the rank's micro-batches per step
-  // scheduler.tied_split: the rows' group (all data-parallel ranks), the rows, and inline the message due at the
-  // step end.
+  // scheduler.tied_split: the rows' group (the weights' group: data × context), the rows, and inline the message
+  // due at the step end.
   std::unique_ptr<coll::Communicator> tied_rows_comm_;
   std::unique_ptr<TiedRows> tied_;
   std::optional<TiedRows::Message> inline_rows_;
@@ -292,12 +292,13 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
 
   const ParamLayout& layout = model_->layout();
   // scheduler.tied_split: every rank's last micro-batch reaches the table in two summands (the head's part and the
-  // rows), one more per rank for the fixed-point limit.
+  // rows), one more per rank of the weights' group (data × context: under cp each rank's share of a micro-batch is
+  // already its own summand) for the fixed-point limit.
   std::optional<TiedTable> tied;
   if (opts_.tied_split != TiedSplit::off) tied = tied_split_table(layout, groups.dims(), on_gpu(), opts_.tied_split);
   if (train_.deterministic)
     fixed_ = std::make_unique<FixedPointGrads>(
-        layout, gradient_summands(train_, groups.dims()) + (tied ? groups.data_parallel().size() : 0), args.fixed_point);
+        layout, gradient_summands(train_, groups.dims()) + (tied ? w : 0), args.fixed_point);
   // The reduce-scatter step end cuts every gradient slice into R pieces of W-th size: pad to W.
   const int pad = opts_.step_end == StepEnd::reduce_scatter ? w : g_.z1();
   seg_ = std::make_unique<Segments>(layout, opts_.launch, g_, pad);

@@ -21,11 +21,13 @@ const char* tied_split_name(TiedSplit mode) {
 
 TiedTable tied_split_table(const workloads::ParamLayout& layout, const ParallelDims& dims, bool on_gpu, TiedSplit mode) {
   const char* name = tied_split_name(mode);
-  if (dims.pp > 1 || dims.cp > 1)
+  // Context parallelism needs nothing apart: a cp rank's lookup writes the rows of its own tokens, and the rows'
+  // group is the ranks whose gradients the table sums, data × context. Stages do: see the message.
+  if (dims.pp > 1)
     HZP_THROW(ConfigError, "asynchzp: scheduler.tied_split = ", name, " with scheduler.pp = ", dims.pp,
-              " and scheduler.cp = ", dims.cp, ": the split is built for one stage holding whole sequences (with "
-              "stages the table's two writers are on two stages; with cp a sequence's tokens are on several ranks). "
-              "Fix: scheduler.tied_split = off, or pp = cp = 1");
+              ": with stages the table's two writers are on two stages (each stage's copy has one writer) and the two "
+              "copies' slices are added whole by the embedding group's all-reduce before the norm, at the step's "
+              "end, which a split cannot move. Fix: scheduler.tied_split = off, or scheduler.pp = 1");
   if (on_gpu)
     HZP_THROW(ConfigError, "asynchzp: scheduler.tied_split = ", name, " on a GPU: the last micro-batch's rows are "
               "read on the host, built for the CPU backend only. Fix: scheduler.tied_split = off, or backend = cpu");

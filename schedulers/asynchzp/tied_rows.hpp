@@ -40,8 +40,9 @@ using TiedSplit = SchedulerOptions::TiedSplit;
 const char* tied_split_name(TiedSplit mode);
 
 /// The table scheduler.tied_split = `mode` splits, or a ConfigError naming the key, the value and the fix: the
-/// model has no tied table, pipeline stages or context parallelism (the table's two writers on two stages, the
-/// rows of a sequence on several ranks), or a GPU (the rows are read on the host).
+/// model has no tied table, pipeline stages (the table's two writers on two stages, whose sum ends the step
+/// whatever is split), or a GPU (the rows are read on the host). Context parallelism is served: each rank's rows
+/// are its own tokens'.
 TiedTable tied_split_table(const workloads::ParamLayout& layout, const ParallelDims& dims, bool on_gpu, TiedSplit mode);
 
 /// The table's elements [begin, end) (counted from its first) whose summed gradient the ranks `ranks` of the
@@ -66,8 +67,8 @@ void declare_tied_rows(CollectiveLedger& out, const PlanGroup& group, const Tied
 /// One rank's last micro-batch lookup gradient, as rows, and their exchange.
 class TiedRows {
  public:
-  /// `slots`: the tokens of a micro-batch on this rank (the most distinct rows it can write); `group`: the
-  /// ranks whose rows are summed (the data-parallel ranks), used from one thread only; `owners`: tied_owners, in
+  /// `slots`: the tokens of a micro-batch on this rank (the most distinct rows it can write; under context
+  /// parallelism its share of each sequence); `group`: the ranks whose rows are summed (data × context), used from one thread only; `owners`: tied_owners, in
   /// `group`'s ranks (rows_alltoall sends each row where it is owned).
   TiedRows(TiedTable table, std::int64_t slots, coll::Communicator& group, CachingAllocator& alloc, TiedSplit mode,
            std::vector<TiedOwner> owners);

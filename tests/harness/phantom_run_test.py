@@ -3,7 +3,7 @@
 
 Scenarios (one CTest each, see run_tests.cmake):
   exact_<layout>  zero3, hsdp, asynchzp (z1=4, z2=z3=2, async and inline; and with the tied table's rows split off,
-                  all-gathered or by all-to-all-v), nd tp2, cp2 and pp2, asynchzp cp2 and pp2 on `tiny`, W = 4 in two virtual nodes of 2, 2 steps: the real 4-rank run (mpiexec -n 4) against
+                  all-gathered or by all-to-all-v, also under cp2), nd tp2, cp2 and pp2, asynchzp cp2 and pp2 on `tiny`, W = 4 in two virtual nodes of 2, 2 steps: the real 4-rank run (mpiexec -n 4) against
                   phantom runs of ranks 0 and 3. Per step, op and link level, the phantom's bytes equal the real
                   run's column of that rank (the pipeline's sends included), and its model-state bytes per component
                   (memory/model_state_bytes) equal that rank's row. Every phantom column is its own rank's (the
@@ -51,6 +51,11 @@ LAYOUTS = {
                                 "scheduler.tied_split=rows_allgather"],
     "asynchzp_tied_alltoall": ["scheduler.name=asynchzp", "scheduler.z1=4", "scheduler.z2=2", "scheduler.z3=2",
                                "scheduler.tied_split=rows_alltoall"],
+    # The same under cp = 2: a rank's rows are its own tokens' (T = 64 slots of a 128-token micro-batch).
+    "asynchzp_cp2_tied_allgather": ["scheduler.name=asynchzp", "scheduler.cp=2", "scheduler.z1=4", "scheduler.z2=2",
+                                    "scheduler.z3=2", "scheduler.tied_split=rows_allgather"],
+    "asynchzp_cp2_tied_alltoall": ["scheduler.name=asynchzp", "scheduler.cp=2", "scheduler.z1=4", "scheduler.z2=2",
+                                   "scheduler.z3=2", "scheduler.tied_split=rows_alltoall"],
 }
 # Expert parallelism: its all_to_allv bytes are modelled, not exact (the peers' routing is not known).
 EP_LAYOUT = ["model.preset=tiny-moe", "scheduler.name=nd"]

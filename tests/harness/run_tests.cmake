@@ -226,6 +226,8 @@ if(Python3_Interpreter_FOUND)
     "phantom_exact_nd_tp2_np4|exact_nd_tp2|4|240"
     "phantom_exact_nd_cp2_np4|exact_nd_cp2|4|240"
     "phantom_exact_asynchzp_cp2_np4|exact_asynchzp_cp2|4|240"
+    "phantom_exact_asynchzp_cp2_tied_allgather_np4|exact_asynchzp_cp2_tied_allgather|4|240"
+    "phantom_exact_asynchzp_cp2_tied_alltoall_np4|exact_asynchzp_cp2_tied_alltoall|4|240"
     "phantom_exact_nd_pp2_np4|exact_nd_pp2|4|240"
     "phantom_exact_asynchzp_pp2_np4|exact_asynchzp_pp2|4|240"
     "phantom_exact_nd_ep2_np4|exact_nd_ep2|4|240"

@@ -364,67 +364,71 @@ TEST(StepSimulator, ModelLayoutsMoveThePlansBytes) {
 // plus (W−1) int64 counts (here z1 = W: T·(W−1)/W rows). The split leaves every other row as it was.
 TEST(StepSimulator, TiedSplitRowsAreDescribedAndMoved) {
   using TiedSplit = schedulers::SchedulerOptions::TiedSplit;
-  for (TiedSplit mode : {TiedSplit::rows_allgather, TiedSplit::rows_alltoall})
-    for (bool async : {true, false}) {
-      schedulers::SchedulerOptions o;
-      o.z1 = 4;
-      o.z2 = o.z3 = 2;
-      o.async = async;
-      std::vector<TinyModel> ts, off;
-      std::vector<StepDescription> ds;
-      for (int r = 0; r < 4; ++r) {
-        o.tied_split = mode;
-        ts.push_back(tiny_model(4, r, o));
-        o.tied_split = TiedSplit::off;
-        off.push_back(tiny_model(4, r, o));
-      }
-      for (TinyModel& t : ts) ds.push_back(schedulers::describe_step("asynchzp", t.in));
-      const bool to_owners = mode == TiedSplit::rows_alltoall;
-      const std::string name = std::string(to_owners ? "rows_alltoall" : "rows_allgather") + (async ? " async" : " inline");
-      const int units = ts[0].layout.num_units(), last_call = static_cast<int>(ds[0].calls.size()) - 1;
-      const workloads::LlamaConfig& shape = workloads::model_preset("tiny").model;
-      const auto t = static_cast<std::uint64_t>(ts[0].in.train.micro_batch_size * shape.seq_len);
-      for (std::size_t r = 0; r < ds.size(); ++r) {
-        expect_events_sum_to_plan(ds[r], name);
-        std::vector<coll::CollOp> ops;
-        for (const schedulers::StepEvent& e : ds[r].events) {
-          if (e.collective.group != "tied_rows") continue;
-          ops.push_back(e.collective.op);
-          if (async) {  // behind the embedding's last backward, the step's last unit call
-            EXPECT_EQ(e.call, last_call) << name;
-            EXPECT_EQ(e.stream, schedulers::CommStream::gradients) << name;
-          } else {
-            EXPECT_EQ(e.call, -1) << name << ": inline, at the step end";
-          }
+  // cp = 2 too: each rank's rows are its own tokens', T = micro_batch_size · seq_len / cp slots.
+  for (int cp : {1, 2})
+    for (TiedSplit mode : {TiedSplit::rows_allgather, TiedSplit::rows_alltoall})
+      for (bool async : {true, false}) {
+        schedulers::SchedulerOptions o;
+        o.z1 = 4;
+        o.z2 = o.z3 = 2;
+        o.cp = cp;
+        o.async = async;
+        std::vector<TinyModel> ts, off;
+        std::vector<StepDescription> ds;
+        for (int r = 0; r < 4; ++r) {
+          o.tied_split = mode;
+          ts.push_back(tiny_model(4, r, o));
+          o.tied_split = TiedSplit::off;
+          off.push_back(tiny_model(4, r, o));
         }
-        using coll::CollOp;
-        const std::vector<CollOp> want_ops = to_owners
-                                                 ? std::vector<CollOp>{CollOp::all_to_all, CollOp::all_to_allv,
-                                                                       CollOp::all_to_allv}
-                                                 : std::vector<CollOp>{CollOp::all_gather, CollOp::all_gather};
-        EXPECT_EQ(ops, want_ops) << name << ": the counts, the ids and the values";
-        // The rows' bytes: W = 4 ranks, z1 = 4, d = tiny's hidden, fp32 values.
-        const std::uint64_t w = 4, hidden = static_cast<std::uint64_t>(shape.hidden), z1 = 4;
-        std::uint64_t rows_bytes = 0;
-        for (const auto& c : ds[r].plan.collectives)
-          if (c.group == "tied_rows") rows_bytes += c.bytes[0] + c.bytes[1];
-        const std::uint64_t want_bytes = to_owners ? t * (w - 1) / z1 * (4 + hidden * 4) + (w - 1) * 8
-                                                   : (w - 1) * t * (4 + hidden * 4);
-        EXPECT_EQ(rows_bytes, want_bytes) << name;
-        // Every other row is the option off's.
-        const StepDescription d_off = schedulers::describe_step("asynchzp", off[r].in);
-        std::map<std::pair<std::string, int>, std::uint64_t> a, b;
-        for (const auto& c : ds[r].plan.collectives)
-          if (c.group != "tied_rows") a[{c.group, static_cast<int>(c.op)}] += c.bytes[0] + c.bytes[1];
-        for (const auto& c : d_off.plan.collectives) b[{c.group, static_cast<int>(c.op)}] += c.bytes[0] + c.bytes[1];
-        EXPECT_EQ(a, b) << name;
+        for (TinyModel& t : ts) ds.push_back(schedulers::describe_step("asynchzp", t.in));
+        const bool to_owners = mode == TiedSplit::rows_alltoall;
+        const std::string name = std::string(to_owners ? "rows_alltoall" : "rows_allgather") +
+                                 (async ? " async" : " inline") + " cp=" + std::to_string(cp);
+        const int units = ts[0].layout.num_units(), last_call = static_cast<int>(ds[0].calls.size()) - 1;
+        const workloads::LlamaConfig& shape = workloads::model_preset("tiny").model;
+        const auto t = static_cast<std::uint64_t>(ts[0].in.train.micro_batch_size * shape.seq_len / cp);
+        for (std::size_t r = 0; r < ds.size(); ++r) {
+          expect_events_sum_to_plan(ds[r], name);
+          std::vector<coll::CollOp> ops;
+          for (const schedulers::StepEvent& e : ds[r].events) {
+            if (e.collective.group != "tied_rows") continue;
+            ops.push_back(e.collective.op);
+            if (async) {  // behind the embedding's last backward, the step's last unit call
+              EXPECT_EQ(e.call, last_call) << name;
+              EXPECT_EQ(e.stream, schedulers::CommStream::gradients) << name;
+            } else {
+              EXPECT_EQ(e.call, -1) << name << ": inline, at the step end";
+            }
+          }
+          using coll::CollOp;
+          const std::vector<CollOp> want_ops = to_owners
+                                                   ? std::vector<CollOp>{CollOp::all_to_all, CollOp::all_to_allv,
+                                                                         CollOp::all_to_allv}
+                                                   : std::vector<CollOp>{CollOp::all_gather, CollOp::all_gather};
+          EXPECT_EQ(ops, want_ops) << name << ": the counts, the ids and the values";
+          // The rows' bytes: W = 4 ranks, z1 = 4, d = tiny's hidden, fp32 values.
+          const std::uint64_t w = 4, hidden = static_cast<std::uint64_t>(shape.hidden), z1 = 4;
+          std::uint64_t rows_bytes = 0;
+          for (const auto& c : ds[r].plan.collectives)
+            if (c.group == "tied_rows") rows_bytes += c.bytes[0] + c.bytes[1];
+          const std::uint64_t want_bytes = to_owners ? t * (w - 1) / z1 * (4 + hidden * 4) + (w - 1) * 8
+                                                     : (w - 1) * t * (4 + hidden * 4);
+          EXPECT_EQ(rows_bytes, want_bytes) << name;
+          // Every other row is the option off's.
+          const StepDescription d_off = schedulers::describe_step("asynchzp", off[r].in);
+          std::map<std::pair<std::string, int>, std::uint64_t> a, b;
+          for (const auto& c : ds[r].plan.collectives)
+            if (c.group != "tied_rows") a[{c.group, static_cast<int>(c.op)}] += c.bytes[0] + c.bytes[1];
+          for (const auto& c : d_off.plan.collectives) b[{c.group, static_cast<int>(c.op)}] += c.bytes[0] + c.bytes[1];
+          EXPECT_EQ(a, b) << name;
+        }
+        std::vector<const StepDescription*> ptrs;
+        for (const StepDescription& x : ds) ptrs.push_back(&x);
+        const std::vector<SimulatedStep> st = simulate_steps(ptrs, times(units, 0.01, 0.02), links(10, 1, 0.1));
+        for (std::size_t r = 0; r < ds.size(); ++r)
+          expect_simulated_bytes_are_the_plans(st[r], ds[r], name + " rank " + std::to_string(r));
       }
-      std::vector<const StepDescription*> ptrs;
-      for (const StepDescription& x : ds) ptrs.push_back(&x);
-      const std::vector<SimulatedStep> st = simulate_steps(ptrs, times(units, 0.01, 0.02), links(10, 1, 0.1));
-      for (std::size_t r = 0; r < ds.size(); ++r)
-        expect_simulated_bytes_are_the_plans(st[r], ds[r], name + " rank " + std::to_string(r));
-    }
 }
 
 // Tensor parallelism blocks the compute thread between a unit's matmuls: with dp = 1 (nothing else to overlap) the
