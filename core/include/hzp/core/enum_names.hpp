@@ -10,8 +10,6 @@
 #include <string_view>
 #include <vector>
 
-#include "hzp/core/error.hpp"
-
 namespace hzp {
 
 /// One spelling. Names are string literals, so name_of(...).data() is a NUL-terminated C string.
@@ -59,13 +57,6 @@ std::string names_text(const EnumName<E> (&table)[N]) {
   std::string text;
   for (const EnumName<E>& e : table) (text += text.empty() ? "" : ", ") += e.name;
   return text;
-}
-
-/// The value spelled `name`, or a ConfigError naming `key`, the text and the allowed names.
-template <typename E, std::size_t N>
-E value_of_or_throw(const EnumName<E> (&table)[N], std::string_view name, std::string_view key) {
-  if (const std::optional<E> v = value_of(table, name)) return *v;
-  HZP_THROW(ConfigError, key, " = \"", name, "\" is not one of: ", names_text(table));
 }
 
 }  // namespace hzp
