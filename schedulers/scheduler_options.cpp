@@ -1,9 +1,11 @@
 // The `scheduler.*` declarations (scheduler_options.hpp): one line per key, bound to its field.
 #include "hzp/schedulers/scheduler_options.hpp"
 
+#include <cstddef>
 #include <string>
 #include <utility>
 
+#include "hzp/core/enum_option.hpp"
 #include "hzp/core/error.hpp"
 
 namespace hzp::schedulers {
@@ -29,28 +31,24 @@ SchedulerOptionDecl bool_option(std::string key, bool SchedulerOptions::*field, 
   return {std::move(spec), [key, field](const ResolvedConfig& c, SchedulerOptions& o) { o.*field = c.get_bool(key); }};
 }
 
-// An enumeration: its allowed names in declaration order, each bound to a value of the field's enum.
-template <typename E>
-SchedulerOptionDecl enum_option(std::string key, std::vector<std::pair<std::string, E>> names, E SchedulerOptions::*field,
+// An enumeration whose allowed names, default's name and parsed value all come from the enum's name table.
+template <typename E, std::size_t N>
+SchedulerOptionDecl enum_option(std::string key, const EnumName<E> (&names)[N], E SchedulerOptions::*field,
                                 std::string help) {
-  std::vector<std::string> allowed;
-  std::string default_name;
-  for (const auto& [name, value] : names) {
-    allowed.push_back(name);
-    if (value == kDefaults.*field) default_name = name;
-  }
-  HZP_CHECK(!default_name.empty(), "scheduler option ", key, ": the field's default has no name");
-  S spec = S::enumeration(key, std::move(allowed), default_name, std::move(help));
-  return {std::move(spec), [key, names = std::move(names), field](const ResolvedConfig& c, SchedulerOptions& o) {
-            const std::string& got = c.get_string(key);
-            for (const auto& [name, value] : names)
-              if (name == got) {
-                o.*field = value;
-                return;
-              }
-            HZP_THROW(PreconditionError, key, " = ", got, " is not one of its declared names");
+  S spec = enum_option_spec(key, names, kDefaults.*field, std::move(help));
+  return {std::move(spec), [key, &names, field](const ResolvedConfig& c, SchedulerOptions& o) {
+            o.*field = enum_value(c, key, names);
           }};
 }
+
+// The names of the enums only this table spells (those with a to_string elsewhere keep theirs beside the enum).
+constexpr EnumName<SchedulerOptions::StepEnd> kStepEndNames[] = {
+    {"allreduce", SchedulerOptions::StepEnd::all_reduce},
+    {"reduce_scatter", SchedulerOptions::StepEnd::reduce_scatter}};
+constexpr EnumName<SchedulerOptions::Launch> kLaunchNames[] = {{"unit", SchedulerOptions::Launch::unit},
+                                                                {"tensor", SchedulerOptions::Launch::tensor}};
+constexpr EnumName<SchedulerOptions::PoolFallback> kPoolFallbackNames[] = {
+    {"error", SchedulerOptions::PoolFallback::error}, {"inline", SchedulerOptions::PoolFallback::inline_alloc}};
 
 template <typename F>
 SchedulerOptionDecl with(SchedulerOptionDecl d, F&& refine) {
@@ -89,9 +87,8 @@ std::vector<SchedulerOptionDecl> declare() {
                               "backward); must divide scheduler.z2; 0 = z2. z2 = z3 = topology.ranks_per_node keeps "
                               "every per-micro-batch collective inside a node"),
                    [](S& s) { s.non_negative(); }));
-  v.push_back(enum_option<O::StepEnd>(
-      "scheduler.step_end", {{"allreduce", O::StepEnd::all_reduce}, {"reduce_scatter", O::StepEnd::reduce_scatter}},
-      &O::step_end,
+  v.push_back(enum_option(
+      "scheduler.step_end", kStepEndNames, &O::step_end,
       "asynchzp: how gradient shards are combined across the W/z2 replicas at the end of a step: one all-reduce "
       "(the paper), or a reduce-scatter to W-th pieces and an all-gather among the W/z1 ranks holding the same "
       "optimizer slice"));
@@ -107,11 +104,8 @@ std::vector<SchedulerOptionDecl> declare() {
                           "asynchzp (pp > 1): gradients of consecutive backwards of a stage (the cool-down) are summed "
                           "in the full block and reduce-scattered once per run; false reduce-scatters every "
                           "micro-batch"));
-  v.push_back(enum_option<O::TiedSplit>(
-      "scheduler.tied_split",
-      {{"off", O::TiedSplit::off}, {"rows_alltoall", O::TiedSplit::rows_alltoall},
-       {"rows_allgather", O::TiedSplit::rows_allgather}},
-      &O::tied_split,
+  v.push_back(enum_option(
+      "scheduler.tied_split", O::kTiedSplitNames, &O::tied_split,
       "asynchzp: exchange the tied embedding table's gradient in two parts: the dense part (the head's contributions, "
       "the lookup's of all but the last micro-batch) as soon as the last micro-batch's head backward is done, and the "
       "last micro-batch's looked-up rows (row ids + values) after the embedding's backward, sent to the ranks whose "
@@ -123,18 +117,16 @@ std::vector<SchedulerOptionDecl> declare() {
                               "asynchzp (async): parameter all-gathers queued ahead of the unit being computed, in "
                               "units; the pool's all_gather ring bounds it too"),
                    [](S& s) { s.positive(); }));
-  v.push_back(enum_option<O::Launch>("scheduler.launch", {{"unit", O::Launch::unit}, {"tensor", O::Launch::tensor}},
-                                     &O::launch,
-                                     "asynchzp: one collective per unit, or one per parameter tensor (the paper's "
-                                     "granularity; each tensor sharded and padded on its own)"));
+  v.push_back(enum_option("scheduler.launch", kLaunchNames, &O::launch,
+                          "asynchzp: one collective per unit, or one per parameter tensor (the paper's "
+                          "granularity; each tensor sharded and padded on its own)"));
   v.push_back(with(real_option("scheduler.pool_mb", &O::pool_mb,
                                "asynchzp (async): the persistent communication ring pool (rings all_gather, "
                                "all_gather.shared, reduce_scatter, reduce_scatter.shared); 0 = sized from "
                                "scheduler.prefetch and the largest units"),
                    [](S& s) { s.non_negative().with_unit("MiB"); }));
-  v.push_back(enum_option<O::PoolFallback>(
-      "scheduler.pool_fallback", {{"error", O::PoolFallback::error}, {"inline", O::PoolFallback::inline_alloc}},
-      &O::pool_fallback,
+  v.push_back(enum_option(
+      "scheduler.pool_fallback", kPoolFallbackNames, &O::pool_fallback,
       "asynchzp (async): a unit whose block does not fit its ring is a configuration error, or is gathered / "
       "reduce-scattered inline from the caching allocator and counted"));
   // ---- nd (docs/nd-parallel.md) ----
@@ -157,11 +149,8 @@ std::vector<SchedulerOptionDecl> declare() {
                               "first, the head on the last); stages are the outermost mesh axis; dp = W / (tp · cp · pp). "
                               "asynchzp shards each stage's units over that stage's ranks (z1 | W / pp)"),
                    [](S& s) { s.positive(); }));
-  v.push_back(enum_option<PipelineScheduleKind>(
-      "scheduler.schedule",
-      {{"gpipe", PipelineScheduleKind::gpipe}, {"1f1b", PipelineScheduleKind::one_f_one_b},
-       {"interleaved", PipelineScheduleKind::interleaved}},
-      &O::schedule,
+  v.push_back(enum_option(
+      "scheduler.schedule", kPipelineScheduleNames, &O::schedule,
       "nd, asynchzp (pp > 1): every forward then every backward (gpipe), Megatron's one-forward-one-backward (1f1b), or "
       "its interleaved 1F1B over scheduler.virtual_stages chunks per stage"));
   v.push_back(with(int_option("scheduler.virtual_stages", &O::virtual_stages,

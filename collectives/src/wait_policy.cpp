@@ -14,46 +14,25 @@
 
 namespace hzp::coll {
 
-std::string_view wait_policy_name(WaitPolicy p) noexcept {
-  switch (p) {
-    case WaitPolicy::yield: return "yield";
-    case WaitPolicy::backoff: return "backoff";
-    case WaitPolicy::mixed: return "mixed";
-  }
-  return "?";
-}
+std::string_view wait_policy_name(WaitPolicy p) noexcept { return name_of(kWaitPolicyNames, p); }
 
-std::optional<WaitPolicy> parse_wait_policy(std::string_view name) noexcept {
-  for (WaitPolicy p : {WaitPolicy::yield, WaitPolicy::backoff, WaitPolicy::mixed})
-    if (wait_policy_name(p) == name) return p;
-  return std::nullopt;
-}
+std::optional<WaitPolicy> parse_wait_policy(std::string_view name) noexcept { return value_of(kWaitPolicyNames, name); }
 
-std::string_view transport_name(Transport t) noexcept {
-  switch (t) {
-    case Transport::automatic: return "auto";
-    case Transport::mpi: return "mpi";
-    case Transport::shm: return "shm";
-  }
-  return "?";
-}
+std::string_view transport_name(Transport t) noexcept { return name_of(kTransportNames, t); }
 
-std::optional<Transport> parse_transport(std::string_view name) noexcept {
-  for (Transport t : {Transport::automatic, Transport::mpi, Transport::shm})
-    if (transport_name(t) == name) return t;
-  return std::nullopt;
-}
+std::optional<Transport> parse_transport(std::string_view name) noexcept { return value_of(kTransportNames, name); }
 
 void MpiCommConfig::validate() const {
   if (!(backoff_max_us > 0) || !std::isfinite(backoff_max_us))
     HZP_THROW(ConfigError, "collectives.backoff_max_us = ", backoff_max_us, " must be a positive number of us");
   if (!(timeout_s > 0) || !std::isfinite(timeout_s))
     HZP_THROW(ConfigError, "collectives.timeout_s = ", timeout_s, " must be a positive number of seconds");
-  if (wait_policy != WaitPolicy::yield && wait_policy != WaitPolicy::backoff && wait_policy != WaitPolicy::mixed)
-    HZP_THROW(ConfigError, "collectives.wait_policy = ", static_cast<int>(wait_policy),
-              " is not one of yield, backoff, mixed");
-  if (transport != Transport::automatic && transport != Transport::mpi && transport != Transport::shm)
-    HZP_THROW(ConfigError, "collectives.transport = ", static_cast<int>(transport), " is not one of auto, mpi, shm");
+  if (!has_name(kWaitPolicyNames, wait_policy))
+    HZP_THROW(ConfigError, "collectives.wait_policy = ", static_cast<int>(wait_policy), " is not one of ",
+              names_text(kWaitPolicyNames));
+  if (!has_name(kTransportNames, transport))
+    HZP_THROW(ConfigError, "collectives.transport = ", static_cast<int>(transport), " is not one of ",
+              names_text(kTransportNames));
   if (transport == Transport::shm && mpi_native)
     HZP_THROW(ConfigError, "collectives.transport = shm cannot be combined with collectives.mpi_native = true "
               "(MPICH's own collectives move their data themselves); use transport auto or mpi");

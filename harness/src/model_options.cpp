@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "hzp/core/enum_option.hpp"
+#include "hzp/workloads/data/data_config.hpp"
 #include "hzp/workloads/model_factory.hpp"
 #include "hzp/workloads/presets.hpp"
 
@@ -49,7 +51,7 @@ void register_model_keys(OptionTable& t) {
                    "Bitwise-reproducible training (docs/deterministic.md): int64 fixed-point gradient sums (8 bytes "
                    "per gradient element), exact norm, loss in micro-batch order, OpenBLAS on one thread; every "
                    "data-parallel scheduler at any world size then matches scheduler none bit for bit"));
-  t.add(S::enumeration("train.precision", {"fp32", "bf16-mixed", "fp64"}, std::string(workloads::to_string(tr.precision)),
+  t.add(enum_option_spec("train.precision", workloads::kPrecisionNames, tr.precision,
                        "fp32; bf16-mixed (bf16 parameters and activations, fp32 gradients, master weights and "
                        "Adam moments); fp64 for tests only"));
   t.add(S::integer("train.seed", static_cast<std::int64_t>(tr.seed),
@@ -57,7 +59,7 @@ void register_model_keys(OptionTable& t) {
             .non_negative());
 
   // ---- data: the source of sequences (workloads/data) --------------------------------------------
-  t.add(S::enumeration("data.source", {"synthetic", "llmc", "nanogpt", "bytes"}, "synthetic",
+  t.add(enum_option_spec("data.source", workloads::kDataKindNames, workloads::DataConfig{}.kind,
                        "synthetic Markov chain, or a token file: llm.c shards, nanoGPT raw uint16, raw bytes"));
   t.add(S::string("data.path", "", "Token file for the file sources; empty for synthetic"));
   t.add(S::integer("data.synthetic.order", tiny.chain.order, "Markov order k: a context is the last k tokens")
@@ -71,7 +73,7 @@ void register_model_keys(OptionTable& t) {
   t.add(S::integer("data.synthetic.seed", static_cast<std::int64_t>(tiny.chain.seed),
                    "Seed of the chain's table and of its samples")
             .non_negative());
-  t.add(S::enumeration("data.packing", {"none", "documents"}, "none",
+  t.add(enum_option_spec("data.packing", workloads::kPackingKindNames, workloads::DocumentPacking{}.kind,
                        "none: a sequence is one document; documents: log-normal documents packed into each "
                        "sequence, attention inside a document only (docs/data.md, Document packing)"));
   t.add(S::real("data.documents.mean_tokens", workloads::DocumentPacking{}.mean_tokens,

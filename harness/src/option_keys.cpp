@@ -4,6 +4,8 @@
 // options_doc_up_to_date fails until you do). Presets: table.add_preset(...) after their keys.
 #include "hzp/harness/option_keys.hpp"
 
+#include "hzp/collectives/mpi_communicator.hpp"
+#include "hzp/core/enum_option.hpp"
 #include "hzp/harness/model_options.hpp"
 #include "hzp/harness/run_options.hpp"
 #include "hzp/schedulers/scheduler_options.hpp"
@@ -47,7 +49,7 @@ void register_keys(OptionTable& t) {
                    "false = hzpbench's ring and latency-optimal algorithms over nonblocking "
                    "point-to-point (bytes per link observed); true = MPICH's own collectives (bytes "
                    "per link then modelled)"));
-  t.add(S::enumeration("collectives.wait_policy", {"yield", "backoff", "mixed"}, "mixed",
+  t.add(enum_option_spec("collectives.wait_policy", coll::kWaitPolicyNames, coll::MpiCommConfig{}.wait_policy,
                        "How a rank waits on nonblocking MPI: yield = test + sched_yield (best inline "
                        "at few ranks); backoff = test + exponential sleep up to "
                        "collectives.backoff_max_us (best on oversubscribed cores); mixed = yield "
@@ -61,7 +63,7 @@ void register_keys(OptionTable& t) {
                 "the operation, so a hang becomes an error")
             .positive()
             .with_unit("s"));
-  t.add(S::enumeration("collectives.transport", {"auto", "mpi", "shm"}, "auto",
+  t.add(enum_option_spec("collectives.transport", coll::kTransportNames, coll::MpiCommConfig{}.transport,
                        "What carries hops between ranks on one machine (virtual nodes included; counters "
                        "and link emulation are the same either way): shm = shared-memory rings of "
                        "collectives.shm_slots slots per direction; mpi = MPI point-to-point (MPICH copies "

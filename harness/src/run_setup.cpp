@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "hzp/core/device.hpp"
+#include "hzp/core/enum_option.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/harness/link_profiles.hpp"
 #include "hzp/harness/model_options.hpp"
@@ -64,18 +65,12 @@ void fit_warmup_to_steps(ResolvedConfig& cfg) {
 
 coll::MpiCommConfig mpi_comm_config_from(const ResolvedConfig& cfg) {
   coll::MpiCommConfig c;
-  const std::string& wp = cfg.get_string("collectives.wait_policy");
-  const auto policy = coll::parse_wait_policy(wp);
-  if (!policy) HZP_THROW(ConfigError, "collectives.wait_policy = '", wp, "' is not a wait policy");
-  c.wait_policy = *policy;
+  c.wait_policy = enum_value(cfg, "collectives.wait_policy", coll::kWaitPolicyNames);
   c.backoff_max_us = cfg.get_double("collectives.backoff_max_us");
   c.timeout_s = cfg.get_double("collectives.timeout_s");
   c.small_message_bytes = static_cast<std::size_t>(cfg.get_int("collectives.small_message_bytes"));
   c.mpi_native = cfg.get_bool("collectives.mpi_native");
-  const std::string& tr = cfg.get_string("collectives.transport");
-  const auto transport = coll::parse_transport(tr);
-  if (!transport) HZP_THROW(ConfigError, "collectives.transport = '", tr, "' is not one of auto, mpi, shm");
-  c.transport = *transport;
+  c.transport = enum_value(cfg, "collectives.transport", coll::kTransportNames);
   c.shm_slot_bytes = static_cast<std::size_t>(cfg.get_int("collectives.shm_slot_bytes"));
   c.shm_slots = static_cast<int>(cfg.get_int("collectives.shm_slots"));
   c.single_copy_bytes = static_cast<std::size_t>(cfg.get_int("collectives.single_copy_bytes"));

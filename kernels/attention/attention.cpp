@@ -88,18 +88,12 @@ void note_fallback(const std::string& reason) {
 
 }  // namespace
 
-std::string_view to_string(AttentionImpl impl) noexcept {
-  switch (impl) {
-    case AttentionImpl::fused: return "fused";
-    case AttentionImpl::unfused: return "unfused";
-    default: return "auto";
-  }
-}
+std::string_view to_string(AttentionImpl impl) noexcept { return name_of(kAttentionImplNames, impl); }
 
 AttentionImpl attention_impl_from(std::string_view name, std::string_view key) {
-  for (AttentionImpl i : {AttentionImpl::automatic, AttentionImpl::fused, AttentionImpl::unfused})
-    if (name == to_string(i)) return i;
-  HZP_THROW(ConfigError, key, " = \"", name, "\" is not an attention kernel. Fix: auto, fused or unfused");
+  if (const auto impl = value_of(kAttentionImplNames, name)) return *impl;
+  HZP_THROW(ConfigError, key, " = \"", name, "\" is not an attention kernel. Fix: one of ",
+            names_text(kAttentionImplNames));
 }
 
 std::string fused_attention_unavailable(const AttentionDims& dims, DType dtype) {

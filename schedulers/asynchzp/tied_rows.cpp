@@ -10,14 +10,7 @@
 
 namespace hzp::schedulers {
 
-const char* tied_split_name(TiedSplit mode) {
-  switch (mode) {
-    case TiedSplit::off: return "off";
-    case TiedSplit::rows_alltoall: return "rows_alltoall";
-    case TiedSplit::rows_allgather: return "rows_allgather";
-  }
-  return "?";
-}
+const char* tied_split_name(TiedSplit mode) { return name_of(SchedulerOptions::kTiedSplitNames, mode).data(); }
 
 TiedTable tied_split_table(const workloads::ParamLayout& layout, const ParallelDims& dims, bool on_gpu, TiedSplit mode) {
   const char* name = tied_split_name(mode);

@@ -9,14 +9,7 @@
 
 namespace hzp::schedulers {
 
-std::string_view to_string(PipelineScheduleKind k) {
-  switch (k) {
-    case PipelineScheduleKind::gpipe: return "gpipe";
-    case PipelineScheduleKind::one_f_one_b: return "1f1b";
-    case PipelineScheduleKind::interleaved: return "interleaved";
-  }
-  return "?";
-}
+std::string_view to_string(PipelineScheduleKind k) { return name_of(kPipelineScheduleNames, k); }
 
 std::string PipelineLayout::describe() const {
   std::ostringstream o;

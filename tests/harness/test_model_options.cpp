@@ -84,5 +84,55 @@ TEST(ModelOptions, RefusalsNameTheValues) {
   EXPECT_THROW(train_config_from(resolve({"train.global_batch=10", "train.micro_batch_size=4"})), ConfigError);
 }
 
+// The train.* and data.* enumeration keys against names written out here: each name the option parser accepts
+// reaches the typed config as its value and reads back as the same name through to_string (what results record);
+// `list` offers exactly these names; an unknown one is a ConfigError naming the key, the value and the choices.
+void expect_refusal(const std::string& key, const std::string& choices) {
+  try {
+    resolve({(key + "=bogus").c_str()});
+    ADD_FAILURE() << key << " accepted an unknown name";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(e.message().find(key + " = bogus"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find(choices), std::string::npos) << e.message();
+  }
+}
+
+TEST(ModelOptions, EnumerationNamesRoundTrip) {
+  const OptionTable& t = hzpbench_options();
+  using workloads::Precision;
+  for (const auto& [name, value] : std::vector<std::pair<std::string, Precision>>{
+           {"fp32", Precision::fp32}, {"bf16-mixed", Precision::bf16_mixed}, {"fp64", Precision::fp64}}) {
+    const workloads::TrainConfig tr = train_config_from(resolve({("train.precision=" + name).c_str()}));
+    EXPECT_EQ(tr.precision, value) << name;
+    EXPECT_EQ(workloads::to_string(tr.precision), name);
+  }
+  EXPECT_EQ(t.find("train.precision")->allowed, (std::vector<std::string>{"fp32", "bf16-mixed", "fp64"}));
+  expect_refusal("train.precision", "fp32, bf16-mixed, fp64");
+
+  using workloads::DataKind;
+  for (const auto& [name, value] : std::vector<std::pair<std::string, DataKind>>{
+           {"synthetic", DataKind::synthetic}, {"llmc", DataKind::llmc}, {"nanogpt", DataKind::nanogpt},
+           {"bytes", DataKind::bytes}}) {
+    // A file source needs a path (its contents are read when the source opens, not here).
+    const std::string source = "data.source=" + name;
+    const char* path = value == DataKind::synthetic ? "data.path=" : "data.path=tokens.bin";
+    const workloads::DataConfig d = data_config_from(resolve({source.c_str(), path}));
+    EXPECT_EQ(d.kind, value) << name;
+    EXPECT_EQ(workloads::to_string(d.kind), name);
+  }
+  EXPECT_EQ(t.find("data.source")->allowed, (std::vector<std::string>{"synthetic", "llmc", "nanogpt", "bytes"}));
+  expect_refusal("data.source", "synthetic, llmc, nanogpt, bytes");
+
+  using workloads::PackingKind;
+  for (const auto& [name, value] : std::vector<std::pair<std::string, PackingKind>>{
+           {"none", PackingKind::none}, {"documents", PackingKind::documents}}) {
+    const workloads::DataConfig d = data_config_from(resolve({("data.packing=" + name).c_str()}));
+    EXPECT_EQ(d.packing.kind, value) << name;
+    EXPECT_EQ(workloads::to_string(d.packing.kind), name);
+  }
+  EXPECT_EQ(t.find("data.packing")->allowed, (std::vector<std::string>{"none", "documents"}));
+  expect_refusal("data.packing", "none, documents");
+}
+
 }  // namespace
 }  // namespace hzp::harness

@@ -142,6 +142,43 @@ TEST(RunSetup, DumpStepsAndOutputPaths) {
   EXPECT_THROW(check_output_path(dir.string(), false), ConfigError) << "a directory";
 }
 
+// The collectives.* enumeration keys against names written out here: each name the option parser accepts reaches
+// MpiCommConfig as its value and reads back as the same name (what the results file records); `list` offers
+// exactly these names; an unknown one is a ConfigError naming the key, the value and the choices.
+TEST(RunSetup, CollectivesEnumerationNamesRoundTrip) {
+  const OptionTable& t = hzpbench_options();
+  const auto comm = [&](const std::string& set) {
+    ConfigResolver r(t);
+    r.add_set(set);
+    return mpi_comm_config_from(r.resolve());
+  };
+  for (const auto& [name, value] : std::vector<std::pair<std::string, coll::WaitPolicy>>{
+           {"yield", coll::WaitPolicy::yield}, {"backoff", coll::WaitPolicy::backoff},
+           {"mixed", coll::WaitPolicy::mixed}}) {
+    const coll::MpiCommConfig c = comm("collectives.wait_policy=" + name);
+    EXPECT_EQ(c.wait_policy, value) << name;
+    EXPECT_EQ(coll::wait_policy_name(c.wait_policy), name);
+  }
+  for (const auto& [name, value] : std::vector<std::pair<std::string, coll::Transport>>{
+           {"auto", coll::Transport::automatic}, {"mpi", coll::Transport::mpi}, {"shm", coll::Transport::shm}}) {
+    const coll::MpiCommConfig c = comm("collectives.transport=" + name);
+    EXPECT_EQ(c.transport, value) << name;
+    EXPECT_EQ(coll::transport_name(c.transport), name);
+  }
+  EXPECT_EQ(t.find("collectives.wait_policy")->allowed, (std::vector<std::string>{"yield", "backoff", "mixed"}));
+  EXPECT_EQ(t.find("collectives.transport")->allowed, (std::vector<std::string>{"auto", "mpi", "shm"}));
+  for (const auto& [key, choices] : std::vector<std::pair<std::string, std::string>>{
+           {"collectives.wait_policy", "yield, backoff, mixed"}, {"collectives.transport", "auto, mpi, shm"}}) {
+    try {
+      comm(key + "=bogus");
+      ADD_FAILURE() << key << " accepted an unknown name";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(e.message().find(key + " = bogus"), std::string::npos) << e.message();
+      EXPECT_NE(e.message().find(choices), std::string::npos) << e.message();
+    }
+  }
+}
+
 TEST(Summary, PercentilesInterpolateLinearly) {
   EXPECT_DOUBLE_EQ(percentile({4, 1, 3, 2}, 50), 2.5);
   EXPECT_DOUBLE_EQ(percentile({1, 2, 3, 4, 5}, 0), 1);

@@ -303,7 +303,7 @@ TEST(Attention, KernelChoiceOnTheHost) {
   for (AttentionImpl i : {AttentionImpl::automatic, AttentionImpl::fused, AttentionImpl::unfused})
     EXPECT_EQ(attention_impl_from(to_string(i), "model.attention"), i);
   EXPECT_TRUE(test::throws_with<ConfigError>([] { attention_impl_from("flash", "model.attention"); },
-                                             {"model.attention = \"flash\"", "auto, fused or unfused"}));
+                                             {"model.attention = \"flash\"", "auto, fused, unfused"}));
   const AttentionDims d{2, 5, 2, 1, 4};
   EXPECT_EQ(resolve_attention_impl(AttentionImpl::automatic, d, DType::bf16, Device::cpu()), AttentionImpl::unfused);
   EXPECT_EQ(resolve_attention_impl(AttentionImpl::unfused, d, DType::f32, Device::cpu()), AttentionImpl::unfused);

@@ -30,7 +30,7 @@ TEST(DataConfig, ParsesKinds) {
   EXPECT_EQ(parse_data_kind("nanogpt"), DataKind::nanogpt);
   EXPECT_EQ(parse_data_kind("bytes"), DataKind::bytes);
   EXPECT_TRUE(throws_with<ConfigError>([] { parse_data_kind("shakespeare"); },
-                                       {"data.source='shakespeare'", "synthetic, llmc, nanogpt or bytes"}));
+                                       {"data.source='shakespeare'", "synthetic, llmc, nanogpt, bytes"}));
 }
 
 TEST(DataConfig, SyntheticVocabFollowsModelVocab) {

@@ -10,25 +10,11 @@
 
 namespace hzp::workloads {
 
-std::string_view to_string(DataKind k) {
-  switch (k) {
-    case DataKind::synthetic:
-      return "synthetic";
-    case DataKind::llmc:
-      return "llmc";
-    case DataKind::nanogpt:
-      return "nanogpt";
-    case DataKind::bytes:
-      return "bytes";
-  }
-  return "?";
-}
+std::string_view to_string(DataKind k) { return name_of(kDataKindNames, k); }
 
 DataKind parse_data_kind(std::string_view text) {
-  for (DataKind k : {DataKind::synthetic, DataKind::llmc, DataKind::nanogpt, DataKind::bytes})
-    if (text == to_string(k)) return k;
-  HZP_THROW(ConfigError, "data.source='", text,
-            "' is not a data source: choose synthetic, llmc, nanogpt or bytes");
+  if (const auto k = value_of(kDataKindNames, text)) return *k;
+  HZP_THROW(ConfigError, "data.source='", text, "' is not a data source: choose one of ", names_text(kDataKindNames));
 }
 
 MarkovChainParams DataConfig::resolved_synthetic() const {

@@ -22,12 +22,11 @@ std::string exact(double v) {
 
 }  // namespace
 
-std::string_view to_string(PackingKind k) { return k == PackingKind::documents ? "documents" : "none"; }
+std::string_view to_string(PackingKind k) { return name_of(kPackingKindNames, k); }
 
 PackingKind parse_packing_kind(std::string_view text) {
-  for (PackingKind k : {PackingKind::none, PackingKind::documents})
-    if (text == to_string(k)) return k;
-  HZP_THROW(ConfigError, "data.packing='", text, "' is not a packing: choose none or documents");
+  if (const auto k = value_of(kPackingKindNames, text)) return *k;
+  HZP_THROW(ConfigError, "data.packing='", text, "' is not a packing: choose one of ", names_text(kPackingKindNames));
 }
 
 void DocumentPacking::validate() const {

@@ -10,19 +10,17 @@
 
 namespace hzp::workloads {
 
-std::string_view to_string(RouterScore s) noexcept { return s == RouterScore::sigmoid ? "sigmoid" : "softmax"; }
-std::string_view to_string(MoeBalance b) noexcept { return b == MoeBalance::bias ? "bias" : "aux_loss"; }
+std::string_view to_string(RouterScore s) noexcept { return name_of(kRouterScoreNames, s); }
+std::string_view to_string(MoeBalance b) noexcept { return name_of(kMoeBalanceNames, b); }
 
 RouterScore router_score_from(std::string_view name, std::string_view key) {
-  if (name == "sigmoid") return RouterScore::sigmoid;
-  if (name == "softmax") return RouterScore::softmax;
-  HZP_THROW(ConfigError, key, " = \"", name, "\" is not a router score; choices: sigmoid, softmax");
+  if (const auto s = value_of(kRouterScoreNames, name)) return *s;
+  HZP_THROW(ConfigError, key, " = \"", name, "\" is not a router score; choices: ", names_text(kRouterScoreNames));
 }
 
 MoeBalance moe_balance_from(std::string_view name, std::string_view key) {
-  if (name == "bias") return MoeBalance::bias;
-  if (name == "aux_loss") return MoeBalance::aux_loss;
-  HZP_THROW(ConfigError, key, " = \"", name, "\" is not a balancing rule; choices: bias, aux_loss");
+  if (const auto b = value_of(kMoeBalanceNames, name)) return *b;
+  HZP_THROW(ConfigError, key, " = \"", name, "\" is not a balancing rule; choices: ", names_text(kMoeBalanceNames));
 }
 
 void MoeConfig::collect_problems(std::int64_t layers, std::vector<std::string>& problems) const {

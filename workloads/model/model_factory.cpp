@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "hzp/core/enum_option.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/kernels/attention.hpp"
 #include "hzp/workloads/presets.hpp"
@@ -84,7 +85,7 @@ void register_llama_keys(OptionTable& t) {
   t.add(S::real("model.norm_eps", m.norm_eps, "RMSNorm epsilon").non_negative());
   t.add(S::boolean("model.tied_embeddings", m.tied_embeddings,
                    "The LM head reads the embedding table (stored once, in the embedding unit)"));
-  t.add(S::enumeration("model.attention", {"auto", "fused", "unfused"}, "auto",
+  t.add(enum_option_spec("model.attention", kernels::kAttentionImplNames, m.attention,
                        "Attention kernel on a GPU (docs/cuda.md): fused = cuDNN's fused SDPA (bf16), unfused = "
                        "the cuBLASLt GEMMs around a softmax kernel (its reference), auto = fused where it runs. "
                        "The CPU always runs its tiled kernel (fused is refused there)"));
@@ -99,10 +100,10 @@ void register_llama_keys(OptionTable& t) {
                    "Always-on experts per MoE block (run as one SwiGLU of shared_experts x expert_ffn)"));
   t.add(S::integer("model.dense_layers", moe.dense_layers,
                    "The first blocks keep the dense MLP of width model.ffn_hidden (DeepSeek-V3: 3)"));
-  t.add(S::enumeration("model.router_score", {"sigmoid", "softmax"}, std::string(to_string(moe.router_score)),
+  t.add(enum_option_spec("model.router_score", kRouterScoreNames, moe.router_score,
                        "Router scores: sigmoid per expert (DeepSeek-V3) or softmax over the experts; the chosen "
                        "top_k are normalised to sum to 1 either way"));
-  t.add(S::enumeration("model.balance", {"bias", "aux_loss"}, std::string(to_string(moe.balance)),
+  t.add(enum_option_spec("model.balance", kMoeBalanceNames, moe.balance,
                        "Load balancing: bias = DeepSeek-V3's auxiliary-loss-free per-expert bias, added to the scores "
                        "for choosing only and moved by model.bias_update_rate once per step against the global "
                        "batch's load; aux_loss = switch-style loss model.aux_loss_coef x E x sum_e f_e P_e"));

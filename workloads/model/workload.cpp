@@ -11,19 +11,12 @@
 
 namespace hzp::workloads {
 
-std::string_view to_string(Precision p) noexcept {
-  switch (p) {
-    case Precision::fp32: return "fp32";
-    case Precision::bf16_mixed: return "bf16-mixed";
-    case Precision::fp64: return "fp64";
-  }
-  return "?";
-}
+std::string_view to_string(Precision p) noexcept { return name_of(kPrecisionNames, p); }
 
 Precision parse_precision(std::string_view text) {
-  for (Precision p : {Precision::fp32, Precision::bf16_mixed, Precision::fp64})
-    if (to_string(p) == text) return p;
-  HZP_THROW(ConfigError, "train.precision = \"", text, "\" is not one of: fp32, bf16-mixed, fp64 (fp64 is for tests)");
+  if (const auto p = value_of(kPrecisionNames, text)) return *p;
+  HZP_THROW(ConfigError, "train.precision = \"", text, "\" is not one of: ", names_text(kPrecisionNames),
+            " (fp64 is for tests)");
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@
 #include "hzp/collectives/counters.hpp"
 #include "hzp/collectives/link_emulator.hpp"
 #include "hzp/collectives/topology.hpp"
+#include "hzp/core/enum_names.hpp"
 
 namespace hzp::coll {
 
@@ -30,6 +31,9 @@ enum class WaitPolicy : std::uint8_t {
   backoff,  // MPI_Test + nanosleep, 1 us doubling up to backoff_max_us: best oversubscribed
   mixed,    // yield for the first ~100 us of a wait, then back off
 };
+/// The collectives.wait_policy names.
+inline constexpr EnumName<WaitPolicy> kWaitPolicyNames[] = {
+    {"yield", WaitPolicy::yield}, {"backoff", WaitPolicy::backoff}, {"mixed", WaitPolicy::mixed}};
 std::string_view wait_policy_name(WaitPolicy p) noexcept;
 std::optional<WaitPolicy> parse_wait_policy(std::string_view name) noexcept;
 
@@ -40,6 +44,9 @@ enum class Transport : std::uint8_t {
   mpi,        // MPI_Isend/MPI_Irecv (MPICH's shared-memory path: two copies, 2-4 GB/s here)
   shm,        // our shared-memory rings; an error when they cannot be set up
 };
+/// The collectives.transport names.
+inline constexpr EnumName<Transport> kTransportNames[] = {
+    {"auto", Transport::automatic}, {"mpi", Transport::mpi}, {"shm", Transport::shm}};
 std::string_view transport_name(Transport t) noexcept;
 std::optional<Transport> parse_transport(std::string_view name) noexcept;
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "hzp/core/enum_names.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/core/tensor.hpp"
 
@@ -39,8 +40,11 @@ struct AttentionDims {
 /// loadable and supporting the shape) and the unfused one otherwise. On a CPU stream the tiled CPU kernel
 /// runs whatever is asked, except that `fused` is refused there (there is no cuDNN on the host).
 enum class AttentionImpl { automatic, fused, unfused };
+/// The model.attention names.
+inline constexpr EnumName<AttentionImpl> kAttentionImplNames[] = {
+    {"auto", AttentionImpl::automatic}, {"fused", AttentionImpl::fused}, {"unfused", AttentionImpl::unfused}};
 std::string_view to_string(AttentionImpl impl) noexcept;
-/// "auto", "fused" or "unfused"; ConfigError naming `key` and the accepted values otherwise.
+/// A name of kAttentionImplNames; ConfigError naming `key` and the accepted values otherwise.
 AttentionImpl attention_impl_from(std::string_view name, std::string_view key);
 /// The kernel attention_fwd/bwd run for these arguments: fused or unfused on a CUDA device, unfused (the
 /// tiled CPU kernel) on the host; `documents`: a document mask (`first`, below) is given, which only the unfused

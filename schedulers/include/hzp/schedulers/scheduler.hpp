@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "hzp/core/caching_allocator.hpp"
+#include "hzp/core/enum_names.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/ring_pool.hpp"
 #include "hzp/core/stream.hpp"
@@ -107,6 +108,10 @@ struct SchedulerOptions {
   /// micro-batch's looked-up rows after the embedding's backward (docs/data-parallel.md "The tied table's chain"):
   /// off, or the rows sent to the ranks whose optimizer slices they fall in (all-to-all-v), or all-gathered.
   enum class TiedSplit { off, rows_alltoall, rows_allgather };
+  static constexpr EnumName<TiedSplit> kTiedSplitNames[] = {
+      {"off", TiedSplit::off},
+      {"rows_alltoall", TiedSplit::rows_alltoall},
+      {"rows_allgather", TiedSplit::rows_allgather}};
   TiedSplit tied_split = TiedSplit::off;
   int prefetch = 2;   ///< parameter all-gathers issued ahead of use, in units (>= 1; bounded by the pool)
   enum class Launch { unit, tensor };

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "hzp/core/caching_allocator.hpp"
+#include "hzp/core/enum_names.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/core/tensor.hpp"
 
@@ -24,6 +25,11 @@ namespace hzp::workloads {
 
 enum class RouterScore { sigmoid, softmax };
 enum class MoeBalance { bias, aux_loss };
+/// The model.router_score and model.balance names.
+inline constexpr EnumName<RouterScore> kRouterScoreNames[] = {{"sigmoid", RouterScore::sigmoid},
+                                                              {"softmax", RouterScore::softmax}};
+inline constexpr EnumName<MoeBalance> kMoeBalanceNames[] = {{"bias", MoeBalance::bias},
+                                                            {"aux_loss", MoeBalance::aux_loss}};
 std::string_view to_string(RouterScore s) noexcept;
 std::string_view to_string(MoeBalance b) noexcept;
 /// ConfigError naming `key` and the choices.

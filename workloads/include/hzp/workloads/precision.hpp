@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "hzp/core/dtype.hpp"
+#include "hzp/core/enum_names.hpp"
 
 namespace hzp::workloads {
 
@@ -16,8 +17,11 @@ namespace hzp::workloads {
 ///   (the paper's 2 + 4 + 4 + 4 + 4 = 18 bytes per parameter).
 /// fp64: everything fp64; for tests only (finite differences need it), never a benchmark setting.
 enum class Precision : std::uint8_t { fp32, bf16_mixed, fp64 };
+/// The `train.precision` spellings.
+inline constexpr EnumName<Precision> kPrecisionNames[] = {
+    {"fp32", Precision::fp32}, {"bf16-mixed", Precision::bf16_mixed}, {"fp64", Precision::fp64}};
 
-/// "fp32", "bf16-mixed", "fp64" (the `train.precision` spellings).
+/// Its name in kPrecisionNames.
 std::string_view to_string(Precision p) noexcept;
 /// Inverse of to_string; ConfigError naming the text and the choices.
 Precision parse_precision(std::string_view text);

@@ -11,14 +11,19 @@
 #include <string_view>
 #include <vector>
 
+#include "hzp/core/enum_names.hpp"
 #include "hzp/schedulers/step/schedule.hpp"
 #include "hzp/workloads/param_layout.hpp"
 
 namespace hzp::schedulers {
 
 enum class PipelineScheduleKind { gpipe, one_f_one_b, interleaved };
+/// The scheduler.schedule names.
+inline constexpr EnumName<PipelineScheduleKind> kPipelineScheduleNames[] = {
+    {"gpipe", PipelineScheduleKind::gpipe}, {"1f1b", PipelineScheduleKind::one_f_one_b},
+    {"interleaved", PipelineScheduleKind::interleaved}};
 
-/// "gpipe", "1f1b", "interleaved" (the scheduler.schedule names).
+/// Its name in kPipelineScheduleNames.
 std::string_view to_string(PipelineScheduleKind k);
 
 /// The units cut into pp · v chunks in model order; chunk k runs on stage k mod pp as that stage's chunk k / pp

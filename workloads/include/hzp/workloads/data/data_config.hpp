@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "hzp/core/enum_names.hpp"
 #include "hzp/workloads/data/document_packing.hpp"
 #include "hzp/workloads/data/markov_chain.hpp"
 #include "hzp/workloads/data/token_file.hpp"
@@ -18,8 +19,12 @@ namespace hzp::workloads {
 
 /// `data.source`.
 enum class DataKind { synthetic, llmc, nanogpt, bytes };
+inline constexpr EnumName<DataKind> kDataKindNames[] = {{"synthetic", DataKind::synthetic},
+                                                        {"llmc", DataKind::llmc},
+                                                        {"nanogpt", DataKind::nanogpt},
+                                                        {"bytes", DataKind::bytes}};
 std::string_view to_string(DataKind k);
-/// "synthetic" | "llmc" | "nanogpt" | "bytes"; ConfigError naming the text and the choices.
+/// A name of kDataKindNames; ConfigError naming the text and the choices.
 DataKind parse_data_kind(std::string_view text);
 
 struct DataConfig {

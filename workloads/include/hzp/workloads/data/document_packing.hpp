@@ -11,14 +11,17 @@
 #include <string_view>
 #include <vector>
 
+#include "hzp/core/enum_names.hpp"
 #include "hzp/workloads/data_source.hpp"
 
 namespace hzp::workloads {
 
 /// `data.packing`.
 enum class PackingKind { none, documents };
+inline constexpr EnumName<PackingKind> kPackingKindNames[] = {{"none", PackingKind::none},
+                                                              {"documents", PackingKind::documents}};
 std::string_view to_string(PackingKind k);
-/// "none" | "documents"; ConfigError naming data.packing, the text and the choices.
+/// A name of kPackingKindNames; ConfigError naming data.packing, the text and the choices.
 PackingKind parse_packing_kind(std::string_view text);
 
 /// Document lengths are log-normal: ln L ~ Normal(μ, σ²) with μ = ln(mean_tokens) − σ²/2, so that E[L] is
