@@ -28,7 +28,8 @@ struct Entry {
   /// Its parallel degrees at W ranks (for the data-parallel ones: the ranks its model state is sharded over,
   /// the mesh's dp_shard degree; the rest replicate).
   ParallelDims (*dims)(const SchedulerOptions&, int world_size);
-  /// Whether it runs on a CUDA compute stream (device buffers, NCCL groups; docs/cuda.md).
+  /// Whether it runs on a CUDA compute stream (device buffers, NCCL groups; docs/cuda.md). Every scheduler here
+  /// does; a new one stays host-only until its buffers and collectives are on the stream.
   bool cuda = false;
 };
 
@@ -58,7 +59,7 @@ constexpr std::array kEntries = {
     Entry{"zero3", &make_zero3_scheduler, &plan_zero3, &dims_world, true},
     Entry{"hsdp", &make_hsdp_scheduler, &plan_hsdp, &dims_group, true},
     Entry{"asynchzp", &make_asynchzp_scheduler, &plan_asynchzp_engine, &asynchzp_parallel_dims, true},
-    Entry{"nd", &make_nd_scheduler, &plan_nd_engine, &nd_parallel_dims},
+    Entry{"nd", &make_nd_scheduler, &plan_nd_engine, &nd_parallel_dims, true},
 };
 
 }  // namespace

@@ -40,9 +40,9 @@ void register_run_keys(OptionTable& t) {
                        "sharding (scheduler.z1/z2/z3), communication inline or on background threads"));
   t.add(S::enumeration("backend", {"cpu", "cuda"}, "cpu",
                        "Where compute and communication run: cpu (OpenBLAS kernels, MPI on host "
-                       "buffers); cuda = scheduler none on one GPU (cuda:0): state and activations in device memory, "
-                       "the CUDA kernels on one stream; other schedulers and train.deterministic refuse it "
-                       "(docs/cuda.md)"));
+                       "buffers); cuda = one GPU per rank, NCCL between them: state and activations in device "
+                       "memory, the CUDA kernels on one stream; every scheduler, without pp, cp or an MoE model; "
+                       "train.deterministic refuses it (docs/cuda.md)"));
   t.add(S::real("device.peak_tflops", 0,
                 "Declared peak of one rank's device, the denominator of MFU; 0 = the device table for "
                 "known GPUs, or on the CPU a single-core sgemm measured at start (recorded)")

@@ -154,7 +154,8 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
               "backend only for now. Fix: scheduler.pp = 1 and scheduler.cp = 1, or backend = cpu");
   if (s.opt.backend == "cuda") {
     // The CUDA kernels, device memory and streams exist (docs/cuda.md); what runs a step on them is the
-    // scheduler: none, the synchronous ZeRO family and asynchzp do; nd keeps its state in host memory.
+    // scheduler: every registered one does (nd without pp, cp and MoE, refused above and by nd's factory); a
+    // new scheduler stays host-only until its registry entry says otherwise.
     if (!cuda_compiled())
       HZP_THROW(ConfigError, "backend = cuda: this hzpbench was built without CUDA. Fix: rebuild with "
                 "-DHZP_CUDA=ON on a machine with the CUDA toolkit, or backend = cpu");

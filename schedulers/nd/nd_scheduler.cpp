@@ -3,6 +3,7 @@
 // tensor-parallel model; what nd adds is the mesh.
 #include "hzp/schedulers/nd.hpp"
 
+#include "hzp/core/device.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/schedulers/common/expert_data_parallel.hpp"
 #include "hzp/schedulers/data_parallel.hpp"
@@ -40,10 +41,21 @@ ParallelDims nd_parallel_dims(const SchedulerOptions& o, int w) {
 }
 
 std::unique_ptr<Scheduler> make_nd_scheduler(const SchedulerArgs& args) {
-  if (!args.options.distributed_optimizer) return make_replicated_nd_scheduler(args);
-  // Expert pieces, or the tp ranks' row shares of an MoE model's router and experts: two shard layouts (dense over
-  // data × context, experts over their expert-data group) and a sum over tp first, which zero1's engine does not make.
+  // The tp ranks' row shares of an MoE model's router and experts (their gradients are summed over tp).
   const bool shares = args.options.tp > 1 && args.model != nullptr && !tp_share_ranges(args.model->layout()).empty();
+  // On a GPU nd is ddp's and zero1's engines, which run on the stream, and the dense tensor-parallel model, whose
+  // kernels and tp collectives take the stream too. The MoE sums (ExpertDataParallel's over ep and tp, the expert
+  // optimizer's two shard layouts) move host buffers, and the MoE layer has no CUDA kernels: refused here, before
+  // any group is split.
+  if (args.stream.device().is_cuda() && (args.options.ep > 1 || shares))
+    HZP_THROW(UnsupportedError, "scheduler nd on ", to_string(args.stream.device()), " with scheduler.ep = ",
+              args.options.ep, " and scheduler.tp = ", args.options.tp, (shares ? " over an MoE model" : ""),
+              ": expert parallelism and an MoE model's tensor-parallel gradient shares run on the CPU backend only "
+              "(their gradient sums move host buffers; docs/cuda.md). Fix: scheduler.ep = 1 and a dense model "
+              "(model.experts = 0), or backend = cpu");
+  if (!args.options.distributed_optimizer) return make_replicated_nd_scheduler(args);
+  // Expert pieces, or the tp shares: two shard layouts (dense over data × context, experts over their expert-data
+  // group) and a sum over tp first, which zero1's engine does not make.
   return args.options.ep > 1 || shares ? make_expert_optimizer_nd_scheduler(args)
                                        : make_distributed_optimizer_nd_scheduler(args);
 }

@@ -22,10 +22,10 @@ Scenarios (one CTest each, see run_tests.cmake):
                    waiting for it through its background threads
   killed           SIGKILL at 5 random moments: the file opens, reads `running` and holds every step printed
                    before the last flush
-  cuda_tiny        (gpu) tiny with `none` and with `zero3` on backend = cuda: status ok, device memory recorded,
+  cuda_tiny        (gpu) tiny with `none`, `zero3` and `nd` on backend = cuda: status ok, device memory recorded,
                    the step-time closure, and the losses follow a CPU run of `none` (fp32, 1e-4 relative)
   cuda_no_device   (CUDA build, no visible device) backend = cuda fails with one message naming the fix and
-                   leaves the file marked failed
+                   leaves the file marked failed (the default scheduler and nd)
 
 Exit 77 (a visible CTest skip) when h5py/numpy are missing: scripts/bootstrap installs them, and for the
 cuda scenarios when the machine does not fit (a device for cuda_tiny, none for cuda_no_device).
@@ -505,8 +505,9 @@ def scenario_cuda_tiny():
     steps = 5
     common = TINY + ["--set", "train.precision=fp32", "--set", f"train.steps={steps}"]
     _, _, _, cpu_path = run(common + ["--set", "scheduler.name=none"], expect_rc=0, timeout=300)
-    # none (the reference loop) and zero3 (the step driver over an engine, on a one-rank NCCL world) on the GPU.
-    for name in ["none", "zero3"]:
+    # none (the reference loop), zero3 (the step driver over an engine, on a one-rank NCCL world) and nd (ddp's
+    # engine over its mesh's groups, split from that world) on the GPU.
+    for name in ["none", "zero3", "nd"]:
         _, _, _, gpu_path = run(common + ["--set", f"scheduler.name={name}", "--set", "backend=cuda"], expect_rc=0,
                                 timeout=300)
         with h5py.File(gpu_path, "r") as g, h5py.File(cpu_path, "r") as c:
@@ -538,19 +539,21 @@ def scenario_cuda_no_device():
     if cuda_devices() > 0:
         print("SKIP: a CUDA device is visible; this scenario checks the message without one")
         sys.exit(77)
-    rc, out, err, path = run(TINY + ["--set", "backend=cuda", "--set", "train.steps=2"])
-    check(rc != 0, "backend = cuda without a device succeeded")
-    text = out + err
-    # The failure protocol prints the rank's own line and then the run's verdict; the verdict is this one
-    # error and no other failure is reported.
-    check(err.count("hzpbench: failed: rank 0: backend = cuda: no CUDA device visible") == 1,
-          f"expected one failure naming the missing device:\n{text}")
-    check(err.count("hzpbench: failed:") == 1, f"more than one failure reported:\n{text}")
-    check("Fix: run on a GPU node" in text and "backend = cpu" in text, f"the message names no fix:\n{text}")
-    check("Traceback" not in text and "terminate" not in text, f"not a clean failure:\n{text}")
-    with h5py.File(path, "r") as f:
-        status = attr(f, "status")
-        check(status.startswith("failed: 0: backend = cuda: no CUDA device visible"), f"status {status!r}")
+    # The default scheduler, and nd (which runs on a GPU too: the same message, not a refusal of nd).
+    for extra in [[], ["--set", "scheduler.name=nd"]]:
+        rc, out, err, path = run(TINY + ["--set", "backend=cuda", "--set", "train.steps=2"] + extra)
+        check(rc != 0, f"backend = cuda without a device succeeded ({extra})")
+        text = out + err
+        # The failure protocol prints the rank's own line and then the run's verdict; the verdict is this one
+        # error and no other failure is reported.
+        check(err.count("hzpbench: failed: rank 0: backend = cuda: no CUDA device visible") == 1,
+              f"expected one failure naming the missing device:\n{text}")
+        check(err.count("hzpbench: failed:") == 1, f"more than one failure reported:\n{text}")
+        check("Fix: run on a GPU node" in text and "backend = cpu" in text, f"the message names no fix:\n{text}")
+        check("Traceback" not in text and "terminate" not in text, f"not a clean failure:\n{text}")
+        with h5py.File(path, "r") as f:
+            status = attr(f, "status")
+            check(status.startswith("failed: 0: backend = cuda: no CUDA device visible"), f"status {status!r}")
 
 
 def main(scenarios=None):

@@ -1,5 +1,5 @@
-// GPU test: the data-parallel engines (ddp, zero1, zero2, zero3, hsdp, asynchzp async and inline) on one GPU, over
-// a one-rank NCCL group,
+// GPU test: the data-parallel engines (ddp, zero1, zero2, zero3, hsdp, asynchzp async and inline, nd with and
+// without the distributed optimizer) on one GPU, over a one-rank NCCL group,
 // with their buffers from an allocator over CudaBacking and every kernel and collective on one CUDA stream, as
 // `hzpbench run --set backend=cuda` gives them. Each follows the CPU run of `none` (the single-rank reference:
 // OpenBLAS and the CPU kernels, another step loop) on the same data and initial parameters: fp32 gradients of
@@ -8,6 +8,9 @@
 // than one GPU rank needs more than one GPU (docs/cuda.md says what is unrun). asynchzp's async form runs its two
 // background threads, each with its own stream and NCCL communicators, meeting the compute stream through events
 // only: its compute stream never waits where a collective is issued (counted from the engine's stall clock).
+// nd at one rank is tp = 1 (its mesh's groups split from the NCCL world; tp > 1 needs a GPU per rank). No
+// registered scheduler is host-only any more, so none is left to refuse a CUDA stream here; nd's MoE refusal is
+// checked without a GPU (test_schedulers_none, Registry.NdRefusesExpertParallelismOnACudaStream).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -77,8 +80,13 @@ struct Curves {
   std::size_t device_bytes = 0;  // the engine's model state in device memory (tags param, grad, master, m, v)
 };
 
-/// "asynchzp-inline" is asynchzp with scheduler.async = false (the paper's Fig. 3 left); the rest are registry names.
-std::string registry_name(const std::string& engine) { return engine == "asynchzp-inline" ? "asynchzp" : engine; }
+/// "asynchzp-inline" is asynchzp with scheduler.async = false (the paper's Fig. 3 left), "nd-distopt" nd with
+/// scheduler.distributed_optimizer = true (zero1's engine over the mesh's data-parallel group); the rest are
+/// registry names.
+std::string registry_name(const std::string& engine) {
+  if (engine == "asynchzp-inline") return "asynchzp";
+  return engine == "nd-distopt" ? "nd" : engine;
+}
 
 Curves train_both(const std::string& engine, workloads::Precision precision, std::int64_t steps) {
   const Reference& ref = cpu_reference(precision, steps);
@@ -93,6 +101,7 @@ Curves train_both(const std::string& engine, workloads::Precision precision, std
   args.options.bucket_mb = 0.05;  // several buckets: ddp's readiness counting runs on the device path too
   args.options.group_size = 1;    // hsdp: shards of one rank, replicated (the replica all-reduce runs)
   args.options.async = engine != "asynchzp-inline";
+  args.options.distributed_optimizer = engine == "nd-distopt";
   const auto dev = schedulers::make_scheduler(registry_name(engine), args);
   auto& dp = dynamic_cast<schedulers::DataParallelScheduler&>(*dev);
   Curves c;
@@ -137,7 +146,8 @@ TEST_P(CudaEngine, TinyBf16MixedFollowsTheCpuReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, CudaEngine,
-                         ::testing::Values("ddp", "zero1", "zero2", "zero3", "hsdp", "asynchzp", "asynchzp-inline"),
+                         ::testing::Values("ddp", "zero1", "zero2", "zero3", "hsdp", "asynchzp", "asynchzp-inline", "nd",
+                                           "nd-distopt"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');
@@ -186,23 +196,6 @@ TEST(CudaAsyncHzp, ComputeStreamWaitsOnlyWhereResultsAreUsed) {
         EXPECT_GE(st.device_waits_at_issue, 2 * units * micro);
       }
       EXPECT_GE(st.device_wait_s, 0.0);
-    }
-  }
-}
-
-TEST(CudaEngineRefusals, HostOnlySchedulersRefuseACudaStream) {
-  NoneRun cpu("tiny");
-  cpu.build();
-  Gpu gpu;
-  coll::SelfBootstrap solo;
-  coll::NcclCommunicator world(solo, world_config());
-  const schedulers::SchedulerArgs args = gpu_args(cpu, gpu, world);
-  for (const char* name : {"nd"}) {
-    try {
-      (void)schedulers::make_scheduler(name, args);
-      ADD_FAILURE() << name << " accepted a CUDA stream";
-    } catch (const UnsupportedError& e) {
-      EXPECT_NE(std::string(e.what()).find("runs on the host only"), std::string::npos) << e.what();
     }
   }
 }

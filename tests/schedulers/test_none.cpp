@@ -10,6 +10,7 @@
 
 #include "../workloads/data_test_util.hpp"
 #include "../workloads/model_test_util.hpp"
+#include "hzp/schedulers/nd.hpp"
 #include "hzp/workloads/batch_plan.hpp"
 #include "none_test_util.hpp"
 
@@ -174,22 +175,34 @@ TEST(Registry, NoneIsRegisteredFirstAndUnknownNamesAreRefused) {
   EXPECT_TRUE(throws_with<ConfigError>([&] { schedulers::make_scheduler("zero9", args); }, {"\"zero9\"", "none"}));
 }
 
-// A CUDA compute stream is refused before any device call (so this runs without a GPU): by the schedulers that
-// keep host buffers, and by those that run on a GPU when their allocator is not on the stream's device; a
-// distributed scheduler without a world communicator is refused by name.
-TEST(Registry, CudaStreamTakenByGpuSchedulersOnlyWithADeviceAllocator) {
+// A CUDA compute stream is refused before any device call (so this runs without a GPU) when the allocator is not
+// on the stream's device; every registered scheduler takes one otherwise (issue 24: nd was the last host-only
+// one); a distributed scheduler without a world communicator is refused by name.
+TEST(Registry, CudaStreamTakenByEverySchedulerOnlyWithADeviceAllocator) {
   NoneRun run("tiny");
   run.build();
   schedulers::SchedulerArgs args = run.args();
   args.stream = StreamRef::wrap(Device::cuda(0), nullptr);
-  for (const char* host_only : {"nd"})
-    EXPECT_TRUE(throws_with<UnsupportedError>([&] { schedulers::make_scheduler(host_only, args); },
-                                              {"runs on the host only", "none, ddp, zero1, zero2, zero3, hsdp, asynchzp"}));
-  for (const char* gpu : {"none", "zero3", "ddp", "asynchzp"})
+  EXPECT_EQ(schedulers::cuda_scheduler_names(), schedulers::scheduler_names());
+  for (const std::string& gpu : schedulers::scheduler_names())
     EXPECT_TRUE(throws_with<ConfigError>([&] { schedulers::make_scheduler(gpu, args); },
-                                         {"compute stream is on cuda:0", "memory on cpu"}));
+                                         {"compute stream is on cuda:0", "memory on cpu"}))
+        << gpu;
   EXPECT_TRUE(throws_with<ConfigError>([&] { schedulers::make_scheduler("zero3", run.args()); },
                                        {"scheduler zero3 is distributed", "world communicator"}));
+}
+
+// nd's MoE paths (expert parallelism; an MoE model's tensor-parallel gradient shares) sum gradients through host
+// buffers: a CUDA stream is refused by nd's factory itself, before any group is split or any memory is touched.
+TEST(Registry, NdRefusesExpertParallelismOnACudaStream) {
+  NoneRun run("tiny");
+  run.build();
+  schedulers::SchedulerArgs args = run.args();
+  args.stream = StreamRef::wrap(Device::cuda(0), nullptr);
+  args.options.ep = 2;
+  EXPECT_TRUE(throws_with<UnsupportedError>([&] { schedulers::make_nd_scheduler(args); },
+                                            {"scheduler nd on cuda:0", "scheduler.ep = 2",
+                                             "Fix: scheduler.ep = 1 and a dense model", "backend = cpu"}));
 }
 
 }  // namespace
