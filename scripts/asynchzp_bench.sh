@@ -21,6 +21,8 @@
 # HZPBENCH_BENCHMARK_HOOKS=1), so that ranks sharing few cores are charged a known unit time.
 # Usage: [PRESET=small|small-moe] [RATIOS="0.5 1 2"] [CONFIGS="zero3 asynchzp_p2 nd_tp2 ..."] [GLOBAL_BATCH=N]
 # [RANKS=4 RPN=2 Z1=4 Z2=2 Z3=2] [CP=1] [UNIT_SLEEP_MS=0] scripts/asynchzp_bench.sh [out_dir] [steps]
+# MPIEXEC names the launcher (default mpiexec) and TABLE=0 leaves the table out (a machine without h5py: the
+# results files are made there and the table where h5py is, as scripts/cores16_check does).
 set -euo pipefail
 out=${1:-results/asynchzp_bench}
 steps=${2:-3}
@@ -61,7 +63,7 @@ for r in ${RATIOS:-0.5 1 2}; do
     esac
     f="$out/${cfg}_r$r.h5"
     echo "== $cfg r=$r -> $f"
-    mpiexec -n "$ranks" "$bin" run --out "$f" "${common[@]}" --set links.comm_to_compute="$r" "${extra[@]}" >/dev/null
+    "${MPIEXEC:-mpiexec}" -n "$ranks" "$bin" run --out "$f" "${common[@]}" --set links.comm_to_compute="$r" "${extra[@]}" >/dev/null
   done
 done
-python3 "$(dirname "$0")/asynchzp_bench_table.py" "$out"
+[[ ${TABLE:-1} == 0 ]] || python3 "$(dirname "$0")/asynchzp_bench_table.py" "$out"
