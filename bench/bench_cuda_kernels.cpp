@@ -3,7 +3,8 @@
 // weight-gradient TN), with the best cuBLASLt algorithm measured on the same shape as a counter; the
 // fused cross-entropy forward+backward and the fused AdamW step in bytes/s; a device-to-device copy as the
 // memory-bandwidth ceiling both are read against; and causal attention, cuDNN's fused kernel against the
-// unfused one, at the 1b and seed-oss-36b head shapes (TFLOP/s counting the causal half of the work). Times are CUDA events around the launch
+// unfused one, at the 1b and seed-oss-36b head shapes (TFLOP/s counting the causal half of the work); and one
+// (query block, key block) pair of the blocked attention ring attention runs, at 1b's heads. Times are CUDA events around the launch
 // on the benchmark's stream (manual time); inputs are random, never zeros.
 #include <benchmark/benchmark.h>
 #include <cublasLt.h>
@@ -21,6 +22,7 @@
 #include "hzp/core/stream.hpp"
 #include "hzp/kernels/adamw.hpp"
 #include "hzp/kernels/attention.hpp"
+#include "hzp/kernels/attention_blocks.hpp"
 #include "hzp/kernels/cast.hpp"
 #include "hzp/kernels/cross_entropy.hpp"
 #include "hzp/kernels/gemm.hpp"
@@ -284,6 +286,76 @@ void BM_Attention(benchmark::State& state) {
 BENCHMARK(BM_Attention)
     ->ArgsProduct({{0, 1}, {0, 1}, {0, 1}})
     ->ArgNames({"seed_oss_36b", "unfused", "backward"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+namespace {
+
+// --- blocked attention: one pair of ring attention's blocks, 1b heads (32/8 × 64), bf16 ------------------------
+// A block is a context-parallel chunk: sequence 4096 over cp = 2 is 4 chunks of 1024 tokens. Args: pair (0 = the
+// causal diagonal, 1 = an off-diagonal pair, every key visible), pass (0 = attention_block_fwd into a running
+// state, 1 = attention_block_bwd adding into dq, dk, dv). FLOPs: 4·Tq·Tk·H·D for a whole pair's forward (half on
+// the diagonal), the backward 2.5 times that, as BM_Attention counts.
+void BM_AttentionBlock(benchmark::State& state) {
+  constexpr std::int64_t kChunk = 1024;
+  const bool diagonal = state.range(0) == 0, backward = state.range(1) == 1;
+  const kernels::AttentionBlock blk{1, kChunk, kChunk, 32, 8, 64, 2 * kChunk, diagonal ? 2 * kChunk : 0, true};
+  const Shape qs{1, kChunk, blk.heads, blk.head_dim}, ks{1, kChunk, blk.kv_heads, blk.head_dim};
+  const Shape ls{1, blk.heads, kChunk};
+  auto alloc = [](Shape s, DType t) { return dev().alloc.allocate(static_cast<std::size_t>(s.numel()) * dtype_size(t),
+                                                                  AllocationTag::activation); };
+  Allocation q = alloc(qs, DType::bf16), k = alloc(ks, DType::bf16), v = alloc(ks, DType::bf16);
+  Allocation dout = alloc(qs, DType::bf16), o = alloc(qs, DType::bf16), lse = alloc(ls, DType::f32);
+  Allocation acc = alloc(qs, DType::f32), m = alloc(ls, DType::f32), l = alloc(ls, DType::f32);
+  Allocation delta = alloc(ls, DType::f32);
+  Allocation dq = alloc(qs, DType::bf16), dk = alloc(ks, DType::bf16), dv = alloc(ks, DType::bf16);
+  fill_random(tensor(q, qs, DType::bf16), 1.f, 17);
+  fill_random(tensor(k, ks, DType::bf16), 1.f, 18);
+  fill_random(tensor(v, ks, DType::bf16), 1.f, 19);
+  fill_random(tensor(dout, qs, DType::bf16), 1.f, 20);
+  const std::size_t nw = backward ? kernels::attention_block_bwd_workspace_bytes(blk, DType::bf16, Device::cuda(0))
+                                  : kernels::attention_block_fwd_workspace_bytes(blk, DType::bf16, Device::cuda(0));
+  Allocation w = dev().alloc.allocate(nw, AllocationTag::workspace);
+  const std::span<std::byte> ws(static_cast<std::byte*>(w.data()), nw);
+  const StreamRef s = dev().stream;
+  kernels::attention_block_state_init(tensor(acc, qs, DType::f32), tensor(m, ls, DType::f32),
+                                      tensor(l, ls, DType::f32), blk.q_dims(), s);
+  auto fwd = [&] {
+    kernels::attention_block_fwd(tensor(acc, qs, DType::f32), tensor(m, ls, DType::f32), tensor(l, ls, DType::f32),
+                                 tensor(q, qs, DType::bf16), tensor(k, ks, DType::bf16), tensor(v, ks, DType::bf16), blk,
+                                 ws, s);
+  };
+  if (backward) {
+    const std::size_t nf = kernels::attention_block_fwd_workspace_bytes(blk, DType::bf16, Device::cuda(0));
+    Allocation wf = dev().alloc.allocate(nf, AllocationTag::workspace);
+    kernels::attention_block_fwd(tensor(acc, qs, DType::f32), tensor(m, ls, DType::f32), tensor(l, ls, DType::f32),
+                                 tensor(q, qs, DType::bf16), tensor(k, ks, DType::bf16), tensor(v, ks, DType::bf16), blk,
+                                 {static_cast<std::byte*>(wf.data()), nf}, s);
+    kernels::attention_block_finish(tensor(o, qs, DType::bf16), tensor(lse, ls, DType::f32), tensor(acc, qs, DType::f32),
+                                    tensor(m, ls, DType::f32), tensor(l, ls, DType::f32), blk.q_dims(), s);
+    kernels::attention_row_delta(tensor(delta, ls, DType::f32), tensor(dout, qs, DType::bf16), tensor(o, qs, DType::bf16),
+                                 blk.q_dims(), s);
+    run_timed(state, [&] {
+      kernels::attention_block_bwd(tensor(dq, qs, DType::bf16), tensor(dk, ks, DType::bf16),
+                                   tensor(dv, ks, DType::bf16), tensor(dout, qs, DType::bf16),
+                                   tensor(q, qs, DType::bf16), tensor(k, ks, DType::bf16), tensor(v, ks, DType::bf16),
+                                   tensor(lse, ls, DType::f32), tensor(delta, ls, DType::f32), blk,
+                                   {.dq = true, .dkv = true}, ws, s);
+    });
+  } else {
+    run_timed(state, fwd);
+  }
+  const double pair_flops = 4.0 * static_cast<double>(kChunk * kChunk) * static_cast<double>(blk.heads * blk.head_dim);
+  const double fwd_flops = diagonal ? pair_flops / 2 : pair_flops;
+  state.counters["TFLOP/s_visible"] = benchmark::Counter((backward ? 2.5 : 1.0) * fwd_flops * 1e-12,
+                                                         benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["workspace_MiB"] = static_cast<double>(nw) / (1 << 20);
+}
+BENCHMARK(BM_AttentionBlock)
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->ArgNames({"off_diagonal", "backward"})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -10,14 +10,12 @@
 // Memory: fwd KV·T² fp32, bwd 2·KV·T² fp32 + B·T·H fp32 (+ 2·T·KV·D fp32 for bf16), plus cuBLASLt's.
 #include <cmath>
 
+#include "attention/attention_gemm_layout.hpp"
 #include "common/cuda_common.cuh"
 #include "common/cuda_twins.hpp"
 
 namespace hzp::kernels::cuda {
 namespace {
-
-constexpr std::size_t kAlign = 256;
-std::size_t up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 // Row t of probabilities: P[s] = exp(S[s] − lse) for first[t] ≤ s ≤ t, 0 elsewhere (the full GEMMs read them).
 template <typename T>
@@ -90,75 +88,71 @@ __global__ void row_dot_kernel(float* D_out, const T* dout, const T* out, std::i
   if (lane == 0) D_out[(b * H + h) * T_ + t] = acc;
 }
 
+template <typename T>
+void launch_row_dot(float* D_out, ConstTensorView dout, ConstTensorView out, const AttentionDims& d, StreamRef s) {
+  const std::int64_t rows = d.batch * d.seq * d.heads;
+  row_dot_kernel<T><<<static_cast<unsigned>((rows * 32 + 255) / 256), 256, 0, native(s)>>>(
+      D_out, static_cast<const T*>(dout.data()), static_cast<const T*>(out.data()), d.batch, d.seq, d.heads,
+      d.head_dim);
+  HZP_CUDA_LAUNCH_CHECK();
+}
+
 void set_smem(const void* kernel, std::size_t bytes) {
   if (bytes > 48 * 1024)
     HZP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-struct Geometry {
-  std::int64_t B, T, H, KV, D, grp;
-};
-Geometry geometry(const AttentionDims& d) { return {d.batch, d.seq, d.heads, d.kv_heads, d.head_dim, d.group()}; }
-
-// Descriptors of the strided batches over the KV heads g for fixed (b, j).
-MatrixDesc q_like(const void* base, DType t, const Geometry& g, std::int64_t b, std::int64_t j) {
-  const std::int64_t off = b * g.T * g.H * g.D + j * g.D;
-  return {static_cast<const std::byte*>(base) + off * static_cast<std::int64_t>(dtype_size(t)), t, g.T, g.D,
-          g.H * g.D, g.grp * g.D};
+// The whole sequence is the pair (queries 0..T−1, keys 0..T−1) of attention_gemm_layout.hpp.
+PairGeometry geometry(const AttentionDims& d) {
+  return {d.batch, d.seq, d.seq, d.heads, d.kv_heads, d.head_dim, d.group()};
 }
-MatrixDesc kv_like(const void* base, DType t, const Geometry& g, std::int64_t b) {
-  const std::int64_t off = b * g.T * g.KV * g.D;
-  return {static_cast<const std::byte*>(base) + off * static_cast<std::int64_t>(dtype_size(t)), t, g.T, g.D,
-          g.KV * g.D, g.D};
-}
-MatrixDesc scores(const float* S, const Geometry& g) { return {S, DType::f32, g.T, g.T, g.T, g.T * g.T}; }
+MatrixDesc scores(const float* S, const PairGeometry& g) { return score_rows(S, DType::f32, g, g.Tk); }
 /// Probabilities (or dS) stored over the score rows: bf16 rows start where their fp32 row starts.
-MatrixDesc probs(const float* S, DType t, const Geometry& g) {
-  const std::int64_t per_row = t == DType::bf16 ? 2 : 1;
-  return {S, t, g.T, g.T, g.T * per_row, g.T * g.T * per_row};
+MatrixDesc probs(const float* S, DType t, const PairGeometry& g) {
+  return score_rows(S, t, g, g.Tk * (t == DType::bf16 ? 2 : 1));
 }
 
 }  // namespace
 
 std::size_t attention_fwd_workspace_bytes(const AttentionDims& dims, DType) {
-  const Geometry g = geometry(dims);
-  return up(static_cast<std::size_t>(g.KV * g.T * g.T) * 4) + gemm_workspace_bytes() + kAlign;
+  const PairGeometry g = geometry(dims);
+  return up(static_cast<std::size_t>(g.KV * g.Tq * g.Tq) * 4) + gemm_workspace_bytes() + kAlign;
 }
 
 std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype) {
-  const Geometry g = geometry(dims);
-  const std::size_t s = up(static_cast<std::size_t>(g.KV * g.T * g.T) * 4);
-  const std::size_t drow = up(static_cast<std::size_t>(g.B * g.T * g.H) * 4);
-  const std::size_t acc = dtype == DType::bf16 ? 2 * up(static_cast<std::size_t>(g.T * g.KV * g.D) * 4) : 0;
+  const PairGeometry g = geometry(dims);
+  const std::size_t s = up(static_cast<std::size_t>(g.KV * g.Tq * g.Tq) * 4);
+  const std::size_t drow = up(static_cast<std::size_t>(g.B * g.Tq * g.H) * 4);
+  const std::size_t acc = dtype == DType::bf16 ? 2 * up(static_cast<std::size_t>(g.Tq * g.KV * g.D) * 4) : 0;
   return 2 * s + drow + acc + gemm_workspace_bytes() + kAlign;
 }
 
 void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                    const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s, const std::int32_t* first) {
-  const Geometry g = geometry(dims);
+  const PairGeometry g = geometry(dims);
   const DType dt = q.dtype();
   auto base = (reinterpret_cast<std::uintptr_t>(workspace.data()) + kAlign - 1) / kAlign * kAlign;
   auto* S = reinterpret_cast<float*>(base);
-  base += up(static_cast<std::size_t>(g.KV * g.T * g.T) * 4);
+  base += up(static_cast<std::size_t>(g.KV * g.Tq * g.Tq) * 4);
   const std::span<std::byte> gemm_ws(reinterpret_cast<std::byte*>(base), gemm_workspace_bytes());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(g.D)));
   const int batch = static_cast<int>(g.KV);
-  const std::size_t smem = static_cast<std::size_t>(g.T) * 4;
+  const std::size_t smem = static_cast<std::size_t>(g.Tq) * 4;
   dispatch_float("attention_fwd", dt, [&](auto tag) {
     using T = decltype(tag);
     set_smem(reinterpret_cast<const void*>(&causal_softmax_fwd_kernel<T>), smem);
     for (std::int64_t b = 0; b < g.B; ++b)
       for (std::int64_t j = 0; j < g.grp; ++j) {
-        gemm_strided_batched(scores(S, g), q_like(q.data(), dt, g, b, j), kv_like(k.data(), dt, g, b), false, true,
+        gemm_strided_batched(scores(S, g), query_heads(q.data(), dt, g, b, j), kv_heads(k.data(), dt, g, b), false, true,
                              scale, 0.f, batch, gemm_ws, s);
         // lse[b, h, t] with h = g·grp + j: consecutive g are grp·T apart.
-        float* l = static_cast<float*>(lse.data()) + (b * g.H + j) * g.T;
-        causal_softmax_fwd_kernel<T><<<dim3(static_cast<unsigned>(g.T), static_cast<unsigned>(g.KV)), 256, smem,
-                                       native(s)>>>(S, l, g.T, g.T, g.grp * g.T,
-                                                    first != nullptr ? first + b * g.T : nullptr);
+        float* l = static_cast<float*>(lse.data()) + (b * g.H + j) * g.Tq;
+        causal_softmax_fwd_kernel<T><<<dim3(static_cast<unsigned>(g.Tq), static_cast<unsigned>(g.KV)), 256, smem,
+                                       native(s)>>>(S, l, g.Tq, g.Tq, g.grp * g.Tq,
+                                                    first != nullptr ? first + b * g.Tq : nullptr);
         HZP_CUDA_LAUNCH_CHECK();
-        MatrixDesc o = q_like(out.data(), dt, g, b, j);
-        gemm_strided_batched(o, probs(S, dt, g), kv_like(v.data(), dt, g, b), false, false, 1.f, 0.f, batch, gemm_ws,
+        MatrixDesc o = query_heads(out.data(), dt, g, b, j);
+        gemm_strided_batched(o, probs(S, dt, g), kv_heads(v.data(), dt, g, b), false, false, 1.f, 0.f, batch, gemm_ws,
                              s);
       }
   });
@@ -167,20 +161,20 @@ void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTenso
 void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
                    ConstTensorView k, ConstTensorView v, ConstTensorView out, ConstTensorView lse,
                    const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s, const std::int32_t* first) {
-  const Geometry g = geometry(dims);
+  const PairGeometry g = geometry(dims);
   const DType dt = q.dtype();
   const bool bf = dt == DType::bf16;
   auto base = (reinterpret_cast<std::uintptr_t>(workspace.data()) + kAlign - 1) / kAlign * kAlign;
-  const std::size_t s_bytes = up(static_cast<std::size_t>(g.KV * g.T * g.T) * 4);
+  const std::size_t s_bytes = up(static_cast<std::size_t>(g.KV * g.Tq * g.Tq) * 4);
   auto* S = reinterpret_cast<float*>(base);
   auto* dP = reinterpret_cast<float*>(base + s_bytes);
   base += 2 * s_bytes;
   auto* Drow = reinterpret_cast<float*>(base);
-  base += up(static_cast<std::size_t>(g.B * g.T * g.H) * 4);
+  base += up(static_cast<std::size_t>(g.B * g.Tq * g.H) * 4);
   float* dk32 = nullptr;
   float* dv32 = nullptr;
   if (bf) {
-    const std::size_t acc = up(static_cast<std::size_t>(g.T * g.KV * g.D) * 4);
+    const std::size_t acc = up(static_cast<std::size_t>(g.Tq * g.KV * g.D) * 4);
     dk32 = reinterpret_cast<float*>(base);
     dv32 = reinterpret_cast<float*>(base + acc);
     base += 2 * acc;
@@ -188,39 +182,36 @@ void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView 
   const std::span<std::byte> gemm_ws(reinterpret_cast<std::byte*>(base), gemm_workspace_bytes());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(g.D)));
   const int batch = static_cast<int>(g.KV);
-  const std::size_t smem = static_cast<std::size_t>(g.T) * 8;
+  const std::size_t smem = static_cast<std::size_t>(g.Tq) * 8;
   dispatch_float("attention_bwd", dt, [&](auto tag) {
     using T = decltype(tag);
-    const std::int64_t rows = g.B * g.T * g.H;
-    row_dot_kernel<T><<<static_cast<unsigned>((rows * 32 + 255) / 256), 256, 0, native(s)>>>(
-        Drow, static_cast<const T*>(dout.data()), static_cast<const T*>(out.data()), g.B, g.T, g.H, g.D);
-    HZP_CUDA_LAUNCH_CHECK();
+    launch_row_dot<T>(Drow, dout, out, dims, s);
     set_smem(reinterpret_cast<const void*>(&causal_softmax_bwd_kernel<T>), smem);
     for (std::int64_t b = 0; b < g.B; ++b) {
       // dK, dV of kv head g sum over the group's query heads: fp32 accumulators for bf16, else in place.
-      const MatrixDesc dk_acc = bf ? MatrixDesc{dk32, DType::f32, g.T, g.D, g.KV * g.D, g.D}
-                                   : kv_like(dk.data(), dt, g, b);
-      const MatrixDesc dv_acc = bf ? MatrixDesc{dv32, DType::f32, g.T, g.D, g.KV * g.D, g.D}
-                                   : kv_like(dv.data(), dt, g, b);
-      const MatrixDesc kb = kv_like(k.data(), dt, g, b), vb = kv_like(v.data(), dt, g, b);
+      const MatrixDesc dk_acc = bf ? MatrixDesc{dk32, DType::f32, g.Tq, g.D, g.KV * g.D, g.D}
+                                   : kv_heads(dk.data(), dt, g, b);
+      const MatrixDesc dv_acc = bf ? MatrixDesc{dv32, DType::f32, g.Tq, g.D, g.KV * g.D, g.D}
+                                   : kv_heads(dv.data(), dt, g, b);
+      const MatrixDesc kb = kv_heads(k.data(), dt, g, b), vb = kv_heads(v.data(), dt, g, b);
       for (std::int64_t j = 0; j < g.grp; ++j) {
-        const MatrixDesc qj = q_like(q.data(), dt, g, b, j), doj = q_like(dout.data(), dt, g, b, j);
+        const MatrixDesc qj = query_heads(q.data(), dt, g, b, j), doj = query_heads(dout.data(), dt, g, b, j);
         gemm_strided_batched(scores(S, g), qj, kb, false, true, scale, 0.f, batch, gemm_ws, s);
         gemm_strided_batched(scores(dP, g), doj, vb, false, true, 1.f, 0.f, batch, gemm_ws, s);
-        const float* l = static_cast<const float*>(lse.data()) + (b * g.H + j) * g.T;
-        const float* drow = Drow + (b * g.H + j) * g.T;
-        causal_softmax_bwd_kernel<T><<<dim3(static_cast<unsigned>(g.T), static_cast<unsigned>(g.KV)), 256, smem,
-                                       native(s)>>>(S, dP, l, drow, g.T, g.grp * g.T, g.grp * g.T,
-                                                    first != nullptr ? first + b * g.T : nullptr);
+        const float* l = static_cast<const float*>(lse.data()) + (b * g.H + j) * g.Tq;
+        const float* drow = Drow + (b * g.H + j) * g.Tq;
+        causal_softmax_bwd_kernel<T><<<dim3(static_cast<unsigned>(g.Tq), static_cast<unsigned>(g.KV)), 256, smem,
+                                       native(s)>>>(S, dP, l, drow, g.Tq, g.grp * g.Tq, g.grp * g.Tq,
+                                                    first != nullptr ? first + b * g.Tq : nullptr);
         HZP_CUDA_LAUNCH_CHECK();
         const float beta = j > 0 ? 1.f : 0.f;
         gemm_strided_batched(dv_acc, probs(S, dt, g), doj, true, false, 1.f, beta, batch, gemm_ws, s);
         gemm_strided_batched(dk_acc, probs(dP, dt, g), qj, true, false, scale, beta, batch, gemm_ws, s);
-        gemm_strided_batched(q_like(dq.data(), dt, g, b, j), probs(dP, dt, g), kb, false, false, scale, 0.f, batch,
+        gemm_strided_batched(query_heads(dq.data(), dt, g, b, j), probs(dP, dt, g), kb, false, false, scale, 0.f, batch,
                              gemm_ws, s);
       }
       if (bf) {
-        const std::int64_t n = g.T * g.KV * g.D;
+        const std::int64_t n = g.Tq * g.KV * g.D;
         const std::int64_t off = b * n * 2;  // bytes of bf16
         cast(TensorView(static_cast<std::byte*>(dk.data()) + off, Shape{n}, DType::bf16, s.device()),
              ConstTensorView(dk32, Shape{n}, DType::f32, s.device()), s);
@@ -228,6 +219,14 @@ void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView 
              ConstTensorView(dv32, Shape{n}, DType::f32, s.device()), s);
       }
     }
+  });
+}
+
+// The blocked backward's Δ (attention_blocks.hpp) is the same row dot the whole-sequence backward takes.
+void attention_row_delta(TensorView delta, ConstTensorView dout, ConstTensorView out, const AttentionDims& dims,
+                         StreamRef s) {
+  dispatch_float("attention_row_delta", out.dtype(), [&](auto tag) {
+    launch_row_dot<decltype(tag)>(static_cast<float*>(delta.data()), dout, out, dims, s);
   });
 }
 

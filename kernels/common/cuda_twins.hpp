@@ -14,6 +14,7 @@
 #include "hzp/core/tensor.hpp"
 #include "hzp/kernels/adamw.hpp"
 #include "hzp/kernels/attention.hpp"
+#include "hzp/kernels/attention_blocks.hpp"
 #include "hzp/kernels/cross_entropy.hpp"
 
 namespace hzp::kernels::cuda {
@@ -85,6 +86,27 @@ void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTenso
 void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
                    ConstTensorView k, ConstTensorView v, ConstTensorView out, ConstTensorView lse,
                    const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s, const std::int32_t* first);
+
+// attention.cu: Δ = rowdot(dout, out) per query row, [B, H, T] fp32 (the blocked backward's attention_row_delta).
+void attention_row_delta(TensorView delta, ConstTensorView dout, ConstTensorView out, const AttentionDims& dims,
+                         StreamRef s);
+
+// attention_blocks.cu: one (query block, key block) pair of the blocked attention (attention_blocks.hpp), unfused as
+// attention.cu is (cuBLASLt over the KV heads around a masking softmax kernel); `first` is the document mask in
+// device memory ([B, Tq] int32, global positions) or null. Workspace 256-byte aligned inside (the sizes include
+// the slack).
+std::size_t attention_block_fwd_workspace_bytes(const AttentionBlock& blk, DType dtype);
+std::size_t attention_block_bwd_workspace_bytes(const AttentionBlock& blk, DType dtype);
+void attention_block_state_init(TensorView acc, TensorView row_max, TensorView row_sum, StreamRef s);
+void attention_block_fwd(TensorView acc, TensorView row_max, TensorView row_sum, ConstTensorView q, ConstTensorView k,
+                         ConstTensorView v, const AttentionBlock& blk, std::span<std::byte> workspace, StreamRef s,
+                         const std::int32_t* first);
+void attention_block_finish(TensorView out, TensorView lse, ConstTensorView acc, ConstTensorView row_max,
+                            ConstTensorView row_sum, const AttentionDims& dims, StreamRef s);
+void attention_block_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
+                         ConstTensorView k, ConstTensorView v, ConstTensorView lse, ConstTensorView delta,
+                         const AttentionBlock& blk, AttentionBlockAccumulate accumulate, std::span<std::byte> workspace,
+                         StreamRef s, const std::int32_t* first);
 
 // attention_cudnn.cpp: cuDNN's fused SDPA through the cuDNN frontend's graph API, bf16 only; builds without
 // CUDA or without the frontend headers link attention_cudnn_absent.cpp. fused_attention_unavailable is

@@ -58,6 +58,25 @@ void attention_bwd(TensorView, TensorView, TensorView, ConstTensorView, ConstTen
                    StreamRef, const std::int32_t*) {
   absent("attention_bwd");
 }
+void attention_row_delta(TensorView, ConstTensorView, ConstTensorView, const AttentionDims&, StreamRef) {
+  absent("attention_row_delta");
+}
+std::size_t attention_block_fwd_workspace_bytes(const AttentionBlock&, DType) { absent("attention_block_fwd"); }
+std::size_t attention_block_bwd_workspace_bytes(const AttentionBlock&, DType) { absent("attention_block_bwd"); }
+void attention_block_state_init(TensorView, TensorView, TensorView, StreamRef) { absent("attention_block_state_init"); }
+void attention_block_fwd(TensorView, TensorView, TensorView, ConstTensorView, ConstTensorView, ConstTensorView,
+                         const AttentionBlock&, std::span<std::byte>, StreamRef, const std::int32_t*) {
+  absent("attention_block_fwd");
+}
+void attention_block_finish(TensorView, TensorView, ConstTensorView, ConstTensorView, ConstTensorView,
+                            const AttentionDims&, StreamRef) {
+  absent("attention_block_finish");
+}
+void attention_block_bwd(TensorView, TensorView, TensorView, ConstTensorView, ConstTensorView, ConstTensorView,
+                         ConstTensorView, ConstTensorView, ConstTensorView, const AttentionBlock&,
+                         AttentionBlockAccumulate, std::span<std::byte>, StreamRef, const std::int32_t*) {
+  absent("attention_block_bwd");
+}
 void add(TensorView, ConstTensorView, ConstTensorView, StreamRef) { absent("add"); }
 void embedding_fwd_vocab_range(TensorView, ConstTensorView, ConstTensorView, std::int64_t, StreamRef) {
   absent("embedding_fwd_vocab_range");

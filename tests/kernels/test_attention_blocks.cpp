@@ -881,28 +881,47 @@ TEST(AttentionBlocks, RejectsBadArgumentsNamingTheValues) {
   EXPECT_NO_THROW(bwd(view(dk, ks), cview(lse, ss), ws));
 }
 
-TEST(AttentionBlocks, CudaStreamIsRefusedAsCpuOnly) {
+// On a CUDA stream the launchers check everything they can on the host before enqueueing (the twins run on a GPU:
+// test_cuda_attention_blocks.cpp); fp64, the CPU reference's type, is refused there by name, and a document mask
+// of the wrong size too. The views below claim device memory that is host memory: nothing may read them.
+TEST(AttentionBlocks, CudaStreamRefusesFp64AndBadArgumentsBeforeTheDevice) {
   const AttentionDims d{1, 4, 2, 1, 2};
   const AttentionBlock blk = pair_of(d, {0, 4}, {0, 4});
   const Device gpu = Device::cuda(0);
   const StreamRef cuda = StreamRef::wrap(gpu, nullptr);
-  std::vector<float> buf(64);
-  // Views claiming device memory: the launchers must refuse before reading them.
-  const TensorView a(buf.data(), Shape{1, 4, 2, 2}, DType::f32, gpu),
-      kv(buf.data(), Shape{1, 4, 1, 2}, DType::f32, gpu);
-  const TensorView r(buf.data(), Shape{1, 2, 4}, DType::f32, gpu);
-  std::vector<std::byte> ws(attention_block_bwd_workspace_bytes(blk, DType::f32));
+  std::vector<double> buf(64);
+  const TensorView a(buf.data(), Shape{1, 4, 2, 2}, DType::f64, gpu),
+      kv(buf.data(), Shape{1, 4, 1, 2}, DType::f64, gpu);
+  const TensorView r(buf.data(), Shape{1, 2, 4}, DType::f64, gpu);
+  std::vector<std::byte> ws(1 << 16);
+  // Each names the kernel, the argument, the dtype, the device and the fix.
+  const std::string_view dev = "has dtype fp64 and the stream is on cuda:0", fix = "Fix: fp32 or bf16";
   EXPECT_TRUE(test::throws_with<PreconditionError>([&] { attention_block_state_init(a, r, r, d, cuda); },
-                                                   {"attention_block_state_init", "CPU only", "cuda:0"}));
+                                                   {"attention_block_state_init: acc", dev, fix}));
   EXPECT_TRUE(test::throws_with<PreconditionError>([&] { attention_block_fwd(a, r, r, a, kv, kv, blk, ws, cuda); },
-                                                   {"attention_block_fwd", "CPU only"}));
+                                                   {"attention_block_fwd: q", dev, fix}));
   EXPECT_TRUE(test::throws_with<PreconditionError>([&] { attention_block_finish(a, r, a, r, r, d, cuda); },
-                                                   {"attention_block_finish", "CPU only"}));
+                                                   {"attention_block_finish: out", dev, fix}));
   EXPECT_TRUE(test::throws_with<PreconditionError>([&] { attention_row_delta(r, a, a, d, cuda); },
-                                                   {"attention_row_delta", "CPU only"}));
+                                                   {"attention_row_delta: out", dev, fix}));
   EXPECT_TRUE(test::throws_with<PreconditionError>(
       [&] { attention_block_bwd(a, kv, kv, a, a, kv, kv, r, r, blk, {}, ws, cuda); },
-      {"attention_block_bwd", "CPU only"}));
+      {"attention_block_bwd: q", dev, fix}));
+
+  std::vector<float> fbuf(64);
+  const TensorView fa(fbuf.data(), Shape{1, 4, 2, 2}, DType::f32, gpu),
+      fkv(fbuf.data(), Shape{1, 4, 1, 2}, DType::f32, gpu), fr(fbuf.data(), Shape{1, 2, 4}, DType::f32, gpu);
+  const std::vector<std::int32_t> first{0, 0, 2};  // 3 entries for 4 query rows
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
+      [&] { attention_block_fwd(fa, fr, fr, fa, fkv, fkv, blk, ws, cuda, first); },
+      {"attention_block_fwd", "first holds 3", "4"}));
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
+      [&] { attention_block_bwd(fa, fkv, fkv, fa, fa, fkv, fkv, fr, fr, blk, {}, ws, cuda, first); },
+      {"attention_block_bwd", "first holds 3", "4"}));
+  const TensorView host_q(fbuf.data(), Shape{1, 4, 2, 2}, DType::f32, Device::cpu());
+  EXPECT_TRUE(test::throws_with<PreconditionError>(
+      [&] { attention_block_fwd(fa, fr, fr, host_q, fkv, fkv, blk, ws, cuda); },
+      {"attention_block_fwd", "q is on cpu but the stream is on cuda:0"}));
 }
 
 }  // namespace

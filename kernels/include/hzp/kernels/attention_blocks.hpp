@@ -2,8 +2,8 @@
 // (query block, key/value block) pair at a time, combined by an online softmax (running row max and row
 // sum, as flash attention), and the matching blocked backward driven by the saved log-sum-exp. Host
 // launchers over tensor views; the CPU path tiles each pair into BLAS calls (kernels/attention/attention_tiled.hpp),
-// and the scalar reference it is tested against lives in kernels/attention/attention_blocks_ref.hpp.
-// There is no CUDA twin yet (it comes with fused attention): on a CUDA stream every launcher throws.
+// and the scalar reference it is tested against lives in kernels/attention/attention_blocks_ref.hpp; the CUDA twin
+// (kernels/attention/attention_blocks.cu) runs a pair unfused, as attention.cu runs a sequence (docs/cuda.md).
 //
 // One query block's life (the blocks of keys may arrive in any order):
 //   forward   attention_block_state_init → attention_block_fwd for each kv block → attention_block_finish
@@ -57,17 +57,21 @@ struct AttentionBlock {
 // delta are in the accumulation dtype: fp64 for f64, fp32 for f32 and bf16.
 // Scores are q·k / sqrt(D); query head h reads kv head h / (H / KV).
 //
-// Stream semantics: CPU streams only, synchronous on the calling thread; a CUDA stream throws
-// PreconditionError. Determinism: the tiles are fixed by the positions (64 query rows by 64 keys, counted
-// from each block's start) and each tile's sums are one BLAS call, so for one BLAS build results are
-// bitwise reproducible and do not depend on the batch size. Blocks combined in another order, or a sequence
-// cut into other blocks, agree to rounding, not bitwise.
+// Stream semantics: on a CPU stream synchronous on the calling thread. A CUDA stream enqueues the twin and
+// returns (fp32 and bf16; fp64 is refused by name); its workspace is the device-aware size below, and every
+// tensor, `first` included, lives in device memory. Determinism: the tiles are fixed by the positions (64 query
+// rows by 64 keys, counted from each block's start) and each tile's sums are one BLAS call, so for one BLAS build
+// results are bitwise reproducible and do not depend on the batch size. Blocks combined in another order, or a
+// sequence cut into other blocks, agree to rounding, not bitwise. On a GPU the twin rounds P (and dS) to q's dtype
+// before its GEMMs, as the unfused attention_fwd twin does: bf16 agrees with the CPU to that kernel's tolerance.
 //
-// Document masking: `first` ([B, Tq] int32, host memory; empty = plain causal) gives each query row the GLOBAL
-// position of the first key it may see (the start of its document, as in attention_fwd), so the row sees the
+// Document masking: `first` ([B, Tq] int32, in the stream's memory; empty = plain causal) gives each query row the
+// GLOBAL position of the first key it may see (the start of its document, as in attention_fwd), so the row sees the
 // block's keys at global positions [first, its own position]: a range, not a prefix. Entries lie in
-// [0, q_pos0 + i] and are non-decreasing along a sequence. Key tiles wholly before a query tile's documents are
-// skipped; a kv block wholly before every query's document changes nothing (and costs only the check).
+// [0, q_pos0 + i] and are non-decreasing along a sequence (checked on the host; a CUDA stream checks the size only,
+// the caller checks the values before uploading them). Key tiles wholly before a query tile's documents are
+// skipped on the CPU; a kv block wholly before every query's document changes nothing (on the CPU it costs only the
+// check; the CUDA twin still runs the pair's GEMMs, with every probability 0).
 
 /// The empty state of a query block: acc = 0, row_max = −inf, row_sum = 0.
 /// @param[out] acc [B, Tq, H, D]; row_max, row_sum [B, H, Tq]  (accumulation dtype)
@@ -81,14 +85,18 @@ void attention_block_state_init(TensorView acc, TensorView row_max, TensorView r
 /// state bit for bit (so a fully masked pair changes nothing).
 /// @param[in,out] acc [B, Tq, H, D], row_max and row_sum [B, H, Tq], accumulation dtype
 /// @param[in]     q [B, Tq, H, D]; k, v [B, Tk, KV, D]
-/// @param[in]     workspace at least attention_block_fwd_workspace_bytes(blk, q.dtype()) bytes, 8-byte aligned
+/// @param[in]     workspace at least attention_block_fwd_workspace_bytes(blk, q.dtype(), s.device()) bytes,
+///                8-byte aligned
 void attention_block_fwd(TensorView acc, TensorView row_max, TensorView row_sum, ConstTensorView q, ConstTensorView k,
                          ConstTensorView v, const AttentionBlock& blk, std::span<std::byte> workspace, StreamRef s,
                          std::span<const std::int32_t> first = {});
 
-/// Bytes of scratch attention_block_fwd needs: one score tile and the bf16 widenings of a q, k and v tile
-/// (fp32; fp64 for f64), independent of the block lengths.
+/// Bytes of scratch attention_block_fwd needs on the CPU: one score tile and the bf16 widenings of a q, k and v
+/// tile (fp32; fp64 for f64), independent of the block lengths.
 std::size_t attention_block_fwd_workspace_bytes(const AttentionBlock& blk, DType dtype);
+/// The same for a stream on `device`: the CPU size above, or on a CUDA device the twin's [KV, Tq, Tk] scores in
+/// fp32 and probabilities in `dtype`, plus cuBLASLt's workspace and 256-byte alignment slack.
+std::size_t attention_block_fwd_workspace_bytes(const AttentionBlock& blk, DType dtype, Device device);
 
 /// out = acc / row_sum (rounded once to out's dtype), lse = row_max + log(row_sum): after every kv block
 /// of the sequence has been folded in, the lse attention_fwd writes (to rounding). A row with row_sum ==
@@ -116,6 +124,9 @@ struct AttentionBlockAccumulate {
 /// dv block ([Tk, D] each), so every call rounds each gradient element once, and the tiles (P, dS, a dq
 /// tile and the bf16 widenings of q, dout, k and v).
 std::size_t attention_block_bwd_workspace_bytes(const AttentionBlock& blk, DType dtype);
+/// The same for a stream on `device`: on a CUDA device two [KV, Tq, Tk] fp32 buffers (S, dP) and two in `dtype`
+/// (P, dS), for bf16 fp32 dk/dv accumulators of one sequence ([Tk, KV, D] each), cuBLASLt's workspace and slack.
+std::size_t attention_block_bwd_workspace_bytes(const AttentionBlock& blk, DType dtype, Device device);
 
 /// The pair's contribution to the gradients, from the whole-sequence lse and delta of the query rows:
 ///   P_ij = exp(s_ij − lse_i) for visible pairs, dS_ij = P_ij (dout_i·v_j − delta_i),
@@ -126,7 +137,8 @@ std::size_t attention_block_bwd_workspace_bytes(const AttentionBlock& blk, DType
 /// @param[in,out] dq [B, Tq, H, D]; dk, dv [B, Tk, KV, D], q's dtype (see AttentionBlockAccumulate)
 /// @param[in]     dout, q [B, Tq, H, D]; k, v [B, Tk, KV, D]; lse (from attention_block_finish or
 ///                attention_fwd) and delta (attention_row_delta) [B, H, Tq], accumulation dtype
-/// @param[in]     workspace at least attention_block_bwd_workspace_bytes(blk, q.dtype()) bytes, 8-byte aligned
+/// @param[in]     workspace at least attention_block_bwd_workspace_bytes(blk, q.dtype(), s.device()) bytes,
+///                8-byte aligned
 void attention_block_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
                          ConstTensorView k, ConstTensorView v, ConstTensorView lse, ConstTensorView delta,
                          const AttentionBlock& blk, AttentionBlockAccumulate accumulate, std::span<std::byte> workspace,
