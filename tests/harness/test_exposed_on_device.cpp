@@ -53,23 +53,25 @@ TEST(ExposedOnDevice, SplitOfNoStallsIsZeroAndBadSpansAreRefused) {
 }
 
 TEST(ExposedOnDevice, ClockRecordsOnlyTheObservingThreadsWaitsOnItsStream) {
-  Stream mine(Device::cpu()), other(Device::cpu());
-  coll::DeviceStallClock clock(mine.ref());
+  // Host streams are all one stream; another is told apart by its handle (never used: nothing is recorded on it).
+  int handle = 0;
+  const StreamRef mine = StreamRef::host(), other = StreamRef::wrap(Device::cpu(), &handle);
+  coll::DeviceStallClock clock(mine);
   int ran = 0;
   auto wait = [&] { ++ran; };
-  coll::time_device_wait(mine.ref(), StallKind::at_issue, wait);  // nothing observed yet
+  coll::time_device_wait(mine, StallKind::at_issue, wait);  // nothing observed yet
   EXPECT_EQ(clock.recorded(), 0u);
   {
     coll::DeviceWaitScope observe(&clock);
-    coll::time_device_wait(mine.ref(), StallKind::at_issue, wait);
-    coll::time_device_wait(mine.ref(), StallKind::at_use, wait);
-    coll::time_device_wait(other.ref(), StallKind::at_issue, wait);  // another stream: a lane's collective
-    std::thread([&] { coll::time_device_wait(mine.ref(), StallKind::at_issue, wait); }).join();  // another thread
+    coll::time_device_wait(mine, StallKind::at_issue, wait);
+    coll::time_device_wait(mine, StallKind::at_use, wait);
+    coll::time_device_wait(other, StallKind::at_issue, wait);  // another stream: a lane's collective
+    std::thread([&] { coll::time_device_wait(mine, StallKind::at_issue, wait); }).join();  // another thread
     // A wait inside a recorded one is already in its interval.
-    coll::time_device_wait(mine.ref(), StallKind::at_use,
-                           [&] { coll::time_device_wait(mine.ref(), StallKind::at_issue, wait); });
+    coll::time_device_wait(mine, StallKind::at_use,
+                           [&] { coll::time_device_wait(mine, StallKind::at_issue, wait); });
   }
-  coll::time_device_wait(mine.ref(), StallKind::at_issue, wait);  // the scope ended
+  coll::time_device_wait(mine, StallKind::at_issue, wait);  // the scope ended
   EXPECT_EQ(ran, 7);
   EXPECT_EQ(coll::observed_device_waits(), nullptr);
   const std::vector<Stall> stalls = clock.settle();
@@ -82,7 +84,7 @@ TEST(ExposedOnDevice, ClockRecordsOnlyTheObservingThreadsWaitsOnItsStream) {
   // The events are reused: a second step records afresh, with its own kinds.
   {
     coll::DeviceWaitScope observe(&clock);
-    coll::time_device_wait(mine.ref(), StallKind::at_issue, wait);
+    coll::time_device_wait(mine, StallKind::at_issue, wait);
   }
   const std::vector<Stall> again = clock.settle();
   ASSERT_EQ(again.size(), 1u);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "gpu_test_util.hpp"
+#include "hzp/collectives/counters.hpp"
 #include "hzp/collectives/nccl_communicator.hpp"
 #include "hzp/schedulers/asynchzp.hpp"
 #include "hzp/schedulers/data_parallel.hpp"
