@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "hzp/collectives/counters.hpp"
+#include "hzp/collectives/device_stall_clock.hpp"
 #include "hzp/core/clock.hpp"
 #include "hzp/core/cuda_backing.hpp"
 #include "hzp/core/cuda_check.hpp"
@@ -224,6 +225,8 @@ class NcclRequest final : public Request::Impl {
 NcclCommunicator::NcclCommunicator(Bootstrap& bootstrap, NcclCommConfig config) {
   HZP_CHECK(config.timeout_s > 0, "nccl communicator: timeout_s = ", config.timeout_s, " must be positive");
   config.links.validate();
+  HZP_CHECK(config.min_hold_s >= 0, "nccl communicator: min_hold_s = ", config.min_hold_s,
+            " must be >= 0 (0 turns the hold off)");
   if (!config.node_of_rank.empty())
     HZP_CHECK(static_cast<int>(config.node_of_rank.size()) == bootstrap.size(), "nccl communicator: node_of_rank has ",
               config.node_of_rank.size(), " entries for ", bootstrap.size(), " ranks");
@@ -276,7 +279,7 @@ Request launch(NcclCommunicator::State& s, CollOp op, DType dtype, std::int64_t 
   s.ready.record(caller);
   s.ready.wait(s.stream);
   std::unique_ptr<GpuLinkHold> hold;
-  if (s.config.links.enabled) {
+  if (s.config.links.enabled || s.config.min_hold_s > 0) {
     hold = std::make_unique<GpuLinkHold>();
     hold->start(s.stream);
   }
@@ -290,11 +293,15 @@ Request launch(NcclCommunicator::State& s, CollOp op, DType dtype, std::int64_t 
   }
   if (hold) {
     const LinkModel& link = s.config.links.at(level);
-    rec.modelled_s = rounds == 0 ? 0.0 : rounds * link.seconds(bytes / static_cast<std::uint64_t>(rounds));
+    if (s.config.links.enabled && rounds > 0)
+      rec.modelled_s = rounds * link.seconds(bytes / static_cast<std::uint64_t>(rounds));
+    rec.modelled_s = std::max(rec.modelled_s, s.config.min_hold_s);
     hold->finish(s.stream, rec.modelled_s);
   }
   auto req = std::make_unique<NcclRequest>(s, rec, std::move(hold));
-  req->done().wait(caller);  // the caller's later work sees the result
+  // The caller's later work sees the result. Where the caller's thread observes that stream's stalls (the step
+  // driver's compute stream), the wait is bracketed by timed events: the device time it holds the stream.
+  time_device_wait(caller, StallKind::at_issue, [&] { req->done().wait(caller); });
   return Request(std::move(req));
 }
 

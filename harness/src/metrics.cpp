@@ -4,7 +4,9 @@
 // Closure (docs/run.md): step_time = compute (forward + backward + recompute, exclusive phase timers on
 // the compute thread) + exposed_comm (wait_s of the collectives the compute thread waited on, from the
 // counters) + pipeline_wait + optimizer (the scheduler's StepStats) + other (the remainder: data
-// loading, scheduler bookkeeping). Tests require `other` to stay within 2% of the step time.
+// loading, scheduler bookkeeping). Tests require `other` to stay within 2% of the step time. On a GPU the step
+// driver's engines time the compute stream's stalls on communication on the device (StepStats::device_comm_timed),
+// and those are the exposed communication.
 #include "metrics.hpp"
 
 #include <algorithm>
@@ -168,6 +170,14 @@ RankSample StepMeter::end(const schedulers::StepStats& st) {
     s[RankField::join_wait_s] = join;
     s[RankField::transfer_wait_s] = transfer;
     records_ = d.records;
+  }
+  if (st.device_comm_timed) {
+    // On a GPU the host's waits are completion times, not stalls: the compute stream's own stalls, timed on the
+    // device, are the exposed communication. The device cannot tell waiting for a peer from waiting for the
+    // transfer (a hold of an emulated link included), so all of it is transfer.
+    s[RankField::exposed_comm_s] = st.device_comm_wait_seconds;
+    s[RankField::join_wait_s] = 0;
+    s[RankField::transfer_wait_s] = st.device_comm_wait_seconds;
   }
   s[RankField::pipeline_wait_s] = st.pipeline_wait_seconds;
   s[RankField::optimizer_s] = st.optimizer_seconds;

@@ -110,7 +110,7 @@ void CommThread::run() {
   }
 }
 
-// --- RingFence / Block / StallClock -----------------------------------------------------------------------
+// --- RingFence / Block -----------------------------------------------------------------------------------
 
 void RingFence::record(StreamRef s) {
   if (s.device().is_cpu()) return;
@@ -136,16 +136,6 @@ void Block::reset() noexcept {
   slot_.release();
   alloc_.reset();
   fence_ = nullptr;
-}
-
-StallClock::Sums StallClock::settle() {
-  Sums sums;
-  for (const Mark& m : marks_) {
-    sums.seconds += TimedEvent::elapsed_ms(m.before, m.after) * 1e-3;
-    ++(m.at_issue ? sums.at_issue : sums.at_use);
-  }
-  marks_.clear();
-  return sums;
 }
 
 // --- AsyncComm -------------------------------------------------------------------------------------------

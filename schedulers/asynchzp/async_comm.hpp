@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "hzp/collectives/communicator.hpp"
+#include "hzp/collectives/device_stall_clock.hpp"
 #include "hzp/core/caching_allocator.hpp"
 #include "hzp/core/ring_pool.hpp"
 #include "hzp/core/stream.hpp"
@@ -151,42 +152,6 @@ class Block {
   StreamRef release_on_ = StreamRef::host();
 };
 
-/// The compute stream's stalls on communication, from timed events recorded right before and after each point
-/// where it waits (CUDA only: on the host nothing is recorded, the compute thread's own waits are timed by the
-/// harness). A wait is "at issue" when the stream waits where the collective is enqueued (inline: NCCL orders
-/// the stream after it), "at use" when it waits where the result is consumed (async). settle(), after the
-/// stream has passed them (the norm's synchronisation), sums them.
-class StallClock {
- public:
-  struct Sums {
-    double seconds = 0;
-    std::uint64_t at_use = 0, at_issue = 0;
-  };
-  explicit StallClock(StreamRef compute) : compute_(compute) {}
-  /// Runs `enqueue_wait` (which makes the compute stream wait) between two timed events.
-  template <typename F>
-  void around(F&& enqueue_wait, bool at_issue = false) {
-    if (compute_.device().is_cpu()) {
-      enqueue_wait();
-      return;
-    }
-    marks_.push_back({TimedEvent(compute_.device()), TimedEvent(compute_.device()), at_issue});
-    marks_.back().before.record(compute_);
-    enqueue_wait();
-    marks_.back().after.record(compute_);
-  }
-  /// The waits recorded since the last settle(); their events must have completed.
-  Sums settle();
-
- private:
-  struct Mark {
-    TimedEvent before, after;
-    bool at_issue = false;
-  };
-  StreamRef compute_;
-  std::vector<Mark> marks_;
-};
-
 /// The parameter blocks a schedule gathers, in the order its actions consume them (FirstUseGathers).
 /// With `reuse` (scheduler.pp_reuse, StageReuse) blocks kept across neighbouring actions are gathered once.
 std::vector<int> gather_order(const workloads::ParamLayout& layout, const std::vector<Action>& actions,
@@ -214,7 +179,6 @@ class AsyncComm {
     double pool_mb = 0;
     SchedulerOptions::PoolFallback fallback = SchedulerOptions::PoolFallback::error;
     StreamRef compute = StreamRef::host();  ///< the compute stream (a CUDA one gives each thread a lane)
-    StallClock* stall = nullptr;            ///< times the compute stream's waits on the lanes (CUDA)
   };
   /// Builds the pool (ConfigError naming the sizes when a unit does not fit and fallback is error) and
   /// starts the threads. Collective over the groups (duplicates the communicators).
@@ -278,13 +242,11 @@ class AsyncComm {
 
  private:
   void queue_gather(std::size_t k);
-  // Runs `enqueue_wait` (a wait of the compute stream on communication) under the stall clock, when there is one.
+  // Runs `enqueue_wait` (a wait of the compute stream on a lane's communication, where its result is used) under
+  // the stall clock the step driver observes on this thread (device_stall_clock.hpp), when there is one.
   template <typename F>
   void compute_waits(F&& enqueue_wait) {
-    if (s_.stall != nullptr)
-      s_.stall->around(enqueue_wait);
-    else
-      enqueue_wait();
+    coll::time_device_wait(s_.compute, coll::StallKind::at_use, std::forward<F>(enqueue_wait));
   }
   // Runs `wait_for` (the compute thread waiting on the background threads' communication) as a communication wait (a
   // watchdog must not take this rank, waiting for a stalled peer through them, for the one that stopped) and records

@@ -151,7 +151,7 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
   void ensure_refreshed();
   // Inline: every unit's refresh on the compute stream (a wait where it is issued, on a GPU).
   void refresh_inline();
-  // On a GPU, once the norm has synchronised the step: the stall clock read, the kept requests completed.
+  // On a GPU, once the norm has synchronised the step: the kept requests completed.
   void settle_device_step();
   // Async: waits for the queued reduce-scatters and the per-unit gradient exchanges.
   void drain_gradient_thread();
@@ -209,8 +209,6 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
   std::unique_ptr<FixedPointGrads> fixed_;  // deterministic mode only
   std::unique_ptr<ShardedOptimizer> opt_;
   StreamRef stream_ = StreamRef::host();  // the compute stream: the host's, or a CUDA stream
-  std::unique_ptr<StallClock> stall_;     // the compute stream's waits on communication (CUDA)
-  AsyncHzpStats device_waits_;            // last step: the stall clock's sums (device_wait_s, waits)
   std::unique_ptr<AsyncComm> async_;  // before the blocks: they may hold its ring slots
   bool refresh_due_ = false;          // async: the shards do not yet hold the last update (or the initial one)
   std::vector<Ticket> exchanges_;     // async: this step's per-unit gradient exchanges
@@ -247,7 +245,6 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
       pdt_(workloads::param_dtype(args.train.precision)),
       g_(validated_groups(args)) {
   stream_ = args.stream;
-  stall_ = std::make_unique<StallClock>(stream_);
   // The mesh shards over z1 (its dp_shard axis times cp) and replicates over W / z1; the nested z2 and z3 groups
   // and the step end's groups are cut from the data × context group (context-parallel ranks hold the same weights
   // and each contributes its tokens' share of a gradient), ordered by NestedGroups' slice indices. cp is the
@@ -337,7 +334,7 @@ AsyncHzp::AsyncHzp(const SchedulerArgs& args)
   if (opts_.async) async_ = std::make_unique<AsyncComm>(AsyncComm::Setup{
                          .layout = &layout, .seg = seg_.get(), .z3 = z3_comm_.get(), .z2 = z2_comm_.get(),
                          .alloc = alloc_, .param_dtype = pdt_, .prefetch = opts_.prefetch, .pool_mb = opts_.pool_mb,
-                         .fallback = opts_.pool_fallback, .compute = stream_, .stall = stall_.get()});
+                         .fallback = opts_.pool_fallback, .compute = stream_});
   if (async_) make_end_groups(end_bg_, true);
   // Pipeline stages: the tied table's two stages add their gradient slices before the norm (SharedStageGrads,
   // collective over the world), and the norm counts the units this stage runs. Without stages the whole slice is
@@ -382,9 +379,12 @@ void AsyncHzp::checkpoint(StateArchive& archive) {
 
 AsyncHzpStats AsyncHzp::async_stats() const {
   AsyncHzpStats st = async_ ? async_->stats() : AsyncHzpStats{};
-  st.device_wait_s = device_waits_.device_wait_s;
-  st.device_waits_at_use = device_waits_.device_waits_at_use;
-  st.device_waits_at_issue = device_waits_.device_waits_at_issue;
+  // The compute stream's stalls are the step driver's (every engine's): at issue, the NCCL communicator's waits
+  // on the collectives this thread issues on it; at use, AsyncComm's waits on the lanes.
+  const StallSplit& d = driver_->device_stalls();
+  st.device_wait_s = d.total();
+  st.device_waits_at_use = d.at_use;
+  st.device_waits_at_issue = d.at_issue;
   return st;
 }
 
@@ -417,9 +417,7 @@ void AsyncHzp::make_end_groups(EndGroups& e, bool duplicate) {
   }
 }
 
-void AsyncHzp::refresh_inline() {
-  stall_->around([&] { refresh_params(end_inline_); }, /*at_issue=*/true);
-}
+void AsyncHzp::refresh_inline() { refresh_params(end_inline_); }
 
 void AsyncHzp::ensure_refreshed() {
   if (!refresh_due_) return;
@@ -445,19 +443,16 @@ ConstTensorView AsyncHzp::opt_grad_view() const {
 Block AsyncHzp::gather_unit(int u) {
   Block block(
       alloc_->allocate(static_cast<std::size_t>(seg_->unit_block_numel(u)) * dtype_size(pdt_), AllocationTag::comm));
-  // Inline on a GPU the compute stream waits for the gather where it is issued (the paper's Fig. 3 left).
-  stall_->around([&] {
-    for (int s = seg_->first(u); s < seg_->end(u); ++s)
-      seg_->gather_segment(*gather_, s, param_shard(s), static_cast<std::byte*>(block.data()), pdt_);
-  }, /*at_issue=*/true);
+  // Inline on a GPU the compute stream waits for the gather where it is issued (the paper's Fig. 3 left; the step
+  // driver's stall clock times that wait).
+  for (int s = seg_->first(u); s < seg_->end(u); ++s)
+    seg_->gather_segment(*gather_, s, param_shard(s), static_cast<std::byte*>(block.data()), pdt_);
   return block;
 }
 
 void AsyncHzp::reduce_scatter_grad(int u, const Block& block, bool accumulate) {
-  stall_->around([&] {
-    for (int s = seg_->first(u); s < seg_->end(u); ++s)
-      seg_->reduce_scatter_segment(*rs_, s, block.data(), grad_shard(s), accumulate, *alloc_);
-  }, /*at_issue=*/true);
+  for (int s = seg_->first(u); s < seg_->end(u); ++s)
+    seg_->reduce_scatter_segment(*rs_, s, block.data(), grad_shard(s), accumulate, *alloc_);
 }
 
 ConstTensorView AsyncHzp::combine_gradients(EndGroups& e) {
@@ -657,7 +652,7 @@ StepFinish AsyncHzp::finish_step(std::int64_t step, double lr) {
     async_->finish_refresh();
     gslice = opt_grad_view();
   } else {
-    stall_->around([&] { gslice = combine_gradients(end_inline_); }, /*at_issue=*/true);
+    gslice = combine_gradients(end_inline_);
     if (inline_rows_) {
       add_tied_rows(*inline_rows_);
       inline_rows_.reset();
@@ -691,13 +686,9 @@ StepFinish AsyncHzp::finish_step(std::int64_t step, double lr) {
 }
 
 void AsyncHzp::settle_device_step() {
-  // The compute stream has passed every wait of the step (the host waited for it): the stall clock's events
-  // can be read and the collectives' requests completed (their counters recorded, their deadlines checked).
+  // The compute stream has passed every wait of the step so far (the host waited for it): the collectives'
+  // requests can be completed (their counters recorded, their deadlines checked).
   stream_.synchronize();
-  const StallClock::Sums sums = stall_->settle();
-  device_waits_.device_wait_s = sums.seconds;
-  device_waits_.device_waits_at_use = sums.at_use;
-  device_waits_.device_waits_at_issue = sums.at_issue;
   if (async_) {
     async_->complete_requests({}, [this] { end_bg_.complete(); });
   } else {

@@ -80,6 +80,8 @@ StepDriver::StepDriver(std::string scheduler, const workloads::Workload& model, 
   if (stream_.device().is_cuda()) {
     for (std::size_t i = 0; i < 2 * actions_.size(); ++i) marks_.emplace_back(stream_.device());
     end_mark_ = TimedEvent(stream_.device());
+    stall_clock_ = std::make_unique<coll::DeviceStallClock>(stream_);
+    stall_marks_.assign(marks_.size(), 0);
   }
   inputs_.resize(static_cast<std::size_t>(train_.micro_batch_size * model_.local_seq_len()));
   targets_.resize(inputs_.size());
@@ -132,6 +134,9 @@ StepStats StepDriver::step(const StepBatch& batch, ParameterEngine& engine) {
   const std::vector<std::int64_t> mine = plan.micro_batches_of(rank_);
   const Attempt at{batch, plan, mine, static_cast<double>(train_.global_batch * model_.seq_len())};
   FixedPointGrads* fixed = engine.fixed_point();
+  // The whole step's waits of the compute stream on communication are timed on the device (nothing on the host).
+  std::optional<coll::DeviceWaitScope> observe_stalls;
+  if (stall_clock_) observe_stalls.emplace(stall_clock_.get());
 
   std::vector<double> losses(mine.size(), 0.0);  // per micro-batch, in local order
   double waited = 0;                             // on pipeline peers
@@ -183,6 +188,18 @@ StepStats StepDriver::step(const StepBatch& batch, ParameterEngine& engine) {
     std::tie(st.forward_seconds, st.backward_seconds) = device_phase_seconds();
     // The step end on the device: from the last action's end to the update's (collectives, norm, update, gathers).
     st.optimizer_seconds = TimedEvent::elapsed_ms(marks_.back(), end_mark_) * 1e-3;
+    // The stalls, read now that the stream has passed end_mark_ (no wait of their own), are taken out of the
+    // phase whose events bracket them and reported as exposed communication.
+    const std::vector<coll::Stall> stalls = stall_clock_->settle();
+    std::vector<StallSpan> spans(actions_.size());
+    for (std::size_t i = 0; i < actions_.size(); ++i)
+      spans[i] = {stall_marks_[2 * i], stall_marks_[2 * i + 1], actions_[i].kind == Action::Kind::forward};
+    stalls_ = split_stalls(stalls, spans, stall_marks_.back());
+    st.forward_seconds -= stalls_.forward;
+    st.backward_seconds -= stalls_.backward;
+    st.optimizer_seconds -= stalls_.step_end;
+    st.device_comm_timed = true;
+    st.device_comm_wait_seconds = stalls_.total();
   }
   return st;
 }
@@ -211,7 +228,10 @@ void StepDriver::run_whole(const Attempt& at, ParameterEngine& engine, std::vect
     // The action's first and last unit calls bracket it on the device (run_whole's actions are actions_).
     const auto i = static_cast<std::size_t>(&a - actions_.data());
     const bool forward = a.kind == Action::Kind::forward;
-    if (!marks_.empty() && u == (forward ? a.first_unit : a.end_unit - 1)) marks_[2 * i].record(stream_);
+    if (!marks_.empty() && u == (forward ? a.first_unit : a.end_unit - 1)) {
+      marks_[2 * i].record(stream_);
+      stall_marks_[2 * i] = stall_clock_->recorded();
+    }
     if (forward) {
       if (u == 0) {
         first_.resize(at.batch.source->packs_documents() ? inputs_.size() : 0);
@@ -231,7 +251,10 @@ void StepDriver::run_whole(const Attempt& at, ParameterEngine& engine, std::vect
       unit_sleep_.after(u, units);
       engine.backward_done(u, a);
     }
-    if (!marks_.empty() && u == (forward ? a.end_unit - 1 : a.first_unit)) marks_[2 * i + 1].record(stream_);
+    if (!marks_.empty() && u == (forward ? a.end_unit - 1 : a.first_unit)) {
+      marks_[2 * i + 1].record(stream_);
+      stall_marks_[2 * i + 1] = stall_clock_->recorded();
+    }
   });
 }
 

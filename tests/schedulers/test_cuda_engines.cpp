@@ -7,7 +7,9 @@
 // at step 100. The same engine code at W > 1 runs on the CPU through the MPI backend in test_data_parallel; more
 // than one GPU rank needs more than one GPU (docs/cuda.md says what is unrun). asynchzp's async form runs its two
 // background threads, each with its own stream and NCCL communicators, meeting the compute stream through events
-// only: its compute stream never waits where a collective is issued (counted from the engine's stall clock).
+// only: its compute stream never waits where a collective is issued (counted from the step driver's stall clock).
+// Exposed communication timed on the device: zero3 with every collective held a known time exposes at least the
+// holds, and asynchzp async less than inline on the same holds (CudaExposedComm).
 // nd at one rank is tp = 1 (its mesh's groups split from the NCCL world; tp > 1 needs a GPU per rank). No
 // registered scheduler is host-only any more, so none is left to refuse a CUDA stream here; nd's MoE refusal is
 // checked without a GPU (test_schedulers_none, Registry.NdRefusesExpertParallelismOnACudaStream).
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "gpu_test_util.hpp"
+#include "hzp/collectives/counters.hpp"
 #include "hzp/collectives/nccl_communicator.hpp"
 #include "hzp/schedulers/asynchzp.hpp"
 #include "hzp/schedulers/data_parallel.hpp"
@@ -157,7 +160,7 @@ INSTANTIATE_TEST_SUITE_P(Engines, CudaEngine,
 /// asynchzp on the GPU: where the compute stream waits for communication. Async, only where a result is used
 /// (each gathered block right before its unit, a gradient slot before it is rewritten, the lanes at the step's
 /// end), never where a collective is issued; inline, at every collective (NCCL orders the stream after it).
-/// Counted per step by the engine's stall clock (timed events around each wait: no Nsight).
+/// Counted per step by the step driver's stall clock (timed events around each wait: no Nsight).
 TEST(CudaAsyncHzp, ComputeStreamWaitsOnlyWhereResultsAreUsed) {
   for (const bool async : {true, false}) {
     NoneRun cpu("tiny");
@@ -198,6 +201,72 @@ TEST(CudaAsyncHzp, ComputeStreamWaitsOnlyWhereResultsAreUsed) {
       EXPECT_GE(st.device_wait_s, 0.0);
     }
   }
+}
+
+/// Exposed communication on the device (device_stall_clock.hpp). Every collective holds its communication stream at
+/// least kHold (NcclCommConfig::min_hold_s: a one-rank group has no rounds, so the link model holds nothing there).
+/// zero3's compute stream waits where each gather and reduce-scatter is issued, so over the steps its exposed
+/// communication is at least the holds of the calls completed, and in no step more than the step's wall time.
+TEST(CudaExposedComm, Zero3WithHeldCollectivesExposesAtLeastTheHolds) {
+  constexpr double kHold = 2e-3;
+  NoneRun cpu("tiny");
+  cpu.train.steps = 3;
+  cpu.train.warmup_steps = 1;
+  cpu.build();
+  Gpu gpu;
+  coll::SelfBootstrap solo;
+  coll::NcclCommConfig config = world_config();
+  config.min_hold_s = kHold;
+  coll::NcclCommunicator world(solo, config);
+  const auto dev = schedulers::make_scheduler("zero3", gpu_args(cpu, gpu, world));
+  const coll::CounterSnapshot before = world.counters().snapshot();
+  double exposed = 0;
+  for (std::int64_t s = 0; s < 3; ++s) {
+    const schedulers::StepStats st = dev->step({s, cpu.source.get()});
+    SCOPED_TRACE("step " + std::to_string(s));
+    EXPECT_TRUE(st.device_comm_timed);
+    EXPECT_GT(st.device_comm_wait_seconds, 0.0);
+    EXPECT_LE(st.device_comm_wait_seconds, st.seconds);
+    // The stalls were taken out of the device phases, which stay positive (the kernels ran).
+    EXPECT_GT(st.forward_seconds, 0.0);
+    EXPECT_GT(st.backward_seconds, 0.0);
+    exposed += st.device_comm_wait_seconds;
+  }
+  const coll::CounterSnapshot d = world.counters().delta(before);
+  const std::uint64_t held = d.total(coll::CollOp::all_gather).calls + d.total(coll::CollOp::reduce_scatter).calls;
+  ASSERT_GT(held, 0u) << "zero3 issued no gather or reduce-scatter";
+  EXPECT_GE(exposed, static_cast<double>(held) * kHold) << held << " held calls";
+}
+
+/// asynchzp async against inline on the same shape and holds, with a host sleep after every block's forward and
+/// backward (scheduler.debug_unit_sleep_ms, longer than a hold): the lanes' collectives run while the compute thread
+/// sleeps, so async's compute stream waits less than inline's, which waits for every collective where it is issued.
+TEST(CudaExposedComm, AsyncHzpExposesLessThanInline) {
+  constexpr double kHold = 1e-3;
+  double exposed[2] = {0, 0};  // [inline, async], summed over steps 1 and 2 (step 0 warms up)
+  for (const bool async : {false, true}) {
+    NoneRun cpu("tiny");
+    cpu.train.steps = 3;
+    cpu.train.warmup_steps = 1;
+    cpu.build();
+    Gpu gpu;
+    coll::SelfBootstrap solo;
+    coll::NcclCommConfig config = world_config();
+    config.min_hold_s = kHold;
+    coll::NcclCommunicator world(solo, config);
+    schedulers::SchedulerArgs args = gpu_args(cpu, gpu, world);
+    args.options.async = async;
+    args.options.debug_unit_sleep_ms = 3;
+    const auto dev = schedulers::make_scheduler("asynchzp", args);
+    for (std::int64_t s = 0; s < 3; ++s) {
+      const schedulers::StepStats st = dev->step({s, cpu.source.get()});
+      EXPECT_TRUE(st.device_comm_timed);
+      EXPECT_LE(st.device_comm_wait_seconds, st.seconds);
+      if (s > 0) exposed[async ? 1 : 0] += st.device_comm_wait_seconds;
+    }
+  }
+  EXPECT_GT(exposed[0], 0.0);
+  EXPECT_LT(exposed[1], exposed[0]) << "async " << exposed[1] << " s, inline " << exposed[0] << " s";
 }
 
 }  // namespace

@@ -35,6 +35,11 @@ struct NcclCommConfig {
   /// Node of every rank of the group (empty: all on one node). A group spanning nodes is modelled on
   /// the inter-node link, else on the intra-node one.
   std::vector<int> node_of_rank;
+  /// Test and benchmark hook, not an option: every call holds the communication stream at least this long
+  /// (GpuLinkHold, as link emulation does), with or without `links`. A one-rank group has no rounds, so the link
+  /// model gives it nothing to hold; this gives one GPU a collective of known duration. 0: off. Inherited by
+  /// split() and duplicate().
+  double min_hold_s = 0;
 };
 
 /// True when this build has the NCCL backend (HZP_HAVE_NCCL).

@@ -62,6 +62,12 @@ struct StepStats {
   bool device_timed = false;
   double forward_seconds = 0;
   double backward_seconds = 0;
+  /// Set with device_timed by the step driver's engines: device_comm_wait_seconds is the time the compute stream
+  /// stood waiting for communication in this step, from timed events around each wait (device_stall_clock.hpp),
+  /// and the harness takes exposed communication from it instead of the collectives' host-side waits, which on a
+  /// GPU are completion times. forward_seconds, backward_seconds and optimizer_seconds then exclude those stalls.
+  bool device_comm_timed = false;
+  double device_comm_wait_seconds = 0;
   /// Intervals [begin, end] (wall_seconds()) in which the compute thread waited for work of the scheduler's
   /// background communication threads (asynchzp): their collectives are not the compute thread's calls,
   /// so the harness counts these waits as exposed communication, split into join and transfer where they

@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "hzp/core/caching_allocator.hpp"
+#include "hzp/collectives/device_stall_clock.hpp"
 #include "hzp/schedulers/scheduler.hpp"
+#include "hzp/schedulers/step/device_stalls.hpp"
 #include "hzp/schedulers/step/engine_plan.hpp"
 #include "hzp/schedulers/step/parameter_engine.hpp"
 #include "hzp/schedulers/step/pipeline_stage.hpp"
@@ -62,7 +64,12 @@ class StepDriver {
   /// A resumed run (Scheduler::checkpoint): the next step() is `next_step` instead of 0.
   void resume_at(std::int64_t next_step) { steps_done_ = next_step; }
   /// Runs step `batch.step` over `engine`. Steps run in order 0, 1, 2, ... (PreconditionError otherwise).
+  /// On a CUDA stream the compute stream's waits on communication are timed on the device for the whole step
+  /// (StepStats::device_comm_timed): the collectives the engine issues on this thread and stream, and the waits it
+  /// brackets with coll::time_device_wait.
   StepStats step(const StepBatch& batch, ParameterEngine& engine);
+  /// The last step's stalls by phase and kind (all zero on the host).
+  const StallSplit& device_stalls() const noexcept { return stalls_; }
 
   /// The collectives step() issues itself, declared for the plan (step/engine_plan.hpp), over `group` (the
   /// engine's scalars communicator: its data-parallel ranks): the loss's all-reduce; in deterministic mode
@@ -119,6 +126,11 @@ class StepDriver {
   // On a CUDA stream: an event before and after each action of the schedule, recorded on the stream.
   std::vector<TimedEvent> marks_;
   TimedEvent end_mark_;
+  // On a CUDA stream: the stream's stalls on communication, and the clock's position at each of marks_ (so each
+  // stall is known to lie inside an action or between actions), and the last step's split.
+  std::unique_ptr<coll::DeviceStallClock> stall_clock_;
+  std::vector<std::size_t> stall_marks_;
+  StallSplit stalls_;
   // Forward and backward seconds of the step's actions, from marks_ (after the stream has passed them).
   std::pair<double, double> device_phase_seconds() const;
 };
