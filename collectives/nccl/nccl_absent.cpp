@@ -45,7 +45,7 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int, int, std::string, boo
 std::unique_ptr<Communicator> NcclCommunicator::duplicate(std::string, bool) { absent(); }
 
 #if !HZP_HAVE_CUDA
-void GpuLinkHold::start(StreamRef) { absent(); }
+void GpuLinkHold::start(StreamRef, std::function<double(double)>) { absent(); }
 void GpuLinkHold::finish(StreamRef, double) { absent(); }
 void GpuLinkHold::stamp(void*) {}
 void GpuLinkHold::sleep(void*) {}

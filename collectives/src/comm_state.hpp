@@ -150,6 +150,11 @@ class Operation {
   /// After a failure: cancels receives still posted (so a late message cannot land in a buffer
   /// the caller is about to free) and releases sends.
   virtual void abandon() noexcept = 0;
+  /// True when the call's emulated link time was spent holding a device stream (a phantom call on device buffers,
+  /// GpuLinkHold) rather than by its waiter: the request then sleeps nothing and records held_s() as emulated.
+  virtual bool held_on_stream() const noexcept { return false; }
+  /// Seconds the stream hold slept (valid once progress() returned true).
+  virtual double held_s() const noexcept { return 0; }
 };
 
 /// Books an emulated call's links at the group's last join (what the join round told) and returns this rank's

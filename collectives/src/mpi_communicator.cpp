@@ -6,6 +6,8 @@
 
 #include <cstring>
 #include <functional>
+#include <initializer_list>
+#include <optional>
 #include <numeric>
 
 #include "carried_algorithm_name.hpp"
@@ -35,6 +37,33 @@ void check_host(CollOp op, const char* what, const ConstTensorView& v) {
             "; the MPI backend works on host buffers");
   HZP_CHECK(v.data() != nullptr || v.numel() == 0, coll_op_name(op), ": ", what, " has ", v.numel(),
             " elements but no data pointer");
+}
+
+// A call's buffers: on the host (the MPI backend), or, in a phantom world only, all on one CUDA device with a stream
+// of that device, where the stand-in is enqueued (docs/phantom.md, "On the GPU"). Host buffers make the host wait for
+// the stream first, as before.
+struct Named {
+  const char* what;
+  ConstTensorView v;
+};
+
+detail::Place check_place(const CommState& st, CollOp op, StreamRef s, std::initializer_list<Named> bufs) {
+  const Device d = bufs.begin()->v.device();
+  if (d.is_cpu() || !st.phantom) {
+    for (const Named& b : bufs) check_host(op, b.what, b.v);
+    s.synchronize();
+    return {};
+  }
+  for (const Named& b : bufs) {
+    HZP_CHECK(b.v.device() == d, "phantom ", coll_op_name(op), " on '", st.name, "': ", bufs.begin()->what, " is on ",
+              to_string(d), " but ", b.what, " on ", to_string(b.v.device()), "; one call's buffers share a device");
+    HZP_CHECK(b.v.data() != nullptr || b.v.numel() == 0, coll_op_name(op), ": ", b.what, " has ", b.v.numel(),
+              " elements but no data pointer");
+  }
+  HZP_CHECK(s.device() == d, "phantom ", coll_op_name(op), " on '", st.name, "': the buffers are on ", to_string(d),
+            " but the stream on ", to_string(s.device()), "; a call on device buffers is enqueued on a stream of "
+            "their device");
+  return {d, s};
 }
 
 bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) {
@@ -238,16 +267,56 @@ Request launch_unguarded(const std::shared_ptr<CommState>& sp, const CallInfo& i
 
 // A call that failed after taking its sequence number leaves this rank out of step with its peers
 // (their next call would match ours with a different number): the communicator cannot be trusted.
-Request launch(const std::shared_ptr<CommState>& sp, const CallInfo& info, detail::ScratchPool::Lease scratch,
-               std::unique_ptr<detail::Algorithm> live, const detail::DryFactory& dry, bool model_all_ranks,
-               const detail::NativeCall* native) {
+template <typename Start>
+Request guarded(const std::shared_ptr<CommState>& sp, const CallInfo& info, Start&& start) {
   try {
-    return launch_unguarded(sp, info, std::move(scratch), std::move(live), dry, model_all_ranks, native);
+    return start();
   } catch (const std::exception& e) {
     sp->mark_failed(std::string(coll_op_name(info.op)) + " #" + std::to_string(info.seq) +
                     " failed to start: " + e.what());
     throw;
   }
+}
+
+Request launch(const std::shared_ptr<CommState>& sp, const CallInfo& info, detail::ScratchPool::Lease scratch,
+               std::unique_ptr<detail::Algorithm> live, const detail::DryFactory& dry, bool model_all_ranks,
+               const detail::NativeCall* native) {
+  return guarded(sp, info, [&] {
+    return launch_unguarded(sp, info, std::move(scratch), std::move(live), dry, model_all_ranks, native);
+  });
+}
+
+// A phantom call on device buffers: the stand-in enqueued on the call's stream and, with emulated links, the stream
+// held for the link model's time of the whole group, booked on this rank's links when the stream reaches the call
+// (GpuLinkHold), as the host form books at its join and holds its waiter. The bytes are the same dry replay's.
+template <typename StandIn>
+Request launch_on_stream(const std::shared_ptr<CommState>& sp, const CallInfo& info, const detail::DryFactory& dry,
+                         bool model_all_ranks, StreamRef s, StandIn&& stand_in) {
+  CommState& st = *sp;
+  return guarded(sp, info, [&] {
+    std::optional<CollectiveModel> model;
+    std::unique_ptr<GpuLinkHold> hold;
+    if (st.world->links) {
+      model = detail::model_call(st, dry, model_all_ranks);
+      hold = std::make_unique<GpuLinkHold>();
+      hold->start(s, [links = st.world->links, m = *model](double at) { return links->reserve(at, m).ready_s; });
+    }
+    stand_in();
+    if (hold) hold->finish(s, model->duration_s);
+    auto self = dry(st.rank);
+    auto op = detail::make_phantom_stream_operation(Header{info.join, info.join}, detail::replay_bytes(st, *self),
+                                                    self->name(), s, std::move(hold));
+    return detail::make_request(sp, info, std::move(op), model ? &*model : nullptr, nullptr);
+  });
+}
+
+// A phantom call: the stand-in at once on host buffers (then the host form's launch), or enqueued on the stream.
+template <typename StandIn>
+Request launch_phantom(const std::shared_ptr<CommState>& sp, const CallInfo& info, const detail::DryFactory& dry,
+                       bool model_all_ranks, detail::Place at, StandIn&& stand_in) {
+  if (at.device.is_cuda()) return launch_on_stream(sp, info, dry, model_all_ranks, at.stream, stand_in);
+  stand_in();
+  return launch(sp, info, {}, nullptr, dry, model_all_ranks, nullptr);
 }
 
 CallInfo begin_call(CommState& st, CollOp op, DType dtype, std::int64_t count, int peer = -1) {
@@ -267,8 +336,7 @@ CallInfo begin_call(CommState& st, CollOp op, DType dtype, std::int64_t count, i
 Request MpiCommunicator::start_all_gather(ConstTensorView in, TensorView out, StreamRef s) {
   CommState& st = *state_;
   const CollOp op = CollOp::all_gather;
-  check_host(op, "in", in);
-  check_host(op, "out", out);
+  const detail::Place at = check_place(st, op, s, {{"in", in}, {"out", out}});
   HZP_CHECK(in.dtype() == out.dtype(), "all_gather: in is ", dtype_name(in.dtype()), ", out is ",
             dtype_name(out.dtype()));
   const std::int64_t n = in.numel();
@@ -279,7 +347,6 @@ Request MpiCommunicator::start_all_gather(ConstTensorView in, TensorView out, St
   const std::byte* own_slot = bytes_of(out) + shard * static_cast<std::size_t>(st.rank);
   HZP_CHECK(bytes_of(in) == own_slot || !overlaps(in.data(), shard, out.data(), out.bytes()),
             "all_gather: in overlaps out other than as out's own block (in place)");
-  s.synchronize();
   const CallInfo info = begin_call(st, op, in.dtype(), n);
   const bool small = is_small(st, op, n, in.dtype());
   const int p = st.size;
@@ -288,10 +355,9 @@ Request MpiCommunicator::start_all_gather(ConstTensorView in, TensorView out, St
                  : detail::make_ring_all_gather(q, p, o, i, detail::Blocks{n * p, p}, elem);
   };
   const detail::DryFactory dry = [=](int q) { return make(q, nullptr, nullptr); };
-  if (st.phantom) {
-    detail::phantom_all_gather(bytes_of(in), bytes_of(out), shard, st.rank, p);
-    return launch(state_, info, {}, nullptr, dry, true, nullptr);
-  }
+  if (st.phantom)
+    return launch_phantom(state_, info, dry, true, at,
+                          [&] { detail::phantom_all_gather(bytes_of(in), bytes_of(out), shard, st.rank, p, at); });
   if (st.config.mpi_native) {
     detail::NativeCall nc;
     nc.op = op;
@@ -307,8 +373,7 @@ Request MpiCommunicator::start_all_gather(ConstTensorView in, TensorView out, St
 Request MpiCommunicator::start_reduce_scatter(ConstTensorView in, TensorView out, ReduceOp rop, StreamRef s) {
   CommState& st = *state_;
   const CollOp op = CollOp::reduce_scatter;
-  check_host(op, "in", in);
-  check_host(op, "out", out);
+  const detail::Place at = check_place(st, op, s, {{"in", in}, {"out", out}});
   HZP_CHECK(in.dtype() == out.dtype(), "reduce_scatter: in is ", dtype_name(in.dtype()), ", out is ",
             dtype_name(out.dtype()));
   const std::int64_t n = out.numel();
@@ -316,7 +381,6 @@ Request MpiCommunicator::start_reduce_scatter(ConstTensorView in, TensorView out
             " elements, needs size * out = ", st.size, " * ", n, " = ", n * st.size);
   HZP_CHECK(!overlaps(in.data(), in.bytes(), out.data(), out.bytes()), "reduce_scatter: in and out overlap");
   const Reducer red = Reducer::make(in.dtype(), rop);
-  s.synchronize();
   const CallInfo info = begin_call(st, op, in.dtype(), in.numel());
   const bool small = is_small(st, op, in.numel(), in.dtype());
   const int p = st.size;
@@ -326,10 +390,9 @@ Request MpiCommunicator::start_reduce_scatter(ConstTensorView in, TensorView out
                  : detail::make_ring_reduce_scatter(q, p, i, o, blocks, red, scratch);
   };
   const detail::DryFactory dry = [=](int q) { return make(q, nullptr, nullptr, nullptr); };
-  if (st.phantom) {
-    detail::phantom_reduce_scatter(bytes_of(in), bytes_of(out), n, red, st.rank, p);
-    return launch(state_, info, {}, nullptr, dry, true, nullptr);
-  }
+  if (st.phantom)
+    return launch_phantom(state_, info, dry, true, at,
+                          [&] { detail::phantom_reduce_scatter(bytes_of(in), bytes_of(out), n, red, st.rank, p, at); });
   if (st.config.mpi_native) {
     detail::NativeCall nc;
     nc.op = op;
@@ -350,10 +413,9 @@ Request MpiCommunicator::start_reduce_scatter(ConstTensorView in, TensorView out
 Request MpiCommunicator::start_all_reduce(TensorView buf, ReduceOp rop, StreamRef s) {
   CommState& st = *state_;
   const CollOp op = CollOp::all_reduce;
-  check_host(op, "buf", buf);
+  const detail::Place at = check_place(st, op, s, {{"buf", buf}});
   const std::int64_t n = buf.numel();
   const Reducer red = Reducer::make(buf.dtype(), rop);
-  s.synchronize();
   const CallInfo info = begin_call(st, op, buf.dtype(), n);
   const bool small = is_small(st, op, n, buf.dtype());
   const int p = st.size;
@@ -362,10 +424,8 @@ Request MpiCommunicator::start_all_reduce(TensorView buf, ReduceOp rop, StreamRe
                  : detail::make_ring_all_reduce(q, p, b, n, red, scratch);
   };
   const detail::DryFactory dry = [=](int q) { return make(q, nullptr, nullptr); };
-  if (st.phantom) {
-    detail::phantom_all_reduce(bytes_of(buf), n, red, p);
-    return launch(state_, info, {}, nullptr, dry, true, nullptr);
-  }
+  if (st.phantom)
+    return launch_phantom(state_, info, dry, true, at, [&] { detail::phantom_all_reduce(bytes_of(buf), n, red, p, at); });
   if (st.config.mpi_native) {
     detail::NativeCall nc;
     nc.op = op;
@@ -401,8 +461,7 @@ Request MpiCommunicator::start_all_to_allv_impl(CollOp op, ConstTensorView in,
                                                 std::span<const std::int64_t> recv_counts, StreamRef s) {
   CommState& st = *state_;
   const int p = st.size;
-  check_host(op, "in", in);
-  check_host(op, "out", out);
+  const detail::Place at = check_place(st, op, s, {{"in", in}, {"out", out}});
   HZP_CHECK(in.dtype() == out.dtype(), coll_op_name(op), ": in is ", dtype_name(in.dtype()), ", out is ",
             dtype_name(out.dtype()));
   HZP_CHECK(send_counts.size() == static_cast<std::size_t>(p) && recv_counts.size() == static_cast<std::size_t>(p),
@@ -420,7 +479,6 @@ Request MpiCommunicator::start_all_to_allv_impl(CollOp op, ConstTensorView in,
             send_counts[st.rank], " elements but expects ", recv_counts[st.rank]);
   HZP_CHECK(!overlaps(in.data(), in.bytes(), out.data(), out.bytes()), coll_op_name(op), ": in and out overlap");
   const std::size_t elem = dtype_size(in.dtype());
-  s.synchronize();
   const CallInfo info = begin_call(st, op, in.dtype(), total_send);
   const bool small = st.config.small_message_bytes > 0 &&
                      static_cast<std::size_t>(total_send) * elem < st.config.small_message_bytes;
@@ -435,10 +493,9 @@ Request MpiCommunicator::start_all_to_allv_impl(CollOp op, ConstTensorView in,
     HZP_CHECK(q == me, "all_to_all(v) can only be replayed for the calling rank");
     return detail::make_pairwise_all_to_allv(q, p, nullptr, *sc, nullptr, *rc, elem, small);
   };
-  if (st.phantom) {
-    detail::phantom_all_to_allv(bytes_of(in), *sc, bytes_of(out), *rc, elem, me);
-    return launch(state_, info, {}, nullptr, dry, false, nullptr);
-  }
+  if (st.phantom)
+    return launch_phantom(state_, info, dry, false, at,
+                          [&] { detail::phantom_all_to_allv(bytes_of(in), *sc, bytes_of(out), *rc, elem, me, at); });
   if (st.config.mpi_native) {
     detail::NativeCall nc;
     nc.op = op;
@@ -456,15 +513,14 @@ Request MpiCommunicator::start_all_to_allv_impl(CollOp op, ConstTensorView in,
 Request MpiCommunicator::start_broadcast(TensorView buf, int root, StreamRef s) {
   CommState& st = *state_;
   const CollOp op = CollOp::broadcast;
-  check_host(op, "buf", buf);
+  const detail::Place at = check_place(st, op, s, {{"buf", buf}});
   HZP_CHECK(root >= 0 && root < st.size, "broadcast on '", st.name, "': root ", root, " outside 0..", st.size - 1);
-  s.synchronize();
   const CallInfo info = begin_call(st, op, buf.dtype(), buf.numel(), root);
   const int p = st.size;
   const std::size_t bytes = buf.bytes();
   const detail::DryFactory dry = [=](int q) { return detail::make_binomial_broadcast(q, p, root, nullptr, bytes); };
   // Phantom: buf is left as it is (this rank's data stands for the root's).
-  if (st.phantom) return launch(state_, info, {}, nullptr, dry, true, nullptr);
+  if (st.phantom) return launch_phantom(state_, info, dry, true, at, [] {});
   if (st.config.mpi_native) {
     detail::NativeCall nc;
     nc.op = op;
@@ -502,11 +558,10 @@ Request MpiCommunicator::start_recv(TensorView buf, int peer, int tag, StreamRef
 Request MpiCommunicator::start_p2p(CollOp op, const std::byte* send_data, std::byte* recv_data, ConstTensorView buf,
                                    int peer, int tag, StreamRef s) {
   CommState& st = *state_;
-  check_host(op, "buf", buf);
+  const detail::Place at = check_place(st, op, s, {{"buf", buf}});
   HZP_CHECK(peer >= 0 && peer < st.size && peer != st.rank, coll_op_name(op), " on '", st.name, "': peer ", peer,
             " must be another rank of 0..", st.size - 1, " (this is rank ", st.rank, ")");
   HZP_CHECK(tag >= 0 && tag <= kMaxUserTag, coll_op_name(op), ": tag ", tag, " outside 0..", kMaxUserTag);
-  s.synchronize();
   CallInfo info = begin_call(st, op, buf.dtype(), buf.numel(), peer);
   info.tag = tag;
   const std::size_t bytes = buf.bytes();
@@ -514,11 +569,11 @@ Request MpiCommunicator::start_p2p(CollOp op, const std::byte* send_data, std::b
   const detail::DryFactory dry = [=](int) {
     return is_send ? detail::make_send(nullptr, bytes, peer) : detail::make_recv(nullptr, bytes, peer);
   };
-  if (st.phantom) {
+  if (st.phantom)
     // A send completes once its modelled time has passed; a receive too, its data zeros (docs/phantom.md).
-    if (!is_send && bytes > 0) std::memset(recv_data, 0, bytes);
-    return launch(state_, info, {}, nullptr, dry, /*model_all_ranks=*/false, nullptr);
-  }
+    return launch_phantom(state_, info, dry, /*model_all_ranks=*/false, at, [&] {
+      if (!is_send) detail::phantom_recv(recv_data, bytes, at);
+    });
   auto live = is_send ? detail::make_send(send_data, bytes, peer) : detail::make_recv(recv_data, bytes, peer);
   // Only the caller's side is known: the model uses its own message (for a receive, the sender's).
   return launch(state_, info, {}, std::move(live), dry, /*model_all_ranks=*/false, nullptr);

@@ -116,6 +116,12 @@ class MpiRequest final : public Request::Impl {
   void on_transfer_done() {
     transfer_done_ = true;
     if (!emulate_) return;
+    if (op_->held_on_stream()) {
+      // The link model's time was held on the device stream (booked when the stream reached the call): nothing
+      // is left to sleep here.
+      emulated_s_ = op_->held_s();
+      return;
+    }
     if (info_.op == CollOp::recv && !st_->phantom) {
       // A message is in once its sender's modelled transfer is done (the sender's ready, the only one the receive
       // hears, plus the message's time), and a receive posted later finds it there: it books no link of its own.

@@ -1,5 +1,5 @@
-// topology.phantom_world / phantom_rank: checked against the MPI job, and the layouts phantom peers do not run yet
-// refused (docs/phantom.md).
+// topology.phantom_world / phantom_rank: checked against the MPI job, and what a phantom run cannot do (checkpoints,
+// --resume) refused (docs/phantom.md).
 #include "phantom_run.hpp"
 
 #include "hzp/core/error.hpp"
@@ -35,9 +35,8 @@ PhantomSpec phantom_spec(const ResolvedConfig& cfg, int mpi_world) {
 void apply_phantom(RunSetup& s, const PhantomSpec& p, bool resuming) {
   if (!p.on()) return;
   const std::string what = "topology.phantom_world = " + std::to_string(p.world);
-  if (s.opt.backend == "cuda")
-    HZP_THROW(ConfigError, what, " with backend = cuda: phantom peers run on the CPU backend only so far (the NCCL "
-              "communicator has no phantom form; issue 24). Fix: backend = cpu, or topology.phantom_world = 0");
+  // backend = cuda runs too (docs/phantom.md, "On the GPU"): the world is the phantom one, its device calls enqueued
+  // on the engines' streams. What the GPU does not run at all (pp, cp, MoE) run_setup refuses for every run.
   if (s.opt.checkpoint_every > 0)
     HZP_THROW(ConfigError, what, " with output.checkpoint_every = ", s.opt.checkpoint_every, ": a phantom run holds "
               "one rank's shards, not a checkpoint's. Fix: output.checkpoint_every = 0");

@@ -255,8 +255,9 @@ class Run {
   // ---- communicators and the scheduler -------------------------------------------------------------
   void build_scheduler() {
     progress_.beat(-1, "building the scheduler");
-    if (s_.uses_world_comm && stream_.device().is_cuda()) {
+    if (s_.uses_world_comm && stream_.device().is_cuda() && !ctx_.phantom) {
       // One GPU per rank: NCCL over the devices, its unique id broadcast over MPI; every group is split from it.
+      // A phantom rank has no peers to run NCCL with: its world below takes device buffers on their stream.
       coll::MpiBootstrap bootstrap(MPI_COMM_WORLD);
       coll::NcclCommConfig nc;
       nc.name = "world";
@@ -269,6 +270,8 @@ class Run {
     } else if (s_.uses_world_comm) {
       coll::MpiCommConfig cc = s_.comm;
       cc.links = links_.links;  // the emulator is configured at construction, after calibration
+      // A phantom world's calls on device buffers enqueue their stand-in and link hold on the call's stream
+      // (docs/phantom.md, "On the GPU"); host buffers (the loss, the norm's sum) are handled on the host as on the CPU.
       auto mpi = ctx_.phantom ? coll::make_phantom_world(ctx_.topology, cc, ctx_.rank, "world")
                               : coll::make_mpi_world(ctx_.topology, cc, MPI_COMM_WORLD, "world");
       mpi_world_ = mpi.get();

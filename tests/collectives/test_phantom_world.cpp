@@ -108,5 +108,39 @@ TEST(PhantomWorld, AllToAllvReceivesWhatThisRankSendsItself) {
   EXPECT_EQ(d.level(CollOp::all_to_allv, LinkLevel::inter).bytes, (1u + 4u) * 4);  // to ranks 2 and 3
 }
 
+TEST(PhantomWorld, GatherOfANonPowerOfTwoGroupInPlaceCopiesTheOwnBlockEverywhere) {
+  // 5 ranks (the stand-in fills block 0, then doubles: 1, 2, 4, then the last one), rank 3's block given in place.
+  const Topology topo = Topology::virtual_nodes(5, 5, 3);
+  auto world = make_phantom_world(topo, ring_only(), 3);
+  const std::int64_t n = 7;
+  std::vector<std::int32_t> out(5 * n, -1);
+  for (std::int64_t i = 0; i < n; ++i) out[static_cast<std::size_t>(3 * n + i)] = static_cast<std::int32_t>(100 + i);
+  world->all_gather(ConstTensorView(out.data() + 3 * n, Shape{n}, DType::i32),
+                    TensorView(out.data(), Shape{5 * n}, DType::i32), StreamRef::host());
+  for (int q = 0; q < 5; ++q)
+    for (std::int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(out[static_cast<std::size_t>(q * n + i)], 100 + i) << "block " << q << " element " << i;
+}
+
+TEST(PhantomWorld, SumsAreTheGroupSizeTimesTheOwnValueRoundedOnceInBf16) {
+  // The sum of p equal terms in the buffer's dtype, worked out by hand: bf16 keeps 8 significant bits, so
+  // 3 x (1 + 2^-7) = 3.0234375 lies half-way between 3.015625 and 3.03125 and rounds to the even one, 3.03125;
+  // 3 x 1.5 = 4.5 is exact. int64 sums are exact.
+  const Topology topo = Topology::virtual_nodes(3, 3, 1);
+  auto world = make_phantom_world(topo, ring_only(), 1);
+  std::vector<bf16> b{bf16(1.0f + 1.0f / 128), bf16(1.5f), bf16(-2.0f)};
+  world->all_reduce(TensorView(b.data(), Shape{3}, DType::bf16), ReduceOp::sum, StreamRef::host());
+  EXPECT_EQ(b[0].to_float(), 3.03125f);
+  EXPECT_EQ(b[1].to_float(), 4.5f);
+  EXPECT_EQ(b[2].to_float(), -6.0f);
+  std::vector<std::int64_t> in{1, 2, 3, 4, 5, 6}, out(2, 0);  // rank 1's block of a reduce-scatter is {3, 4}
+  world->reduce_scatter(ConstTensorView(in.data(), Shape{6}, DType::i64), TensorView(out.data(), Shape{2}, DType::i64),
+                        ReduceOp::sum, StreamRef::host());
+  EXPECT_EQ(out, (std::vector<std::int64_t>{9, 12}));
+  world->reduce_scatter(ConstTensorView(in.data(), Shape{6}, DType::i64), TensorView(out.data(), Shape{2}, DType::i64),
+                        ReduceOp::min, StreamRef::host());
+  EXPECT_EQ(out, (std::vector<std::int64_t>{3, 4}));
+}
+
 }  // namespace
 }  // namespace hzp::coll

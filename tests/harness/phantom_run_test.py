@@ -22,7 +22,12 @@ Scenarios (one CTest each, see run_tests.cmake):
   links           tiny zero3 at W = 4, rank 0, with links emulated at 0.02 GB/s between nodes: each step lasts at
                   least this rank's inter-node bytes over the bandwidth (rank 0 leads its node's interface in every
                   group, so its calls hold it one after another), and far longer than without emulation.
+  cuda_exact_<layout>  (gpu; exit 77 without a device) zero3 and asynchzp async (z 8/4/4) on `tiny`, W = 8 in two
+                  virtual nodes of 4, rank 3: the phantom run with backend = cuda against the same phantom run on the
+                  CPU. Bytes per step, op and level and model-state bytes equal (both are rank 3's dry replay, so
+                  deterministic); the GPU file's state is device memory; losses finite.
 usage: phantom_run_test.py SCENARIO --hzpbench PATH --mpiexec PATH --ranks N --workdir DIR
+       phantom_run_test.py compare CPU.h5 CUDA.h5   (cuda_exact's comparison of two existing files)
 """
 import os
 import subprocess
@@ -244,14 +249,68 @@ def links(a):
     assert step.min() > times["off"][0].max(), "emulation did not hold the calls"
 
 
+# The GPU checks' layouts (docs/phantom.md, "On the GPU"): W = 8 as two nodes of 4, the z-groups inside a node.
+CUDA_LAYOUTS = {
+    "zero3": ["scheduler.name=zero3"],
+    "asynchzp": ["scheduler.name=asynchzp", "scheduler.z1=8", "scheduler.z2=4", "scheduler.z3=4"],
+}
+CUDA_PHANTOM = ["model.preset=tiny", "train.steps=2", "harness.warmup_steps=0", "links.emulate=false",
+                "train.global_batch=16", "train.micro_batch_size=1", "topology.phantom_world=8",
+                "topology.phantom_rank=3", "topology.ranks_per_node=4"]
+
+
+def cuda_exact(a, layout):
+    if e2e.cuda_devices() == 0:
+        print("no CUDA device visible: skipped")
+        sys.exit(77)
+    paths = {}
+    for backend in ("cpu", "cuda"):
+        paths[backend] = os.path.join(a.workdir, f"{layout}_{backend}.h5")
+        run([a.hzpbench, "run", *sets(CUDA_PHANTOM + CUDA_LAYOUTS[layout] + [f"backend={backend}"]), "--out",
+             paths[backend], "--force"], f"the {backend} phantom run of {layout}")
+    compare_backends(paths["cpu"], paths["cuda"], layout)
+
+
+def compare_backends(cpu_path, cuda_path, what):
+    """The phantom run on the GPU against the same phantom run on the CPU: bytes and model state equal."""
+    files = {}
+    for backend, path in (("cpu", cpu_path), ("cuda", cuda_path)):
+        with h5py.File(path, "r", locking=False) as f:
+            memory = f.attrs["device.memory"]
+            files[backend] = (comm_bytes(f), f["memory/model_state_bytes"][...], f["steps/loss"][...],
+                              memory.decode() if isinstance(memory, bytes) else str(memory))
+    (cb, cs, _, _), (gb, gs, gl, mem) = files["cpu"], files["cuda"]
+    layout = what
+    failures = []
+    if not cb:
+        failures.append("the CPU phantom run recorded no bytes")
+    for k in sorted(set(cb) | set(gb)):
+        if k not in cb or k not in gb or not np.array_equal(cb[k], gb[k]):
+            failures.append(f"{k[0]}/{k[1]}: cpu {cb.get(k, np.array([])).tolist()}, cuda {gb.get(k, np.array([])).tolist()}")
+    if not np.array_equal(cs, gs):
+        failures.append(f"model state: cpu {cs.tolist()}, cuda {gs.tolist()}")
+    if mem != "cuda:0":
+        failures.append(f"the GPU run's device.memory is {mem!r}")
+    if not np.isfinite(gl).all():
+        failures.append(f"GPU losses {gl.tolist()}")
+    if failures:
+        sys.exit("FAIL:\n" + "\n".join(failures))
+    print(f"{layout}: {len(cb)} op/level series and the model state equal on cpu and cuda; cuda losses {gl.tolist()}")
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "compare":
+        # scripts/gpu_phantom_check's files, compared where h5py is: compare CPU.h5 CUDA.h5
+        compare_backends(sys.argv[2], sys.argv[3], os.path.basename(sys.argv[3]))
+        return 0
     # run_e2e_test's argument parsing and dispatch, over this script's scenarios (exact_<layout>, exact_nd_ep<P>,
-    # scale, links, pipeline_wait).
+    # scale, links, pipeline_wait, cuda_exact_<layout>).
     scenarios = {f"scenario_exact_{k}": (lambda k=k: exact(e2e.ARGS, k)) for k in LAYOUTS}
     scenarios.update(scenario_scale=lambda: scale(e2e.ARGS), scenario_links=lambda: links(e2e.ARGS),
                      scenario_exact_nd_ep2=lambda: exact_ep(e2e.ARGS, 2),
                      scenario_exact_nd_ep4=lambda: exact_ep(e2e.ARGS, 4),
                      scenario_pipeline_wait=lambda: pipeline_wait(e2e.ARGS))
+    scenarios.update({f"scenario_cuda_exact_{k}": (lambda k=k: cuda_exact(e2e.ARGS, k)) for k in CUDA_LAYOUTS})
     return e2e.main(scenarios)
 
 

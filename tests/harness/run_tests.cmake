@@ -170,9 +170,11 @@ hzp_add_cli_test(NAME phantom_rank_without_world ARGS run --set model.preset=tin
 hzp_add_cli_test(NAME phantom_refuses_checkpoints ARGS run --set model.preset=tiny --set topology.phantom_world=4
                  --set scheduler.name=nd --set scheduler.pp=2 --set output.checkpoint_every=5 RC 2
                  MATCH "topology\\.phantom_world = 4 with output\\.checkpoint_every = 5.*Fix: output\\.checkpoint_every = 0")
-hzp_add_cli_test(NAME phantom_refuses_cuda ARGS run --set model.preset=tiny --set topology.phantom_world=4
-                 --set backend=cuda --set scheduler.name=zero3 RC 2
-                 MATCH "backend = cuda.*(phantom peers run on the CPU backend only|built without CUDA).*Fix:")
+# backend = cuda runs phantom peers (docs/phantom.md, "On the GPU"); what the GPU does not run is still refused by
+# name before anything starts, the MoE layer here (a build without CUDA refuses backend = cuda itself).
+hzp_add_cli_test(NAME phantom_cuda_refuses_moe ARGS run --set model.preset=tiny-moe --set topology.phantom_world=4
+                 --set backend=cuda --set scheduler.name=nd RC 2
+                 MATCH "(model\\.experts = [0-9]+ with backend = cuda.*Fix: backend = cpu|built without CUDA.*Fix:)")
 
 # --- end to end, read back with h5py (the PATH python3, as for results_killed_writer above)
 if(Python3_Interpreter_FOUND)
@@ -286,6 +288,15 @@ if(Python3_Interpreter_FOUND)
       if(label STREQUAL "gpu")
         set_tests_properties(${name} PROPERTIES RESOURCE_GROUPS "gpus:1")  # as hzp_add_gpu_test
       endif()
+    endforeach()
+    # Phantom peers on the GPU (phantom_run_test.py cuda_exact_*): W = 8, rank 3, backend = cuda against the CPU
+    # phantom run of the same layout, bytes and model state equal.
+    foreach(layout IN ITEMS zero3 asynchzp)
+      add_test(NAME phantom_cuda_exact_${layout}
+               COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/phantom_run_test.py cuda_exact_${layout}
+                       --hzpbench $<TARGET_FILE:hzpbench> --workdir ${hzp_run_dir}/phantom_cuda_exact_${layout})
+      set_tests_properties(phantom_cuda_exact_${layout} PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS gpu
+                           RESOURCE_GROUPS "gpus:1" ENVIRONMENT "OPENBLAS_NUM_THREADS=1")
     endforeach()
   endif()
 endif()

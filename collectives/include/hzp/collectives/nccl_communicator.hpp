@@ -11,7 +11,7 @@
 // Link emulation on the GPU (links.emulate): the communication stream is held, without occupying any
 // SM, for whatever the modelled duration leaves after the real transfer: a host function enqueued
 // before the NCCL call stamps the wall time at which the stream reaches it; one enqueued after it sleeps
-// until stamp + modelled duration (GpuLinkHold below). docs/cuda.md gives the cost.
+// until stamp + modelled duration (GpuLinkHold, gpu_link_hold.hpp). docs/cuda.md gives the cost.
 //
 // send/recv: NCCL has no tags; a pair matches by order between the two ranks (the tag is recorded but
 // not used for matching). Thread safety as for every Communicator: one thread at a time.
@@ -23,6 +23,7 @@
 
 #include "hzp/collectives/bootstrap.hpp"
 #include "hzp/collectives/communicator.hpp"
+#include "hzp/collectives/gpu_link_hold.hpp"
 #include "hzp/collectives/link_emulator.hpp"
 
 namespace hzp::coll {
@@ -82,28 +83,6 @@ class NcclCommunicator final : public Communicator {
  private:
   explicit NcclCommunicator(std::unique_ptr<State> state);
   std::unique_ptr<State> s_;
-};
-
-/// The GPU link-emulation primitive: holds a stream for a modelled duration without occupying SMs.
-/// start() enqueues a host function stamping when the stream reaches it; finish() enqueues one that
-/// sleeps until that stamp + modelled_s. Work enqueued between them (the real transfer) counts toward
-/// the modelled time. Host functions run on the CUDA runtime's callback thread, in order, so a hold
-/// also delays other streams' host functions (never their kernels or copies). The object must live
-/// until the stream has passed finish() (the NCCL requests keep theirs).
-class GpuLinkHold {
- public:
-  void start(StreamRef s);
-  void finish(StreamRef s, double modelled_s);
-  /// After the stream has passed finish(): seconds actually slept, and the stamp.
-  double slept_s() const noexcept { return slept_s_; }
-  double start_s() const noexcept { return start_s_; }
-
- private:
-  static void stamp(void* self);
-  static void sleep(void* self);
-  double start_s_ = 0;
-  double modelled_s_ = 0;
-  double slept_s_ = 0;
 };
 
 }  // namespace hzp::coll
