@@ -664,7 +664,7 @@ StepFinish AsyncHzp::finish_step(std::int64_t step, double lr) {
     auto* base = static_cast<std::byte*>(const_cast<void*>(gslice.data()));
     return TensorView(base + begin * static_cast<std::int64_t>(dtype_size(gdt())),
                       Shape{l1().slice_offset(seg_->end(u)) - begin}, gdt(), alloc_->device());
-  });
+  }, stream_);
   Allocation g32;
   if (fixed_) {
     g32 = converted_opt_grad();

@@ -40,8 +40,8 @@ SharedStageGrads::SharedStageGrads(const ProcessGroups& groups, const workloads:
 
 SharedStageGrads::~SharedStageGrads() = default;
 
-void SharedStageGrads::all_reduce(const std::function<TensorView(int unit)>& grad_of) const {
-  for (int u : units_) group_->all_reduce(grad_of(u), coll::ReduceOp::sum, StreamRef::host());
+void SharedStageGrads::all_reduce(const std::function<TensorView(int unit)>& grad_of, StreamRef stream) const {
+  for (int u : units_) group_->all_reduce(grad_of(u), coll::ReduceOp::sum, stream);
 }
 
 }  // namespace hzp::schedulers

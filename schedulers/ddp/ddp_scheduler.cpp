@@ -196,7 +196,7 @@ void DdpScheduler::backward_done(int u, const Action& a) {
 }
 
 StepFinish DdpScheduler::finish_step(std::int64_t step, double lr) {
-  shared_->all_reduce([&](int u) { return workloads::unit_block(model_->layout(), u, grads()); });
+  shared_->all_reduce([&](int u) { return workloads::unit_block(model_->layout(), u, grads()); }, stream_);
   const Stopwatch opt;
   StepFinish end;
   if (fixed_) {

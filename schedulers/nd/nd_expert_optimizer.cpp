@@ -240,7 +240,7 @@ void ExpertOptimizerScheduler::gather_params() {
 StepFinish ExpertOptimizerScheduler::finish_step(std::int64_t step, double lr) {
   const workloads::ParamLayout& layout = model_->layout();
   // A pipeline's tied table: its two stages' contributions added first; then the tp ranks' row shares.
-  shared_->all_reduce([&](int u) { return workloads::unit_block(layout, u, grads()); });
+  shared_->all_reduce([&](int u) { return workloads::unit_block(layout, u, grads()); }, stream_);
   expert_->sum_tp_shares(grads());
   for (const Part p : kParts) {
     const ShardLayout& s = shards_->shards(p);

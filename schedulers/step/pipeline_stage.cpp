@@ -48,6 +48,7 @@ struct PipelineStage::InFlight {
   std::vector<std::int32_t> inputs, targets, first;  // first: document starts (empty without packing)
   std::unique_ptr<workloads::MicroBatchContext> ctx;
   std::vector<coll::Request> sends;  // buffers held by ctx until these complete
+  std::vector<coll::Request> recvs;  // on a device: posted, ordered before the compute stream's next kernels
   bool backward_done = false;        // then only its input gradient's send keeps it
 };
 
@@ -58,7 +59,8 @@ void PipelineStage::progress() {
   for (auto it = live_.begin(); it != live_.end();) {
     InFlight& f = *it->second;
     std::erase_if(f.sends, [](coll::Request& r) { return r.test(); });
-    it = f.backward_done && f.sends.empty() ? live_.erase(it) : std::next(it);
+    std::erase_if(f.recvs, [](coll::Request& r) { return r.test(); });
+    it = f.backward_done && f.sends.empty() && f.recvs.empty() ? live_.erase(it) : std::next(it);
   }
 }
 
@@ -75,9 +77,30 @@ void PipelineStage::wait_until(const std::function<bool()>& done) {
   wait_s_ += wait.wall();
 }
 
+void PipelineStage::drain(std::vector<coll::Request>& requests) {
+  if (!links_.on_device()) {
+    wait_until([&] { return requests.empty(); });  // progress() completes them
+    return;
+  }
+  if (requests.empty()) return;
+  // NCCL moves its messages without the host: waiting on one request at a time is enough, each under the deadline.
+  const Stopwatch wait;
+  {
+    const profile::ScopedPhase phase(profile::Phase::pipeline_wait);
+    for (coll::Request& r : requests) r.wait();
+    requests.clear();
+  }
+  wait_s_ += wait.wall();
+}
+
+void PipelineStage::settle_receives() {
+  for (auto& [key, f] : live_) drain(f->recvs);
+}
+
 PipelineStage::PipelineStage(const workloads::Workload& model, const PipelineLayout& layout, coll::Communicator& pp,
                              CachingAllocator& alloc, workloads::ContextOptions base)
-    : model_(model), layout_(layout), pp_(pp), alloc_(alloc), base_(base), stage_(pp.rank()) {
+    : model_(model), layout_(layout), pp_(pp), alloc_(alloc), base_(base), stage_(pp.rank()),
+      links_(pp, base.stream, alloc) {
   HZP_CHECK(pp.size() == layout.pp && layout.units() == model.layout().num_units(), "pipeline stage: a group of ",
             pp.size(), " ranks for ", layout.pp, " stages, a layout of ", layout.units(), " units for a model of ",
             model.layout().num_units());
@@ -107,12 +130,17 @@ void PipelineStage::wait_for_time(double wall_s) {
   });
 }
 
-void PipelineStage::receive(TensorView into, int peer, int t, const Action& a) {
+void PipelineStage::receive(InFlight& f, TensorView into, int peer, int t, const Action& a) {
   // Phantom: the message cannot leave before the absent stage has run the action that sends it; its transfer is
-  // then the communicator's (the link model's time, as for any phantom receive).
+  // then the communicator's (the link model's time, as for any phantom receive). On a device the stream is idle
+  // here (synchronised after every action in a phantom world), so the receive starts no earlier either.
   if (peers_) wait_for_time(peers_->input_sent_at(a));
-  coll::Request r = pp_.start_recv(into, peer, t, base_.stream);  // test() enforces the communicator's deadline
-  wait_until([&] { return r.test(); });
+  coll::Request r = links_.receive(into, peer, t, a.kind == Action::Kind::backward);
+  if (links_.on_device()) {
+    f.recvs.push_back(std::move(r));  // the compute stream waits for it; the host does not
+    return;
+  }
+  wait_until([&] { return r.test(); });  // test() enforces the communicator's deadline
 }
 
 PipelineStage::InFlight& PipelineStage::begin_chunk(const Action& a, int chunk, double normaliser, Hooks& hooks) {
@@ -138,7 +166,8 @@ std::vector<double> PipelineStage::run(const std::vector<Action>& actions, int m
   if (peers_) peers_->begin(wall_seconds(), micro_batches);
   const int units = layout_.units(), last = layout_.chunks() - 1;
   std::vector<double> losses(static_cast<std::size_t>(micro_batches), 0.0);
-  for (const Action& a : actions) {
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
     const int k = layout_.chunk_at(a);  // one of this stage's: check_stage_schedule held
     const ActionSpan span(a, k);
     const double action_start = wall_seconds(), waited_before = wait_s_;
@@ -146,22 +175,27 @@ std::vector<double> PipelineStage::run(const std::vector<Action>& actions, int m
     const int prev = (k + layout_.pp - 1) % layout_.pp, next = (k + 1) % layout_.pp;
     if (a.kind == Action::Kind::forward) {
       InFlight& f = begin_chunk(a, k, normaliser, hooks);
-      if (k > 0) receive(f.ctx->input_slot(), prev, tag(a.micro_batch, k, false), a);
+      if (k > 0) receive(f, f.ctx->input_slot(), prev, tag(a.micro_batch, k, false), a);
+      // The head's loss reaches the host through a synchronisation, which waits for every receive before it.
+      if (a.end_unit == units && links_.on_device()) settle_receives();
+      if (hooks.mark) hooks.mark(i, false);
       for (int u = a.first_unit; u < a.end_unit; ++u) {
         model_.forward(u, hooks.params(u, a), *f.ctx);
         unit_sleep_.after(u, units);
         if (hooks.forward_done) hooks.forward_done(u, a);
       }
+      if (hooks.mark) hooks.mark(i, true);
       if (a.end_unit == units)
         losses[static_cast<std::size_t>(a.micro_batch)] = f.ctx->loss();
       else
-        f.sends.push_back(pp_.start_send(f.ctx->output(), next, tag(a.micro_batch, k + 1, false), base_.stream));
+        f.sends.push_back(links_.send(f.ctx->output(), next, tag(a.micro_batch, k + 1, false), false));
     } else {
       const auto it = live_.find({a.micro_batch, k});
       HZP_CHECK(it != live_.end(), "pipeline stage ", stage_, ": ", to_string(a), " has no forward in flight");
       InFlight& f = *it->second;
-      wait_until([&] { return f.sends.empty(); });  // the output's buffer is about to be replaced by its gradient's
-      if (k < last) receive(f.ctx->output_grad_slot(), next, tag(a.micro_batch, k, true), a);
+      drain(f.sends);  // the output's buffer is about to be replaced by its gradient's
+      if (k < last) receive(f, f.ctx->output_grad_slot(), next, tag(a.micro_batch, k, true), a);
+      if (hooks.mark) hooks.mark(i, false);
       for (int u = a.end_unit - 1; u >= a.first_unit; --u) {
         // Parameters first, then gradient buffers: an engine with rings hands them out in that order.
         const workloads::UnitParams params = hooks.params(u, a);
@@ -170,12 +204,22 @@ std::vector<double> PipelineStage::run(const std::vector<Action>& actions, int m
         unit_sleep_.after(u, units);
         if (hooks.backward_done) hooks.backward_done(u, a);
       }
-      if (k > 0) f.sends.push_back(pp_.start_send(f.ctx->input_grad(), prev, tag(a.micro_batch, k - 1, true), base_.stream));
+      if (hooks.mark) hooks.mark(i, true);
+      if (k > 0) f.sends.push_back(links_.send(f.ctx->input_grad(), prev, tag(a.micro_batch, k - 1, true), true));
       f.backward_done = true;
     }
+    // Phantom on a device: the host waits for the action's kernels, so the wall time is the device's.
+    if (peers_ && links_.on_device()) base_.stream.synchronize();
     if (peers_) peers_->measured(a, wall_seconds() - action_start - (wait_s_ - waited_before));
+    // On a device nothing polls while the host runs ahead: free here the contexts whose messages have completed.
+    if (links_.on_device()) progress();
   }
   // The input gradients still in flight hold their contexts until the previous stage has them.
+  if (links_.on_device())  // (on the host, drain() polls progress(), which frees contexts: not inside this loop)
+    for (auto& [key, f] : live_) {
+      drain(f->recvs);
+      drain(f->sends);
+    }
   wait_until([&] { return live_.empty(); });
   // Phantom: the stages meet after the run (the losses' sum), where a stage that finished early waits for the last.
   if (peers_) wait_for_time(peers_->end_at());

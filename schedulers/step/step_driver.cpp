@@ -10,6 +10,7 @@
 #include "hzp/core/error.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/schedulers/common/step_support.hpp"
+#include "hzp/schedulers/step/boundary_order.hpp"
 #include "hzp/workloads/batch_plan.hpp"
 
 namespace hzp::schedulers {
@@ -50,10 +51,9 @@ StepDriver::StepDriver(std::string scheduler, const workloads::Workload& model, 
       pipeline_(std::move(pipeline)), context_(context && context->size() > 1 ? context : nullptr), stream_(stream) {
   HZP_CHECK(stream_.device() == alloc.device(), scheduler_, ": the compute stream is on ", to_string(stream_.device()),
             " but the allocator hands out memory on ", to_string(alloc.device()));
-  if (stream_.device().is_cuda() && (pipeline_ || context_ != nullptr))
-    HZP_THROW(ConfigError, scheduler_, " on ", to_string(stream_.device()), ": pipeline and context parallelism run "
-              "on the CPU backend only for now (docs/cuda.md). Fix: scheduler.pp = 1 and scheduler.cp = 1, or "
-              "backend = cpu");
+  if (stream_.device().is_cuda() && context_ != nullptr)
+    HZP_THROW(ConfigError, scheduler_, " on ", to_string(stream_.device()), ": context parallelism runs on the CPU "
+              "backend only for now (docs/cuda.md). Fix: scheduler.cp = 1, or backend = cpu");
   const workloads::ContextShard* shard = model_.context_shard();
   HZP_CHECK((shard ? shard->cp() : 1) == (context_ ? context_->size() : 1), scheduler_, ": the model runs ",
             shard ? shard->cp() : 1, " context-parallel shares of every sequence, but the step's context group has ",
@@ -65,6 +65,12 @@ StepDriver::StepDriver(std::string scheduler, const workloads::Workload& model, 
   if (pipeline_) {
     const int stage = pipeline_->group->rank();
     actions_ = pipeline_schedule(pipeline_->kind, pipeline_->layout, stage, m);
+    if (stream_.device().is_cuda()) {  // NCCL matches messages by order (boundary_order.hpp); MPI by tag
+      std::vector<std::vector<Action>> all;
+      for (int s = 0; s < pipeline_->layout.pp; ++s)
+        all.push_back(pipeline_schedule(pipeline_->kind, pipeline_->layout, s, m));
+      check_boundary_order(pipeline_->layout, all);
+    }
     const workloads::StageCut cut = pipeline_->layout.cut(stage);
     for (int u = 0; u < units; ++u)
       HZP_CHECK(model_.layout().unit(u).runs == (cut.stage_of_unit[static_cast<std::size_t>(u)] == stage), scheduler_,
@@ -264,6 +270,7 @@ double StepDriver::run_stage(const Attempt& at, ParameterEngine& engine, std::ve
   hooks.grads = [&](int u, const Action& a) { return engine.unit_grads(u, a); };
   hooks.forward_done = [&](int u, const Action& a) { engine.forward_done(u, a); };
   hooks.backward_done = [&](int u, const Action& a) { engine.backward_done(u, a); };
+  if (!marks_.empty()) hooks.mark = [&](std::size_t i, bool end) { marks_[2 * i + (end ? 1 : 0)].record(stream_); };
   hooks.tokens = [&](int mb, std::span<std::int32_t> inputs, std::span<std::int32_t> targets,
                      std::vector<std::int32_t>& first) {
     first.resize(at.batch.source->packs_documents() ? inputs.size() : 0);

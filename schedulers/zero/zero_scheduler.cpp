@@ -288,7 +288,7 @@ StepFinish ZeroScheduler::finish_step(std::int64_t step, double lr) {
   const int units = model_->layout().num_units();
   const TensorView gslice = grad_slice();
   // A pipeline's tied table: its two stages' contributions added first (zero1 holds the full gradient).
-  shared_->all_reduce([&](int u) { return at(grads_, gdt(), shards_->padded_offset(u), shards_->numel(u)); });
+  shared_->all_reduce([&](int u) { return at(grads_, gdt(), shards_->padded_offset(u), shards_->numel(u)); }, stream_);
   if (stage_ == 1)
     for (int u = 0; u < units; ++u)
       if (shards_->numel(u) > 0)

@@ -51,10 +51,10 @@ if(NOT HZP_HAVE_CUDA)  # with CUDA built in, a run on a machine without a device
 endif()
 hzp_add_bad_run(NAME run_bad_attention_fused_on_cpu ARGS --set model.attention=fused
   MATCH "model\\.attention = fused is cuDNN's kernel and runs on a GPU, but backend = cpu\\. Fix: model\\.attention = auto")
-# Every scheduler runs on backend = cuda (nd too: run_e2e_cuda_no_device); nd's pipeline stages do not yet, refused
-# before the build's or the device's checks.
-hzp_add_bad_run(NAME run_bad_cuda_nd_pipeline ARGS --set backend=cuda --set scheduler.name=nd --set scheduler.pp=2
-  MATCH "scheduler\\.pp = 2 and scheduler\\.cp = 1 with backend = cuda: pipeline and context parallelism run on the CPU backend only.*Fix: scheduler\\.pp = 1 and scheduler\\.cp = 1, or backend = cpu")
+# Every scheduler runs on backend = cuda (nd too: run_e2e_cuda_no_device), pipeline stages included; nd's context
+# parallelism does not yet, refused by its key alone before the build's or the device's checks.
+hzp_add_bad_run(NAME run_bad_cuda_nd_context ARGS --set backend=cuda --set scheduler.name=nd --set scheduler.cp=2
+  MATCH "scheduler\\.cp = 2 with backend = cuda: context parallelism runs on the CPU backend only.*Fix: scheduler\\.cp = 1, or backend = cpu")
 hzp_add_bad_run(NAME run_bad_pool_too_small ARGS --set scheduler.name=asynchzp --set scheduler.pool_mb=0.01
   MATCH "scheduler\\.pool_mb = 0\\.01 is too small for asynchzp.*unit 1 \\(block\\.0\\).*fix: raise scheduler\\.pool_mb")
 hzp_add_bad_run(NAME run_bad_link_profile ARGS --set links.profile=b200

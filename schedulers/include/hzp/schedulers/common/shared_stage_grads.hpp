@@ -31,8 +31,9 @@ class SharedStageGrads {
   /// The shared units this stage holds (empty on a middle stage, and without pipeline parallelism).
   const std::vector<int>& units() const noexcept { return units_; }
   /// Sums the final gradient of every shared unit this stage holds (grad_of(u): its block, f32 or int64) over the
-  /// stages holding it, in place. Blocking; nothing without shared units.
-  void all_reduce(const std::function<TensorView(int unit)>& grad_of) const;
+  /// stages holding it, in place, ordered on `stream` (the engine's compute stream: on a GPU the blocks are device
+  /// memory). Blocking; nothing without shared units.
+  void all_reduce(const std::function<TensorView(int unit)>& grad_of, StreamRef stream) const;
 
  private:
   std::vector<int> units_;

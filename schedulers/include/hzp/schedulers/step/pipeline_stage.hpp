@@ -5,6 +5,15 @@
 // stage's own sends meanwhile), and the time the compute thread spends blocked on its peers is the stage's pipeline
 // wait (a trace span of its own). Parameters, gradient buffers and the tokens come from the caller (a parameter
 // engine, or a test), so the stage knows nothing of data parallelism.
+//
+// On a CUDA compute stream (docs/cuda.md, "Pipeline on the GPU") the boundary tensors are device buffers from the
+// run's allocator and the messages go over PipelineLinks (one communicator per directed link, sends on their own
+// streams: why that cannot deadlock is argued there). A receive orders the compute stream after it without the host
+// waiting. The host still waits (each timed as pipeline wait, each under the communicator's deadline): for an
+// output's send before its gradient slot is taken (the slot reuses the output's memory, and the caching allocator
+// knows one stream only; the backward needs that message received anyway), for every pending receive before the
+// head's forward (its loss reaches the host through a synchronisation that would wait for them anyway, and this
+// way a peer that never sends is a TimeoutError, not a hang), and at the end of the run for every message.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +27,7 @@
 #include "hzp/collectives/communicator.hpp"
 #include "hzp/core/caching_allocator.hpp"
 #include "hzp/schedulers/step/phantom_stages.hpp"
+#include "hzp/schedulers/step/pipeline_links.hpp"
 #include "hzp/schedulers/step/pipeline_schedule.hpp"
 #include "hzp/schedulers/step/unit_sleep.hpp"
 #include "hzp/workloads/workload.hpp"
@@ -40,6 +50,9 @@ class PipelineStage {
     std::function<void(int mb, std::span<std::int32_t> inputs, std::span<std::int32_t> targets,
                        std::vector<std::int32_t>& first)>
         tokens;
+    /// Called right before action i's first kernel and right after its last (`end`), with the compute stream's
+    /// receive already ordered before it (optional): the step driver's device timing of each action.
+    std::function<void(std::size_t i, bool end)> mark;
   };
 
   /// Stage `pp.rank()` of `layout` (pp.size() stages). `base`'s micro-batch size, recompute and stream apply to
@@ -61,16 +74,21 @@ class PipelineStage {
   void set_unit_sleep(UnitSleep sleep) noexcept { unit_sleep_ = sleep; }
   /// A phantom world's pipeline group (docs/phantom.md): the other stages are absent, so each receive first waits
   /// for the modelled end of the peer action that sends it (PhantomPeerStages, the `kind` schedule on every stage),
-  /// and the run ends no earlier than the modelled last stage.
+  /// and the run ends no earlier than the modelled last stage. On a CUDA stream the stage then synchronises the
+  /// compute stream after each action, so that the time it measures is the device's (the host does not run ahead).
   void model_peer_stages(PipelineScheduleKind kind);
 
  private:
   struct InFlight;  // a micro-batch's context on one chunk, its tokens and its pending sends
   InFlight& begin_chunk(const Action& a, int chunk, double normaliser, Hooks& hooks);
-  void receive(TensorView into, int peer, int tag, const Action& a);
+  void receive(InFlight& f, TensorView into, int peer, int tag, const Action& a);
   void wait_for_time(double wall_s);
   void progress();
   void wait_until(const std::function<bool()>& done);
+  // Completes `requests` (on a device: each waited for under its deadline), timed as pipeline wait.
+  void drain(std::vector<coll::Request>& requests);
+  // On a device: every receive still pending on the compute stream, waited for (before the loss's synchronisation).
+  void settle_receives();
   int tag(int micro_batch, int chunk, bool gradient) const;
 
   const workloads::Workload& model_;
@@ -82,6 +100,7 @@ class PipelineStage {
   std::map<std::pair<int, int>, std::unique_ptr<InFlight>> live_;  // by (micro-batch, chunk)
   double wait_s_ = 0;
   UnitSleep unit_sleep_;
+  PipelineLinks links_;
   std::unique_ptr<PhantomPeerStages> peers_;  // set in a phantom world only
 };
 

@@ -50,7 +50,8 @@ class StepDriver {
   /// is read whole and cut to the rank's share, and the shares of each micro-batch's loss are summed over it.
   /// On a CUDA `stream` (the allocator's device) the model runs there, each action's forward and backward are
   /// timed by events on it (StepStats::device_timed), and the step ends with the stream synchronised: its one wait
-  /// for the device besides the values that must reach the host (docs/cuda.md). Pipelines run on the host only.
+  /// for the device besides the values that must reach the host (docs/cuda.md). A pipeline stage runs there too
+  /// (pipeline_stage.hpp); context parallelism on the host only.
   StepDriver(std::string scheduler, const workloads::Workload& model, const workloads::TrainConfig& train,
              CachingAllocator& alloc, int rank, int world_size, std::optional<StepPipeline> pipeline = std::nullopt,
              coll::Communicator* context = nullptr, StreamRef stream = StreamRef::host());
