@@ -146,12 +146,11 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
     HZP_THROW(ConfigError, "data.packing = documents with model.attention = fused: cuDNN's fused attention here has "
               "no document mask. Fix: model.attention = auto or unfused (the unfused CUDA kernels mask documents), or "
               "data.packing = none");
-  // The pipeline's boundary messages and ring attention's exchanges move host buffers (docs/cuda.md); refused here,
-  // by `validate` too, rather than when the scheduler is built on every rank.
-  if (s.opt.backend == "cuda" && (cfg.get_int("scheduler.pp") > 1 || cfg.get_int("scheduler.cp") > 1))
-    HZP_THROW(ConfigError, "scheduler.pp = ", cfg.get_int("scheduler.pp"), " and scheduler.cp = ",
-              cfg.get_int("scheduler.cp"), " with backend = cuda: pipeline and context parallelism run on the CPU "
-              "backend only for now. Fix: scheduler.pp = 1 and scheduler.cp = 1, or backend = cpu");
+  // The pipeline's boundary messages move host buffers (docs/cuda.md); refused here, by `validate` too, rather than
+  // when the scheduler is built on every rank. Context parallelism runs on the GPU (docs/cuda.md).
+  if (s.opt.backend == "cuda" && cfg.get_int("scheduler.pp") > 1)
+    HZP_THROW(ConfigError, "scheduler.pp = ", cfg.get_int("scheduler.pp"), " with backend = cuda: pipeline "
+              "parallelism runs on the CPU backend only for now. Fix: scheduler.pp = 1, or backend = cpu");
   if (s.opt.backend == "cuda") {
     // The CUDA kernels, device memory and streams exist (docs/cuda.md); what runs a step on them is the
     // scheduler: every registered one does (nd without pp, cp and MoE, refused above and by nd's factory); a

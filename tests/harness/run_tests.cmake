@@ -54,7 +54,23 @@ hzp_add_bad_run(NAME run_bad_attention_fused_on_cpu ARGS --set model.attention=f
 # Every scheduler runs on backend = cuda (nd too: run_e2e_cuda_no_device); nd's pipeline stages do not yet, refused
 # before the build's or the device's checks.
 hzp_add_bad_run(NAME run_bad_cuda_nd_pipeline ARGS --set backend=cuda --set scheduler.name=nd --set scheduler.pp=2
-  MATCH "scheduler\\.pp = 2 and scheduler\\.cp = 1 with backend = cuda: pipeline and context parallelism run on the CPU backend only.*Fix: scheduler\\.pp = 1 and scheduler\\.cp = 1, or backend = cpu")
+  MATCH "scheduler\\.pp = 2 with backend = cuda: pipeline parallelism runs on the CPU backend only.*Fix: scheduler\\.pp = 1, or backend = cpu")
+# Context parallelism takes backend = cuda (docs/cuda.md, "Context parallelism on the GPU"): validate passes nd at
+# cp = 2 on a CUDA build (asynchzp's: hzpbench_cuda_validates_context_parallel; without CUDA built in the one refusal
+# is the build's, never cp's), while pp = 2 beside it is still refused, by pp alone.
+if(HZP_HAVE_CUDA)
+  hzp_add_cli_test(NAME validate_cuda_nd_context ARGS validate --set model.preset=tiny --set backend=cuda
+    --set topology.world_size=2 --set scheduler.name=nd --set scheduler.cp=2 MATCH "valid for 2 ranks"
+    NO_MATCH "context parallelism")
+else()
+  hzp_add_cli_test(NAME validate_cuda_nd_context ARGS validate --set model.preset=tiny --set backend=cuda
+    --set topology.world_size=2 --set scheduler.name=nd --set scheduler.cp=2 RC 2
+    MATCH "backend = cuda: this hzpbench was built without CUDA" NO_MATCH "context parallelism")
+endif()
+hzp_add_cli_test(NAME validate_bad_cuda_nd_pipeline_beside_context ARGS validate --set model.preset=tiny
+  --set backend=cuda --set topology.world_size=4 --set scheduler.name=nd --set scheduler.cp=2 --set scheduler.pp=2 RC 2
+  MATCH "scheduler\\.pp = 2 with backend = cuda: pipeline parallelism runs on the CPU backend only"
+  NO_MATCH "context parallelism")
 hzp_add_bad_run(NAME run_bad_pool_too_small ARGS --set scheduler.name=asynchzp --set scheduler.pool_mb=0.01
   MATCH "scheduler\\.pool_mb = 0\\.01 is too small for asynchzp.*unit 1 \\(block\\.0\\).*fix: raise scheduler\\.pool_mb")
 hzp_add_bad_run(NAME run_bad_link_profile ARGS --set links.profile=b200
