@@ -40,6 +40,7 @@ Request NcclCommunicator::start_all_to_allv(ConstTensorView, std::span<const std
 Request NcclCommunicator::start_broadcast(TensorView, int, StreamRef) { absent(); }
 Request NcclCommunicator::start_send(ConstTensorView, int, int, StreamRef) { absent(); }
 Request NcclCommunicator::start_recv(TensorView, int, int, StreamRef) { absent(); }
+Request NcclCommunicator::start_p2p_batch(std::span<const SendOp>, std::span<const RecvOp>, StreamRef) { absent(); }
 Request NcclCommunicator::start_barrier() { absent(); }
 std::unique_ptr<Communicator> NcclCommunicator::split(int, int, std::string, bool) { absent(); }
 std::unique_ptr<Communicator> NcclCommunicator::duplicate(std::string, bool) { absent(); }

@@ -153,11 +153,13 @@ ncclConfig_t nonblocking_config() {
   return c;
 }
 
-/// One enqueued call: its completion event, the optional link hold, and what the counters record.
+/// One enqueued call (or batch of point-to-point calls in one NCCL group): its completion event, the optional link
+/// hold, and what the counters record, one record per call. The caller's wait is counted on the first record and the
+/// hold's sleep shared in proportion to each record's modelled time (a batch's sends hold the link in turn).
 class NcclRequest final : public Request::Impl {
  public:
-  NcclRequest(NcclCommunicator::State& s, CallRecord rec, std::unique_ptr<GpuLinkHold> hold)
-      : s_(s), rec_(rec), hold_(std::move(hold)), done_(s.device()) {
+  NcclRequest(NcclCommunicator::State& s, std::vector<CallRecord> recs, std::unique_ptr<GpuLinkHold> hold)
+      : s_(s), recs_(std::move(recs)), hold_(std::move(hold)), done_(s.device()) {
     done_.record(s.stream);
   }
   ~NcclRequest() override = default;
@@ -170,8 +172,8 @@ class NcclRequest final : public Request::Impl {
       if (s_.comm != nullptr && ncclCommGetAsyncError(s_.comm, &st) == ncclSuccess && st != ncclSuccess &&
           st != ncclInProgress) {
         s_.poisoned = true;
-        HZP_THROW(NcclError, "nccl ", coll_op_name(rec_.op), " #", rec_.seq, " on '", s_.config.name, "' (rank ",
-                  s_.rank, "): ", ncclGetErrorString(st));
+        HZP_THROW(NcclError, "nccl ", coll_op_name(recs_.front().op), " #", recs_.front().seq, " on '",
+                  s_.config.name, "' (rank ", s_.rank, "): ", ncclGetErrorString(st));
       }
       return false;
     }
@@ -188,9 +190,10 @@ class NcclRequest final : public Request::Impl {
         s_.poisoned = true;
         if (s_.comm != nullptr) (void)ncclCommAbort(s_.comm);
         s_.comm = nullptr;
-        HZP_THROW(TimeoutError, "nccl ", coll_op_name(rec_.op), " #", rec_.seq, " on '", s_.config.name, "' (rank ",
-                  s_.rank, " of ", s_.size, ") did not complete within ", s_.config.timeout_s,
-                  " s (collectives.timeout_s); the communicator was aborted");
+        HZP_THROW(TimeoutError, "nccl ", coll_op_name(recs_.front().op), " #", recs_.front().seq,
+                  recs_.size() > 1 ? " (first of a batch of " + std::to_string(recs_.size()) + ")" : std::string(),
+                  " on '", s_.config.name, "' (rank ", s_.rank, " of ", s_.size, ") did not complete within ",
+                  s_.config.timeout_s, " s (collectives.timeout_s); the communicator was aborted");
       }
       // Yield first, then sleep briefly: a long collective should not burn a core the host may need.
       if (++spins < 1000)
@@ -198,23 +201,28 @@ class NcclRequest final : public Request::Impl {
       else
         std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
-    rec_.wait_s += wall_seconds() - t0;
+    recs_.front().wait_s += wall_seconds() - t0;
   }
 
  private:
   void complete() {
     finished_ = true;
-    rec_.end_s = wall_seconds();
-    if (hold_) {
-      rec_.emulated_s = hold_->slept_s();
-      rec_.last_join_s = hold_->start_s();
+    const double end = wall_seconds();
+    double modelled = 0;
+    for (const CallRecord& r : recs_) modelled += r.modelled_s;
+    for (CallRecord& r : recs_) {
+      r.end_s = end;
+      if (hold_) {
+        r.emulated_s = modelled > 0 ? hold_->slept_s() * r.modelled_s / modelled : 0.0;
+        r.last_join_s = hold_->start_s();
+      }
+      r.transfer_wait_s = r.wait_s;
+      s_.counters->record(r);
     }
-    rec_.transfer_wait_s = rec_.wait_s;
-    s_.counters->record(rec_);
   }
 
   NcclCommunicator::State& s_;
-  CallRecord rec_;
+  std::vector<CallRecord> recs_;
   std::unique_ptr<GpuLinkHold> hold_;
   Event done_;
   bool finished_ = false;
@@ -252,15 +260,9 @@ StreamRef NcclCommunicator::comm_stream() const noexcept { return s_->stream.ref
 
 namespace {
 
-// Everything a start_X shares: argument checks, ordering after the caller's stream, the link hold
-// around the NCCL call(s), the completion event and ordering of the caller's stream after it.
-// `bytes` is what this rank sends under NCCL's ring algorithms; `rounds` how many steps the ring takes.
-template <typename Enqueue>
-Request launch(NcclCommunicator::State& s, CollOp op, DType dtype, std::int64_t count, int peer, StreamRef caller,
-               std::uint64_t bytes, int rounds, Enqueue&& enqueue) {
-  s.check_usable(coll_op_name(op).data());
-  HZP_CHECK(caller.device() == s.device(), "nccl ", coll_op_name(op), " on '", s.config.name, "': the stream is on ",
-            to_string(caller.device()), " but the communicator on ", to_string(s.device()));
+/// What the counters will record of one call (its sequence number taken now, in issue order).
+CallRecord call_record(NcclCommunicator::State& s, CollOp op, DType dtype, std::int64_t count, int peer,
+                       std::uint64_t bytes) {
   CallRecord rec;
   rec.op = op;
   rec.dtype = dtype;
@@ -273,8 +275,23 @@ Request launch(NcclCommunicator::State& s, CollOp op, DType dtype, std::int64_t 
   rec.start_s = wall_seconds();
   rec.algorithm = "nccl";
   rec.bytes_modelled = true;
+  rec.bytes[static_cast<int>(s.spans_nodes ? LinkLevel::inter : LinkLevel::intra)] = bytes;
+  return rec;
+}
+
+// Everything a start_X shares: argument checks, ordering after the caller's stream, the link hold
+// around the NCCL call(s), the completion event and ordering of the caller's stream after it.
+// recs: one per call the enqueue issues (one, or a point-to-point batch's), each with the bytes this rank sends
+// under NCCL's algorithms; rounds[i]: how many steps call i takes (its modelled time is rounds × the link's time
+// for the per-round bytes; the hold sleeps their sum).
+template <typename Enqueue>
+Request launch_calls(NcclCommunicator::State& s, std::vector<CallRecord> recs, const std::vector<int>& rounds,
+                     StreamRef caller, Enqueue&& enqueue) {
+  const CollOp op = recs.front().op;
+  s.check_usable(coll_op_name(op).data());
+  HZP_CHECK(caller.device() == s.device(), "nccl ", coll_op_name(op), " on '", s.config.name, "': the stream is on ",
+            to_string(caller.device()), " but the communicator on ", to_string(s.device()));
   const LinkLevel level = s.spans_nodes ? LinkLevel::inter : LinkLevel::intra;
-  rec.bytes[static_cast<int>(level)] = bytes;
 
   s.ready.record(caller);
   s.ready.wait(s.stream);
@@ -293,16 +310,33 @@ Request launch(NcclCommunicator::State& s, CollOp op, DType dtype, std::int64_t 
   }
   if (hold) {
     const LinkModel& link = s.config.links.at(level);
-    if (s.config.links.enabled && rounds > 0)
-      rec.modelled_s = rounds * link.seconds(bytes / static_cast<std::uint64_t>(rounds));
-    rec.modelled_s = std::max(rec.modelled_s, s.config.min_hold_s);
-    hold->finish(s.stream, rec.modelled_s);
+    double modelled = 0;
+    for (std::size_t i = 0; i < recs.size(); ++i) {
+      const std::uint64_t bytes = recs[i].bytes[static_cast<int>(level)];
+      const int r = rounds[i];
+      recs[i].modelled_s =
+          s.config.links.enabled && r > 0 ? r * link.seconds(bytes / static_cast<std::uint64_t>(r)) : 0.0;
+      modelled += recs[i].modelled_s;
+    }
+    if (modelled < s.config.min_hold_s) {  // a known-duration hold (NcclCommConfig::min_hold_s): the call's whole time
+      recs.front().modelled_s += s.config.min_hold_s - modelled;
+      modelled = s.config.min_hold_s;
+    }
+    hold->finish(s.stream, modelled);
   }
-  auto req = std::make_unique<NcclRequest>(s, rec, std::move(hold));
+  auto req = std::make_unique<NcclRequest>(s, std::move(recs), std::move(hold));
   // The caller's later work sees the result. Where the caller's thread observes that stream's stalls (the step
   // driver's compute stream), the wait is bracketed by timed events: the device time it holds the stream.
   time_device_wait(caller, StallKind::at_issue, [&] { req->done().wait(caller); });
   return Request(std::move(req));
+}
+
+// One NCCL call: `bytes` is what this rank sends under NCCL's ring algorithms; `rounds` how many steps the ring takes.
+template <typename Enqueue>
+Request launch(NcclCommunicator::State& s, CollOp op, DType dtype, std::int64_t count, int peer, StreamRef caller,
+               std::uint64_t bytes, int rounds, Enqueue&& enqueue) {
+  std::vector<CallRecord> recs{call_record(s, op, dtype, count, peer, bytes)};
+  return launch_calls(s, std::move(recs), {rounds}, caller, std::forward<Enqueue>(enqueue));
 }
 
 void check_on(const NcclCommunicator::State& s, const char* arg, Device d) {
@@ -479,6 +513,44 @@ Request NcclCommunicator::start_recv(TensorView buf, int peer, int tag, StreamRe
   const std::int64_t n = buf.numel();
   return launch(st, CollOp::recv, buf.dtype(), n, peer, s, 0, 0, [&](cudaStream_t cs) {
     HZP_NCCL_CHECK(ncclRecv(buf.data(), static_cast<std::size_t>(n), nccl_type(buf.dtype()), peer, st.comm, cs));
+  });
+}
+
+Request NcclCommunicator::start_p2p_batch(std::span<const SendOp> sends, std::span<const RecvOp> recvs,
+                                          StreamRef s) {
+  State& st = *s_;
+  if (sends.empty() && recvs.empty()) return Request();
+  for (const RecvOp& r : recvs) {
+    check_on(st, "a batch's receive buffer", r.buf.device());
+    HZP_CHECK(r.peer >= 0 && r.peer < st.size, "nccl p2p batch on '", st.config.name, "': receive from peer ", r.peer,
+              " outside [0, ", st.size, ")");
+  }
+  for (const SendOp& m : sends) {
+    check_on(st, "a batch's send buffer", m.buf.device());
+    HZP_CHECK(m.peer >= 0 && m.peer < st.size, "nccl p2p batch on '", st.config.name, "': send to peer ", m.peer,
+              " outside [0, ", st.size, ")");
+  }
+  // Numbered as the default implementation starts them: the receives, then the sends.
+  std::vector<CallRecord> recs;
+  std::vector<int> rounds;
+  for (const RecvOp& r : recvs) {
+    recs.push_back(call_record(st, CollOp::recv, r.buf.dtype(), r.buf.numel(), r.peer, 0));
+    rounds.push_back(0);
+  }
+  for (const SendOp& m : sends) {
+    recs.push_back(call_record(st, CollOp::send, m.buf.dtype(), m.buf.numel(), m.peer,
+                               elem_bytes(m.buf.numel(), m.buf.dtype())));
+    rounds.push_back(1);
+  }
+  return launch_calls(st, std::move(recs), rounds, s, [&](cudaStream_t cs) {
+    HZP_NCCL_CHECK(ncclGroupStart());
+    for (const RecvOp& r : recvs)
+      HZP_NCCL_CHECK(ncclRecv(r.buf.data(), static_cast<std::size_t>(r.buf.numel()), nccl_type(r.buf.dtype()), r.peer,
+                              st.comm, cs));
+    for (const SendOp& m : sends)
+      HZP_NCCL_CHECK(ncclSend(m.buf.data(), static_cast<std::size_t>(m.buf.numel()), nccl_type(m.buf.dtype()), m.peer,
+                              st.comm, cs));
+    HZP_NCCL_CHECK(ncclGroupEnd());
   });
 }
 

@@ -36,7 +36,7 @@ void apply_phantom(RunSetup& s, const PhantomSpec& p, bool resuming) {
   if (!p.on()) return;
   const std::string what = "topology.phantom_world = " + std::to_string(p.world);
   // backend = cuda runs too (docs/phantom.md, "On the GPU"): the world is the phantom one, its device calls enqueued
-  // on the engines' streams. What the GPU does not run at all (pp, cp, MoE) run_setup refuses for every run.
+  // on the engines' streams. What the GPU does not run at all (MoE) run_setup refuses for every run.
   if (s.opt.checkpoint_every > 0)
     HZP_THROW(ConfigError, what, " with output.checkpoint_every = ", s.opt.checkpoint_every, ": a phantom run holds "
               "one rank's shards, not a checkpoint's. Fix: output.checkpoint_every = 0");

@@ -41,8 +41,8 @@ void register_run_keys(OptionTable& t) {
   t.add(S::enumeration("backend", {"cpu", "cuda"}, "cpu",
                        "Where compute and communication run: cpu (OpenBLAS kernels, MPI on host "
                        "buffers); cuda = one GPU per rank, NCCL between them: state and activations in device "
-                       "memory, the CUDA kernels on one stream; every scheduler, pipeline stages included, without cp "
-                       "or an MoE model; train.deterministic refuses it (docs/cuda.md)"));
+                       "memory, the CUDA kernels on one stream; every scheduler, pipeline stages and context "
+                       "parallelism included, without an MoE model; train.deterministic refuses it (docs/cuda.md)"));
   t.add(S::real("device.peak_tflops", 0,
                 "Declared peak of one rank's device, the denominator of MFU; 0 = the device table for "
                 "known GPUs, or on the CPU a single-core sgemm measured at start (recorded)")

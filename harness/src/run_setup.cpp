@@ -146,14 +146,11 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
     HZP_THROW(ConfigError, "data.packing = documents with model.attention = fused: cuDNN's fused attention here has "
               "no document mask. Fix: model.attention = auto or unfused (the unfused CUDA kernels mask documents), or "
               "data.packing = none");
-  // Ring attention's exchanges move host buffers (docs/cuda.md); refused here, by `validate` too, rather than when
-  // the scheduler is built on every rank. Pipeline stages run on the GPU (docs/cuda.md, Pipeline on the GPU).
-  if (s.opt.backend == "cuda" && cfg.get_int("scheduler.cp") > 1)
-    HZP_THROW(ConfigError, "scheduler.cp = ", cfg.get_int("scheduler.cp"), " with backend = cuda: context "
-              "parallelism runs on the CPU backend only for now. Fix: scheduler.cp = 1, or backend = cpu");
+  // Pipeline stages and context parallelism run on the GPU (docs/cuda.md, "Pipeline on the GPU" and "Context
+  // parallelism on the GPU"); what stays host-only is refused below (the scheduler's registry) and above (MoE).
   if (s.opt.backend == "cuda") {
     // The CUDA kernels, device memory and streams exist (docs/cuda.md); what runs a step on them is the
-    // scheduler: every registered one does (nd without pp, cp and MoE, refused above and by nd's factory); a
+    // scheduler: every registered one does (nd without MoE, refused above and by nd's factory); a
     // new scheduler stays host-only until its registry entry says otherwise.
     if (!cuda_compiled())
       HZP_THROW(ConfigError, "backend = cuda: this hzpbench was built without CUDA. Fix: rebuild with "

@@ -51,9 +51,9 @@ StepDriver::StepDriver(std::string scheduler, const workloads::Workload& model, 
       pipeline_(std::move(pipeline)), context_(context && context->size() > 1 ? context : nullptr), stream_(stream) {
   HZP_CHECK(stream_.device() == alloc.device(), scheduler_, ": the compute stream is on ", to_string(stream_.device()),
             " but the allocator hands out memory on ", to_string(alloc.device()));
-  if (stream_.device().is_cuda() && context_ != nullptr)
-    HZP_THROW(ConfigError, scheduler_, " on ", to_string(stream_.device()), ": context parallelism runs on the CPU "
-              "backend only for now (docs/cuda.md). Fix: scheduler.cp = 1, or backend = cpu");
+  // Pipeline stages and context parallelism run on a CUDA stream: the boundary messages go over a communicator per
+  // directed link, the model's context holds its shard's positions in device memory and ring attention's exchanges
+  // are ordered on the stream (docs/cuda.md, "Pipeline on the GPU", "Context parallelism on the GPU").
   const workloads::ContextShard* shard = model_.context_shard();
   HZP_CHECK((shard ? shard->cp() : 1) == (context_ ? context_->size() : 1), scheduler_, ": the model runs ",
             shard ? shard->cp() : 1, " context-parallel shares of every sequence, but the step's context group has ",

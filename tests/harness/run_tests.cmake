@@ -51,10 +51,28 @@ if(NOT HZP_HAVE_CUDA)  # with CUDA built in, a run on a machine without a device
 endif()
 hzp_add_bad_run(NAME run_bad_attention_fused_on_cpu ARGS --set model.attention=fused
   MATCH "model\\.attention = fused is cuDNN's kernel and runs on a GPU, but backend = cpu\\. Fix: model\\.attention = auto")
-# Every scheduler runs on backend = cuda (nd too: run_e2e_cuda_no_device), pipeline stages included; nd's context
-# parallelism does not yet, refused by its key alone before the build's or the device's checks.
-hzp_add_bad_run(NAME run_bad_cuda_nd_context ARGS --set backend=cuda --set scheduler.name=nd --set scheduler.cp=2
-  MATCH "scheduler\\.cp = 2 with backend = cuda: context parallelism runs on the CPU backend only.*Fix: scheduler\\.cp = 1, or backend = cpu")
+# Every scheduler runs on backend = cuda (nd too: run_e2e_cuda_no_device), pipeline stages and context parallelism
+# included (docs/cuda.md, "Pipeline on the GPU", "Context parallelism on the GPU"): validate passes nd at cp = 2, and
+# at pp = 2 beside cp = 2, on a CUDA build (asynchzp's: hzpbench_cuda_validates_context_parallel); without CUDA built
+# in the one refusal is the build's, never pp's or cp's.
+foreach(layout IN ITEMS context pipeline_and_context)
+  if(layout STREQUAL "context")
+    set(world 2)
+    set(extra "")
+  else()
+    set(world 4)
+    set(extra --set scheduler.pp=2)
+  endif()
+  if(HZP_HAVE_CUDA)
+    hzp_add_cli_test(NAME validate_cuda_nd_${layout} ARGS validate --set model.preset=tiny --set backend=cuda
+      --set topology.world_size=${world} --set scheduler.name=nd --set scheduler.cp=2 ${extra}
+      MATCH "valid for ${world} ranks" NO_MATCH "context parallelism|pipeline parallelism")
+  else()
+    hzp_add_cli_test(NAME validate_cuda_nd_${layout} ARGS validate --set model.preset=tiny --set backend=cuda
+      --set topology.world_size=${world} --set scheduler.name=nd --set scheduler.cp=2 ${extra} RC 2
+      MATCH "backend = cuda: this hzpbench was built without CUDA" NO_MATCH "context parallelism|pipeline parallelism")
+  endif()
+endforeach()
 hzp_add_bad_run(NAME run_bad_pool_too_small ARGS --set scheduler.name=asynchzp --set scheduler.pool_mb=0.01
   MATCH "scheduler\\.pool_mb = 0\\.01 is too small for asynchzp.*unit 1 \\(block\\.0\\).*fix: raise scheduler\\.pool_mb")
 hzp_add_bad_run(NAME run_bad_link_profile ARGS --set links.profile=b200

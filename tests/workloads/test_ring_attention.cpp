@@ -272,6 +272,21 @@ TEST(RingAttention, RefusesMismatchedArguments) {
                       cview(lse, {2, 4, L}), kHost);
       },
       {"v has shape [32, 8]"}));
+  // Every tensor in the stream's memory (a CUDA stream's ring keeps its buffers on the device), named with both
+  // devices; the document starts given twice (host and stream copies) must agree in length.
+  EXPECT_TRUE(throws_with<PreconditionError>(
+      [&] {
+        ring.forward(view(out, {2 * L, 32}), view(lse, {2, 4, L}), cview(q, {2 * L, 32}),
+                     ConstTensorView(k.data(), {2 * L, 16}, DType::f64, Device::cuda(0)), cview(v, {2 * L, 16}), kHost);
+      },
+      {"k must be a non-null tensor on cpu (the stream's memory), not cuda:0"}));
+  const std::vector<std::int32_t> first(static_cast<std::size_t>(2 * L), 0), half(static_cast<std::size_t>(L), 0);
+  EXPECT_TRUE(throws_with<PreconditionError>(
+      [&] {
+        ring.forward(view(out, {2 * L, 32}), view(lse, {2, 4, L}), cview(q, {2 * L, 32}), cview(k, {2 * L, 16}),
+                     cview(v, {2 * L, 16}), kHost, first, half);
+      },
+      {"stream_first holds 16 document starts but first holds 32"}));
 }
 
 }  // namespace

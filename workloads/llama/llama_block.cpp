@@ -233,7 +233,7 @@ void LlamaModel::attention_forward(LlamaContext& ctx, BlockActs& s) const {
   CachingAllocator& alloc = ctx.allocator();
   if (cp_ != nullptr) {
     ring_attention(ctx).forward(s.att.view, s.lse.view, s.q.view, s.k.view, s.v.view, ctx.stream(),
-                                ctx.document_first());
+                                ctx.document_first(), ctx.stream_document_first());
     return;
   }
   const kernels::AttentionDims ad = attention_dims(d);
@@ -251,7 +251,7 @@ void LlamaModel::attention_backward(LlamaContext& ctx, BlockActs& s, TensorView 
   CachingAllocator& alloc = ctx.allocator();
   if (cp_ != nullptr) {
     ring_attention(ctx).backward(dq, dk, dv, datt, s.q.view, s.k.view, s.v.view, s.att.view, s.lse.view, ctx.stream(),
-                                 ctx.document_first());
+                                 ctx.document_first(), ctx.stream_document_first());
     return;
   }
   const kernels::AttentionDims ad = attention_dims(d);

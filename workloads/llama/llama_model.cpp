@@ -33,7 +33,15 @@ LlamaContext::LlamaContext(CachingAllocator& alloc, const ContextOptions& option
       hidden_width_(config.hidden),
       act_dtype_(act_dtype),
       rows_(rows),
-      positions_(std::move(positions)) {}
+      positions_(std::move(positions)) {
+  // Stream-ordered, as begin()'s token copy: RoPE's kernels on the stream read the positions after it. positions_
+  // (the copy's source) lives as long as the context.
+  if (stream().device().is_cuda() && !positions_.empty()) {
+    const std::size_t bytes = positions_.size() * sizeof(std::int32_t);
+    device_positions_ = alloc.allocate(bytes, AllocationTag::activation);
+    copy_bytes(device_positions_.data(), stream().device(), positions_.data(), Device::cpu(), bytes, stream());
+  }
+}
 
 // Between units the residual stream travels in `hidden` (forward) and its gradient in `dhidden` (backward):
 // a stage's boundary is exactly those two.
@@ -203,13 +211,7 @@ std::unique_ptr<MicroBatchContext> LlamaModel::new_context(CachingAllocator& all
     HZP_THROW(ConfigError, "the MoE model (model.experts = ", config_.moe.experts, ") runs on backend = cpu only for "
               "now: its router and expert dispatch have no CUDA kernels yet. Fix: backend = cpu, or model.experts = 0");
   std::vector<std::int32_t> positions;
-  if (cp_) {
-    if (allocator.device().is_cuda())
-      HZP_THROW(ConfigError, "context parallelism (scheduler.cp = ", cp_->size(), ") runs on backend = cpu only for "
-                "now: its blocked attention and RoPE at explicit positions have no CUDA kernels yet. Fix: backend = "
-                "cpu, or scheduler.cp = 1");
-    positions = context_shard()->positions(options.micro_batch_size);
-  }
+  if (cp_) positions = context_shard()->positions(options.micro_batch_size);
   return std::make_unique<LlamaContext>(allocator, options, config_, layout().num_units(), act_dtype(), seq,
                                         sp_ ? tokens / tp_size_ : tokens, std::move(positions));
 }

@@ -76,9 +76,12 @@ class LlamaContext final : public MicroBatchContext {
                DType act_dtype, std::int64_t seq_len, std::int64_t rows, std::vector<std::int32_t> positions);
   ConstTensorView logits() const override;
   Shape boundary_shape() const override { return Shape{rows_, hidden_width_}; }
-  /// Context parallelism: int32 [tokens], the position RoPE gives each token row (host memory).
+  /// Context parallelism: int32 [tokens], the position RoPE gives each token row, in the stream's memory (a GPU
+  /// context's copy, made once: the shard's positions are the same for every micro-batch).
   ConstTensorView positions() const noexcept {
-    return ConstTensorView(positions_.data(), Shape{static_cast<std::int64_t>(positions_.size())}, DType::i32);
+    const Shape shape{static_cast<std::int64_t>(positions_.size())};
+    if (device_positions_) return ConstTensorView(device_positions_.data(), shape, DType::i32, stream().device());
+    return ConstTensorView(positions_.data(), shape, DType::i32);
   }
   /// With document packing (document_first() non-empty): int32 [tokens], each token's position inside its document
   /// (its position in the sequence, global under context parallelism, minus its document's start), what RoPE reads
@@ -102,6 +105,7 @@ class LlamaContext final : public MicroBatchContext {
   DType act_dtype_;
   std::int64_t rows_;
   std::vector<std::int32_t> positions_;
+  Allocation device_positions_;  // a GPU context's copy of positions_ (context parallelism), uploaded at construction
   std::vector<std::int32_t> document_positions_;  // cleared by release_all(), i.e. by every begin()
   Allocation device_document_positions_;          // a GPU context's copy, allocated at the first packed micro-batch
 };

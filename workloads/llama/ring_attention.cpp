@@ -1,12 +1,13 @@
 // RingAttention (ring_attention.hpp): context-parallel causal attention over the cp group, built on the blocked
-// attention kernels (online-softmax forward, blocked backward) and the communicator's point-to-point messages.
+// attention kernels (online-softmax forward, blocked backward) and the communicator's point-to-point batches, on
+// the caller's stream: host memory and synchronous calls on the CPU, device memory and stream-ordered work on a GPU.
 #include "hzp/workloads/ring_attention.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "hzp/collectives/communicator.hpp"
+#include "hzp/core/cuda_backing.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/phase_timer.hpp"
 #include "hzp/kernels/attention.hpp"
@@ -32,11 +33,20 @@ void poll(std::vector<coll::Request>& reqs) {
 }
 
 void wait_all(std::vector<coll::Request>& reqs) {
+  if (reqs.empty()) return;
   // The step's phases count this as communication the compute thread waited for (what overlapped is not); the
   // requests' records count the same wall time (coll::wait_all), which is what the harness's exposed share reads.
   const profile::ScopedPhase phase(profile::Phase::comm_wait, "cp ring");
   coll::wait_all(reqs);
   reqs.clear();
+}
+
+// The end of a step's exchanges. On the host every buffer is reused after the step, so its messages complete here.
+// On a GPU the communicator already ordered the stream after them (and ordered each exchange after the blocks
+// enqueued before it), so the host does not wait: the requests are kept, polled with the rest, and completed at
+// the end of the pass (their counters and deadlines).
+void end_step(std::vector<coll::Request>& reqs, StreamRef s) {
+  if (s.device().is_cpu()) wait_all(reqs);
 }
 
 // Row-major sub-blocks are addressed by element offset from a tensor's base.
@@ -78,6 +88,10 @@ struct Geometry {
   int cp, rank;
 
   std::int64_t q_row(std::int64_t b, int c) const { return b * L + c * C; }
+  /// The document starts of query chunk (b, c), or none.
+  std::span<const std::int32_t> chunk_first(std::span<const std::int32_t> first, std::int64_t b, int c) const {
+    return first.empty() ? first : first.subspan(static_cast<std::size_t>(q_row(b, c)), static_cast<std::size_t>(C));
+  }
   kernels::AttentionDims q_dims() const { return {1, C, H, KV, D}; }
   int owner_chunk(int owner, int c) const { return c == 0 ? owner : 2 * cp - 1 - owner; }
   kernels::AttentionBlock block(int q_chunk, int k_chunk) const {
@@ -130,7 +144,7 @@ std::int64_t RingAttention::visible_pairs(const ContextShard& shard, const RingA
   return dims.batch * dims.heads * (T * (T + 1) / 2) / shard.cp();
 }
 
-void RingAttention::check_activation(const char* name, const ConstTensorView& t, bool kv) const {
+void RingAttention::check_activation(const char* name, const ConstTensorView& t, bool kv, Device device) const {
   const std::int64_t heads = kv ? dims_.kv_heads : dims_.heads;
   const std::int64_t B = dims_.batch, L = shard_.local_len(), D = dims_.head_dim;
   const Shape& s = t.shape();
@@ -141,41 +155,58 @@ void RingAttention::check_activation(const char* name, const ConstTensorView& t,
             kv ? "kv_heads" : "heads", " = ", heads, ", head_dim = ", D, ")");
   HZP_CHECK(t.dtype() == dtype_, "ring attention: ", name, " holds ", dtype_name(t.dtype()), ", expected ",
             dtype_name(dtype_));
-  HZP_CHECK(t.device().is_cpu() && t.data() != nullptr, "ring attention: ", name,
-            " must be a non-null host tensor (the blocked kernels run on the CPU only)");
+  HZP_CHECK(t.device() == device && t.data() != nullptr, "ring attention: ", name, " must be a non-null tensor on ",
+            to_string(device), " (the stream's memory), not ", to_string(t.device()));
 }
 
-void RingAttention::check_lse(const ConstTensorView& t) const {
+void RingAttention::check_lse(const ConstTensorView& t, Device device) const {
   const std::int64_t B = dims_.batch, H = dims_.heads, L = shard_.local_len();
   const Shape& s = t.shape();
   HZP_CHECK(s.ndim == 3 && s[0] == B && s[1] == H && s[2] == L, "ring attention: lse has shape ", to_string(s),
             ", expected [", B, ", ", H, ", ", L, "] (batch, heads, local_len)");
   HZP_CHECK(t.dtype() == acc_dtype(dtype_), "ring attention: lse holds ", dtype_name(t.dtype()), ", expected ",
             dtype_name(acc_dtype(dtype_)), " for ", dtype_name(dtype_), " activations");
-  HZP_CHECK(t.device().is_cpu() && t.data() != nullptr, "ring attention: lse must be a non-null host tensor");
+  HZP_CHECK(t.device() == device && t.data() != nullptr, "ring attention: lse must be a non-null tensor on ",
+            to_string(device), " (the stream's memory), not ", to_string(t.device()));
 }
 
 void RingAttention::check_stream(StreamRef s) const {
-  HZP_CHECK(s.device().is_cpu(),
-            "ring attention: a CUDA stream was given, but the blocked attention kernels it "
-            "runs on exist for the CPU only");
+  // Slots, state and scratch come from the allocator and are handed to kernels on `s`: one memory.
+  HZP_CHECK(s.device() == alloc_.device(), "ring attention: the stream is on ", to_string(s.device()),
+            " but the allocator hands out memory on ", to_string(alloc_.device()));
 }
 
-void RingAttention::check_first(std::span<const std::int32_t> first) const {
+void RingAttention::check_first(std::span<const std::int32_t> first, std::span<const std::int32_t> stream_first,
+                                StreamRef s) const {
   const std::int64_t n = dims_.batch * shard_.local_len();
   HZP_CHECK(first.empty() || static_cast<std::int64_t>(first.size()) == n, "ring attention: first holds ", first.size(),
             " document starts, expected batch x local_len = ", n, " (or none)");
+  HZP_CHECK(stream_first.empty() || stream_first.size() == first.size(), "ring attention: stream_first holds ",
+            stream_first.size(), " document starts but first holds ", first.size(), " (the same starts, twice)");
+  HZP_CHECK(first.empty() || s.device().is_cpu() || !stream_first.empty(), "ring attention: document starts on ",
+            to_string(s.device()), " need their device copy (stream_first; MicroBatchContext::stream_document_first)");
+}
+
+std::span<const std::int32_t> RingAttention::check_pass(ConstTensorView q, ConstTensorView k, ConstTensorView v,
+                                                       ConstTensorView out, ConstTensorView lse, StreamRef s,
+                                                       std::span<const std::int32_t> first,
+                                                       std::span<const std::int32_t> stream_first) const {
+  check_stream(s);
+  check_first(first, stream_first, s);
+  check_activation("q", q, false, s.device());
+  check_activation("k", k, true, s.device());
+  check_activation("v", v, true, s.device());
+  check_activation("out", out, false, s.device());
+  check_lse(lse, s.device());
+  // The kernels read the starts in the stream's memory; the skips and pair counts read the host's.
+  return stream_first.empty() ? first : stream_first;
 }
 
 void RingAttention::forward(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
-                            StreamRef s, std::span<const std::int32_t> first) {
-  check_stream(s);
-  check_first(first);
-  check_activation("q", q, false);
-  check_activation("k", k, true);
-  check_activation("v", v, true);
-  check_activation("out", out, false);
-  check_lse(lse);
+                            StreamRef s, std::span<const std::int32_t> first,
+                            std::span<const std::int32_t> stream_first) {
+  const Device dev = s.device();
+  const std::span<const std::int32_t> kernel_first = check_pass(q, k, v, out, lse, s, first, stream_first);
 
   const Geometry g = geometry(dims_, shard_);
   const DType t = dtype_, a = acc_dtype(t);
@@ -190,10 +221,13 @@ void RingAttention::forward(TensorView out, TensorView lse, ConstTensorView q, C
   Allocation row_sum = alloc_.allocate(static_cast<std::size_t>(n_q * stats * asz), AllocationTag::workspace);
   Allocation lse_part = alloc_.allocate(static_cast<std::size_t>(stats * asz), AllocationTag::workspace);
   Allocation scratch =
-      alloc_.allocate(kernels::attention_block_fwd_workspace_bytes(g.block(0, 0), t), AllocationTag::workspace);
-  auto acc_v = [&](std::int64_t i) { return TensorView(at(acc.data(), i * g.C * q_width, a), {1, g.C, g.H, g.D}, a); };
-  auto max_v = [&](std::int64_t i) { return TensorView(at(row_max.data(), i * stats, a), {1, g.H, g.C}, a); };
-  auto sum_v = [&](std::int64_t i) { return TensorView(at(row_sum.data(), i * stats, a), {1, g.H, g.C}, a); };
+      alloc_.allocate(kernels::attention_block_fwd_workspace_bytes(g.block(0, 0), t, alloc_.device()),
+                      AllocationTag::workspace);
+  auto acc_v = [&](std::int64_t i) {
+    return TensorView(at(acc.data(), i * g.C * q_width, a), {1, g.C, g.H, g.D}, a, dev);
+  };
+  auto max_v = [&](std::int64_t i) { return TensorView(at(row_max.data(), i * stats, a), {1, g.H, g.C}, a, dev); };
+  auto sum_v = [&](std::int64_t i) { return TensorView(at(row_sum.data(), i * stats, a), {1, g.H, g.C}, a, dev); };
   for (std::int64_t i = 0; i < n_q; ++i)
     kernels::attention_block_state_init(acc_v(i), max_v(i), sum_v(i), g.q_dims(), s);
 
@@ -205,6 +239,7 @@ void RingAttention::forward(TensorView out, TensorView lse, ConstTensorView q, C
       slot_v[i] = alloc_.allocate(static_cast<std::size_t>(kv_elements) * dtype_size(t), AllocationTag::comm);
     }
   const int next = (g.rank + 1) % g.cp, prev = (g.rank + g.cp - 1) % g.cp;
+  auto block = [&](const void* base) { return TensorView(const_cast<void*>(base), {kv_elements}, t, dev); };
   const void* k_hand = k.data();
   const void* v_hand = v.data();
   std::vector<coll::Request> reqs;
@@ -213,65 +248,64 @@ void RingAttention::forward(TensorView out, TensorView lse, ConstTensorView q, C
   for (int step = 0; step < g.cp; ++step) {
     const int owner = (g.rank - step + g.cp) % g.cp;
     if (step + 1 < g.cp) {
+      // One batch per step: receives from prev and sends to next issued together, so no backend's ordering
+      // can make every rank wait on its receive first (NCCL runs a communicator's calls in order).
       const int slot = step % 2;
-      reqs.push_back(
-          cp_.start_recv(TensorView(slot_k[slot].data(), {kv_elements}, t), prev, tag(g.cp, kForward, step, kK), s));
-      reqs.push_back(
-          cp_.start_recv(TensorView(slot_v[slot].data(), {kv_elements}, t), prev, tag(g.cp, kForward, step, kV), s));
-      reqs.push_back(cp_.start_send(ConstTensorView(k_hand, {kv_elements}, t), next, tag(g.cp, kForward, step, kK), s));
-      reqs.push_back(cp_.start_send(ConstTensorView(v_hand, {kv_elements}, t), next, tag(g.cp, kForward, step, kV), s));
+      const coll::RecvOp recvs[] = {{block(slot_k[slot].data()), prev, tag(g.cp, kForward, step, kK)},
+                                    {block(slot_v[slot].data()), prev, tag(g.cp, kForward, step, kV)}};
+      const coll::SendOp sends[] = {{block(k_hand), next, tag(g.cp, kForward, step, kK)},
+                                    {block(v_hand), next, tag(g.cp, kForward, step, kV)}};
+      reqs.push_back(cp_.start_p2p_batch(sends, recvs, s));
     }
     for (std::int64_t b = 0; b < g.B; ++b)
       for (int qc = 0; qc < 2; ++qc)
         for (int kc = 0; kc < 2; ++kc) {
           const int gq = shard_.chunk(qc), gk = g.owner_chunk(owner, kc);
           if (gk > gq) continue;  // every query of the chunk precedes every key: nothing visible
-          const auto f = first.empty() ? first : first.subspan(static_cast<std::size_t>(g.q_row(b, qc)), g.C);
+          const auto f = g.chunk_first(first, b, qc);
           if (before_documents(gk, g.C, f)) continue;  // every query's document starts after these keys
           const std::int64_t i = b * 2 + qc, kr = g.q_row(b, kc) * kv_width;
           kernels::attention_block_fwd(
               acc_v(i), max_v(i), sum_v(i),
-              ConstTensorView(at(q.data(), g.q_row(b, qc) * q_width, t), {1, g.C, g.H, g.D}, t),
-              ConstTensorView(at(k_hand, kr, t), {1, g.C, g.KV, g.D}, t),
-              ConstTensorView(at(v_hand, kr, t), {1, g.C, g.KV, g.D}, t), g.block(gq, gk),
-              {static_cast<std::byte*>(scratch.data()), scratch.size()}, s, f);
+              ConstTensorView(at(q.data(), g.q_row(b, qc) * q_width, t), {1, g.C, g.H, g.D}, t, dev),
+              ConstTensorView(at(k_hand, kr, t), {1, g.C, g.KV, g.D}, t, dev),
+              ConstTensorView(at(v_hand, kr, t), {1, g.C, g.KV, g.D}, t, dev), g.block(gq, gk),
+              {static_cast<std::byte*>(scratch.data()), scratch.size()}, s, g.chunk_first(kernel_first, b, qc));
           forward_pairs_ += g.H * document_pairs(gq, gk, g.C, f);
           poll(reqs);
         }
-    wait_all(reqs);
+    end_step(reqs, s);
     if (step + 1 < g.cp) {
       k_hand = slot_k[step % 2].data();
       v_hand = slot_v[step % 2].data();
     }
   }
+  wait_all(reqs);  // a GPU's kept exchanges (the host's completed at each step)
 
-  // lse of (b, c) is [H, C] rows of stride L inside [B, H, L]: finish into a contiguous part, then scatter it.
+  // lse of (b, c) is [H, C] rows of stride L inside [B, H, L]: finish into a contiguous part, then scatter it
+  // (copies on the stream: a memcpy on the host).
   for (std::int64_t b = 0; b < g.B; ++b)
     for (int qc = 0; qc < 2; ++qc) {
       const std::int64_t i = b * 2 + qc;
-      kernels::attention_block_finish(TensorView(at(out.data(), g.q_row(b, qc) * q_width, t), {1, g.C, g.H, g.D}, t),
-                                      TensorView(lse_part.data(), {1, g.H, g.C}, a), acc_v(i), max_v(i), sum_v(i),
-                                      g.q_dims(), s);
+      kernels::attention_block_finish(
+          TensorView(at(out.data(), g.q_row(b, qc) * q_width, t), {1, g.C, g.H, g.D}, t, dev),
+          TensorView(lse_part.data(), {1, g.H, g.C}, a, dev), acc_v(i), max_v(i), sum_v(i), g.q_dims(), s);
       for (std::int64_t h = 0; h < g.H; ++h)
-        std::memcpy(at(lse.data(), (b * g.H + h) * g.L + qc * g.C, a), at(lse_part.data(), h * g.C, a),
-                    static_cast<std::size_t>(g.C * asz));
+        copy_bytes(at(lse.data(), (b * g.H + h) * g.L + qc * g.C, a), dev, at(lse_part.data(), h * g.C, a), dev,
+                   static_cast<std::size_t>(g.C * asz), s);
     }
 }
 
 void RingAttention::backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q,
                              ConstTensorView k, ConstTensorView v, ConstTensorView out, ConstTensorView lse,
-                             StreamRef s, std::span<const std::int32_t> first) {
-  check_stream(s);
-  check_first(first);
-  check_activation("dq", dq, false);
-  check_activation("dk", dk, true);
-  check_activation("dv", dv, true);
-  check_activation("dout", dout, false);
-  check_activation("q", q, false);
-  check_activation("k", k, true);
-  check_activation("v", v, true);
-  check_activation("out", out, false);
-  check_lse(lse);
+                             StreamRef s, std::span<const std::int32_t> first,
+                             std::span<const std::int32_t> stream_first) {
+  const Device dev = s.device();
+  const std::span<const std::int32_t> kernel_first = check_pass(q, k, v, out, lse, s, first, stream_first);
+  check_activation("dq", dq, false, dev);
+  check_activation("dk", dk, true, dev);
+  check_activation("dv", dv, true, dev);
+  check_activation("dout", dout, false, dev);
 
   const Geometry g = geometry(dims_, shard_);
   const DType t = dtype_, a = acc_dtype(t);
@@ -284,18 +318,19 @@ void RingAttention::backward(TensorView dq, TensorView dk, TensorView dv, ConstT
   Allocation lse_c = alloc_.allocate(static_cast<std::size_t>(n_q * stats * asz), AllocationTag::workspace);
   Allocation delta = alloc_.allocate(static_cast<std::size_t>(n_q * stats * asz), AllocationTag::workspace);
   Allocation scratch =
-      alloc_.allocate(kernels::attention_block_bwd_workspace_bytes(g.block(0, 0), t), AllocationTag::workspace);
-  auto lse_v = [&](std::int64_t i) { return TensorView(at(lse_c.data(), i * stats, a), {1, g.H, g.C}, a); };
-  auto delta_v = [&](std::int64_t i) { return TensorView(at(delta.data(), i * stats, a), {1, g.H, g.C}, a); };
+      alloc_.allocate(kernels::attention_block_bwd_workspace_bytes(g.block(0, 0), t, alloc_.device()),
+                      AllocationTag::workspace);
+  auto lse_v = [&](std::int64_t i) { return TensorView(at(lse_c.data(), i * stats, a), {1, g.H, g.C}, a, dev); };
+  auto delta_v = [&](std::int64_t i) { return TensorView(at(delta.data(), i * stats, a), {1, g.H, g.C}, a, dev); };
   auto q_rows = [&](const void* base, std::int64_t b, int c) {
-    return ConstTensorView(at(base, g.q_row(b, c) * q_width, t), {1, g.C, g.H, g.D}, t);
+    return ConstTensorView(at(base, g.q_row(b, c) * q_width, t), {1, g.C, g.H, g.D}, t, dev);
   };
   for (std::int64_t b = 0; b < g.B; ++b)
     for (int qc = 0; qc < 2; ++qc) {
       const std::int64_t i = b * 2 + qc;
       for (std::int64_t h = 0; h < g.H; ++h)
-        std::memcpy(at(lse_c.data(), i * stats + h * g.C, a), at(lse.data(), (b * g.H + h) * g.L + qc * g.C, a),
-                    static_cast<std::size_t>(g.C * asz));
+        copy_bytes(at(lse_c.data(), i * stats + h * g.C, a), dev, at(lse.data(), (b * g.H + h) * g.L + qc * g.C, a),
+                   dev, static_cast<std::size_t>(g.C * asz), s);
       kernels::attention_row_delta(delta_v(i), q_rows(dout.data(), b, qc), q_rows(out.data(), b, qc), g.q_dims(), s);
     }
 
@@ -308,6 +343,7 @@ void RingAttention::backward(TensorView dq, TensorView dk, TensorView dv, ConstT
       for (auto& buf : sl)
         buf = alloc_.allocate(static_cast<std::size_t>(kv_elements) * dtype_size(t), AllocationTag::comm);
   const int next = (g.rank + 1) % g.cp, prev = (g.rank + g.cp - 1) % g.cp;
+  auto whole = [&](const void* base) { return TensorView(const_cast<void*>(base), {kv_elements}, t, dev); };
   const void* k_hand = k.data();
   const void* v_hand = v.data();
   void* dk_hand = dk.data();
@@ -320,22 +356,11 @@ void RingAttention::backward(TensorView dq, TensorView dk, TensorView dv, ConstT
     const int owner = (g.rank - step + g.cp) % g.cp;
     const int sl = step % 2;
     if (step + 1 < g.cp) {
-      reqs.push_back(
-          cp_.start_recv(TensorView(slot[sl][kK].data(), {kv_elements}, t), prev, tag(g.cp, kBackward, step, kK), s));
-      reqs.push_back(
-          cp_.start_recv(TensorView(slot[sl][kV].data(), {kv_elements}, t), prev, tag(g.cp, kBackward, step, kV), s));
-      reqs.push_back(
-          cp_.start_recv(TensorView(slot[sl][kDK].data(), {kv_elements}, t), prev, tag(g.cp, kBackward, step, kDK), s));
-      reqs.push_back(
-          cp_.start_recv(TensorView(slot[sl][kDV].data(), {kv_elements}, t), prev, tag(g.cp, kBackward, step, kDV), s));
-      reqs.push_back(
-          cp_.start_send(ConstTensorView(k_hand, {kv_elements}, t), next, tag(g.cp, kBackward, step, kK), s));
-      reqs.push_back(
-          cp_.start_send(ConstTensorView(v_hand, {kv_elements}, t), next, tag(g.cp, kBackward, step, kV), s));
-    } else if (g.cp > 1) {
-      // The owner's dk/dv went out at step 0 and that send completed then, so they can take the result now.
-      reqs.push_back(cp_.start_recv(TensorView(dk.data(), {kv_elements}, t), prev, tag(g.cp, kBackward, step, kDK), s));
-      reqs.push_back(cp_.start_recv(TensorView(dv.data(), {kv_elements}, t), prev, tag(g.cp, kBackward, step, kDV), s));
+      const coll::RecvOp recvs[] = {{whole(slot[sl][kK].data()), prev, tag(g.cp, kBackward, step, kK)},
+                                    {whole(slot[sl][kV].data()), prev, tag(g.cp, kBackward, step, kV)}};
+      const coll::SendOp sends[] = {{whole(k_hand), next, tag(g.cp, kBackward, step, kK)},
+                                    {whole(v_hand), next, tag(g.cp, kBackward, step, kV)}};
+      reqs.push_back(cp_.start_p2p_batch(sends, recvs, s));
     }
 
     // Accumulators that arrive have been written by their owner's step 0; ours start empty.
@@ -345,18 +370,19 @@ void RingAttention::backward(TensorView dq, TensorView dk, TensorView dv, ConstT
         for (int kc = 0; kc < 2; ++kc) {
           const int gq = shard_.chunk(qc), gk = g.owner_chunk(owner, kc);
           if (gk > gq) continue;
-          const auto f = first.empty() ? first : first.subspan(static_cast<std::size_t>(g.q_row(b, qc)), g.C);
+          const auto f = g.chunk_first(first, b, qc);
           if (before_documents(gk, g.C, f)) continue;
           const std::int64_t i = b * 2 + qc, j = b * 2 + kc, kr = g.q_row(b, kc) * kv_width;
           const kernels::AttentionBlockAccumulate accumulate{.dq = dq_started[static_cast<std::size_t>(i)] != 0,
                                                              .dkv = kv_started[static_cast<std::size_t>(j)] != 0};
           kernels::attention_block_bwd(
-              TensorView(at(dq.data(), g.q_row(b, qc) * q_width, t), {1, g.C, g.H, g.D}, t),
-              TensorView(at(dk_hand, kr, t), {1, g.C, g.KV, g.D}, t),
-              TensorView(at(dv_hand, kr, t), {1, g.C, g.KV, g.D}, t), q_rows(dout.data(), b, qc),
-              q_rows(q.data(), b, qc), ConstTensorView(at(k_hand, kr, t), {1, g.C, g.KV, g.D}, t),
-              ConstTensorView(at(v_hand, kr, t), {1, g.C, g.KV, g.D}, t), lse_v(i), delta_v(i), g.block(gq, gk),
-              accumulate, {static_cast<std::byte*>(scratch.data()), scratch.size()}, s, f);
+              TensorView(at(dq.data(), g.q_row(b, qc) * q_width, t), {1, g.C, g.H, g.D}, t, dev),
+              TensorView(at(dk_hand, kr, t), {1, g.C, g.KV, g.D}, t, dev),
+              TensorView(at(dv_hand, kr, t), {1, g.C, g.KV, g.D}, t, dev), q_rows(dout.data(), b, qc),
+              q_rows(q.data(), b, qc), ConstTensorView(at(k_hand, kr, t), {1, g.C, g.KV, g.D}, t, dev),
+              ConstTensorView(at(v_hand, kr, t), {1, g.C, g.KV, g.D}, t, dev), lse_v(i), delta_v(i), g.block(gq, gk),
+              accumulate, {static_cast<std::byte*>(scratch.data()), scratch.size()}, s,
+              g.chunk_first(kernel_first, b, qc));
           dq_started[static_cast<std::size_t>(i)] = 1;
           kv_started[static_cast<std::size_t>(j)] = 1;
           backward_pairs_ += g.H * document_pairs(gq, gk, g.C, f);
@@ -368,16 +394,24 @@ void RingAttention::backward(TensorView dq, TensorView dk, TensorView dv, ConstT
     for (std::int64_t j = 0; j < n_q; ++j)
       if (!kv_started[static_cast<std::size_t>(j)]) {
         const std::int64_t kr = g.q_row(j / 2, static_cast<int>(j % 2)) * kv_width;
-        std::memset(at(dk_hand, kr, t), 0, static_cast<std::size_t>(g.C * kv_width) * dtype_size(t));
-        std::memset(at(dv_hand, kr, t), 0, static_cast<std::size_t>(g.C * kv_width) * dtype_size(t));
+        zero_bytes(at(dk_hand, kr, t), static_cast<std::size_t>(g.C * kv_width) * dtype_size(t), s);
+        zero_bytes(at(dv_hand, kr, t), static_cast<std::size_t>(g.C * kv_width) * dtype_size(t), s);
       }
     if (g.cp > 1) {
-      reqs.push_back(
-          cp_.start_send(ConstTensorView(dk_hand, {kv_elements}, t), next, tag(g.cp, kBackward, step, kDK), s));
-      reqs.push_back(
-          cp_.start_send(ConstTensorView(dv_hand, {kv_elements}, t), next, tag(g.cp, kBackward, step, kDV), s));
+      // The accumulators in hand go on to next, and prev's arrive (for the next step, or after the last one,
+      // complete, into the owner's dk/dv), in one batch posted after this step's blocks: the receive is matched
+      // by a send prev posts after its own blocks, so on NCCL the two must be one group on every rank (a receive
+      // posted earlier, in the batch before the blocks, would wait on a send queued behind that very batch).
+      // dk/dv went out at step 0 and that send completed (or, on a GPU, precedes this batch on the stream).
+      void* dk_to = step + 1 < g.cp ? slot[sl][kDK].data() : dk.data();
+      void* dv_to = step + 1 < g.cp ? slot[sl][kDV].data() : dv.data();
+      const coll::RecvOp recvs[] = {{whole(dk_to), prev, tag(g.cp, kBackward, step, kDK)},
+                                    {whole(dv_to), prev, tag(g.cp, kBackward, step, kDV)}};
+      const coll::SendOp sends[] = {{whole(dk_hand), next, tag(g.cp, kBackward, step, kDK)},
+                                    {whole(dv_hand), next, tag(g.cp, kBackward, step, kDV)}};
+      reqs.push_back(cp_.start_p2p_batch(sends, recvs, s));
     }
-    wait_all(reqs);
+    end_step(reqs, s);
     if (step + 1 < g.cp) {
       k_hand = slot[sl][kK].data();
       v_hand = slot[sl][kV].data();
@@ -385,10 +419,11 @@ void RingAttention::backward(TensorView dq, TensorView dk, TensorView dv, ConstT
       dv_hand = slot[sl][kDV].data();
     }
   }
+  wait_all(reqs);
   for (std::int64_t i = 0; i < n_q; ++i)
     if (!dq_started[static_cast<std::size_t>(i)])
-      std::memset(at(dq.data(), g.q_row(i / 2, static_cast<int>(i % 2)) * q_width, t), 0,
-                  static_cast<std::size_t>(g.C * q_width) * dtype_size(t));
+      zero_bytes(at(dq.data(), g.q_row(i / 2, static_cast<int>(i % 2)) * q_width, t),
+                 static_cast<std::size_t>(g.C * q_width) * dtype_size(t), s);
 }
 
 }  // namespace hzp::workloads

@@ -96,6 +96,19 @@ class Request {
 /// its polls. Marks the thread as waiting on communication for the harness.
 void wait_all(std::span<Request> requests);
 
+/// One message of a point-to-point batch (Communicator::start_p2p_batch): `buf` to or from rank `peer` of the
+/// group under `tag`, as start_send / start_recv take them.
+struct SendOp {
+  ConstTensorView buf;
+  int peer = 0;
+  int tag = 0;
+};
+struct RecvOp {
+  TensorView buf;
+  int peer = 0;
+  int tag = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -130,6 +143,15 @@ class Communicator {
   virtual Request start_send(ConstTensorView buf, int peer, int tag, StreamRef s) = 0;
   virtual Request start_recv(TensorView buf, int peer, int tag, StreamRef s) = 0;
   virtual Request start_barrier() = 0;
+  /// Point-to-point messages started together and completed by one Request (empty lists: a done Request).
+  /// Each message matches, is counted and is numbered exactly as its own start_send / start_recv would be.
+  /// Default (the MPI and phantom backends): start_recv for each of `recvs` in order, then start_send for each
+  /// of `sends`; the Request completes when all of them have, polling every one as wait_all does (so a transfer
+  /// that moves only while polled keeps moving). The NCCL backend issues the whole batch inside one
+  /// ncclGroupStart/ncclGroupEnd: NCCL runs a communicator's calls in order on one stream and an unmatched
+  /// ncclRecv or ncclSend blocks it, so a ring exchange where every rank receives before it sends deadlocks as
+  /// separate calls and completes as one batch. Every rank of an exchange must post its batches in the same order.
+  virtual Request start_p2p_batch(std::span<const SendOp> sends, std::span<const RecvOp> recvs, StreamRef s);
 
   // --- blocking forms ------------------------------------------------------------------------------
   void all_gather(ConstTensorView in, TensorView out, StreamRef s) { start_all_gather(in, out, s).wait(); }

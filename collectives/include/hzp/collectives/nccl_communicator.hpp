@@ -14,7 +14,9 @@
 // until stamp + modelled duration (GpuLinkHold, gpu_link_hold.hpp). docs/cuda.md gives the cost.
 //
 // send/recv: NCCL has no tags; a pair matches by order between the two ranks (the tag is recorded but
-// not used for matching). Thread safety as for every Communicator: one thread at a time.
+// not used for matching). start_p2p_batch issues its messages inside one ncclGroupStart/ncclGroupEnd on the
+// communication stream (one enqueue, one completion event, one link hold for the batch's sends in turn) and
+// still counts one record per message, numbered receives first as the default implementation numbers them. Thread safety as for every Communicator: one thread at a time.
 #pragma once
 
 #include <memory>
@@ -73,6 +75,7 @@ class NcclCommunicator final : public Communicator {
   Request start_broadcast(TensorView buf, int root, StreamRef s) override;
   Request start_send(ConstTensorView buf, int peer, int tag, StreamRef s) override;
   Request start_recv(TensorView buf, int peer, int tag, StreamRef s) override;
+  Request start_p2p_batch(std::span<const SendOp> sends, std::span<const RecvOp> recvs, StreamRef s) override;
   Request start_barrier() override;
   /// ncclCommSplit; nullptr for color < 0.
   std::unique_ptr<Communicator> split(int color, int key, std::string name, bool share_counters = true) override;

@@ -61,11 +61,19 @@ struct RingAttentionMessages {
 ///             accumulators (complete now) take one more hop home: 4·(cp − 1) + 2 messages;
 /// each of B·L·KV·D elements of the dtype (none at all when cp == 1). Tags: (pass·cp + step)·4 + tensor with
 /// pass 0 forward / 1 backward and tensor K, V, dK, dV = 0..3, so tags 0 .. 8·cp − 1 of the communicator are
-/// used; each pass completes every message it starts before it returns.
+/// used; each pass completes every message it starts before it returns. Each step's messages go out as
+/// point-to-point batches (Communicator::start_p2p_batch): K and V before the step's blocks, and in backward the
+/// dK/dV accumulators (this rank's to next, prev's in) after them, so no rank's receive waits on a send queued
+/// behind it (NCCL).
 ///
-/// Stream semantics: the CPU block kernels only (a CUDA stream throws PreconditionError); synchronous on the
-/// calling thread. Buffers come from the allocator for the duration of a call: message buffers tagged comm,
-/// the online-softmax state and the backward's row statistics tagged workspace. Nothing of this class lives
+/// Stream semantics: every buffer (the tensors, the allocator's memory) lives in the stream's memory. On the
+/// host the calls are synchronous and each step's messages complete before the next step. On a CUDA stream the
+/// block kernels, copies and fills are enqueued on it and the exchanges ordered on it by the communicator (NCCL
+/// makes its stream wait for the stream's work before an exchange, and the stream wait for the exchange), so the
+/// host waits once per pass, for the pass's exchanges, not per step; the blocked kernels' CUDA twins are the
+/// kernels' business (today they refuse a CUDA stream by name). Buffers come from the allocator for the duration
+/// of a call: message buffers tagged comm, the online-softmax state and the backward's row statistics tagged
+/// workspace. Nothing of this class lives
 /// from forward to backward (out and lse, which do, are the caller's), so it allocates no activation.
 /// Thread safety: one thread at a time, as the communicator.
 class RingAttention {
@@ -80,13 +88,15 @@ class RingAttention {
   /// first (document packing; empty: none): int32 [B·L], each local query's document start as a GLOBAL position
   /// (MicroBatchContext::document_first under context parallelism); the query then sees keys [first, position]
   /// only, and a key block wholly before the query chunk's documents is skipped (no kernel call, no pairs).
+  /// first is host memory (the skips are decided on the host); stream_first the same starts in the stream's
+  /// memory, for the kernels (MicroBatchContext::stream_document_first): needed on a CUDA stream, empty = first.
   void forward(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v, StreamRef s,
-               std::span<const std::int32_t> first = {});
+               std::span<const std::int32_t> first = {}, std::span<const std::int32_t> stream_first = {});
   /// Gradients of forward: dq of the local queries; dk, dv of the local keys summed over the queries of
-  /// every rank. All three are overwritten. out, lse and first as forward had them.
+  /// every rank. All three are overwritten. out, lse, first and stream_first as forward had them.
   void backward(TensorView dq, TensorView dk, TensorView dv, ConstTensorView dout, ConstTensorView q, ConstTensorView k,
                 ConstTensorView v, ConstTensorView out, ConstTensorView lse, StreamRef s,
-                std::span<const std::int32_t> first = {});
+                std::span<const std::int32_t> first = {}, std::span<const std::int32_t> stream_first = {});
 
   /// The schedule above, for the plan: messages of one forward (backward = false) or one backward.
   static RingAttentionMessages messages(const ContextShard& shard, const RingAttentionDims& dims, DType dtype,
@@ -104,10 +114,15 @@ class RingAttention {
   DType dtype() const noexcept { return dtype_; }
 
  private:
-  void check_activation(const char* name, const ConstTensorView& t, bool kv) const;
-  void check_lse(const ConstTensorView& t) const;
+  void check_activation(const char* name, const ConstTensorView& t, bool kv, Device device) const;
+  void check_lse(const ConstTensorView& t, Device device) const;
   void check_stream(StreamRef s) const;
-  void check_first(std::span<const std::int32_t> first) const;
+  void check_first(std::span<const std::int32_t> first, std::span<const std::int32_t> stream_first, StreamRef s) const;
+  /// The checks both passes make of the stream, the document starts and the forward's tensors; returns the starts
+  /// the kernels read (stream_first, or first on the host).
+  std::span<const std::int32_t> check_pass(ConstTensorView q, ConstTensorView k, ConstTensorView v, ConstTensorView out,
+                                           ConstTensorView lse, StreamRef s, std::span<const std::int32_t> first,
+                                           std::span<const std::int32_t> stream_first) const;
 
   coll::Communicator& cp_;
   ContextShard shard_;
