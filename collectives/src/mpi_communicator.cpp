@@ -12,6 +12,7 @@
 
 #include "carried_algorithm_name.hpp"
 #include "comm_state.hpp"
+#include "hzp/collectives/device_stall_clock.hpp"
 #include "hzp/core/clock.hpp"
 #include "join_round.hpp"
 #include "mpi_check.hpp"
@@ -296,13 +297,17 @@ Request launch_on_stream(const std::shared_ptr<CommState>& sp, const CallInfo& i
   return guarded(sp, info, [&] {
     std::optional<CollectiveModel> model;
     std::unique_ptr<GpuLinkHold> hold;
-    if (st.world->links) {
-      model = detail::model_call(st, dry, model_all_ranks);
-      hold = std::make_unique<GpuLinkHold>();
-      hold->start(s, [links = st.world->links, m = *model](double at) { return links->reserve(at, m).ready_s; });
-    }
-    stand_in();
-    if (hold) hold->finish(s, model->duration_s);
+    // The stand-in and the hold occupy the call's own stream: where that is the step's observed compute stream
+    // (an engine's at-issue collective), the interval is its stall, timed as the NCCL communicator times its wait.
+    time_device_wait(s, StallKind::at_issue, [&] {
+      if (st.world->links) {
+        model = detail::model_call(st, dry, model_all_ranks);
+        hold = std::make_unique<GpuLinkHold>();
+        hold->start(s, [links = st.world->links, m = *model](double at) { return links->reserve(at, m).ready_s; });
+      }
+      stand_in();
+      if (hold) hold->finish(s, model->duration_s);
+    });
     auto self = dry(st.rank);
     auto op = detail::make_phantom_stream_operation(Header{info.join, info.join}, detail::replay_bytes(st, *self),
                                                     self->name(), s, std::move(hold));
