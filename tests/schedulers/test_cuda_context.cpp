@@ -1,7 +1,8 @@
 // GPU test (label gpu, under mpiexec at 2 ranks): context parallelism on CUDA streams. nd at cp = 2 trains `tiny`
 // in fp32 with one GPU per rank, a NCCL world (its unique id over MPI) and the cp group split from it, ring
-// attention's K/V and dK/dV exchanges in point-to-point batches ordered on each rank's compute stream, the RoPE
-// positions and every buffer in device memory. It follows the CPU run of `none` (whole sequences on one rank,
+// attention's K/V and dK/dV exchanges in point-to-point batches on each rank's exchange lane (a stream of the ring's
+// own, met by the compute stream through events where it reads what arrived), the RoPE positions and every buffer in
+// device memory. It follows the CPU run of `none` (whole sequences on one rank,
 // the CPU kernels: the independent reference) on the same data and initial parameters: the loss of every one of 5
 // steps to 1e-4 relative and step 0's whole gradient to rel L2 1e-5 (test_cuda_engines' fp32 bounds). Exits 77
 // (skipped) unless every rank has its own visible GPU. Written without a GPU: never run yet (docs/cuda.md).
@@ -107,7 +108,8 @@ TEST(CudaContext, NdAtCp2FollowsTheCpuNoneRun) {
 }  // namespace
 }  // namespace hzp::test
 
-// MPI up first; then the skip: cp = 2 needs a GPU per rank (phantom peers on one GPU are another issue's).
+// MPI up first; then the skip: cp = 2 needs a GPU per rank (on one GPU, test_cuda_ring_attention runs the ring over a
+// phantom cp group, and phantom_cuda_exact_nd_cp2 the whole of nd at cp = 2).
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);

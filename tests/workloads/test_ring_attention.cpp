@@ -21,6 +21,7 @@
 #include "hzp/kernels/attention.hpp"
 #include "hzp/workloads/ring_attention.hpp"
 #include "mpi_test.hpp"
+#include "random_values.hpp"
 
 namespace hzp::test {
 namespace {
@@ -30,15 +31,6 @@ using workloads::RingAttention;
 using workloads::RingAttentionDims;
 
 const StreamRef kHost = StreamRef::host();
-
-template <typename T>
-std::vector<T> random_values(std::size_t n, double scale, std::uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<double> u(-scale, scale);
-  std::vector<T> x(n);
-  for (T& e : x) e = static_cast<T>(u(gen));
-  return x;
-}
 
 template <typename T>
 TensorView view(std::vector<T>& x, Shape s) {

@@ -40,6 +40,7 @@ LlamaContext::LlamaContext(CachingAllocator& alloc, const ContextOptions& option
     const std::size_t bytes = positions_.size() * sizeof(std::int32_t);
     device_positions_ = alloc.allocate(bytes, AllocationTag::activation);
     copy_bytes(device_positions_.data(), stream().device(), positions_.data(), Device::cpu(), bytes, stream());
+    ring_lane_ = std::make_unique<RingExchangeLane>(stream().device());
   }
 }
 

@@ -4,11 +4,13 @@
 // (embedding and head).
 #pragma once
 
+#include <memory>
 #include <mutex>
 #include <vector>
 
 #include "hzp/workloads/llama.hpp"
 #include "hzp/workloads/moe.hpp"
+#include "hzp/workloads/ring_exchange_lane.hpp"
 #include "hzp/workloads/workload.hpp"
 #include "llama/llama_ops.hpp"
 
@@ -88,6 +90,9 @@ class LlamaContext final : public MicroBatchContext {
   /// so that a packed document is rotated as if it ran alone. Made once per micro-batch (checking document_first),
   /// in the stream's memory (a GPU context uploads them).
   ConstTensorView document_positions();
+  /// Context parallelism on a CUDA stream: the stream and events ring attention's exchanges use in every block of
+  /// this context (made once, with the context), else null.
+  RingExchangeLane* ring_lane() noexcept { return ring_lane_.get(); }
 
   std::vector<BlockActs> blocks;  // one per transformer block
   HeadActs head;
@@ -108,6 +113,7 @@ class LlamaContext final : public MicroBatchContext {
   Allocation device_positions_;  // a GPU context's copy of positions_ (context parallelism), uploaded at construction
   std::vector<std::int32_t> document_positions_;  // cleared by release_all(), i.e. by every begin()
   Allocation device_document_positions_;          // a GPU context's copy, allocated at the first packed micro-batch
+  std::unique_ptr<RingExchangeLane> ring_lane_;
 };
 
 /// Dimensions used everywhere in the units (N = tokens of a micro-batch; seq = the tokens of each sequence the

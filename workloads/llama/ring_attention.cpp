@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "hzp/collectives/communicator.hpp"
+#include "hzp/collectives/device_stall_clock.hpp"
 #include "hzp/core/cuda_backing.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/phase_timer.hpp"
@@ -28,7 +29,7 @@ int tag(int cp, Pass pass, int step, Tensor tensor) { return (static_cast<int>(p
 // Progress between blocks (test_untimed moves bytes and keeps the deadline as test() does): the compute thread is
 // not waiting here, so the polls are not timed as waits (a timed test would add its own clock reads to the
 // messages' wait records while the block's compute is counted too).
-void poll(std::vector<coll::Request>& reqs) {
+void keep_moving(std::vector<coll::Request>& reqs) {
   for (coll::Request& r : reqs) r.test_untimed();
 }
 
@@ -41,13 +42,61 @@ void wait_all(std::vector<coll::Request>& reqs) {
   reqs.clear();
 }
 
-// The end of a step's exchanges. On the host every buffer is reused after the step, so its messages complete here.
-// On a GPU the communicator already ordered the stream after them (and ordered each exchange after the blocks
-// enqueued before it), so the host does not wait: the requests are kept, polled with the rest, and completed at
-// the end of the pass (their counters and deadlines).
-void end_step(std::vector<coll::Request>& reqs, StreamRef s) {
-  if (s.device().is_cpu()) wait_all(reqs);
-}
+// One pass's exchanges (each step's point-to-point batches) and where the compute stream meets them.
+// On the host (no lane) every batch is started on the caller's host stream, polled between blocks so it moves
+// while the compute thread computes, and completed at the step's end: the step after reuses its buffers.
+// On a CUDA stream every batch is started on the lane's stream, after the lane has waited for an event recorded on
+// the compute stream at issue (the one thing recorded there), and the lane's event is recorded after it. The
+// compute stream waits for that event in arrive() only, right before the blocks that read what came, timed as an
+// at-use stall (the NCCL communicator's own at-issue wait falls on the lane, which no stall clock observes), so the
+// next block's transfer runs beside the block in hand. The lane's `arrived` is re-recorded by every issue, so
+// arrive() is called before the next issue. The host waits once, at the pass's end (finish), for the requests'
+// counters and deadlines, and so before the pass frees its buffers: the allocator knows one stream, the compute
+// stream, and the lane has let go of them by then.
+class Exchanges {
+ public:
+  Exchanges(coll::Communicator& cp, StreamRef compute, RingExchangeLane* lane)
+      : cp_(cp), compute_(compute), lane_(lane) {}
+  Exchanges(const Exchanges&) = delete;
+  Exchanges& operator=(const Exchanges&) = delete;
+
+  void issue(std::span<const coll::SendOp> sends, std::span<const coll::RecvOp> recvs) {
+    if (lane_ == nullptr) {
+      reqs_.push_back(cp_.start_p2p_batch(sends, recvs, compute_));
+      return;
+    }
+    lane_->issued.record(compute_);
+    lane_->issued.wait(lane_->stream);
+    reqs_.push_back(cp_.start_p2p_batch(sends, recvs, lane_->stream));
+    lane_->arrived.record(lane_->stream);
+    in_flight_ = true;
+  }
+
+  /// The compute stream waits for every batch issued so far (a GPU's; nothing on the host, whose batches completed
+  /// at their step's end).
+  void arrive() {
+    if (!in_flight_) return;
+    coll::time_device_wait(compute_, coll::StallKind::at_use, [&] { lane_->arrived.wait(compute_); });
+    in_flight_ = false;
+  }
+
+  void poll() { keep_moving(reqs_); }
+  void end_step() {
+    if (lane_ == nullptr) wait_all(reqs_);
+  }
+  /// The pass's end: what arrived last is used by the caller (backward's dK/dV), and every request completes.
+  void finish() {
+    arrive();
+    wait_all(reqs_);
+  }
+
+ private:
+  coll::Communicator& cp_;
+  StreamRef compute_;
+  RingExchangeLane* lane_;
+  std::vector<coll::Request> reqs_;
+  bool in_flight_ = false;
+};
 
 // Row-major sub-blocks are addressed by element offset from a tensor's base.
 const void* at(const void* base, std::int64_t elements, DType t) {
@@ -114,8 +163,8 @@ Geometry geometry(const RingAttentionDims& d, const ContextShard& shard) {
 }  // namespace
 
 RingAttention::RingAttention(coll::Communicator& cp, const ContextShard& shard, RingAttentionDims dims, DType dtype,
-                             CachingAllocator& alloc)
-    : cp_(cp), shard_(shard), dims_(dims), dtype_(dtype), alloc_(alloc) {
+                             CachingAllocator& alloc, RingExchangeLane* lane)
+    : cp_(cp), shard_(shard), dims_(dims), dtype_(dtype), alloc_(alloc), lane_(lane) {
   HZP_CHECK(cp.size() == shard.cp() && cp.rank() == shard.rank(), "ring attention: communicator '", cp.name(),
             "' is rank ", cp.rank(), " of ", cp.size(), " but the context shard is rank ", shard.rank(),
             " of cp = ", shard.cp());
@@ -174,6 +223,18 @@ void RingAttention::check_stream(StreamRef s) const {
   // Slots, state and scratch come from the allocator and are handed to kernels on `s`: one memory.
   HZP_CHECK(s.device() == alloc_.device(), "ring attention: the stream is on ", to_string(s.device()),
             " but the allocator hands out memory on ", to_string(alloc_.device()));
+}
+
+RingExchangeLane* RingAttention::lane_for(StreamRef s) {
+  if (s.device().is_cpu() || shard_.cp() == 1) return nullptr;
+  if (lane_ == nullptr) {
+    if (!own_lane_) own_lane_ = std::make_unique<RingExchangeLane>(s.device());
+    lane_ = own_lane_.get();
+  }
+  HZP_CHECK(lane_->stream.device() == s.device(), "ring attention: the exchange lane is on ",
+            to_string(lane_->stream.device()), " but the stream on ", to_string(s.device()),
+            " (give the ring a lane of the stream's device)");
+  return lane_;
 }
 
 void RingAttention::check_first(std::span<const std::int32_t> first, std::span<const std::int32_t> stream_first,
@@ -242,11 +303,12 @@ void RingAttention::forward(TensorView out, TensorView lse, ConstTensorView q, C
   auto block = [&](const void* base) { return TensorView(const_cast<void*>(base), {kv_elements}, t, dev); };
   const void* k_hand = k.data();
   const void* v_hand = v.data();
-  std::vector<coll::Request> reqs;
+  Exchanges ex(cp_, s, lane_for(s));
   forward_pairs_ = 0;
 
   for (int step = 0; step < g.cp; ++step) {
     const int owner = (g.rank - step + g.cp) % g.cp;
+    ex.arrive();  // the K/V block in hand (a GPU's: received on the lane during the previous step's blocks)
     if (step + 1 < g.cp) {
       // One batch per step: receives from prev and sends to next issued together, so no backend's ordering
       // can make every rank wait on its receive first (NCCL runs a communicator's calls in order).
@@ -255,7 +317,7 @@ void RingAttention::forward(TensorView out, TensorView lse, ConstTensorView q, C
                                     {block(slot_v[slot].data()), prev, tag(g.cp, kForward, step, kV)}};
       const coll::SendOp sends[] = {{block(k_hand), next, tag(g.cp, kForward, step, kK)},
                                     {block(v_hand), next, tag(g.cp, kForward, step, kV)}};
-      reqs.push_back(cp_.start_p2p_batch(sends, recvs, s));
+      ex.issue(sends, recvs);
     }
     for (std::int64_t b = 0; b < g.B; ++b)
       for (int qc = 0; qc < 2; ++qc)
@@ -272,15 +334,15 @@ void RingAttention::forward(TensorView out, TensorView lse, ConstTensorView q, C
               ConstTensorView(at(v_hand, kr, t), {1, g.C, g.KV, g.D}, t, dev), g.block(gq, gk),
               {static_cast<std::byte*>(scratch.data()), scratch.size()}, s, g.chunk_first(kernel_first, b, qc));
           forward_pairs_ += g.H * document_pairs(gq, gk, g.C, f);
-          poll(reqs);
+          ex.poll();
         }
-    end_step(reqs, s);
+    ex.end_step();
     if (step + 1 < g.cp) {
       k_hand = slot_k[step % 2].data();
       v_hand = slot_v[step % 2].data();
     }
   }
-  wait_all(reqs);  // a GPU's kept exchanges (the host's completed at each step)
+  ex.finish();  // a GPU's kept exchanges (the host's completed at each step)
 
   // lse of (b, c) is [H, C] rows of stride L inside [B, H, L]: finish into a contiguous part, then scatter it
   // (copies on the stream: a memcpy on the host).
@@ -349,18 +411,19 @@ void RingAttention::backward(TensorView dq, TensorView dk, TensorView dv, ConstT
   void* dk_hand = dk.data();
   void* dv_hand = dv.data();
   std::vector<char> dq_started(static_cast<std::size_t>(n_q), 0);
-  std::vector<coll::Request> reqs;
+  Exchanges ex(cp_, s, lane_for(s));
   backward_pairs_ = 0;
 
   for (int step = 0; step < g.cp; ++step) {
     const int owner = (g.rank - step + g.cp) % g.cp;
     const int sl = step % 2;
+    ex.arrive();  // K, V and the owner's dK/dV accumulators in hand (the previous step's two batches, on a GPU)
     if (step + 1 < g.cp) {
       const coll::RecvOp recvs[] = {{whole(slot[sl][kK].data()), prev, tag(g.cp, kBackward, step, kK)},
                                     {whole(slot[sl][kV].data()), prev, tag(g.cp, kBackward, step, kV)}};
       const coll::SendOp sends[] = {{whole(k_hand), next, tag(g.cp, kBackward, step, kK)},
                                     {whole(v_hand), next, tag(g.cp, kBackward, step, kV)}};
-      reqs.push_back(cp_.start_p2p_batch(sends, recvs, s));
+      ex.issue(sends, recvs);
     }
 
     // Accumulators that arrive have been written by their owner's step 0; ours start empty.
@@ -386,7 +449,7 @@ void RingAttention::backward(TensorView dq, TensorView dk, TensorView dv, ConstT
           dq_started[static_cast<std::size_t>(i)] = 1;
           kv_started[static_cast<std::size_t>(j)] = 1;
           backward_pairs_ += g.H * document_pairs(gq, gk, g.C, f);
-          poll(reqs);
+          ex.poll();
         }
     // At step 0 each of our key chunks meets its own query chunk (the diagonal, never skipped: a query sees
     // itself, documents or not), and later accumulators arrive written, so this never fires; it keeps the
@@ -409,9 +472,9 @@ void RingAttention::backward(TensorView dq, TensorView dk, TensorView dv, ConstT
                                     {whole(dv_to), prev, tag(g.cp, kBackward, step, kDV)}};
       const coll::SendOp sends[] = {{whole(dk_hand), next, tag(g.cp, kBackward, step, kDK)},
                                     {whole(dv_hand), next, tag(g.cp, kBackward, step, kDV)}};
-      reqs.push_back(cp_.start_p2p_batch(sends, recvs, s));
+      ex.issue(sends, recvs);
     }
-    end_step(reqs, s);
+    ex.end_step();
     if (step + 1 < g.cp) {
       k_hand = slot[sl][kK].data();
       v_hand = slot[sl][kV].data();
@@ -419,7 +482,7 @@ void RingAttention::backward(TensorView dq, TensorView dk, TensorView dv, ConstT
       dv_hand = slot[sl][kDV].data();
     }
   }
-  wait_all(reqs);
+  ex.finish();  // the last hop wrote dk/dv: the compute stream waits for it before the caller reads them
   for (std::int64_t i = 0; i < n_q; ++i)
     if (!dq_started[static_cast<std::size_t>(i)])
       zero_bytes(at(dq.data(), g.q_row(i / 2, static_cast<int>(i % 2)) * q_width, t),

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "hzp/core/caching_allocator.hpp"
@@ -14,6 +15,7 @@
 #include "hzp/core/stream.hpp"
 #include "hzp/core/tensor.hpp"
 #include "hzp/workloads/context_shard.hpp"
+#include "hzp/workloads/ring_exchange_lane.hpp"
 
 namespace hzp::coll {
 class Communicator;
@@ -67,22 +69,28 @@ struct RingAttentionMessages {
 /// behind it (NCCL).
 ///
 /// Stream semantics: every buffer (the tensors, the allocator's memory) lives in the stream's memory. On the
-/// host the calls are synchronous and each step's messages complete before the next step. On a CUDA stream the
-/// block kernels, copies and fills are enqueued on it and the exchanges ordered on it by the communicator (NCCL
-/// makes its stream wait for the stream's work before an exchange, and the stream wait for the exchange), so the
-/// host waits once per pass, for the pass's exchanges, not per step; the blocked kernels' CUDA twins are the
-/// kernels' business (today they refuse a CUDA stream by name). Buffers come from the allocator for the duration
-/// of a call: message buffers tagged comm, the online-softmax state and the backward's row statistics tagged
-/// workspace. Nothing of this class lives
-/// from forward to backward (out and lse, which do, are the caller's), so it allocates no activation.
+/// host the calls are synchronous and each step's messages complete before the next step; they move while the
+/// step's blocks are computed (the compute thread polls them between blocks). On a CUDA stream the block kernels,
+/// copies and fills are enqueued on it and the exchanges on a stream of the ring's own (a RingExchangeLane): each
+/// batch is ordered after an event recorded on the compute stream where it is issued (its send buffers written,
+/// its receive slots read for the last time by the blocks before it: two slots per tensor, as on the host), and
+/// the compute stream waits for the lane's event only right before the blocks that read what arrived (timed as
+/// an at-use stall by the calling thread's device stall clock, coll::time_device_wait), so the next block's
+/// transfer overlaps the block in hand. The host waits once per pass, at its end, for the pass's exchanges (their
+/// counters and deadlines), not per step, and only then frees the ring's buffers. Buffers come from the allocator
+/// for the duration of a call: message buffers tagged comm, the online-softmax state and the backward's row
+/// statistics tagged workspace. Nothing of this class lives from forward to backward (out and lse, which do, are
+/// the caller's), so it allocates no activation.
 /// Thread safety: one thread at a time, as the communicator.
 class RingAttention {
  public:
   /// `cp` (rank = shard.rank(), size = shard.cp()) and `alloc` must outlive the object. PreconditionError
   /// naming the values for a communicator that does not match the shard, non-positive sizes, heads not a
-  /// multiple of kv_heads, or a dtype other than f64, f32, bf16.
+  /// multiple of kv_heads, or a dtype other than f64, f32, bf16. `lane` (may be null; must outlive the object and
+  /// be on the stream's device): where the exchanges go on a CUDA stream; null makes one for this object at its
+  /// first pass on a CUDA stream. Unused on the host.
   RingAttention(coll::Communicator& cp, const ContextShard& shard, RingAttentionDims dims, DType dtype,
-                CachingAllocator& alloc);
+                CachingAllocator& alloc, RingExchangeLane* lane = nullptr);
 
   /// out, lse = causal attention of every local query over all keys of its sequence at global positions.
   /// first (document packing; empty: none): int32 [B·L], each local query's document start as a GLOBAL position
@@ -117,6 +125,8 @@ class RingAttention {
   void check_activation(const char* name, const ConstTensorView& t, bool kv, Device device) const;
   void check_lse(const ConstTensorView& t, Device device) const;
   void check_stream(StreamRef s) const;
+  /// The lane a pass on `s` issues its exchanges on: none on the host or without exchanges (cp = 1).
+  RingExchangeLane* lane_for(StreamRef s);
   void check_first(std::span<const std::int32_t> first, std::span<const std::int32_t> stream_first, StreamRef s) const;
   /// The checks both passes make of the stream, the document starts and the forward's tensors; returns the starts
   /// the kernels read (stream_first, or first on the host).
@@ -129,6 +139,8 @@ class RingAttention {
   RingAttentionDims dims_;
   DType dtype_;
   CachingAllocator& alloc_;
+  RingExchangeLane* lane_;
+  std::unique_ptr<RingExchangeLane> own_lane_;  // when no lane was given
   std::int64_t forward_pairs_ = 0;
   std::int64_t backward_pairs_ = 0;
 };
