@@ -129,7 +129,7 @@ class AsyncHzp final : public AsyncHzpScheduler, private ParameterEngine {
     // exchange behind each unit's last reduce-scatter, the refresh at the next step's start, AsyncComm).
     StreamRef grad_stream = StreamRef::host();
     StreamScratch* grad_scratch = nullptr;  // the gradient lane's keeper (async on a GPU), else none
-    StreamOrderedRequests replica_requests;  // the all-reduce step end's, completed once per step
+    coll::StreamOrderedRequests replica_requests;  // the all-reduce step end's, completed once per step
     // Completes what the exchange and the refresh ordered on grad_stream; on its thread.
     void complete() {
       replica_requests.complete();
@@ -395,7 +395,7 @@ AsyncHzp::~AsyncHzp() = default;
 void AsyncHzp::make_end_groups(EndGroups& e, bool duplicate) {
   e.grad_stream = duplicate ? async_->grad_lane() : stream_;
   e.grad_scratch = duplicate ? &async_->grad_scratch() : nullptr;
-  e.replica_requests = StreamOrderedRequests(e.grad_stream);
+  e.replica_requests = coll::StreamOrderedRequests(e.grad_stream);
   e.replica = replica_comm_.get();
   e.opt_replica = opt_replica_comm_.get();
   e.refresh = refresh_comm_.get();

@@ -1,5 +1,5 @@
 // engine_memory.hpp: zeroed buffers and device-carrying views for the parameter engines, host copies of device
-// state, and stream-ordered collectives.
+// state, and scratch held until a stream has passed it.
 #include "hzp/schedulers/common/engine_memory.hpp"
 
 #include <cstring>
@@ -39,21 +39,6 @@ std::vector<float> host_floats(ConstTensorView v, StreamRef s) {
   std::vector<float> out(static_cast<std::size_t>(v.numel()));
   if (!b.empty()) std::memcpy(out.data(), b.data(), b.size());
   return out;
-}
-
-void StreamOrderedRequests::settle(coll::Request r) {
-  if (stream_.device().is_cpu())
-    r.wait();
-  else
-    kept_.push_back(std::move(r));
-}
-
-void StreamOrderedRequests::complete() {
-  // The host waits for the stream first, so that the device's compute before the collectives is not charged to
-  // them as a communication wait (on a GPU the device-timed phases hold the waits the compute stream made).
-  if (!kept_.empty()) stream_.synchronize();
-  for (coll::Request& r : kept_) r.wait();
-  kept_.clear();
 }
 
 void StreamScratch::keep(Allocation a) {

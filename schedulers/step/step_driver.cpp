@@ -60,8 +60,9 @@ StepDriver::StepDriver(std::string scheduler, const workloads::Workload& model, 
             context_ ? context_->size() : 1, " ranks");
   const workloads::BatchPlan plan(train_.global_batch, train_.micro_batch_size, world_size_);
   const int m = static_cast<int>(plan.micro_batches_of(rank_).size()), units = model_.layout().num_units();
+  model_requests_ = coll::StreamOrderedRequests(stream_);
   const workloads::ContextOptions options{.micro_batch_size = train_.micro_batch_size, .recompute = train_.recompute,
-                                          .stream = stream_};
+                                          .stream = stream_, .requests = &model_requests_};
   if (pipeline_) {
     const int stage = pipeline_->group->rank();
     actions_ = pipeline_schedule(pipeline_->kind, pipeline_->layout, stage, m);
@@ -179,6 +180,12 @@ StepStats StepDriver::step(const StepBatch& batch, ParameterEngine& engine) {
     end_mark_.record(stream_);
     end_mark_.synchronize();  // the update is done before the step reports
   }
+  // The model's kept tp collectives (on a CUDA stream), once per step, after the norm's synchronisation and the
+  // step's end: their counters are recorded and each one's deadline (collectives.timeout_s) is enforced here. The
+  // stream is past them by now, so this adds no host wait of its own. A collective that never ends holds the
+  // stream, so the synchronisations before this one wait on it as they do on the engines' kept requests; the
+  // watchdog (harness.watchdog_s) reports that.
+  model_requests_.complete();
   ++steps_done_;
   StepStats st = data_parallel_step_stats(batch.step, engine.scalars(), plan, losses, fixed, end.update,
                                           train_.global_batch * model_.seq_len(), compute_seconds,

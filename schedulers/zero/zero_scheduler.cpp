@@ -295,7 +295,7 @@ StepFinish ZeroScheduler::finish_step(std::int64_t step, double lr) {
         engine_->reduce_scatter(u, at(grads_, gdt(), shards_->padded_offset(u), shards_->padded_numel(u)),
                               at(reduced_, gdt(), shards_->slice_offset(u), shards_->slice_numel(u)), false);
   // hsdp: each shard group holds the sum over its own micro-batches; the replicas add theirs.
-  StreamOrderedRequests replica(stream_);
+  coll::StreamOrderedRequests replica(stream_);
   if (hybrid_ && replica_comm_->size() > 1 && gslice.numel() > 0)
     replica.settle(replica_comm_->start_all_reduce(gslice, coll::ReduceOp::sum, stream_));
   Allocation g32;

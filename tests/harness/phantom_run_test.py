@@ -22,7 +22,7 @@ Scenarios (one CTest each, see run_tests.cmake):
   links           tiny zero3 at W = 4, rank 0, with links emulated at 0.02 GB/s between nodes: each step lasts at
                   least this rank's inter-node bytes over the bandwidth (rank 0 leads its node's interface in every
                   group, so its calls hold it one after another), and far longer than without emulation.
-  cuda_exact_<layout>  (gpu; exit 77 without a device) zero3, asynchzp async (z 8/4/4) and nd at pp = 2 and at cp = 2 on `tiny`, W = 8 in two
+  cuda_exact_<layout>  (gpu; exit 77 without a device) zero3, asynchzp async (z 8/4/4) and nd at pp = 2, cp = 2 and tp = 2 on `tiny`, W = 8 in two
                   virtual nodes of 4, rank 3: the phantom run with backend = cuda against the same phantom run on the
                   CPU. Bytes per step, op and level and model-state bytes equal (both are rank 3's dry replay, so
                   deterministic); the GPU file's state is device memory; losses finite.
@@ -255,6 +255,9 @@ CUDA_LAYOUTS = {
     "asynchzp": ["scheduler.name=asynchzp", "scheduler.z1=8", "scheduler.z2=4", "scheduler.z3=4"],
     "nd_pp2": ["scheduler.name=nd", "scheduler.pp=2"],  # the pipeline's boundary messages on the device
     "nd_cp2": ["scheduler.name=nd", "scheduler.cp=2"],  # ring attention's point-to-point batches on the device
+    # tp > 1 on the device: the model's tp collectives kept on the stream to the step's end, the vocabulary-parallel
+    # kernels, the distinct-piece norm over tp (the tp pair inside a node of 4)
+    "nd_tp2": ["scheduler.name=nd", "scheduler.tp=2"],
 }
 CUDA_PHANTOM = ["model.preset=tiny", "train.steps=2", "harness.warmup_steps=0", "links.emulate=false",
                 "train.global_batch=16", "train.micro_batch_size=1", "topology.phantom_world=8",

@@ -309,7 +309,7 @@ if(Python3_Interpreter_FOUND)
     endforeach()
     # Phantom peers on the GPU (phantom_run_test.py cuda_exact_*): W = 8, rank 3, backend = cuda against the CPU
     # phantom run of the same layout, bytes and model state equal.
-    foreach(layout IN ITEMS zero3 asynchzp nd_pp2 nd_cp2)
+    foreach(layout IN ITEMS zero3 asynchzp nd_pp2 nd_cp2 nd_tp2)
       add_test(NAME phantom_cuda_exact_${layout}
                COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/phantom_run_test.py cuda_exact_${layout}
                        --hzpbench $<TARGET_FILE:hzpbench> --workdir ${hzp_run_dir}/phantom_cuda_exact_${layout})

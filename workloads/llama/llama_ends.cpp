@@ -112,9 +112,9 @@ double LlamaModel::vocab_parallel_loss(LlamaContext& ctx) const {
                    target = stats_row(s.softmax_stats, 2, 1);
   kernels::vocab_parallel_ce_local_stats(row_max, target, s.logits.view, ctx.target_tokens(), vocab_begin(), kNoIgnore,
                                          stream);
-  tp_all_reduce(row_max, stream, coll::ReduceOp::max);
+  tp_all_reduce(row_max, ctx, coll::ReduceOp::max);
   kernels::vocab_parallel_ce_sum_exp(sum_exp, s.logits.view, row_max, stream);
-  tp_all_reduce(stats_row(s.softmax_stats, 1, 2), stream);
+  tp_all_reduce(stats_row(s.softmax_stats, 1, 2), ctx);
   Act losses = make_act(ctx.allocator(), Shape{d.tokens}, stat_dtype());
   return kernels::vocab_parallel_ce_loss(losses.view, row_max, sum_exp, target, ctx.target_tokens(), kNoIgnore, stream)
       .loss_sum;

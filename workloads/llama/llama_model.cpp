@@ -2,7 +2,10 @@
 // transformer block or the head (llama_model.hpp). The factory make_llama (llama.hpp) lives here.
 #include "llama/llama_model.hpp"
 
+#include <utility>
+
 #include "hzp/collectives/communicator.hpp"
+#include "hzp/collectives/stream_ordered_requests.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/cuda_backing.hpp"
 #include "hzp/core/phase_timer.hpp"
@@ -129,20 +132,33 @@ LlamaModel::LlamaModel(const LlamaConfig& config, Precision precision, const Ten
   if (cp_) set_context_shard(ContextShard(config.seq_len, cp_->size(), cp_->rank()));  // ConfigError: T vs 2·cp
 }
 
-void LlamaModel::tp_all_reduce(TensorView v, StreamRef stream, coll::ReduceOp op) const {
+namespace {
+
+// A tp collective's request: to the context's keeper, or waited for here without one (a context made outside a
+// step driver). Either way the host stream waits at once, as the blocking call did.
+void settle(coll::Request r, const LlamaContext& ctx) {
+  if (coll::StreamOrderedRequests* keeper = ctx.requests())
+    keeper->settle(std::move(r));
+  else
+    r.wait();
+}
+
+}  // namespace
+
+void LlamaModel::tp_all_reduce(TensorView v, LlamaContext& ctx, coll::ReduceOp op) const {
   if (tp_ == nullptr) return;
   const profile::ScopedPhase phase(profile::Phase::comm_wait, "tp all_reduce");
-  tp_->all_reduce(v, op, stream);
+  settle(tp_->start_all_reduce(v, op, ctx.stream()), ctx);
 }
 
-void LlamaModel::tp_all_gather(ConstTensorView rows, TensorView full, StreamRef stream) const {
+void LlamaModel::tp_all_gather(ConstTensorView rows, TensorView full, LlamaContext& ctx) const {
   const profile::ScopedPhase phase(profile::Phase::comm_wait, "tp all_gather");
-  tp_->all_gather(rows, full, stream);
+  settle(tp_->start_all_gather(rows, full, ctx.stream()), ctx);
 }
 
-void LlamaModel::tp_reduce_scatter(ConstTensorView full, TensorView rows, StreamRef stream) const {
+void LlamaModel::tp_reduce_scatter(ConstTensorView full, TensorView rows, LlamaContext& ctx) const {
   const profile::ScopedPhase phase(profile::Phase::comm_wait, "tp reduce_scatter");
-  tp_->reduce_scatter(full, rows, coll::ReduceOp::sum, stream);
+  settle(tp_->start_reduce_scatter(full, rows, coll::ReduceOp::sum, ctx.stream()), ctx);
 }
 
 Act LlamaModel::norm_for_column_parallel(int unit, int t, const UnitParams& params, LlamaContext& ctx, const Act& x,
@@ -160,7 +176,7 @@ Act LlamaModel::norm_for_column_parallel(int unit, int t, const UnitParams& para
 Act LlamaModel::gather_rows(ConstTensorView rows, LlamaContext& ctx) const {
   const Dims d = dims(ctx);
   Act full = make_act(ctx.allocator(), Shape{d.tokens, d.hidden}, act_dtype());
-  tp_all_gather(rows, full.view, ctx.stream());
+  tp_all_gather(rows, full.view, ctx);
   return full;
 }
 
@@ -175,7 +191,7 @@ void LlamaModel::norm_backward(int unit, int t, const UnitParams& params, LlamaC
   // This rank's rows' share of the weight gradient, summed over the group before it is written.
   Act part = make_act(ctx.allocator(), dw.shape(), dw.dtype(), AllocationTag::workspace);
   kernels::rmsnorm_bwd(dx, part.view, dh, x.view, w, rstd.view, false, ctx.stream());
-  tp_all_reduce(part.view, ctx.stream());
+  tp_all_reduce(part.view, ctx);
   if (grad.accumulate)
     kernels::add(dw, dw, part.view, ctx.stream());
   else
@@ -185,12 +201,12 @@ void LlamaModel::norm_backward(int unit, int t, const UnitParams& params, LlamaC
 
 Act LlamaModel::sum_partial(Act partial, LlamaContext& ctx) const {
   if (!sp_) {
-    tp_all_reduce(partial.view, ctx.stream());
+    tp_all_reduce(partial.view, ctx);
     return partial;
   }
   const Dims d = dims(ctx);
   Act rows = make_act(ctx.allocator(), Shape{local_rows(d), d.hidden}, act_dtype());
-  tp_reduce_scatter(partial.view, rows.view, ctx.stream());
+  tp_reduce_scatter(partial.view, rows.view, ctx);
   return rows;
 }
 

@@ -168,12 +168,14 @@ class LlamaModel final : public Workload {
 
   int head_unit() const noexcept { return static_cast<int>(config_.layers) + 1; }
   /// Reduces `v` over the tensor-parallel group in place (a sum unless `op` says otherwise; nothing without a
-  /// group), timed as a communication wait.
-  void tp_all_reduce(TensorView v, StreamRef stream, coll::ReduceOp op = coll::ReduceOp::sum) const;
+  /// group), on the context's stream. Like the two below, the request goes to the context's keeper
+  /// (ContextOptions::requests): kept to the step's end on a CUDA stream (every later user of `v` is ordered after
+  /// the collective on that stream), waited for at once on the host, where the wait is timed as communication.
+  void tp_all_reduce(TensorView v, LlamaContext& ctx, coll::ReduceOp op = coll::ReduceOp::sum) const;
   /// Sequence parallelism: every rank's rows into `full` / the sum over the group of `full`'s rows into this
-  /// rank's `rows` (timed as communication waits).
-  void tp_all_gather(ConstTensorView rows, TensorView full, StreamRef stream) const;
-  void tp_reduce_scatter(ConstTensorView full, TensorView rows, StreamRef stream) const;
+  /// rank's `rows`.
+  void tp_all_gather(ConstTensorView rows, TensorView full, LlamaContext& ctx) const;
+  void tp_reduce_scatter(ConstTensorView full, TensorView rows, LlamaContext& ctx) const;
   /// How many rows of a [tokens, ...] tensor this rank holds: tokens / tp under sequence parallelism.
   std::int64_t local_rows(const Dims& d) const noexcept { return sp_ ? d.tokens / tp_size_ : d.tokens; }
   /// The layer norm at `t` of `unit` applied to rows `x` (saving rstd), returned over every token: gathered

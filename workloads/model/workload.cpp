@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "hzp/collectives/stream_ordered_requests.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/phase_timer.hpp"
 
@@ -77,6 +78,11 @@ MicroBatchContext::MicroBatchContext(CachingAllocator& allocator, const ContextO
             ")");
   HZP_CHECK(allocator.device() == options.stream.device(), "a context on ", to_string(options.stream.device()),
             " needs an allocator of that device, got one of ", to_string(allocator.device()));
+  // The keeper's completion synchronises its own stream: one of another stream would let it pass requests whose
+  // stream has not reached them.
+  HZP_CHECK(options.requests == nullptr || options.requests->stream() == options.stream, "a context on ",
+            to_string(options.stream.device()), " was given a request keeper on another stream (",
+            to_string(options.requests->stream().device()), "); give it the keeper of its own compute stream");
 }
 
 MicroBatchContext::~MicroBatchContext() = default;

@@ -19,6 +19,10 @@
 #include "hzp/workloads/param_layout.hpp"
 #include "hzp/workloads/precision.hpp"
 
+namespace hzp::coll {
+class StreamOrderedRequests;
+}
+
 namespace hzp::workloads {
 
 /// Model FLOPs per trained token (forward + backward), under the two conventions results report:
@@ -89,6 +93,11 @@ struct ContextOptions {
   /// (output_grad_slot()); one not starting at unit 0 then gives the gradient of its input (input_grad()).
   int first_unit = 0;
   int end_unit = -1;
+  /// Where the model's own collectives (tensor parallelism's sums and gathers, the vocabulary-parallel softmax's
+  /// statistics) settle their requests: on a CUDA stream the keeper holds them until its owner (the step driver)
+  /// completes them once per step; on the host it waits at once. It must be on `stream` and outlive the context's
+  /// micro-batches. nullptr: each is waited for where it is issued (the blocking form).
+  coll::StreamOrderedRequests* requests = nullptr;
 };
 
 /// Per-micro-batch state: the tokens, every activation forward saves for backward (allocated from the
@@ -164,6 +173,8 @@ class MicroBatchContext {
   /// device copy (made by begin(), like the tokens') on a GPU.
   std::span<const std::int32_t> stream_document_first() const noexcept;
   StreamRef stream() const noexcept { return options_.stream; }
+  /// ContextOptions::requests (nullptr: the model's collectives are waited for where they are issued).
+  coll::StreamOrderedRequests* requests() const noexcept { return options_.requests; }
   /// The inputs and targets as int32 [tokens] views on the stream's device: the host spans themselves
   /// on the host, or the context's device copy (made by begin()) on a GPU.
   ConstTensorView input_tokens() const;

@@ -1,7 +1,8 @@
 // What lets one parameter engine run over host memory or one GPU's memory without two code paths: buffers
 // zeroed on the engine's stream, views at an element offset that carry the buffer's device, copies of device
-// state back to the host for the debugging accessors, and stream-ordered completion of collectives
-// (docs/cuda.md, "Data-parallel engines on the GPU").
+// state back to the host for the debugging accessors, and scratch held until a stream has passed its last use
+// (docs/cuda.md, "Data-parallel engines on the GPU"). Stream-ordered completion of collectives is the collectives
+// layer's StreamOrderedRequests (hzp/collectives/stream_ordered_requests.hpp), which the model uses too.
 #pragma once
 
 #include <cstddef>
@@ -10,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "hzp/collectives/communicator.hpp"
+#include "hzp/collectives/stream_ordered_requests.hpp"
 #include "hzp/core/caching_allocator.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/core/tensor.hpp"
@@ -26,22 +27,6 @@ TensorView view_at(const Allocation& a, DType t, std::int64_t offset, std::int64
 std::vector<std::byte> host_copy(ConstTensorView v, StreamRef s);
 /// host_copy as fp32 values (an fp32 view only).
 std::vector<float> host_floats(ConstTensorView v, StreamRef s);
-
-/// Collectives an engine issues on its stream. On the host stream each is waited for at once (the MPI backend
-/// moves host buffers only inside its waits). On a CUDA stream the NCCL backend has already ordered the stream
-/// after the collective, so the host does not wait: the request is kept and completed (its counters recorded,
-/// its deadline checked) by complete(), once per step: the host waits for the stream, then for each request.
-class StreamOrderedRequests {
- public:
-  explicit StreamOrderedRequests(StreamRef s = StreamRef::host()) : stream_(s) {}
-  StreamRef stream() const noexcept { return stream_; }
-  void settle(coll::Request r);
-  void complete();
-
- private:
-  StreamRef stream_;
-  std::vector<coll::Request> kept_;
-};
 
 /// Allocations whose last use is queued on a stream other than the one the caching allocator's later users
 /// are ordered on (asynchzp's background streams on a GPU): the allocator knows no streams, so a block freed

@@ -18,7 +18,7 @@ namespace hzp::schedulers {
 /// block r on rank r), so `layout.num_slices()` must equal group.size(). Blocking calls on the calling
 /// thread (the "synchronous" schedulers); not thread-safe (one communicator, one thread). On a CUDA stream
 /// (device buffers, a NCCL group) "blocking" means ordered on the stream: the host does not wait, and
-/// complete() finishes the step's requests (engine_memory.hpp, StreamOrderedRequests).
+/// complete() finishes the step's requests (hzp/collectives/stream_ordered_requests.hpp).
 class GatherScatter {
  public:
   /// All three must outlive this object. PreconditionError when the slice count differs from the group.
@@ -57,7 +57,7 @@ class GatherScatter {
   coll::Communicator* group_;
   const ShardLayout* layout_;
   CachingAllocator* alloc_;
-  StreamOrderedRequests requests_;
+  coll::StreamOrderedRequests requests_;
   StreamScratch* keeper_ = nullptr;
 };
 

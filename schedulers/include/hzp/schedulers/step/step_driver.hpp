@@ -14,6 +14,7 @@
 
 #include "hzp/core/caching_allocator.hpp"
 #include "hzp/collectives/device_stall_clock.hpp"
+#include "hzp/collectives/stream_ordered_requests.hpp"
 #include "hzp/schedulers/scheduler.hpp"
 #include "hzp/schedulers/step/device_stalls.hpp"
 #include "hzp/schedulers/step/engine_plan.hpp"
@@ -67,7 +68,8 @@ class StepDriver {
   /// Runs step `batch.step` over `engine`. Steps run in order 0, 1, 2, ... (PreconditionError otherwise).
   /// On a CUDA stream the compute stream's waits on communication are timed on the device for the whole step
   /// (StepStats::device_comm_timed): the collectives the engine issues on this thread and stream, and the waits it
-  /// brackets with coll::time_device_wait.
+  /// brackets with coll::time_device_wait. The model's tensor-parallel collectives are kept on that stream and
+  /// completed (counters recorded, deadlines enforced) after the engine's finish_step, once per step.
   StepStats step(const StepBatch& batch, ParameterEngine& engine);
   /// The last step's stalls by phase and kind (all zero on the host).
   const StallSplit& device_stalls() const noexcept { return stalls_; }
@@ -115,6 +117,10 @@ class StepDriver {
   workloads::TrainConfig train_;
   int rank_, world_size_;
   std::vector<Action> actions_;
+  // The model's own collectives (tensor parallelism's; ContextOptions::requests): kept on a CUDA stream and
+  // completed once per step after the engine's step end (its norm synchronised the stream), waited for at once on
+  // the host. Declared before the contexts, which point to it.
+  coll::StreamOrderedRequests model_requests_;
   std::unique_ptr<workloads::MicroBatchContext> ctx_;
   std::vector<std::int32_t> inputs_, targets_, first_;                    // what the context takes
   std::vector<std::int32_t> whole_inputs_, whole_targets_, whole_first_;  // context parallelism: before the cut
