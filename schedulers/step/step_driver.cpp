@@ -226,6 +226,12 @@ std::pair<double, double> StepDriver::device_phase_seconds() const {
   return {fwd, bwd};
 }
 
+void StepDriver::mark_action(std::size_t i, bool end) {
+  const std::size_t k = 2 * i + (end ? 1 : 0);
+  marks_[k].record(stream_);
+  stall_marks_[k] = stall_clock_->recorded();
+}
+
 void StepDriver::end_model_step(std::vector<double> stats, coll::Communicator& data_parallel) {
   // The model's non-gradient state (the MoE balancing bias) moves by the whole global batch's statistics: this
   // rank's summed over its data-parallel replicas (counts: exact in any order), so every replica updates alike.
@@ -241,10 +247,7 @@ void StepDriver::run_whole(const Attempt& at, ParameterEngine& engine, std::vect
     // The action's first and last unit calls bracket it on the device (run_whole's actions are actions_).
     const auto i = static_cast<std::size_t>(&a - actions_.data());
     const bool forward = a.kind == Action::Kind::forward;
-    if (!marks_.empty() && u == (forward ? a.first_unit : a.end_unit - 1)) {
-      marks_[2 * i].record(stream_);
-      stall_marks_[2 * i] = stall_clock_->recorded();
-    }
+    if (!marks_.empty() && u == (forward ? a.first_unit : a.end_unit - 1)) mark_action(i, false);
     if (forward) {
       if (u == 0) {
         first_.resize(at.batch.source->packs_documents() ? inputs_.size() : 0);
@@ -264,10 +267,7 @@ void StepDriver::run_whole(const Attempt& at, ParameterEngine& engine, std::vect
       unit_sleep_.after(u, units);
       engine.backward_done(u, a);
     }
-    if (!marks_.empty() && u == (forward ? a.end_unit - 1 : a.first_unit)) {
-      marks_[2 * i + 1].record(stream_);
-      stall_marks_[2 * i + 1] = stall_clock_->recorded();
-    }
+    if (!marks_.empty() && u == (forward ? a.end_unit - 1 : a.first_unit)) mark_action(i, true);
   });
 }
 
@@ -277,7 +277,7 @@ double StepDriver::run_stage(const Attempt& at, ParameterEngine& engine, std::ve
   hooks.grads = [&](int u, const Action& a) { return engine.unit_grads(u, a); };
   hooks.forward_done = [&](int u, const Action& a) { engine.forward_done(u, a); };
   hooks.backward_done = [&](int u, const Action& a) { engine.backward_done(u, a); };
-  if (!marks_.empty()) hooks.mark = [&](std::size_t i, bool end) { marks_[2 * i + (end ? 1 : 0)].record(stream_); };
+  if (!marks_.empty()) hooks.mark = [&](std::size_t i, bool end) { mark_action(i, end); };
   hooks.tokens = [&](int mb, std::span<std::int32_t> inputs, std::span<std::int32_t> targets,
                      std::vector<std::int32_t>& first) {
     first.resize(at.batch.source->packs_documents() ? inputs.size() : 0);

@@ -94,6 +94,10 @@ TEST_P(CudaPipeline, StagesOnTheGpuFollowTheCpuNone) {
     EXPECT_TRUE(got.device_timed) << label;
     EXPECT_GT(got.forward_seconds, 0) << label;
     EXPECT_GT(got.backward_seconds, 0) << label;
+    // Each stall is taken out of the phase that holds it (the receives' out of their actions): the step end keeps
+    // a share of its own, never one it did not hold.
+    EXPECT_TRUE(got.device_comm_timed) << label;
+    EXPECT_GE(got.optimizer_seconds, 0) << label;
     if (i != 0) continue;
     // Step 0's gradient, tensor by tensor, for every tensor this stage holds (brought back to the host).
     GradCapture g_none;

@@ -140,6 +140,9 @@ class StepDriver {
   StallSplit stalls_;
   // Forward and backward seconds of the step's actions, from marks_ (after the stream has passed them).
   std::pair<double, double> device_phase_seconds() const;
+  // Action i's start (end = false) or end on the device: its event, and the stall clock's position there. Both
+  // the whole-model and the pipeline path mark through this, so every stall falls in the phase that holds it.
+  void mark_action(std::size_t i, bool end);
 };
 
 }  // namespace hzp::schedulers
