@@ -203,26 +203,39 @@ TEST(CudaAsyncHzp, ComputeStreamWaitsOnlyWhereResultsAreUsed) {
   }
 }
 
+/// `tiny` for 3 steps (one warm-up) on the CPU and the GPU beside a one-rank NCCL world whose every collective holds
+/// its communication stream at least `hold` seconds (NcclCommConfig::min_hold_s): the exposed-communication cases.
+struct HeldCollectives {
+  explicit HeldCollectives(double hold) : world(solo, held_config(hold)) {
+    cpu.train.steps = 3;
+    cpu.train.warmup_steps = 1;
+    cpu.build();
+  }
+  static coll::NcclCommConfig held_config(double hold) {
+    coll::NcclCommConfig c = world_config();
+    c.min_hold_s = hold;
+    return c;
+  }
+  schedulers::SchedulerArgs args() { return gpu_args(cpu, gpu, world); }
+
+  NoneRun cpu{"tiny"};
+  Gpu gpu;
+  coll::SelfBootstrap solo;
+  coll::NcclCommunicator world;
+};
+
 /// Exposed communication on the device (device_stall_clock.hpp). Every collective holds its communication stream at
 /// least kHold (NcclCommConfig::min_hold_s: a one-rank group has no rounds, so the link model holds nothing there).
 /// zero3's compute stream waits where each gather and reduce-scatter is issued, so over the steps its exposed
 /// communication is at least the holds of the calls completed, and in no step more than the step's wall time.
 TEST(CudaExposedComm, Zero3WithHeldCollectivesExposesAtLeastTheHolds) {
   constexpr double kHold = 2e-3;
-  NoneRun cpu("tiny");
-  cpu.train.steps = 3;
-  cpu.train.warmup_steps = 1;
-  cpu.build();
-  Gpu gpu;
-  coll::SelfBootstrap solo;
-  coll::NcclCommConfig config = world_config();
-  config.min_hold_s = kHold;
-  coll::NcclCommunicator world(solo, config);
-  const auto dev = schedulers::make_scheduler("zero3", gpu_args(cpu, gpu, world));
-  const coll::CounterSnapshot before = world.counters().snapshot();
+  HeldCollectives run(kHold);
+  const auto dev = schedulers::make_scheduler("zero3", run.args());
+  const coll::CounterSnapshot before = run.world.counters().snapshot();
   double exposed = 0;
   for (std::int64_t s = 0; s < 3; ++s) {
-    const schedulers::StepStats st = dev->step({s, cpu.source.get()});
+    const schedulers::StepStats st = dev->step({s, run.cpu.source.get()});
     SCOPED_TRACE("step " + std::to_string(s));
     EXPECT_TRUE(st.device_comm_timed);
     EXPECT_GT(st.device_comm_wait_seconds, 0.0);
@@ -232,7 +245,7 @@ TEST(CudaExposedComm, Zero3WithHeldCollectivesExposesAtLeastTheHolds) {
     EXPECT_GT(st.backward_seconds, 0.0);
     exposed += st.device_comm_wait_seconds;
   }
-  const coll::CounterSnapshot d = world.counters().delta(before);
+  const coll::CounterSnapshot d = run.world.counters().delta(before);
   const std::uint64_t held = d.total(coll::CollOp::all_gather).calls + d.total(coll::CollOp::reduce_scatter).calls;
   ASSERT_GT(held, 0u) << "zero3 issued no gather or reduce-scatter";
   EXPECT_GE(exposed, static_cast<double>(held) * kHold) << held << " held calls";
@@ -245,21 +258,13 @@ TEST(CudaExposedComm, AsyncHzpExposesLessThanInline) {
   constexpr double kHold = 1e-3;
   double exposed[2] = {0, 0};  // [inline, async], summed over steps 1 and 2 (step 0 warms up)
   for (const bool async : {false, true}) {
-    NoneRun cpu("tiny");
-    cpu.train.steps = 3;
-    cpu.train.warmup_steps = 1;
-    cpu.build();
-    Gpu gpu;
-    coll::SelfBootstrap solo;
-    coll::NcclCommConfig config = world_config();
-    config.min_hold_s = kHold;
-    coll::NcclCommunicator world(solo, config);
-    schedulers::SchedulerArgs args = gpu_args(cpu, gpu, world);
+    HeldCollectives run(kHold);
+    schedulers::SchedulerArgs args = run.args();
     args.options.async = async;
     args.options.debug_unit_sleep_ms = 3;
     const auto dev = schedulers::make_scheduler("asynchzp", args);
     for (std::int64_t s = 0; s < 3; ++s) {
-      const schedulers::StepStats st = dev->step({s, cpu.source.get()});
+      const schedulers::StepStats st = dev->step({s, run.cpu.source.get()});
       EXPECT_TRUE(st.device_comm_timed);
       EXPECT_LE(st.device_comm_wait_seconds, st.seconds);
       if (s > 0) exposed[async ? 1 : 0] += st.device_comm_wait_seconds;
