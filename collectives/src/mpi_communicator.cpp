@@ -305,8 +305,15 @@ Request launch_on_stream(const std::shared_ptr<CommState>& sp, const CallInfo& i
         hold = std::make_unique<GpuLinkHold>();
         hold->start(s, [links = st.world->links, m = *model](double at) { return links->reserve(at, m).ready_s; });
       }
-      stand_in();
-      if (hold) hold->finish(s, model->duration_s);
+      try {
+        stand_in();
+        if (hold) hold->finish(s, model->duration_s);
+      } catch (...) {
+        // The stamp already queued on the stream points at the hold: leave it allocated rather than free it under
+        // the callback thread (as PhantomStreamOperation does when abandoned; waiting could hang on a broken stream).
+        (void)hold.release();
+        throw;
+      }
     });
     auto self = dry(st.rank);
     auto op = detail::make_phantom_stream_operation(Header{info.join, info.join}, detail::replay_bytes(st, *self),

@@ -91,6 +91,39 @@ TEST(ExposedOnDevice, ClockRecordsOnlyTheObservingThreadsWaitsOnItsStream) {
   EXPECT_EQ(again[0].kind, StallKind::at_issue);
 }
 
+// A wait that fails to enqueue (a collective refused, a stand-in that throws) leaves no stall behind: the mark it
+// took is given back, so the next settle() neither reads an event that was never recorded after it (an error) nor,
+// with a reused mark, a stale interval from an earlier step (a wrong exposed figure). The step driver's phase
+// positions (recorded()) stay those of the stalls that exist.
+TEST(ExposedOnDevice, ClockGivesBackTheMarkOfAWaitThatThrew) {
+  const StreamRef mine = StreamRef::host();
+  coll::DeviceStallClock clock(mine);
+  auto wait = [] {};
+  auto fail = [] { throw PreconditionError("refused"); };
+  {
+    coll::DeviceWaitScope observe(&clock);
+    EXPECT_THROW(coll::time_device_wait(mine, StallKind::at_issue, fail), PreconditionError);
+    EXPECT_EQ(clock.recorded(), 0u);
+    coll::time_device_wait(mine, StallKind::at_use, wait);
+    EXPECT_EQ(clock.recorded(), 1u);
+    // A nested wait that throws gives back the outer mark too: the outer wait did not complete either.
+    EXPECT_THROW(coll::time_device_wait(mine, StallKind::at_issue,
+                                        [&] { coll::time_device_wait(mine, StallKind::at_issue, fail); }),
+                 PreconditionError);
+    EXPECT_EQ(clock.recorded(), 1u);
+  }
+  const std::vector<Stall> stalls = clock.settle();
+  ASSERT_EQ(stalls.size(), 1u);
+  EXPECT_EQ(stalls[0].kind, StallKind::at_use);
+  EXPECT_GE(stalls[0].seconds, 0.0);
+  // The next step reuses the marks: a failed wait there must not resurrect the first step's interval.
+  {
+    coll::DeviceWaitScope observe(&clock);
+    EXPECT_THROW(coll::time_device_wait(mine, StallKind::at_issue, fail), PreconditionError);
+  }
+  EXPECT_TRUE(clock.settle().empty());
+}
+
 TEST(ExposedOnDevice, StepMeterTakesExposedCommunicationFromTheDeviceFigure) {
   HostBacking backing;
   CachingAllocator alloc(backing);

@@ -48,7 +48,10 @@ class DeviceStallClock {
     try {
       std::forward<F>(enqueue_wait)();
     } catch (...) {
+      // The wait failed: give the mark back, or settle() would read its `after`, never recorded this step (an error
+      // on a new mark, an earlier step's stale interval on a reused one).
       --depth_;
+      --used_;
       throw;
     }
     --depth_;
