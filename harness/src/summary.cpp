@@ -134,12 +134,19 @@ std::string format_summary(std::span<const StepRecord> steps, const SummaryConte
       os << "  across ranks   median (max - min) / median step time: " << fmt("%.1f", 100 * spread) << "%\n";
     }
     os << "  tokens/s       " << spread_line(col([](const StepRecord& s) { return s.tokens_per_s; }), "%.4g", "") << "\n";
-    os << "  MFU            median " << fmt("%.2f", 100 * percentile(col([](const StepRecord& s) { return s.mfu; }), 50))
+    const double mfu = percentile(col([](const StepRecord& s) { return s.mfu; }), 50);
+    os << "  MFU            median " << fmt("%.2f", 100 * mfu)
        << "% (causal-attention FLOPs: "
        << fmt("%.2f", 100 * percentile(col([](const StepRecord& s) { return s.mfu_causal; }), 50)) << "%) of "
        << ctx.peak_text
        << (ctx.active_only ? "; model FLOPs count the ACTIVE parameters only (each token's top-k experts)" : "")
        << "\n";
+    if (mfu > 1)
+      // No step can beat the peak: a measured one was taken while other work held the cores (a start-up sgemm of a
+      // fraction of a second), a declared one is wrong. Said here so that the figure is not read as a result.
+      os << "  note           MFU above 100%: the peak is below the rate this run's own steps reached (measured: the "
+            "machine was busy while it was measured at start-up). Fix: rerun on an idle machine, or set "
+            "device.peak_tflops to the machine's rate, so that runs compare\n";
     // Closure as shares of the summed step time of the measured steps (mean over ranks).
     std::array<double, kNumRankFields> sum{};
     for (const StepRecord* s : measured)

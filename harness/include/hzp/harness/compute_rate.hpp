@@ -27,7 +27,8 @@ struct GemmPeak {
   int openblas_threads = 1;
   int intra_op_threads = 1;  ///< the pool's threads (each GEMM split over them, OpenBLAS single-threaded)
   std::string shape_text() const;
-  /// "2 OpenBLAS thread(s)" or "2 intra-op thread(s)": who ran the measured GEMM.
+  /// "1 OpenBLAS thread(s)", or "2 intra-op thread(s) at one thread's CPU-time rate": whose GEMMs the peak stands for
+  /// (with more than one thread, one thread's rate in its own CPU time times the threads).
   std::string threads_text() const;
 };
 
