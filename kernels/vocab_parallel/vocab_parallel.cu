@@ -11,35 +11,13 @@
 #include <vector>
 
 #include "common/cuda_common.cuh"
+#include "common/cuda_rows.cuh"
 #include "common/cuda_twins.hpp"
 
 namespace hzp::kernels::cuda {
 namespace {
 
 constexpr int kRowThreads = 512;
-
-/// Calls f(j, x[j] in fp32) for this thread's share of the row x[0, V): 16-byte packs first when kVec
-/// (x must then be 16-byte aligned), then the tail one element at a time.
-template <typename T, bool kVec, typename F>
-__device__ __forceinline__ void for_each_in_row(const T* x, std::int64_t V, F&& f) {
-  constexpr int P = Pack<T>::kPack;
-  const std::int64_t nv = kVec ? V / P : 0;
-  if constexpr (kVec) {
-    const auto* xp = reinterpret_cast<const Pack<T>*>(x);
-    for (std::int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-      const Pack<T> p = xp[i];
-#pragma unroll
-      for (int e = 0; e < P; ++e) f(i * P + e, to_f(p.v[e]));
-    }
-  }
-  for (std::int64_t j = nv * P + threadIdx.x; j < V; j += blockDim.x) f(j, to_f(x[j]));
-}
-
-/// True when rows of `cols` elements of T starting at each pointer are all 16-byte aligned.
-template <typename T>
-bool rows_aligned16(std::int64_t cols, const void* a, const void* b = nullptr) {
-  return (cols * static_cast<std::int64_t>(sizeof(T))) % 16 == 0 && aligned16(a) && (b == nullptr || aligned16(b));
-}
 
 template <typename T, bool kVec>
 __global__ void embedding_fwd_range_kernel(T* __restrict__ out, const std::int32_t* __restrict__ tokens,
@@ -124,8 +102,8 @@ __global__ void ce_loss_kernel(float* __restrict__ losses, const float* __restri
   }
 }
 
-/// dlogits may alias logits: every element is read and then written by the same thread, and nothing
-/// else of the row is read, so no barrier is needed.
+/// dlogits may alias logits: every element is read and then written by the same thread (transform_row), and
+/// nothing else of the row is read, so no barrier is needed.
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(kRowThreads)
     ce_bwd_kernel(T* dlogits, const T* logits, const std::int32_t* __restrict__ targets, std::int64_t vocab_begin,
@@ -142,24 +120,10 @@ __global__ void __launch_bounds__(kRowThreads)
   const std::int64_t target = static_cast<std::int64_t>(t) - vocab_begin;  // outside [0, Vl): another rank's
   const float M = global_max[row];
   const float log_s = logf(global_sum_exp[row]);
-  const auto grad = [&](std::int64_t j, float v) {
+  transform_row<T, kVec>(x, dx, Vl, [&](std::int64_t j, float v) {
     const float p = expf((v - M) - log_s);
     return from_f<T>((j == target ? p - 1.0f : p) * scale);
-  };
-  constexpr int P = Pack<T>::kPack;
-  const std::int64_t nv = kVec ? Vl / P : 0;
-  if constexpr (kVec) {
-    const auto* xp = reinterpret_cast<const Pack<T>*>(x);
-    auto* dp = reinterpret_cast<Pack<T>*>(dx);
-    for (std::int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-      const Pack<T> p = xp[i];
-      Pack<T> o;
-#pragma unroll
-      for (int e = 0; e < P; ++e) o.v[e] = grad(i * P + e, to_f(p.v[e]));
-      dp[i] = o;
-    }
-  }
-  for (std::int64_t j = nv * P + threadIdx.x; j < Vl; j += blockDim.x) dx[j] = grad(j, to_f(x[j]));
+  });
 }
 
 }  // namespace
