@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/cuda_common.cuh"
+#include "common/cuda_loss_sum.cuh"
 #include "common/cuda_rows.cuh"
 #include "common/cuda_twins.hpp"
 
@@ -70,21 +71,10 @@ CrossEntropyResult cross_entropy(TensorView* losses, TensorView* dlogits, ConstT
       cross_entropy_kernel<T, false><<<static_cast<unsigned>(N), 512, 0, native(s)>>>(pl, pd, px, pt, V, ignore_index, scale);
     HZP_CUDA_LAUNCH_CHECK();
   });
-  CrossEntropyResult r;
-  if (losses == nullptr) return r;
-  std::vector<float> host_losses(static_cast<std::size_t>(N));
-  std::vector<std::int32_t> host_targets(static_cast<std::size_t>(N));
-  HZP_CUDA_CHECK(cudaMemcpyAsync(host_losses.data(), pl, host_losses.size() * sizeof(float), cudaMemcpyDeviceToHost,
-                                 native(s)));
-  HZP_CUDA_CHECK(cudaMemcpyAsync(host_targets.data(), targets.data(), host_targets.size() * sizeof(std::int32_t),
-                                 cudaMemcpyDeviceToHost, native(s)));
-  HZP_CUDA_CHECK(cudaStreamSynchronize(native(s)));
-  for (std::size_t n = 0; n < host_losses.size(); ++n) {
-    r.loss_sum += static_cast<double>(host_losses[n]);
-    const std::int32_t t = host_targets[n];
-    r.n_valid += t != ignore_index && t >= 0 && t < V ? 1 : 0;  // the kernel ignores out-of-range targets too
-  }
-  return r;
+  if (losses == nullptr) return {};
+  // The kernel ignores out-of-range targets too.
+  return sum_losses_on_host(pl, targets.data(), N, s,
+                            [&](std::int32_t t) { return t != ignore_index && t >= 0 && t < V; });
 }
 
 std::int64_t cross_entropy_count_valid(ConstTensorView targets, std::int32_t ignore_index, StreamRef s) {

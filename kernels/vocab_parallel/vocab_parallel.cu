@@ -8,9 +8,8 @@
 // measurable. The loss is one thread per token in fp64 (the CPU formula), then copied back and summed
 // on the host in token order. Ids live on the device and are not checked: a negative token id is
 // outside every slice (zeros, skipped), a negative target is treated as ignored.
-#include <vector>
-
 #include "common/cuda_common.cuh"
+#include "common/cuda_loss_sum.cuh"
 #include "common/cuda_rows.cuh"
 #include "common/cuda_twins.hpp"
 
@@ -213,20 +212,8 @@ CrossEntropyResult vocab_parallel_ce_loss(TensorView losses, ConstTensorView glo
       static_cast<const float*>(global_target_logit.data()), static_cast<const std::int32_t*>(targets.data()), N,
       ignore_index);
   HZP_CUDA_LAUNCH_CHECK();
-  std::vector<float> host_losses(static_cast<std::size_t>(N));
-  std::vector<std::int32_t> host_targets(static_cast<std::size_t>(N));
-  HZP_CUDA_CHECK(cudaMemcpyAsync(host_losses.data(), pl, host_losses.size() * sizeof(float), cudaMemcpyDeviceToHost,
-                                 native(s)));
-  HZP_CUDA_CHECK(cudaMemcpyAsync(host_targets.data(), targets.data(), host_targets.size() * sizeof(std::int32_t),
-                                 cudaMemcpyDeviceToHost, native(s)));
-  HZP_CUDA_CHECK(cudaStreamSynchronize(native(s)));
-  CrossEntropyResult r;
-  for (std::size_t n = 0; n < host_losses.size(); ++n) {
-    r.loss_sum += static_cast<double>(host_losses[n]);
-    const std::int32_t t = host_targets[n];
-    r.n_valid += t != ignore_index && t >= 0 ? 1 : 0;  // the kernel ignores negative targets too
-  }
-  return r;
+  // The kernel ignores negative targets too.
+  return sum_losses_on_host(pl, targets.data(), N, s, [&](std::int32_t t) { return t != ignore_index && t >= 0; });
 }
 
 void vocab_parallel_ce_bwd(TensorView dlogits, ConstTensorView logits, ConstTensorView targets,
