@@ -79,6 +79,12 @@ inline const std::byte* at(const std::byte* base, std::int64_t bytes) noexcept {
   return base ? base + bytes : nullptr;
 }
 inline int mod(int a, int p) noexcept { return ((a % p) + p) % p; }
+/// Rounds of the doubling algorithms (Bruck, binomial tree, dissemination): the smallest k with 2^k >= p.
+inline int ceil_log2(int p) noexcept {
+  int k = 0;
+  while ((1 << k) < p) ++k;
+  return k;
+}
 
 // ---- ring family (ring_algorithms.cpp) ---------------------------------------------------------------
 /// out block j = rank j's block; own_in (may alias out's own block, or be null when already there)

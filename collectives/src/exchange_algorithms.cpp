@@ -8,12 +8,6 @@
 namespace hzp::coll::detail {
 namespace {
 
-int ceil_log2(int p) {
-  int k = 0;
-  while ((1 << k) < p) ++k;
-  return k;
-}
-
 // Round k (1 .. p-1) sends to rank + k and receives from rank - k, so every round is a
 // permutation and no rank receives twice at once; all_at_once posts every round together (one
 // round of latency, for small blocks).

@@ -331,6 +331,15 @@ Request launch_phantom(const std::shared_ptr<CommState>& sp, const CallInfo& inf
   return launch(sp, info, {}, nullptr, dry, model_all_ranks, nullptr);
 }
 
+// MPICH's own collective for the call (collectives.mpi_native): a reduction leases the scratch its bf16 sums go
+// through in fp32 (native_scratch_bytes), the other ops lease none.
+Request launch_native(const std::shared_ptr<CommState>& sp, const CallInfo& info, const detail::DryFactory& dry,
+                      bool model_all_ranks, const detail::NativeCall& nc) {
+  detail::ScratchPool::Lease scratch;
+  if (nc.reduces) scratch = sp->scratch.acquire(detail::native_scratch_bytes(nc, sp->size));
+  return launch(sp, info, std::move(scratch), nullptr, dry, model_all_ranks, &nc);
+}
+
 CallInfo begin_call(CommState& st, CollOp op, DType dtype, std::int64_t count, int peer = -1) {
   st.check_usable(op);
   CallInfo info;
@@ -370,15 +379,9 @@ Request MpiCommunicator::start_all_gather(ConstTensorView in, TensorView out, St
   if (st.phantom)
     return launch_phantom(state_, info, dry, true, at,
                           [&] { detail::phantom_all_gather(bytes_of(in), bytes_of(out), shard, st.rank, p, at); });
-  if (st.config.mpi_native) {
-    detail::NativeCall nc;
-    nc.op = op;
-    nc.in = bytes_of(in);
-    nc.out = bytes_of(out);
-    nc.count = n;
-    nc.bytes = shard;
-    return launch(state_, info, {}, nullptr, dry, true, &nc);
-  }
+  if (st.config.mpi_native)
+    return launch_native(state_, info, dry, true,
+                         {.op = op, .in = bytes_of(in), .out = bytes_of(out), .count = n, .bytes = shard});
   return launch(state_, info, {}, make(st.rank, bytes_of(out), bytes_of(in)), dry, true, nullptr);
 }
 
@@ -405,17 +408,9 @@ Request MpiCommunicator::start_reduce_scatter(ConstTensorView in, TensorView out
   if (st.phantom)
     return launch_phantom(state_, info, dry, true, at,
                           [&] { detail::phantom_reduce_scatter(bytes_of(in), bytes_of(out), n, red, st.rank, p, at); });
-  if (st.config.mpi_native) {
-    detail::NativeCall nc;
-    nc.op = op;
-    nc.in = bytes_of(in);
-    nc.out = bytes_of(out);
-    nc.count = n;
-    nc.reduces = true;
-    nc.red = red;
-    auto scratch = st.scratch.acquire(detail::native_scratch_bytes(nc, p));
-    return launch(state_, info, std::move(scratch), nullptr, dry, true, &nc);
-  }
+  if (st.config.mpi_native)
+    return launch_native(state_, info, dry, true,
+                         {.op = op, .in = bytes_of(in), .out = bytes_of(out), .count = n, .reduces = true, .red = red});
   auto scratch = st.scratch.acquire(small ? detail::direct_reduce_scatter_scratch_bytes(p, n, red)
                                           : detail::ring_reduce_scratch_bytes(blocks, red));
   auto live = make(st.rank, bytes_of(in), bytes_of(out), scratch.data());
@@ -438,16 +433,9 @@ Request MpiCommunicator::start_all_reduce(TensorView buf, ReduceOp rop, StreamRe
   const detail::DryFactory dry = [=](int q) { return make(q, nullptr, nullptr); };
   if (st.phantom)
     return launch_phantom(state_, info, dry, true, at, [&] { detail::phantom_all_reduce(bytes_of(buf), n, red, p, at); });
-  if (st.config.mpi_native) {
-    detail::NativeCall nc;
-    nc.op = op;
-    nc.out = bytes_of(buf);
-    nc.count = n;
-    nc.reduces = true;
-    nc.red = red;
-    auto scratch = st.scratch.acquire(detail::native_scratch_bytes(nc, p));
-    return launch(state_, info, std::move(scratch), nullptr, dry, true, &nc);
-  }
+  if (st.config.mpi_native)
+    return launch_native(state_, info, dry, true,
+                         {.op = op, .out = bytes_of(buf), .count = n, .reduces = true, .red = red});
   auto scratch = st.scratch.acquire(small ? detail::recursive_doubling_scratch_bytes(n, red)
                                           : detail::ring_reduce_scratch_bytes(detail::Blocks{n, p}, red));
   auto live = make(st.rank, bytes_of(buf), scratch.data());
@@ -508,16 +496,10 @@ Request MpiCommunicator::start_all_to_allv_impl(CollOp op, ConstTensorView in,
   if (st.phantom)
     return launch_phantom(state_, info, dry, false, at,
                           [&] { detail::phantom_all_to_allv(bytes_of(in), *sc, bytes_of(out), *rc, elem, me, at); });
-  if (st.config.mpi_native) {
-    detail::NativeCall nc;
-    nc.op = op;
-    nc.in = bytes_of(in);
-    nc.out = bytes_of(out);
-    nc.elem = elem;
-    nc.send_counts = *sc;
-    nc.recv_counts = *rc;
-    return launch(state_, info, {}, nullptr, dry, false, &nc);
-  }
+  if (st.config.mpi_native)
+    return launch_native(state_, info, dry, false,
+                         {.op = op, .in = bytes_of(in), .out = bytes_of(out), .elem = elem, .send_counts = *sc,
+                          .recv_counts = *rc});
   auto live = detail::make_pairwise_all_to_allv(me, p, bytes_of(in), *sc, bytes_of(out), *rc, elem, small);
   return launch(state_, info, {}, std::move(live), dry, false, nullptr);
 }
@@ -533,14 +515,8 @@ Request MpiCommunicator::start_broadcast(TensorView buf, int root, StreamRef s) 
   const detail::DryFactory dry = [=](int q) { return detail::make_binomial_broadcast(q, p, root, nullptr, bytes); };
   // Phantom: buf is left as it is (this rank's data stands for the root's).
   if (st.phantom) return launch_phantom(state_, info, dry, true, at, [] {});
-  if (st.config.mpi_native) {
-    detail::NativeCall nc;
-    nc.op = op;
-    nc.out = bytes_of(buf);
-    nc.bytes = bytes;
-    nc.root = root;
-    return launch(state_, info, {}, nullptr, dry, true, &nc);
-  }
+  if (st.config.mpi_native)
+    return launch_native(state_, info, dry, true, {.op = op, .out = bytes_of(buf), .bytes = bytes, .root = root});
   return launch(state_, info, {}, detail::make_binomial_broadcast(st.rank, p, root, bytes_of(buf), bytes), dry,
                 true, nullptr);
 }
@@ -551,11 +527,7 @@ Request MpiCommunicator::start_barrier() {
   const int p = st.size;
   const detail::DryFactory dry = [=](int q) { return detail::make_dissemination_barrier(q, p); };
   if (st.phantom) return launch(state_, info, {}, nullptr, dry, true, nullptr);
-  if (st.config.mpi_native) {
-    detail::NativeCall nc;
-    nc.op = CollOp::barrier;
-    return launch(state_, info, {}, nullptr, dry, true, &nc);
-  }
+  if (st.config.mpi_native) return launch_native(state_, info, dry, true, {.op = CollOp::barrier});
   return launch(state_, info, {}, detail::make_dissemination_barrier(st.rank, p), dry, true, nullptr);
 }
 

@@ -20,8 +20,8 @@ struct NativeCall {
   std::size_t elem = 1;
   int root = 0;
   bool reduces = false;
-  Reducer red;
-  std::span<const std::int64_t> send_counts, recv_counts;  // all_to_all(v), elements per rank
+  Reducer red{};
+  std::span<const std::int64_t> send_counts{}, recv_counts{};  // all_to_all(v), elements per rank
 };
 
 /// fp32 scratch needed to reduce bf16 through MPI in fp32.

@@ -9,12 +9,6 @@
 namespace hzp::coll::detail {
 namespace {
 
-int ceil_log2(int p) {
-  int k = 0;
-  while ((1 << k) < p) ++k;
-  return k;
-}
-
 // After round k rank r holds blocks r .. r + 2^(k+1) - 1 (mod p), all in their final places in
 // `out`: round k receives from r + 2^k the blocks it holds. A block range that wraps past p is
 // sent as two messages; sender and receiver name the same absolute blocks, so they split alike.

@@ -46,6 +46,35 @@ void check_lse(std::string_view kernel, const ConstTensorView& lse, const Attent
   check_row_stats(kernel, "lse", lse, d, acc_dtype(dtype), s);
 }
 
+// Both launchers' first checks, in this order: the dims, q's storage dtype, then q, k, v and out in it. Returns
+// q's dtype, the one every tensor of the call is held in.
+DType check_forward_tensors(std::string_view kernel, const ConstTensorView& q, const ConstTensorView& k,
+                            const ConstTensorView& v, const ConstTensorView& out, const AttentionDims& dims,
+                            StreamRef s) {
+  dims.validate(kernel);
+  const DType t = q.dtype();
+  check_storage_dtype(kernel, "q", t);
+  check_tensor(kernel, "q", q, dims, false, t, s);
+  check_tensor(kernel, "k", k, dims, true, t, s);
+  check_tensor(kernel, "v", v, dims, true, t, s);
+  check_tensor(kernel, "out", out, dims, false, t, s);
+  return t;
+}
+
+// Both launchers' last checks and their choice of kernel: the lse, the document starts (their size here, the
+// values on the host only), and the implementation a CUDA stream runs.
+struct Resolved {
+  const std::int32_t* doc;  // null without document masking
+  AttentionImpl run;
+};
+Resolved check_lse_and_resolve(std::string_view kernel, const ConstTensorView& lse, std::span<const std::int32_t> first,
+                               const AttentionDims& dims, DType t, StreamRef s, AttentionImpl impl) {
+  check_lse(kernel, lse, dims, t, s);
+  check_document_first(kernel, first, dims.batch, dims.seq, 0, s);
+  const std::int32_t* doc = first.empty() ? nullptr : first.data();
+  return {doc, resolve_attention_impl(impl, dims, t, s.device(), doc != nullptr)};
+}
+
 // The CPU kernels split their (sequence, head) items over the intra-op pool; each range folds its tiles in its
 // own slice of the workspace, which is sized for as many ranges as the pool would use.
 std::int64_t fwd_items(const AttentionDims& d) { return d.batch * d.heads; }
@@ -157,17 +186,8 @@ std::size_t attention_bwd_workspace_bytes(const AttentionDims& dims, DType dtype
 void attention_fwd(TensorView out, TensorView lse, ConstTensorView q, ConstTensorView k, ConstTensorView v,
                    const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s, AttentionImpl impl,
                    std::span<const std::int32_t> first) {
-  dims.validate(kFwd);
-  const DType t = q.dtype();
-  check_storage_dtype(kFwd, "q", t);
-  check_tensor(kFwd, "q", q, dims, false, t, s);
-  check_tensor(kFwd, "k", k, dims, true, t, s);
-  check_tensor(kFwd, "v", v, dims, true, t, s);
-  check_tensor(kFwd, "out", out, dims, false, t, s);
-  check_lse(kFwd, lse, dims, t, s);
-  check_document_first(kFwd, first, dims.batch, dims.seq, 0, s);  // the values on the host only
-  const std::int32_t* doc = first.empty() ? nullptr : first.data();
-  const AttentionImpl run = resolve_attention_impl(impl, dims, t, s.device(), doc != nullptr);
+  const DType t = check_forward_tensors(kFwd, q, k, v, out, dims, s);
+  const auto [doc, run] = check_lse_and_resolve(kFwd, lse, first, dims, t, s, impl);
   if (s.device().is_cuda()) {
     check_workspace(kFwd, workspace.size(), attention_fwd_workspace_bytes(dims, t, s.device(), run));
     if (run == AttentionImpl::fused) return cuda::fused_attention_fwd(out, lse, q, k, v, dims, workspace, s);
@@ -184,21 +204,12 @@ void attention_bwd(TensorView dq, TensorView dk, TensorView dv, ConstTensorView 
                    ConstTensorView k, ConstTensorView v, ConstTensorView out, ConstTensorView lse,
                    const AttentionDims& dims, std::span<std::byte> workspace, StreamRef s, AttentionImpl impl,
                    std::span<const std::int32_t> first) {
-  dims.validate(kBwd);
-  const DType t = q.dtype();
-  check_storage_dtype(kBwd, "q", t);
-  check_tensor(kBwd, "q", q, dims, false, t, s);
-  check_tensor(kBwd, "k", k, dims, true, t, s);
-  check_tensor(kBwd, "v", v, dims, true, t, s);
-  check_tensor(kBwd, "out", out, dims, false, t, s);
+  const DType t = check_forward_tensors(kBwd, q, k, v, out, dims, s);
   check_tensor(kBwd, "dout", dout, dims, false, t, s);
   check_tensor(kBwd, "dq", dq, dims, false, t, s);
   check_tensor(kBwd, "dk", dk, dims, true, t, s);
   check_tensor(kBwd, "dv", dv, dims, true, t, s);
-  check_lse(kBwd, lse, dims, t, s);
-  check_document_first(kBwd, first, dims.batch, dims.seq, 0, s);  // the values on the host only
-  const std::int32_t* doc = first.empty() ? nullptr : first.data();
-  const AttentionImpl run = resolve_attention_impl(impl, dims, t, s.device(), doc != nullptr);
+  const auto [doc, run] = check_lse_and_resolve(kBwd, lse, first, dims, t, s, impl);
   if (s.device().is_cuda()) {
     check_workspace(kBwd, workspace.size(), attention_bwd_workspace_bytes(dims, t, s.device(), run));
     if (run == AttentionImpl::fused)

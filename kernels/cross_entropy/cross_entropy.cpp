@@ -45,6 +45,22 @@ std::pair<std::int64_t, std::int64_t> check_logits(std::string_view kernel, cons
   return {N, V};
 }
 
+/// The per-token losses [N]: fp32, or fp64 for fp64 logits (the forward launchers).
+void check_losses(std::string_view kernel, const ConstTensorView& losses, const ConstTensorView& logits, std::int64_t N,
+                  StreamRef s) {
+  check_shape(kernel, "losses", losses.shape(), Shape{N});
+  check_dtype(kernel, "losses", losses.dtype(), loss_dtype(logits.dtype()));
+  check_device(kernel, "losses", losses.device(), s);
+}
+
+/// The gradient has the logits' shape and dtype (the backward launchers).
+void check_dlogits(std::string_view kernel, const ConstTensorView& dlogits, const ConstTensorView& logits,
+                   StreamRef s) {
+  check_shape(kernel, "dlogits", dlogits.shape(), logits.shape());
+  check_dtype(kernel, "dlogits", dlogits.dtype(), logits.dtype());
+  check_device(kernel, "dlogits", dlogits.device(), s);
+}
+
 /// Every target is ignore_index or a vocabulary row; an out-of-range id would index past the row.
 void check_target_values(std::string_view kernel, const std::int32_t* targets, std::int64_t N, std::int64_t V,
                          std::int32_t ignore_index) {
@@ -121,9 +137,7 @@ CrossEntropyResult cross_entropy_fwd(TensorView losses, ConstTensorView logits, 
   constexpr std::string_view k = "cross_entropy_fwd";
   const auto [N, V] = check_logits(k, logits, s);
   check_targets_tensor(k, targets, N, s);
-  check_shape(k, "losses", losses.shape(), Shape{N});
-  check_dtype(k, "losses", losses.dtype(), loss_dtype(logits.dtype()));
-  check_device(k, "losses", losses.device(), s);
+  check_losses(k, losses, logits, N, s);
   if (s.device().is_cuda()) return cuda::cross_entropy(&losses, nullptr, logits, targets, ignore_index, nullptr, s);
   check_target_values(k, targets.as<std::int32_t>(), N, V, ignore_index);
   return dispatch_float(logits.dtype(), [&](auto tag) {
@@ -141,9 +155,7 @@ void cross_entropy_bwd(TensorView dlogits, ConstTensorView logits, ConstTensorVi
   constexpr std::string_view k = "cross_entropy_bwd";
   const auto [N, V] = check_logits(k, logits, s);
   check_targets_tensor(k, targets, N, s);
-  check_shape(k, "dlogits", dlogits.shape(), logits.shape());
-  check_dtype(k, "dlogits", dlogits.dtype(), logits.dtype());
-  check_device(k, "dlogits", dlogits.device(), s);
+  check_dlogits(k, dlogits, logits, s);
   check_grad(k, grad);
   if (s.device().is_cuda()) {
     cuda::cross_entropy(nullptr, &dlogits, logits, targets, grad.ignore_index, &grad, s);
@@ -163,12 +175,8 @@ CrossEntropyResult cross_entropy_fwd_bwd(TensorView losses, TensorView dlogits, 
   constexpr std::string_view k = "cross_entropy_fwd_bwd";
   const auto [N, V] = check_logits(k, logits, s);
   check_targets_tensor(k, targets, N, s);
-  check_shape(k, "losses", losses.shape(), Shape{N});
-  check_dtype(k, "losses", losses.dtype(), loss_dtype(logits.dtype()));
-  check_device(k, "losses", losses.device(), s);
-  check_shape(k, "dlogits", dlogits.shape(), logits.shape());
-  check_dtype(k, "dlogits", dlogits.dtype(), logits.dtype());
-  check_device(k, "dlogits", dlogits.device(), s);
+  check_losses(k, losses, logits, N, s);
+  check_dlogits(k, dlogits, logits, s);
   check_grad(k, grad);
   if (s.device().is_cuda()) return cuda::cross_entropy(&losses, &dlogits, logits, targets, grad.ignore_index, &grad, s);
   check_target_values(k, targets.as<std::int32_t>(), N, V, grad.ignore_index);

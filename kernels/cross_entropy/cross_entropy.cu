@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "common/cuda_common.cuh"
+#include "common/cuda_loss_sum.cuh"
+#include "common/cuda_rows.cuh"
 #include "common/cuda_twins.hpp"
 
 namespace hzp::kernels::cuda {
@@ -38,41 +40,16 @@ __global__ void __launch_bounds__(512) cross_entropy_kernel(float* __restrict__ 
   }
   const float xt = to_f(x[target]);  // before any write to an aliased dlogits row (barriers follow)
   float m = -INFINITY, s = 0.f;
-  constexpr int P = Pack<T>::kPack;
-  const std::int64_t nv = kVec ? V / P : 0;
-  if constexpr (kVec) {
-    const auto* xp = reinterpret_cast<const Pack<T>*>(x);
-    for (std::int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-      const Pack<T> p = xp[i];
-#pragma unroll
-      for (int e = 0; e < P; ++e) online_add(m, s, to_f(p.v[e]));
-    }
-  }
-  for (std::int64_t j = nv * P + threadIdx.x; j < V; j += blockDim.x) online_add(m, s, to_f(x[j]));
+  for_each_in_row<T, kVec>(x, V, [&](std::int64_t, float v) { online_add(m, s, v); });
   const float M = block_max(m);
   const float S = block_sum(m == -INFINITY ? 0.f : s * __expf(m - M));
   const float log_s = logf(S);
   if (losses != nullptr && threadIdx.x == 0) losses[row] = (M - xt) + log_s;
   if (dlogits == nullptr) return;
-  T* dx = dlogits + row * V;
-  if constexpr (kVec) {
-    const auto* xp = reinterpret_cast<const Pack<T>*>(x);
-    auto* dp = reinterpret_cast<Pack<T>*>(dx);
-    for (std::int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-      const Pack<T> p = xp[i];
-      Pack<T> o;
-#pragma unroll
-      for (int e = 0; e < P; ++e) {
-        const float pr = __expf((to_f(p.v[e]) - M) - log_s);
-        o.v[e] = from_f<T>((i * P + e == target ? pr - 1.0f : pr) * scale);
-      }
-      dp[i] = o;
-    }
-  }
-  for (std::int64_t j = nv * P + threadIdx.x; j < V; j += blockDim.x) {
-    const float pr = __expf((to_f(x[j]) - M) - log_s);
-    dx[j] = from_f<T>((j == target ? pr - 1.0f : pr) * scale);
-  }
+  transform_row<T, kVec>(x, dlogits + row * V, V, [&](std::int64_t j, float v) {
+    const float pr = __expf((v - M) - log_s);
+    return from_f<T>((j == target ? pr - 1.0f : pr) * scale);
+  });
 }
 
 }  // namespace
@@ -88,29 +65,16 @@ CrossEntropyResult cross_entropy(TensorView* losses, TensorView* dlogits, ConstT
     T* pd = dlogits != nullptr ? static_cast<T*>(dlogits->data()) : nullptr;
     const auto* px = static_cast<const T*>(logits.data());
     const auto* pt = static_cast<const std::int32_t*>(targets.data());
-    const bool vec = (V * static_cast<std::int64_t>(sizeof(T))) % 16 == 0 && aligned16(px) &&
-                     (pd == nullptr || aligned16(pd));
-    if (vec)
+    if (rows_aligned16<T>(V, px, pd))
       cross_entropy_kernel<T, true><<<static_cast<unsigned>(N), 512, 0, native(s)>>>(pl, pd, px, pt, V, ignore_index, scale);
     else
       cross_entropy_kernel<T, false><<<static_cast<unsigned>(N), 512, 0, native(s)>>>(pl, pd, px, pt, V, ignore_index, scale);
     HZP_CUDA_LAUNCH_CHECK();
   });
-  CrossEntropyResult r;
-  if (losses == nullptr) return r;
-  std::vector<float> host_losses(static_cast<std::size_t>(N));
-  std::vector<std::int32_t> host_targets(static_cast<std::size_t>(N));
-  HZP_CUDA_CHECK(cudaMemcpyAsync(host_losses.data(), pl, host_losses.size() * sizeof(float), cudaMemcpyDeviceToHost,
-                                 native(s)));
-  HZP_CUDA_CHECK(cudaMemcpyAsync(host_targets.data(), targets.data(), host_targets.size() * sizeof(std::int32_t),
-                                 cudaMemcpyDeviceToHost, native(s)));
-  HZP_CUDA_CHECK(cudaStreamSynchronize(native(s)));
-  for (std::size_t n = 0; n < host_losses.size(); ++n) {
-    r.loss_sum += static_cast<double>(host_losses[n]);
-    const std::int32_t t = host_targets[n];
-    r.n_valid += t != ignore_index && t >= 0 && t < V ? 1 : 0;  // the kernel ignores out-of-range targets too
-  }
-  return r;
+  if (losses == nullptr) return {};
+  // The kernel ignores out-of-range targets too.
+  return sum_losses_on_host(pl, targets.data(), N, s,
+                            [&](std::int32_t t) { return t != ignore_index && t >= 0 && t < V; });
 }
 
 std::int64_t cross_entropy_count_valid(ConstTensorView targets, std::int32_t ignore_index, StreamRef s) {

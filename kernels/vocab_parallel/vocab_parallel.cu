@@ -8,38 +8,15 @@
 // measurable. The loss is one thread per token in fp64 (the CPU formula), then copied back and summed
 // on the host in token order. Ids live on the device and are not checked: a negative token id is
 // outside every slice (zeros, skipped), a negative target is treated as ignored.
-#include <vector>
-
 #include "common/cuda_common.cuh"
+#include "common/cuda_loss_sum.cuh"
+#include "common/cuda_rows.cuh"
 #include "common/cuda_twins.hpp"
 
 namespace hzp::kernels::cuda {
 namespace {
 
 constexpr int kRowThreads = 512;
-
-/// Calls f(j, x[j] in fp32) for this thread's share of the row x[0, V): 16-byte packs first when kVec
-/// (x must then be 16-byte aligned), then the tail one element at a time.
-template <typename T, bool kVec, typename F>
-__device__ __forceinline__ void for_each_in_row(const T* x, std::int64_t V, F&& f) {
-  constexpr int P = Pack<T>::kPack;
-  const std::int64_t nv = kVec ? V / P : 0;
-  if constexpr (kVec) {
-    const auto* xp = reinterpret_cast<const Pack<T>*>(x);
-    for (std::int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-      const Pack<T> p = xp[i];
-#pragma unroll
-      for (int e = 0; e < P; ++e) f(i * P + e, to_f(p.v[e]));
-    }
-  }
-  for (std::int64_t j = nv * P + threadIdx.x; j < V; j += blockDim.x) f(j, to_f(x[j]));
-}
-
-/// True when rows of `cols` elements of T starting at each pointer are all 16-byte aligned.
-template <typename T>
-bool rows_aligned16(std::int64_t cols, const void* a, const void* b = nullptr) {
-  return (cols * static_cast<std::int64_t>(sizeof(T))) % 16 == 0 && aligned16(a) && (b == nullptr || aligned16(b));
-}
 
 template <typename T, bool kVec>
 __global__ void embedding_fwd_range_kernel(T* __restrict__ out, const std::int32_t* __restrict__ tokens,
@@ -124,8 +101,8 @@ __global__ void ce_loss_kernel(float* __restrict__ losses, const float* __restri
   }
 }
 
-/// dlogits may alias logits: every element is read and then written by the same thread, and nothing
-/// else of the row is read, so no barrier is needed.
+/// dlogits may alias logits: every element is read and then written by the same thread (transform_row), and
+/// nothing else of the row is read, so no barrier is needed.
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(kRowThreads)
     ce_bwd_kernel(T* dlogits, const T* logits, const std::int32_t* __restrict__ targets, std::int64_t vocab_begin,
@@ -142,24 +119,10 @@ __global__ void __launch_bounds__(kRowThreads)
   const std::int64_t target = static_cast<std::int64_t>(t) - vocab_begin;  // outside [0, Vl): another rank's
   const float M = global_max[row];
   const float log_s = logf(global_sum_exp[row]);
-  const auto grad = [&](std::int64_t j, float v) {
+  transform_row<T, kVec>(x, dx, Vl, [&](std::int64_t j, float v) {
     const float p = expf((v - M) - log_s);
     return from_f<T>((j == target ? p - 1.0f : p) * scale);
-  };
-  constexpr int P = Pack<T>::kPack;
-  const std::int64_t nv = kVec ? Vl / P : 0;
-  if constexpr (kVec) {
-    const auto* xp = reinterpret_cast<const Pack<T>*>(x);
-    auto* dp = reinterpret_cast<Pack<T>*>(dx);
-    for (std::int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-      const Pack<T> p = xp[i];
-      Pack<T> o;
-#pragma unroll
-      for (int e = 0; e < P; ++e) o.v[e] = grad(i * P + e, to_f(p.v[e]));
-      dp[i] = o;
-    }
-  }
-  for (std::int64_t j = nv * P + threadIdx.x; j < Vl; j += blockDim.x) dx[j] = grad(j, to_f(x[j]));
+  });
 }
 
 }  // namespace
@@ -249,20 +212,8 @@ CrossEntropyResult vocab_parallel_ce_loss(TensorView losses, ConstTensorView glo
       static_cast<const float*>(global_target_logit.data()), static_cast<const std::int32_t*>(targets.data()), N,
       ignore_index);
   HZP_CUDA_LAUNCH_CHECK();
-  std::vector<float> host_losses(static_cast<std::size_t>(N));
-  std::vector<std::int32_t> host_targets(static_cast<std::size_t>(N));
-  HZP_CUDA_CHECK(cudaMemcpyAsync(host_losses.data(), pl, host_losses.size() * sizeof(float), cudaMemcpyDeviceToHost,
-                                 native(s)));
-  HZP_CUDA_CHECK(cudaMemcpyAsync(host_targets.data(), targets.data(), host_targets.size() * sizeof(std::int32_t),
-                                 cudaMemcpyDeviceToHost, native(s)));
-  HZP_CUDA_CHECK(cudaStreamSynchronize(native(s)));
-  CrossEntropyResult r;
-  for (std::size_t n = 0; n < host_losses.size(); ++n) {
-    r.loss_sum += static_cast<double>(host_losses[n]);
-    const std::int32_t t = host_targets[n];
-    r.n_valid += t != ignore_index && t >= 0 ? 1 : 0;  // the kernel ignores negative targets too
-  }
-  return r;
+  // The kernel ignores negative targets too.
+  return sum_losses_on_host(pl, targets.data(), N, s, [&](std::int32_t t) { return t != ignore_index && t >= 0; });
 }
 
 void vocab_parallel_ce_bwd(TensorView dlogits, ConstTensorView logits, ConstTensorView targets,

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "config_error_test_util.hpp"
 #include "hzp/collectives/mesh.hpp"
 #include "hzp/core/error.hpp"
 
@@ -12,16 +13,7 @@ namespace {
 
 using Ranks = std::vector<int>;
 
-template <typename Fn>
-void expect_config_error(Fn&& fn, std::initializer_list<std::string> pieces) {
-  try {
-    fn();
-    FAIL() << "no ConfigError thrown";
-  } catch (const ConfigError& e) {
-    for (const auto& p : pieces)
-      EXPECT_NE(e.message().find(p), std::string::npos) << "missing '" << p << "' in: " << e.message();
-  }
-}
+using test::expect_config_error;
 
 RankMesh mesh_8x2(std::string spec = "replica=2,shard=4") {
   return RankMesh(Topology::virtual_nodes(8, 2), parse_mesh_axes(spec));

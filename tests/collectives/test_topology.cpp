@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include "config_error_test_util.hpp"
 #include "hzp/collectives/topology.hpp"
 #include "hzp/core/error.hpp"
 
@@ -13,16 +14,7 @@ namespace {
 
 using Ranks = std::vector<int>;
 
-// Runs fn, expects ConfigError whose message contains every piece.
-template <typename Fn>
-void expect_config_error(Fn&& fn, std::initializer_list<std::string> pieces) {
-  try {
-    fn();
-    FAIL() << "no ConfigError thrown";
-  } catch (const ConfigError& e) {
-    for (const auto& p : pieces) EXPECT_NE(e.message().find(p), std::string::npos) << "missing '" << p << "' in: " << e.message();
-  }
-}
+using test::expect_config_error;
 
 TEST(Topology, VirtualNodesEightByTwo) {
   const Topology t = Topology::virtual_nodes(8, 2, 5);

@@ -22,6 +22,9 @@
 #include "hzp/core/error.hpp"
 #include "hzp/core/tensor.hpp"
 
+// Error messages: throws_with.
+#include "../support/throws_with.hpp"
+
 namespace hzp::test {
 
 // ------------------------------------------------------------------------------------------------
@@ -245,27 +248,6 @@ inline ::testing::AssertionResult check_gradient(std::string_view name, std::vec
      << ", central difference " << worst_fd << ", relative error " << worst << " > " << opt.rtol << " ("
      << idx.size() << " of " << x.size() << " elements checked)";
   return ::testing::AssertionFailure() << os.str();
-}
-
-// ------------------------------------------------------------------------------------------------
-// Error messages.
-
-/// Passes when `f()` throws E (default hzp::Error) whose what() contains every fragment; on failure
-/// reports the message it got. Use for "bad shapes are rejected with a message naming the dims".
-template <typename E = ::hzp::Error, typename F>
-::testing::AssertionResult throws_with(F&& f, std::initializer_list<std::string_view> fragments) {
-  try {
-    f();
-  } catch (const E& e) {
-    const std::string what = e.what();
-    for (std::string_view frag : fragments)
-      if (what.find(frag) == std::string::npos)
-        return ::testing::AssertionFailure() << "message lacks \"" << frag << "\": " << what;
-    return ::testing::AssertionSuccess();
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "threw a different exception type: " << e.what();
-  }
-  return ::testing::AssertionFailure() << "did not throw";
 }
 
 }  // namespace hzp::test

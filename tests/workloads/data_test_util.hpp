@@ -1,5 +1,6 @@
 // Helpers shared by the data-source tests: an assertion that a call throws a given error type with
-// given message fragments, and a private temporary directory removed at scope exit.
+// given message fragments (throws_with, from tests/support), and a private temporary directory removed at
+// scope exit.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -7,30 +8,12 @@
 
 #include <atomic>
 #include <filesystem>
-#include <initializer_list>
 #include <string>
 #include <string_view>
 
-#include "hzp/core/error.hpp"
+#include "../support/throws_with.hpp"
 
 namespace hzp::test {
-
-/// Passes when f() throws E whose what() contains every fragment; otherwise says what happened.
-template <typename E, typename F>
-::testing::AssertionResult throws_with(F&& f, std::initializer_list<std::string_view> fragments) {
-  try {
-    f();
-  } catch (const E& e) {
-    const std::string what = e.what();
-    for (std::string_view frag : fragments)
-      if (what.find(frag) == std::string::npos)
-        return ::testing::AssertionFailure() << "message lacks \"" << frag << "\": " << what;
-    return ::testing::AssertionSuccess();
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "threw another exception type: " << e.what();
-  }
-  return ::testing::AssertionFailure() << "did not throw";
-}
 
 /// A fresh directory under the system temp dir, unique per process and instance.
 class TempDir {

@@ -10,21 +10,13 @@
 
 #include "data_test_util.hpp"
 #include "hzp/workloads/data/markov_chain.hpp"
+#include "markov_test_util.hpp"
 
 namespace hzp::workloads {
 namespace {
 
+using test::markov_params;
 using test::throws_with;
-
-MarkovChainParams params(int order, std::int64_t vocab, std::int64_t s, double alpha, std::uint64_t seed) {
-  MarkovChainParams p;
-  p.order = order;
-  p.vocab = vocab;
-  p.successors = s;
-  p.concentration = alpha;
-  p.seed = seed;
-  return p;
-}
 
 // πP computed here from row() and the context-shift rule, independently of the library's iteration.
 std::vector<double> apply_transition(const MarkovChain& ch, std::span<const double> pi) {
@@ -114,18 +106,18 @@ TEST_P(ChainShapes, EntropiesMatchTheirDefinitions) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Data, ChainShapes,
-                         ::testing::Values(params(1, 64, 4, 1.0, 1), params(1, 256, 8, 0.3, 2),
-                                           params(2, 16, 4, 1.0, 3), params(2, 16, 3, 0.0, 4),
-                                           params(3, 8, 3, 0.7, 5), params(1, 12, 12, 2.0, 6)));
+                         ::testing::Values(markov_params(1, 64, 4, 1.0, 1), markov_params(1, 256, 8, 0.3, 2),
+                                           markov_params(2, 16, 4, 1.0, 3), markov_params(2, 16, 3, 0.0, 4),
+                                           markov_params(3, 8, 3, 0.7, 5), markov_params(1, 12, 12, 2.0, 6)));
 
 TEST(MarkovChain, Order1FloorIsExactlyTheEntropyRate) {
-  const MarkovChain ch(params(1, 64, 4, 1.0, 11));
+  const MarkovChain ch(markov_params(1, 64, 4, 1.0, 11));
   for (std::int64_t T : {1, 5, 64, 4096}) EXPECT_EQ(ch.finite_context_floor(T), ch.entropy_rate()) << T;
   EXPECT_LT(ch.entropy_rate(), ch.unigram_entropy());
 }
 
 TEST(MarkovChain, FloorDecreasesTowardTheEntropyRate) {
-  const MarkovChain ch(params(2, 16, 4, 1.0, 12));
+  const MarkovChain ch(markov_params(2, 16, 4, 1.0, 12));
   double prev = ch.finite_context_floor(1);
   for (std::int64_t T = 2; T <= 256; T *= 2) {
     const double f = ch.finite_context_floor(T);
@@ -138,7 +130,7 @@ TEST(MarkovChain, FloorDecreasesTowardTheEntropyRate) {
 
 TEST(MarkovChain, UniformSuccessorsGiveLogS) {
   for (int order : {1, 2}) {
-    const MarkovChain ch(params(order, 16, 4, 0.0, 13));
+    const MarkovChain ch(markov_params(order, 16, 4, 0.0, 13));
     EXPECT_NEAR(ch.entropy_rate(), std::log(4.0), 1e-12) << "order " << order;
     for (double pr : ch.row(7).probs) EXPECT_EQ(pr, 0.25);
   }
@@ -192,7 +184,8 @@ TEST(MarkovChain, HandComputedOrder2Floor) {
 }
 
 TEST(MarkovChain, SameParametersSameTableDifferentSeedDifferentTable) {
-  const MarkovChain a(params(2, 16, 4, 1.0, 21)), b(params(2, 16, 4, 1.0, 21)), c(params(2, 16, 4, 1.0, 22));
+  const MarkovChain a(markov_params(2, 16, 4, 1.0, 21)), b(markov_params(2, 16, 4, 1.0, 21)),
+      c(markov_params(2, 16, 4, 1.0, 22));
   bool differs = false;
   for (std::int64_t ctx = 0; ctx < a.num_contexts(); ++ctx) {
     const auto ra = a.row(ctx), rb = b.row(ctx), rc = c.row(ctx);
@@ -205,30 +198,30 @@ TEST(MarkovChain, SameParametersSameTableDifferentSeedDifferentTable) {
 }
 
 TEST(MarkovChain, SmallConcentrationStaysFinite) {
-  const MarkovChain ch(params(1, 64, 8, 0.01, 23));
+  const MarkovChain ch(markov_params(1, 64, 8, 0.01, 23));
   EXPECT_TRUE(std::isfinite(ch.entropy_rate()));
   EXPECT_GE(ch.entropy_rate(), 0.0);
   EXPECT_LT(ch.entropy_rate(), 0.5);  // Dirichlet(0.01) rows put nearly all mass on one successor
 }
 
 TEST(MarkovChain, InvalidParametersAreAllNamed) {
-  EXPECT_TRUE(throws_with<ConfigError>([] { MarkovChain ch(params(4, 8, 9, -1.0, 0)); },
+  EXPECT_TRUE(throws_with<ConfigError>([] { MarkovChain ch(markov_params(4, 8, 9, -1.0, 0)); },
                                        {"data.synthetic.order=4", "data.synthetic.successors=9",
                                         "data.synthetic.vocab=8", "data.synthetic.concentration=-1"}));
   EXPECT_TRUE(
-      throws_with<ConfigError>([] { MarkovChain ch(params(1, 1, 1, 1.0, 0)); }, {"data.synthetic.vocab=1"}));
-  EXPECT_TRUE(throws_with<ConfigError>([] { MarkovChain ch(params(1, 8, 0, 1.0, 0)); },
+      throws_with<ConfigError>([] { MarkovChain ch(markov_params(1, 1, 1, 1.0, 0)); }, {"data.synthetic.vocab=1"}));
+  EXPECT_TRUE(throws_with<ConfigError>([] { MarkovChain ch(markov_params(1, 8, 0, 1.0, 0)); },
                                        {"data.synthetic.successors=0"}));
 }
 
 TEST(MarkovChain, RefusesTablesOverTheMemoryBound) {
   EXPECT_TRUE(
-      throws_with<ConfigError>([] { MarkovChain ch(params(2, 155136, 4, 1.0, 0)); },
+      throws_with<ConfigError>([] { MarkovChain ch(markov_params(2, 155136, 4, 1.0, 0)); },
                                {"data.synthetic.vocab=155136", "data.synthetic.order=2",
                                 "data.synthetic.successors=4", "bytes", "GiB", "bound of 1073741824"}));
   MarkovBuildOptions small;
   small.max_table_bytes = 1000;
-  EXPECT_TRUE(throws_with<ConfigError>([&] { MarkovChain ch(params(1, 64, 4, 1.0, 0), small); },
+  EXPECT_TRUE(throws_with<ConfigError>([&] { MarkovChain ch(markov_params(1, 64, 4, 1.0, 0), small); },
                                        {"data.synthetic.vocab=64", "bound of 1000 bytes"}));
 }
 
@@ -273,7 +266,7 @@ TEST(MarkovChain, ExplicitRowsAreValidated) {
 // The big presets use the synthetic source by default: order 1 over their full vocabularies.
 void check_big_vocab(std::int64_t vocab, std::int64_t s) {
   const auto t0 = std::chrono::steady_clock::now();
-  const MarkovChain ch(params(1, vocab, s, 1.0, 42));
+  const MarkovChain ch(markov_params(1, vocab, s, 1.0, 42));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cout << "[ info ] V=" << vocab << " order 1 s=" << s << ": built in " << secs << " s, "
             << ch.stationary_iterations() << " power iterations, " << ch.table_bytes() / 1e6

@@ -14,21 +14,13 @@
 
 #include "data_test_util.hpp"
 #include "hzp/workloads/data/markov_source.hpp"
+#include "markov_test_util.hpp"
 
 namespace hzp::workloads {
 namespace {
 
+using test::markov_params;
 using test::throws_with;
-
-MarkovChainParams params(int order, std::int64_t vocab, std::int64_t s, double alpha, std::uint64_t seed) {
-  MarkovChainParams p;
-  p.order = order;
-  p.vocab = vocab;
-  p.successors = s;
-  p.concentration = alpha;
-  p.seed = seed;
-  return p;
-}
 
 std::vector<std::int32_t> draw(const DataSource& src, std::int64_t i) {
   std::vector<std::int32_t> x(src.tokens_per_sample());
@@ -77,13 +69,13 @@ void monte_carlo_floor(const MarkovChainParams& p, std::int64_t T, std::int64_t 
 }
 
 TEST(MarkovSource, ExactFloorMatchesMonteCarloOrder1) {
-  monte_carlo_floor(params(1, 64, 4, 1.0, 101), 16, 20000);
+  monte_carlo_floor(markov_params(1, 64, 4, 1.0, 101), 16, 20000);
 }
 TEST(MarkovSource, ExactFloorMatchesMonteCarloOrder2) {
-  monte_carlo_floor(params(2, 16, 4, 1.0, 102), 8, 40000);
+  monte_carlo_floor(markov_params(2, 16, 4, 1.0, 102), 8, 40000);
 }
 TEST(MarkovSource, ExactFloorMatchesMonteCarloOrder3) {
-  monte_carlo_floor(params(3, 6, 3, 0.5, 103), 8, 40000);
+  monte_carlo_floor(markov_params(3, 6, 3, 0.5, 103), 8, 40000);
 }
 
 // Every position of a stationary process has marginal π₁; position 0 and position T of independent
@@ -112,14 +104,14 @@ void check_unigram(const MarkovChainParams& p, std::int64_t T, std::int64_t n) {
 }
 
 TEST(MarkovSource, EmpiricalUnigramMatchesStationaryOrder1) {
-  check_unigram(params(1, 32, 4, 1.0, 201), 16, 40000);
+  check_unigram(markov_params(1, 32, 4, 1.0, 201), 16, 40000);
 }
 TEST(MarkovSource, EmpiricalUnigramMatchesStationaryOrder2) {
-  check_unigram(params(2, 12, 3, 1.0, 202), 16, 40000);
+  check_unigram(markov_params(2, 12, 3, 1.0, 202), 16, 40000);
 }
 
 TEST(MarkovSource, TransitionsFollowTheTable) {
-  const MarkovSource src(params(2, 16, 3, 1.0, 301), 64);
+  const MarkovSource src(markov_params(2, 16, 3, 1.0, 301), 64);
   for (std::int64_t i = 0; i < 200; ++i) {
     const auto x = draw(src, i);
     for (std::size_t t = 2; t < x.size(); ++t)
@@ -129,7 +121,7 @@ TEST(MarkovSource, TransitionsFollowTheTable) {
 }
 
 TEST(MarkovSource, SampleIsBitwiseReproducibleAndOrderIndependent) {
-  const auto p = params(2, 16, 4, 1.0, 401);
+  const auto p = markov_params(2, 16, 4, 1.0, 401);
   const MarkovSource a(p, 32), b(p, 32);
   std::vector<std::int64_t> idx(300);
   for (std::size_t j = 0; j < idx.size(); ++j) idx[j] = std::int64_t(j) * 7919 % 100003;
@@ -156,13 +148,13 @@ TEST(MarkovSource, SampleIsBitwiseReproducibleAndOrderIndependent) {
   for (auto& [i, x] : forward) distinct.insert(x);
   EXPECT_EQ(distinct.size(), forward.size());
   // Another seed gives other data.
-  const MarkovSource c(params(2, 16, 4, 1.0, 402), 32);
+  const MarkovSource c(markov_params(2, 16, 4, 1.0, 402), 32);
   EXPECT_NE(draw(c, 5), forward.begin()->second);
 }
 
 TEST(MarkovSource, ShorterSeqLenIsAPrefixWhenOrderIsCovered) {
   // Position t's draw is keyed by (seed, i, t): the first T'+1 tokens do not depend on T.
-  const auto p = params(1, 64, 4, 1.0, 501);
+  const auto p = markov_params(1, 64, 4, 1.0, 501);
   const MarkovSource long_src(p, 64), short_src(p, 16);
   for (std::int64_t i : {0, 9, 123456789}) {
     const auto a = draw(long_src, i), b = draw(short_src, i);
@@ -171,7 +163,7 @@ TEST(MarkovSource, ShorterSeqLenIsAPrefixWhenOrderIsCovered) {
 }
 
 TEST(MarkovSource, ProvenanceAndReferenceLosses) {
-  const MarkovSource src(params(2, 16, 4, 0.5, 601), 64);
+  const MarkovSource src(markov_params(2, 16, 4, 0.5, 601), 64);
   const auto prov = src.provenance();
   std::map<std::string, std::string> m(prov.begin(), prov.end());
   EXPECT_EQ(m["kind"], "synthetic");
@@ -191,16 +183,16 @@ TEST(MarkovSource, ProvenanceAndReferenceLosses) {
 }
 
 TEST(MarkovSource, ArgumentChecks) {
-  const MarkovSource src(params(1, 16, 4, 1.0, 701), 8);
+  const MarkovSource src(markov_params(1, 16, 4, 1.0, 701), 8);
   std::vector<std::int32_t> wrong(8);
   EXPECT_TRUE(throws_with<PreconditionError>([&] { src.sample(0, wrong); }, {"seq_len+1 = 9", "holds 8"}));
   std::vector<std::int32_t> ok(9);
   EXPECT_TRUE(throws_with<PreconditionError>([&] { src.sample(-1, ok); }, {"index -1"}));
-  EXPECT_TRUE(throws_with<ConfigError>([] { MarkovSource s(params(1, 16, 4, 1.0, 1), 0); }, {"seq_len=0"}));
+  EXPECT_TRUE(throws_with<ConfigError>([] { MarkovSource s(markov_params(1, 16, 4, 1.0, 1), 0); }, {"seq_len=0"}));
 }
 
 TEST(MarkovSource, BigVocabSamplesQuickly) {
-  const MarkovSource src(params(1, 128256, 4, 1.0, 42), 4096);
+  const MarkovSource src(markov_params(1, 128256, 4, 1.0, 42), 4096);
   std::vector<std::int32_t> x(4097);
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 16; ++i) src.sample(i, x);
