@@ -1,6 +1,9 @@
 // The intra-operation pool (intra_op.hpp). Workers spin briefly between jobs (a step's kernels follow each other
 // within microseconds, and a futex wake-up per kernel would cost more than many of them take), then sleep on the
-// job counter; the caller spins on the count of workers still busy, then sleeps on it.
+// job counter. Each worker's range is claimed once per job, by the worker or, once the caller has finished its own
+// range, by the caller: a worker still asleep or descheduled by other work on its core does not hold up the job
+// (the caller runs its range), and the caller waits only for the ranges workers have claimed, spinning, then
+// sleeping on the count of those done.
 #include "hzp/core/intra_op.hpp"
 
 #include <algorithm>
@@ -58,6 +61,7 @@ class Pool {
     stop_workers();
     errors_.assign(static_cast<std::size_t>(n), nullptr);
     ranges_.assign(static_cast<std::size_t>(n), {0, 0});
+    claims_ = std::vector<Claim>(static_cast<std::size_t>(n));
     // Each worker starts from the job count of now, so a job posted before its thread first runs is not missed.
     const std::uint64_t now = job_.load(std::memory_order_acquire);
     for (int w = 1; w < n; ++w) workers_.emplace_back([this, w, now] { work(w, now); });
@@ -78,11 +82,25 @@ class Pool {
       ranges_[static_cast<std::size_t>(c)] = c < chunks ? std::pair{n * c / chunks, n * (c + 1) / chunks}
                                                         : std::pair<std::int64_t, std::int64_t>{0, 0};
     fn_ = &fn;
-    busy_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
-    job_.fetch_add(1, std::memory_order_release);
+    // Only the thread holding use_ moves job_ (stop_workers runs under it too), so the next value is known here and
+    // every worker's range can be opened for it before the job is published.
+    const std::uint64_t job = job_.load(std::memory_order_relaxed) + 1;
+    for (std::size_t w = 1; w < claims_.size(); ++w) claims_[w].word.store(open(job), std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    job_.store(job, std::memory_order_release);
     job_.notify_all();
     run_range(0);
-    spin_then_wait(busy_, [](int b) { return b == 0; });
+    // Then every range no worker has claimed yet: the same ranges with the same numbers, so results and per-range
+    // scratch are as if each worker had run its own.
+    int claimed = 0;
+    for (std::size_t w = 1; w < claims_.size(); ++w) {
+      std::uint64_t expect = open(job);
+      if (claims_[w].word.compare_exchange_strong(expect, open(job) + kByCaller, std::memory_order_acq_rel))
+        run_range(static_cast<int>(w));
+      else
+        ++claimed;
+    }
+    spin_then_wait(done_, [claimed](int d) { return d == claimed; });
     fn_ = nullptr;
     for (auto& e : errors_)
       if (e) std::rethrow_exception(std::exchange(e, nullptr));
@@ -102,12 +120,18 @@ class Pool {
   }
 
   void work(int slot, std::uint64_t seen) {
+    Claim& mine = claims_[static_cast<std::size_t>(slot)];
     for (;;) {
       spin_then_wait(job_, [seen](std::uint64_t j) { return j != seen; });
       seen = job_.load(std::memory_order_acquire);
       if (stop_.load(std::memory_order_acquire)) return;
+      // Fails when the caller took the range (or a later job has opened it already): then fn_ and ranges_ belong
+      // to a job this worker has no part in, and it waits for the next.
+      std::uint64_t expect = open(seen);
+      if (!mine.word.compare_exchange_strong(expect, open(seen) + kByWorker, std::memory_order_acq_rel)) continue;
       run_range(slot);
-      if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) busy_.notify_all();
+      done_.fetch_add(1, std::memory_order_acq_rel);  // publishes the range's writes to the caller
+      done_.notify_all();                             // no system call unless the caller sleeps on it
     }
   }
 
@@ -120,10 +144,19 @@ class Pool {
     stop_.store(false, std::memory_order_release);
   }
 
+  // A worker range's state in one job: open(job), then open(job) + kByWorker or + kByCaller once claimed. Four
+  // values per job, so a claim for one job never matches another's.
+  static constexpr std::uint64_t open(std::uint64_t job) { return 4 * job; }
+  static constexpr std::uint64_t kByWorker = 1, kByCaller = 2;
+  struct alignas(64) Claim {  // one cache line each: workers claim at once without sharing a line
+    std::atomic<std::uint64_t> word{0};
+  };
+
   std::mutex use_;  // held by the thread whose parallel_for owns the workers
   std::vector<std::thread> workers_;
   std::atomic<std::uint64_t> job_{0};  // bumped once per job (and to stop)
-  std::atomic<int> busy_{0};           // workers that have not finished the current job
+  std::vector<Claim> claims_ = std::vector<Claim>(1);  // per slot; slot 0 (the caller's own) is never claimed
+  std::atomic<int> done_{0};           // ranges workers claimed and finished in the current job
   std::atomic<bool> stop_{false};
   const std::function<void(int, std::int64_t, std::int64_t)>* fn_ = nullptr;
   std::vector<std::pair<std::int64_t, std::int64_t>> ranges_{{0, 0}};  // per slot; slot 0 is the caller
