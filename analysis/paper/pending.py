@@ -1,9 +1,10 @@
 """The paper's rows that hzpbench cannot run yet, per reproduced table: each names what it needs (a
 scheduler name, a capability such as AsyncHZP with context parallelism, or a tool) so a report lists it as
 pending while that is missing, and says it is available once the program has it (scripts/reproduce's
-available()). Never replaced by a stand-in result. A row needing several parts names the one still missing: nd's
-tensor, pipeline and context parallelism and AsyncHZP with context parallelism and pipeline stages exist, so what
-is left waits for MoE and for the scale simulator."""
+available()). Never replaced by a stand-in result. A row needing several parts names the last of them to land. Every
+capability named here exists now (nd's tensor, pipeline and context parallelism, AsyncHZP with context parallelism
+and pipeline stages, MoE, the scale simulator), so a report lists these rows as available; the ones at 256 cards
+and more are given in form by `hzpbench simulate` (scripts/simulate_table5), not run."""
 from __future__ import annotations
 
 # The capabilities, as scripts/reproduce detects them from `hzpbench list` (the scheduler keys that enable them

@@ -17,8 +17,8 @@ struct PhantomSpec {
 /// 0..W-1 (and 0 without phantom_world). ConfigError naming the key, its value and the fix otherwise.
 PhantomSpec phantom_spec(const ResolvedConfig& config, int mpi_world);
 
-/// Refuses what phantom peers do not run yet (backend = cuda, pipeline, expert parallelism, checkpoints, resume);
-/// turns output.checkpoint_on_signal off with a note. No-op for a real run.
+/// Refuses what a phantom run cannot do (checkpoints, resume: it holds one rank's state and starts from
+/// initialisation); turns output.checkpoint_on_signal off with a note. No-op for a real run.
 void apply_phantom(RunSetup& setup, const PhantomSpec& phantom, bool resuming);
 
 }  // namespace hzp::harness
