@@ -180,9 +180,10 @@ StepStats StepDriver::step(const StepBatch& batch, ParameterEngine& engine) {
     end_mark_.record(stream_);
     end_mark_.synchronize();  // the update is done before the step reports
   }
-  // The model's kept tp collectives (on a CUDA stream), once per step, after the norm's synchronisation and the
-  // step's end: their counters are recorded and each one's deadline (collectives.timeout_s) is enforced here. The
-  // stream is past them by now, so this adds no host wait of its own. A collective that never ends holds the
+  // The model's kept tp collectives and ring attention's exchanges (on a CUDA stream), once per step, after the
+  // norm's synchronisation and the step's end: their counters are recorded and each one's deadline
+  // (collectives.timeout_s) is enforced here. The stream is past them by now (the compute stream waited for each
+  // ring pass's lane before the pass returned), so this adds no host wait of its own. A collective that never ends holds the
   // stream, so the synchronisations before this one wait on it as they do on the engines' kept requests; the
   // watchdog (harness.watchdog_s) reports that.
   model_requests_.complete();

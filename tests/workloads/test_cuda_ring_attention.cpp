@@ -5,7 +5,11 @@
 // buffers): out, lse, dq, dk and dv within the blocked kernels' bounds (fp32 1e-5, bf16 1.5e-2), every output
 // poisoned first. The device stall clock observing the compute stream must see only at-use waits, one before each
 // step that reads what arrived and one for the last dK/dV hop (cp − 1 in forward, cp in backward): with the
-// exchanges issued on the compute stream, as before, it saw an at-issue stall per message instead.
+// exchanges issued on the compute stream, as before, it saw an at-issue stall per message instead. Given the step's
+// request keeper (kept, as the step driver's on a CUDA stream), the passes leave their batches in it (cp − 1 after
+// forward, 2·cp − 1 more after backward) instead of the host waiting at each pass's end, with the same results and
+// stalls, and complete() then finds them done; the backward's slots reuse the blocks the forward returned to the
+// allocator while its exchanges were still only stream-ordered, not waited.
 // Written without a GPU: never run yet (docs/cuda.md).
 #include <gtest/gtest.h>
 
@@ -19,6 +23,7 @@
 #include "gpu_test_util.hpp"
 #include "hzp/collectives/device_stall_clock.hpp"
 #include "hzp/collectives/mpi_communicator.hpp"
+#include "hzp/collectives/stream_ordered_requests.hpp"
 #include "hzp/collectives/topology.hpp"
 #include "hzp/core/memory_backing.hpp"
 #include "hzp/workloads/ring_attention.hpp"
@@ -99,10 +104,16 @@ Pass<T> host_pass(const ContextShard& shard, const Inputs<T>& in) {
   return p;
 }
 
-// The pass on the GPU, the compute stream observed by a stall clock; `lane` null lets the ring make its own.
+// What a kept pass left in the keeper: after forward, after backward.
+struct KeptCounts {
+  std::size_t forward = 0, backward = 0;
+};
+
+// The pass on the GPU, the compute stream observed by a stall clock; `lane` null lets the ring make its own; `kept`
+// non-null: the passes hand their requests to a keeper that keeps (on the compute stream), completed at the end.
 template <typename T>
 Pass<T> device_pass(Gpu& gpu, const ContextShard& shard, const Inputs<T>& in, RingExchangeLane* lane,
-                    std::vector<coll::Stall>& stalls) {
+                    std::vector<coll::Stall>& stalls, KeptCounts* kept = nullptr) {
   using Acc = typename Pass<T>::Acc;
   const DType dt = dtype_of_v<T>;
   const std::int64_t B = kDims.batch, L = shard.local_len(), H = kDims.heads, KV = kDims.kv_heads,
@@ -118,12 +129,16 @@ Pass<T> device_pass(Gpu& gpu, const ContextShard& shard, const Inputs<T>& in, Ri
   auto lse = gpu.upload(std::vector<Acc>(static_cast<std::size_t>(B * H * L), Acc(-7)), {B, H, L});
 
   coll::DeviceStallClock clock(gpu.stream());
+  coll::StreamOrderedRequests keeper(gpu.stream());  // kept: a CUDA stream's default
   {
     const coll::DeviceWaitScope observed(&clock);
-    RingAttention ring(*group, shard, kDims, dt, gpu.allocator(), lane);
+    RingAttention ring(*group, shard, kDims, dt, gpu.allocator(), lane, kept ? &keeper : nullptr);
     ring.forward(out.view, lse.view, q.view, k.view, v.view, gpu.stream());
+    if (kept) kept->forward = keeper.kept();
     ring.backward(dq.view, dk.view, dv.view, dout.view, q.view, k.view, v.view, out.view, lse.view, gpu.stream());
+    if (kept) kept->backward = keeper.kept();
   }
+  keeper.complete();  // the step's end: synchronises the stream, then every kept request is done
   gpu.stream().synchronize();
   stalls = clock.settle();
   return {gpu.download<T>(out.view), gpu.download<T>(dq.view), gpu.download<T>(dk.view), gpu.download<T>(dv.view),
@@ -131,17 +146,23 @@ Pass<T> device_pass(Gpu& gpu, const ContextShard& shard, const Inputs<T>& in, Ri
 }
 
 template <typename T>
-void expect_ring_on_lane_matches_host(double fwd_tol, double bwd_tol, bool own_lane) {
+void expect_ring_on_lane_matches_host(double fwd_tol, double bwd_tol, bool own_lane, bool keep = false) {
   Gpu gpu;
   for (int rank = 0; rank < kCp; ++rank) {
     const ContextShard shard(kSeq, kCp, rank);
     const std::string label = std::string(dtype_name(dtype_of_v<T>)) + " rank " + std::to_string(rank) +
-                              (own_lane ? " (the ring's own lane)" : " (a given lane)");
+                              (own_lane ? " (the ring's own lane)" : " (a given lane)") + (keep ? " kept" : "");
     const Inputs<T> in = inputs<T>(shard);
     const Pass<T> want = host_pass(shard, in);
     RingExchangeLane lane(gpu.device());
     std::vector<coll::Stall> stalls;
-    const Pass<T> got = device_pass(gpu, shard, in, own_lane ? nullptr : &lane, stalls);
+    KeptCounts counts;
+    const Pass<T> got = device_pass(gpu, shard, in, own_lane ? nullptr : &lane, stalls, keep ? &counts : nullptr);
+    if (keep) {
+      EXPECT_EQ(counts.forward, static_cast<std::size_t>(kCp - 1)) << label << ": the forward's batches kept";
+      EXPECT_EQ(counts.backward, static_cast<std::size_t>((kCp - 1) + (kCp - 1) + kCp))
+          << label << ": the backward's K/V and dK/dV batches kept beside the forward's";
+    }
 
     EXPECT_LE(rel_error(got.out, want.out), fwd_tol) << label << ": out";
     EXPECT_LE(rel_error(got.lse, want.lse), fwd_tol) << label << ": lse";
@@ -169,6 +190,9 @@ TEST(CudaRingAttention, ExchangesOnTheLaneMatchTheHostRingBf16) {
 }
 TEST(CudaRingAttention, RingMakesItsOwnLaneWhenNoneIsGiven) {
   expect_ring_on_lane_matches_host<float>(1e-5, 1e-5, true);
+}
+TEST(CudaRingAttention, KeptExchangesMatchTheHostRingFp32) {
+  expect_ring_on_lane_matches_host<float>(1e-5, 1e-5, false, true);
 }
 
 }  // namespace

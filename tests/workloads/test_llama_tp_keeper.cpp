@@ -6,59 +6,15 @@
 // (no keeper) and of a keeper that waits at once.
 #include <gtest/gtest.h>
 
-#include <cstring>
-#include <vector>
-
 #include "hzp/collectives/mpi_communicator.hpp"
 #include "hzp/collectives/stream_ordered_requests.hpp"
 #include "hzp/collectives/topology.hpp"
-#include "hzp/core/memory_backing.hpp"
-#include "model_test_util.hpp"
+#include "keeper_test_util.hpp"
 
 namespace hzp::test {
 namespace {
 
 using Completion = coll::StreamOrderedRequests::Completion;
-
-struct MicroBatchRun {
-  double loss = 0;
-  std::vector<double> grads;
-  std::size_t kept_before_complete = 0;
-  std::uint64_t recorded_before_complete = 0, recorded_after_complete = 0;
-};
-
-// One micro-batch forward and backward of `model` with `keeper` (nullptr: none), completed at the end.
-MicroBatchRun run_one(const workloads::Workload& model, coll::Communicator& tp, coll::StreamOrderedRequests* keeper,
-        const TokenBatch& mb, double norm) {
-  HostBacking backing;
-  CachingAllocator alloc(backing);
-  const workloads::ParamLayout& layout = model.layout();
-  auto params = initial_params<double>(model, 9);
-  MicroBatchRun r;
-  r.grads.assign(params.size(), -3.0);
-  const coll::CounterSnapshot before = tp.counters().snapshot();
-  auto ctx = model.make_context(alloc, {.micro_batch_size = 2, .requests = keeper});
-  ctx->begin(mb.inputs, mb.targets, norm);
-  for (int u = 0; u < layout.num_units(); ++u)
-    model.forward(u, workloads::unit_params_from_flat(layout, u, flat_view(params)), *ctx);
-  r.loss = ctx->loss();
-  for (int u = layout.num_units() - 1; u >= 0; --u)
-    model.backward(u, workloads::unit_params_from_flat(layout, u, flat_view(params)), *ctx,
-                   workloads::unit_grads_from_flat(layout, u, flat_view(r.grads), true));
-  r.recorded_before_complete = tp.counters().delta(before).calls();
-  if (keeper) {
-    r.kept_before_complete = keeper->kept();
-    keeper->complete();
-  }
-  r.recorded_after_complete = tp.counters().delta(before).calls();
-  return r;
-}
-
-void expect_bitwise(const MicroBatchRun& a, const MicroBatchRun& b, const char* what) {
-  EXPECT_EQ(std::memcmp(&a.loss, &b.loss, sizeof(double)), 0) << what << ": loss " << a.loss << " vs " << b.loss;
-  ASSERT_EQ(a.grads.size(), b.grads.size());
-  EXPECT_EQ(std::memcmp(a.grads.data(), b.grads.data(), a.grads.size() * sizeof(double)), 0) << what << ": gradients";
-}
 
 TEST(LlamaTpKeeper, TheModelsTpCollectivesAreKeptUntilComplete) {
   for (bool sp : {false, true}) {
@@ -70,11 +26,11 @@ TEST(LlamaTpKeeper, TheModelsTpCollectivesAreKeptUntilComplete) {
     const double norm = 2.0 * static_cast<double>(cfg.seq_len);
     const char* mode = sp ? "sequence-parallel" : "tp";
 
-    const MicroBatchRun blocking = run_one(*model, *world, nullptr, mb, norm);
+    const MicroBatchRun blocking = run_with_keeper(*model, *world, nullptr, mb, 2, norm);
     coll::StreamOrderedRequests at_once(StreamRef::host());
-    const MicroBatchRun waited = run_one(*model, *world, &at_once, mb, norm);
+    const MicroBatchRun waited = run_with_keeper(*model, *world, &at_once, mb, 2, norm);
     coll::StreamOrderedRequests kept(StreamRef::host(), Completion::kept);
-    const MicroBatchRun held = run_one(*model, *world, &kept, mb, norm);
+    const MicroBatchRun held = run_with_keeper(*model, *world, &kept, mb, 2, norm);
 
     // One micro-batch, L blocks (test_llama_tensor_parallel's closed forms): without sp, 4 all-reduces per block, the
     // embedding's and the head's, and the softmax's 2; with sp, 4 gathers and 4 scatters per block, 2 more of each

@@ -3,7 +3,8 @@
 // the independent reference), takes its own rows of them, and compares out, lse and dq of its queries and dk, dv
 // of its keys with what the ring computed, in fp64, fp32 and bf16. The cp group's counters must show exactly the
 // messages RingAttention::messages() declares, every rank must compute the same number of visible pairs (the
-// shard's load balance), and bad arguments are refused by name.
+// shard's load balance), and bad arguments are refused by name (a request keeper that keeps on the host stream over
+// real peers among them).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include "data_test_util.hpp"
 #include "hzp/collectives/counters.hpp"
 #include "hzp/collectives/mpi_communicator.hpp"
+#include "hzp/collectives/stream_ordered_requests.hpp"
 #include "hzp/core/memory_backing.hpp"
 #include "hzp/kernels/attention.hpp"
 #include "hzp/workloads/ring_attention.hpp"
@@ -279,6 +281,18 @@ TEST(RingAttention, RefusesMismatchedArguments) {
                      cview(v, {2 * L, 16}), kHost, first, half);
       },
       {"stream_first holds 16 document starts but first holds 32"}));
+  // A request keeper that keeps on the host stream, over real peers: a host transfer moves only inside the waits a
+  // kept request skips, so the pass is refused before its first message (test_llama_cp_keeper keeps over phantom
+  // peers, where it is allowed).
+  coll::StreamOrderedRequests kept(kHost, coll::StreamOrderedRequests::Completion::kept);
+  RingAttention kept_ring(*cp, shard, dims, DType::f64, alloc, nullptr, &kept);
+  EXPECT_TRUE(throws_with<PreconditionError>(
+      [&] {
+        kept_ring.forward(view(out, {2 * L, 32}), view(lse, {2, 4, L}), cview(q, {2 * L, 32}), cview(k, {2 * L, 16}),
+                          cview(v, {2 * L, 16}), kHost);
+      },
+      {"keeps requests on the host stream", "over 'cp' whose peers are real", "only over phantom peers"}));
+  EXPECT_EQ(kept.kept(), 0u);
 }
 
 }  // namespace

@@ -226,7 +226,7 @@ void LlamaModel::rope(LlamaContext& ctx, TensorView x, bool backward) const {
 RingAttention LlamaModel::ring_attention(LlamaContext& ctx) const {
   const Dims d = dims(ctx);
   return RingAttention(*cp_, *context_shard(), {d.batch, d.heads, d.kv_heads, d.head_dim}, act_dtype(), ctx.allocator(),
-                       ctx.ring_lane());
+                       ctx.ring_lane(), ctx.requests());
 }
 
 void LlamaModel::attention_forward(LlamaContext& ctx, BlockActs& s) const {

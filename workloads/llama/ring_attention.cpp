@@ -8,6 +8,8 @@
 
 #include "hzp/collectives/communicator.hpp"
 #include "hzp/collectives/device_stall_clock.hpp"
+#include "hzp/collectives/phantom_peers.hpp"
+#include "hzp/collectives/stream_ordered_requests.hpp"
 #include "hzp/core/cuda_backing.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/phase_timer.hpp"
@@ -50,24 +52,34 @@ void wait_all(std::vector<coll::Request>& reqs) {
 // compute stream waits for that event in arrive() only, right before the blocks that read what came, timed as an
 // at-use stall (the NCCL communicator's own at-issue wait falls on the lane, which no stall clock observes), so the
 // next block's transfer runs beside the block in hand. The lane's `arrived` is re-recorded by every issue, so
-// arrive() is called before the next issue. The host waits once, at the pass's end (finish), for the requests'
-// counters and deadlines, and so before the pass frees its buffers: the allocator knows one stream, the compute
-// stream, and the lane has let go of them by then.
+// arrive() is called before the next issue.
+// Where the requests end: given a keeper that keeps (the step driver's on a CUDA stream), each is settled in it as
+// it is issued and the host never waits for it in the pass; the keeper completes them at the step's end (counters,
+// deadlines). Without one, the host waits once, at the pass's end (finish), for the requests.
+// The pass's buffers (slots, state) go back to the allocator when the pass returns either way: stream-ordered,
+// which is what the allocator's contract asks (it hands blocks out to work on the compute stream only, one stream:
+// caching_allocator.hpp, stream_ordered_requests.hpp). finish() has made the compute stream wait for the lane's last
+// event, recorded after the pass's last batch (and NCCL orders the lane after each batch's transfer), so every later
+// user of a returned block on the compute stream runs after the lane let go of it, and the next pass's batches on
+// the lane run after this pass's (one stream, in order). Chosen over keeping the slots with the requests until the
+// step's end: that would hold 2 (forward) or 8 (backward) K/V-sized blocks per layer and micro-batch at once, a comm
+// peak growing with the layer count, for no ordering the stream does not already give.
 class Exchanges {
  public:
-  Exchanges(coll::Communicator& cp, StreamRef compute, RingExchangeLane* lane)
-      : cp_(cp), compute_(compute), lane_(lane) {}
+  /// keeper: non-null only when it keeps (RingAttention::keeper_for).
+  Exchanges(coll::Communicator& cp, StreamRef compute, RingExchangeLane* lane, coll::StreamOrderedRequests* keeper)
+      : cp_(cp), compute_(compute), lane_(lane), keeper_(keeper) {}
   Exchanges(const Exchanges&) = delete;
   Exchanges& operator=(const Exchanges&) = delete;
 
   void issue(std::span<const coll::SendOp> sends, std::span<const coll::RecvOp> recvs) {
     if (lane_ == nullptr) {
-      reqs_.push_back(cp_.start_p2p_batch(sends, recvs, compute_));
+      hold(cp_.start_p2p_batch(sends, recvs, compute_));
       return;
     }
     lane_->issued.record(compute_);
     lane_->issued.wait(lane_->stream);
-    reqs_.push_back(cp_.start_p2p_batch(sends, recvs, lane_->stream));
+    hold(cp_.start_p2p_batch(sends, recvs, lane_->stream));
     lane_->arrived.record(lane_->stream);
     in_flight_ = true;
   }
@@ -84,16 +96,27 @@ class Exchanges {
   void end_step() {
     if (lane_ == nullptr) wait_all(reqs_);
   }
-  /// The pass's end: what arrived last is used by the caller (backward's dK/dV), and every request completes.
+  /// The pass's end: what arrived last is used by the caller (backward's dK/dV), and every request completes (the
+  /// ones a keeper holds at the step's end).
   void finish() {
     arrive();
     wait_all(reqs_);
   }
 
  private:
+  // A kept request is neither polled nor waited here: it moves on its stream (NCCL, a phantom stand-in) without the
+  // host, and its counters are recorded when the keeper completes it.
+  void hold(coll::Request r) {
+    if (keeper_ != nullptr)
+      keeper_->settle(std::move(r));
+    else
+      reqs_.push_back(std::move(r));
+  }
+
   coll::Communicator& cp_;
   StreamRef compute_;
   RingExchangeLane* lane_;
+  coll::StreamOrderedRequests* keeper_;
   std::vector<coll::Request> reqs_;
   bool in_flight_ = false;
 };
@@ -163,8 +186,8 @@ Geometry geometry(const RingAttentionDims& d, const ContextShard& shard) {
 }  // namespace
 
 RingAttention::RingAttention(coll::Communicator& cp, const ContextShard& shard, RingAttentionDims dims, DType dtype,
-                             CachingAllocator& alloc, RingExchangeLane* lane)
-    : cp_(cp), shard_(shard), dims_(dims), dtype_(dtype), alloc_(alloc), lane_(lane) {
+                             CachingAllocator& alloc, RingExchangeLane* lane, coll::StreamOrderedRequests* requests)
+    : cp_(cp), shard_(shard), dims_(dims), dtype_(dtype), alloc_(alloc), lane_(lane), requests_(requests) {
   HZP_CHECK(cp.size() == shard.cp() && cp.rank() == shard.rank(), "ring attention: communicator '", cp.name(),
             "' is rank ", cp.rank(), " of ", cp.size(), " but the context shard is rank ", shard.rank(),
             " of cp = ", shard.cp());
@@ -237,6 +260,18 @@ RingExchangeLane* RingAttention::lane_for(StreamRef s) {
   return lane_;
 }
 
+coll::StreamOrderedRequests* RingAttention::keeper_for(StreamRef s) const {
+  if (requests_ == nullptr || requests_->completion() != coll::StreamOrderedRequests::Completion::kept) return nullptr;
+  // complete() synchronises the keeper's stream before it waits: it must be the stream the lane's work joins.
+  HZP_CHECK(requests_->stream() == s, "ring attention: the request keeper keeps requests on stream ",
+            requests_->stream().native(), " of ", to_string(requests_->stream().device()), " but the pass runs on stream ",
+            s.native(), " of ", to_string(s.device()), " (give the ring the keeper of its compute stream)");
+  HZP_CHECK(!s.device().is_cpu() || coll::phantom_peers(cp_), "ring attention: a request keeper that keeps requests "
+            "on the host stream, over '", cp_.name(), "' whose peers are real: a host transfer moves only inside the "
+            "waits a kept request skips (keep on the host only over phantom peers; a run's keeper waits at once there)");
+  return requests_;
+}
+
 void RingAttention::check_first(std::span<const std::int32_t> first, std::span<const std::int32_t> stream_first,
                                 StreamRef s) const {
   const std::int64_t n = dims_.batch * shard_.local_len();
@@ -303,7 +338,7 @@ void RingAttention::forward(TensorView out, TensorView lse, ConstTensorView q, C
   auto block = [&](const void* base) { return TensorView(const_cast<void*>(base), {kv_elements}, t, dev); };
   const void* k_hand = k.data();
   const void* v_hand = v.data();
-  Exchanges ex(cp_, s, lane_for(s));
+  Exchanges ex(cp_, s, lane_for(s), keeper_for(s));
   forward_pairs_ = 0;
 
   for (int step = 0; step < g.cp; ++step) {
@@ -342,7 +377,7 @@ void RingAttention::forward(TensorView out, TensorView lse, ConstTensorView q, C
       v_hand = slot_v[step % 2].data();
     }
   }
-  ex.finish();  // a GPU's kept exchanges (the host's completed at each step)
+  ex.finish();  // a GPU's exchanges, waited here or kept (the host's completed at each step)
 
   // lse of (b, c) is [H, C] rows of stride L inside [B, H, L]: finish into a contiguous part, then scatter it
   // (copies on the stream: a memcpy on the host).
@@ -411,7 +446,7 @@ void RingAttention::backward(TensorView dq, TensorView dk, TensorView dv, ConstT
   void* dk_hand = dk.data();
   void* dv_hand = dv.data();
   std::vector<char> dq_started(static_cast<std::size_t>(n_q), 0);
-  Exchanges ex(cp_, s, lane_for(s));
+  Exchanges ex(cp_, s, lane_for(s), keeper_for(s));
   backward_pairs_ = 0;
 
   for (int step = 0; step < g.cp; ++step) {

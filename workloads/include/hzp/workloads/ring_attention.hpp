@@ -19,6 +19,7 @@
 
 namespace hzp::coll {
 class Communicator;
+class StreamOrderedRequests;
 }
 
 namespace hzp::workloads {
@@ -63,7 +64,8 @@ struct RingAttentionMessages {
 ///             accumulators (complete now) take one more hop home: 4·(cp − 1) + 2 messages;
 /// each of B·L·KV·D elements of the dtype (none at all when cp == 1). Tags: (pass·cp + step)·4 + tensor with
 /// pass 0 forward / 1 backward and tensor K, V, dK, dV = 0..3, so tags 0 .. 8·cp − 1 of the communicator are
-/// used; each pass completes every message it starts before it returns. Each step's messages go out as
+/// used; each pass completes every message it starts before it returns (given a keeper that keeps, it hands them to
+/// the keeper instead, which completes them later). Each step's messages go out as
 /// point-to-point batches (Communicator::start_p2p_batch): K and V before the step's blocks, and in backward the
 /// dK/dV accumulators (this rank's to next, prev's in) after them, so no rank's receive waits on a send queued
 /// behind it (NCCL).
@@ -76,8 +78,12 @@ struct RingAttentionMessages {
 /// its receive slots read for the last time by the blocks before it: two slots per tensor, as on the host), and
 /// the compute stream waits for the lane's event only right before the blocks that read what arrived (timed as
 /// an at-use stall by the calling thread's device stall clock, coll::time_device_wait), so the next block's
-/// transfer overlaps the block in hand. The host waits once per pass, at its end, for the pass's exchanges (their
-/// counters and deadlines), not per step, and only then frees the ring's buffers. Buffers come from the allocator
+/// transfer overlaps the block in hand. Given a request keeper that keeps (coll::StreamOrderedRequests, kept: the
+/// step driver's on a CUDA stream), the pass hands its exchanges' requests to it and the host does not wait for
+/// them at all: the keeper completes them at the step's end (their counters and deadlines); the compute stream has
+/// waited for the lane's last event before the pass returns, so every later user of the ring's buffers is ordered
+/// after the transfers. Without one (or with one that waits at once) the host waits once per pass, at its end, for
+/// the pass's exchanges (their counters and deadlines), not per step. Buffers come from the allocator
 /// for the duration of a call: message buffers tagged comm, the online-softmax state and the backward's row
 /// statistics tagged workspace. Nothing of this class lives from forward to backward (out and lse, which do, are
 /// the caller's), so it allocates no activation.
@@ -88,9 +94,14 @@ class RingAttention {
   /// naming the values for a communicator that does not match the shard, non-positive sizes, heads not a
   /// multiple of kv_heads, or a dtype other than f64, f32, bf16. `lane` (may be null; must outlive the object and
   /// be on the stream's device): where the exchanges go on a CUDA stream; null makes one for this object at its
-  /// first pass on a CUDA stream. Unused on the host.
+  /// first pass on a CUDA stream. Unused on the host. `requests` (may be null; must outlive the object): the step's
+  /// request keeper (MicroBatchContext::requests). One that keeps receives every exchange of a pass on its stream
+  /// instead of the host waiting at the pass's end; one that waits at once, or none, leaves the passes as they are.
+  /// A keeper that keeps on the host stream (a test's) is accepted over phantom peers only, whose calls complete
+  /// as they start: a real peer's host transfer moves only inside the waits it would skip (PreconditionError).
   RingAttention(coll::Communicator& cp, const ContextShard& shard, RingAttentionDims dims, DType dtype,
-                CachingAllocator& alloc, RingExchangeLane* lane = nullptr);
+                CachingAllocator& alloc, RingExchangeLane* lane = nullptr,
+                coll::StreamOrderedRequests* requests = nullptr);
 
   /// out, lse = causal attention of every local query over all keys of its sequence at global positions.
   /// first (document packing; empty: none): int32 [B·L], each local query's document start as a GLOBAL position
@@ -127,6 +138,9 @@ class RingAttention {
   void check_stream(StreamRef s) const;
   /// The lane a pass on `s` issues its exchanges on: none on the host or without exchanges (cp = 1).
   RingExchangeLane* lane_for(StreamRef s);
+  /// The keeper a pass on `s` hands its requests to: requests_ when it keeps (checked against `s` and the group),
+  /// else null (the host waits at the pass's end).
+  coll::StreamOrderedRequests* keeper_for(StreamRef s) const;
   void check_first(std::span<const std::int32_t> first, std::span<const std::int32_t> stream_first, StreamRef s) const;
   /// The checks both passes make of the stream, the document starts and the forward's tensors; returns the starts
   /// the kernels read (stream_first, or first on the host).
@@ -141,6 +155,7 @@ class RingAttention {
   CachingAllocator& alloc_;
   RingExchangeLane* lane_;
   std::unique_ptr<RingExchangeLane> own_lane_;  // when no lane was given
+  coll::StreamOrderedRequests* requests_;
   std::int64_t forward_pairs_ = 0;
   std::int64_t backward_pairs_ = 0;
 };

@@ -94,9 +94,11 @@ struct ContextOptions {
   int first_unit = 0;
   int end_unit = -1;
   /// Where the model's own collectives (tensor parallelism's sums and gathers, the vocabulary-parallel softmax's
-  /// statistics) settle their requests: on a CUDA stream the keeper holds them until its owner (the step driver)
-  /// completes them once per step; on the host it waits at once. It must be on `stream` and outlive the context's
-  /// micro-batches. nullptr: each is waited for where it is issued (the blocking form).
+  /// statistics, ring attention's K/V exchanges under context parallelism) settle their requests: on a CUDA stream
+  /// the keeper holds them until its owner (the step driver) completes them once per step; on the host it waits at
+  /// once (ring attention then waits for its exchanges as without a keeper). It must be on `stream` and outlive the
+  /// context's micro-batches. nullptr: each is waited for where it is issued (the blocking form; ring attention's at
+  /// the end of each pass).
   coll::StreamOrderedRequests* requests = nullptr;
 };
 

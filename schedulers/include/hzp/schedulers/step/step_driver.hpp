@@ -117,9 +117,9 @@ class StepDriver {
   workloads::TrainConfig train_;
   int rank_, world_size_;
   std::vector<Action> actions_;
-  // The model's own collectives (tensor parallelism's; ContextOptions::requests): kept on a CUDA stream and
-  // completed once per step after the engine's step end (its norm synchronised the stream), waited for at once on
-  // the host. Declared before the contexts, which point to it.
+  // The model's own collectives (tensor parallelism's, ring attention's exchanges; ContextOptions::requests): kept
+  // on a CUDA stream and completed once per step after the engine's step end (its norm synchronised the stream),
+  // waited for at once on the host. Declared before the contexts, which point to it.
   coll::StreamOrderedRequests model_requests_;
   std::unique_ptr<workloads::MicroBatchContext> ctx_;
   std::vector<std::int32_t> inputs_, targets_, first_;                    // what the context takes
