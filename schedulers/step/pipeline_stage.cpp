@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <iterator>
+#include <optional>
 #include <thread>
 
 #include "hzp/core/clock.hpp"
 #include "hzp/core/error.hpp"
 #include "hzp/core/phase_timer.hpp"
 #include "hzp/core/trace_sink.hpp"
+#include "hzp/schedulers/step/boundary_order.hpp"
 
 namespace hzp::schedulers {
 
@@ -48,8 +50,9 @@ struct PipelineStage::InFlight {
   std::vector<std::int32_t> inputs, targets, first;  // first: document starts (empty without packing)
   std::unique_ptr<workloads::MicroBatchContext> ctx;
   std::vector<coll::Request> sends;  // buffers held by ctx until these complete
-  std::vector<coll::Request> recvs;  // on a device: posted, ordered before the compute stream's next kernels
-  bool backward_done = false;        // then only its input gradient's send keeps it
+  std::vector<coll::Request> recvs;  // on a device: arrived on the compute stream, completion not yet seen
+  std::optional<PipelineLinks::Posted> incoming;  // on a device: posted ahead, the compute stream not yet ordered
+  bool backward_done = false;                     // then only its input gradient's send keeps it
 };
 
 // Shared-memory transfers move only while their requests are polled, so a stage that waits for one message
@@ -104,6 +107,13 @@ PipelineStage::PipelineStage(const workloads::Workload& model, const PipelineLay
   HZP_CHECK(pp.size() == layout.pp && layout.units() == model.layout().num_units(), "pipeline stage: a group of ",
             pp.size(), " ranks for ", layout.pp, " stages, a layout of ", layout.units(), " units for a model of ",
             model.layout().num_units());
+  const workloads::ContextShard* shard = model.context_shard();
+  if (links_.on_device() && shard != nullptr && shard->cp() > 1) {
+    ring_lane_ = std::make_unique<workloads::RingExchangeLane>(base_.stream.device());
+    // The stage's one host thread issues every ring pass in turn, so they queue on the lane in order (the
+    // contract in ContextOptions::ring_lane); their requests may be kept to the step's end.
+    base_.ring_lane = ring_lane_.get();
+  }
 }
 
 PipelineStage::~PipelineStage() = default;
@@ -130,17 +140,38 @@ void PipelineStage::wait_for_time(double wall_s) {
   });
 }
 
-void PipelineStage::receive(InFlight& f, TensorView into, int peer, int t, const Action& a) {
+void PipelineStage::receive(TensorView into, int peer, int t, const Action& a) {
   // Phantom: the message cannot leave before the absent stage has run the action that sends it; its transfer is
-  // then the communicator's (the link model's time, as for any phantom receive). On a device the stream is idle
-  // here (synchronised after every action in a phantom world), so the receive starts no earlier either.
+  // then the communicator's (the link model's time, as for any phantom receive).
   if (peers_) wait_for_time(peers_->input_sent_at(a));
-  coll::Request r = links_.receive(into, peer, t, a.kind == Action::Kind::backward);
-  if (links_.on_device()) {
-    f.recvs.push_back(std::move(r));  // the compute stream waits for it; the host does not
+  coll::Request r = links_.receive(into, peer, t, a.kind == Action::Kind::backward).request;
+  wait_until([&] { return r.test(); });  // test() enforces the communicator's deadline
+}
+
+void PipelineStage::post(const ReceivePost& p, const std::vector<Action>& actions, double normaliser, Hooks& hooks) {
+  const Action& a = actions[p.consumer];
+  const int k = layout_.chunk_at(a);
+  // Phantom: as receive() above; posts are not ahead there (run()), so the device is idle here, as the model wants.
+  if (peers_) wait_for_time(peers_->input_sent_at(a));
+  if (!p.gradient) {  // the reader's context begins now, so that its input slot is held from the post on
+    InFlight& f = begin_chunk(a, k, normaliser, hooks);
+    f.incoming = links_.receive(f.ctx->input_slot(), (k + layout_.pp - 1) % layout_.pp, tag(a.micro_batch, k, false),
+                                false);
     return;
   }
-  wait_until([&] { return r.test(); });  // test() enforces the communicator's deadline
+  const auto it = live_.find({a.micro_batch, k});
+  HZP_CHECK(it != live_.end(), "pipeline stage ", stage_, ": ", to_string(a), "'s gradient is posted for no forward");
+  InFlight& f = *it->second;
+  // The output may still be on its way out: it stays held until the backward starts (drained before it).
+  f.incoming = links_.receive(f.ctx->output_grad_slot_keeping_output(), (k + 1) % layout_.pp,
+                              tag(a.micro_batch, k, true), true);
+}
+
+void PipelineStage::arrive(InFlight& f, const Action& a) {
+  HZP_CHECK(f.incoming.has_value(), "pipeline stage ", stage_, ": ", to_string(a), " reads a receive never posted");
+  links_.arrive(*f.incoming);
+  f.recvs.push_back(std::move(f.incoming->request));
+  f.incoming.reset();
 }
 
 PipelineStage::InFlight& PipelineStage::begin_chunk(const Action& a, int chunk, double normaliser, Hooks& hooks) {
@@ -165,17 +196,30 @@ std::vector<double> PipelineStage::run(const std::vector<Action>& actions, int m
   wait_s_ = 0;
   if (peers_) peers_->begin(wall_seconds(), micro_batches);
   const int units = layout_.units(), last = layout_.chunks() - 1;
+  const bool device = links_.on_device();
+  // On a device every receive is posted ahead of its reader (receive_posts; check_boundary_order has checked the
+  // order these posts give every link), except in a phantom world, where each is posted right before its reader
+  // after the modelled peer's time, with the device idle.
+  std::vector<ReceivePost> posts;
+  if (device) posts = receive_posts(layout_, actions);
+  if (peers_)
+    for (ReceivePost& p : posts) p.at = p.consumer;  // still in the readers' order, which is the posts' order
+  std::size_t next_post = 0;
   std::vector<double> losses(static_cast<std::size_t>(micro_batches), 0.0);
   for (std::size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
     const int k = layout_.chunk_at(a);  // one of this stage's: check_stage_schedule held
     const ActionSpan span(a, k);
     const double action_start = wall_seconds(), waited_before = wait_s_;
+    for (; next_post < posts.size() && posts[next_post].at == i; ++next_post)
+      post(posts[next_post], actions, normaliser, hooks);
     // Chunk k's neighbours: chunk k − 1 (input side) and k + 1 (output side), on their stages.
     const int prev = (k + layout_.pp - 1) % layout_.pp, next = (k + 1) % layout_.pp;
     if (a.kind == Action::Kind::forward) {
-      InFlight& f = begin_chunk(a, k, normaliser, hooks);
-      if (k > 0) receive(f, f.ctx->input_slot(), prev, tag(a.micro_batch, k, false), a);
+      const auto posted = device && k > 0 ? live_.find({a.micro_batch, k}) : live_.end();
+      InFlight& f = posted != live_.end() ? *posted->second : begin_chunk(a, k, normaliser, hooks);
+      if (k > 0 && device) arrive(f, a);
+      if (k > 0 && !device) receive(f.ctx->input_slot(), prev, tag(a.micro_batch, k, false), a);
       // The head's loss reaches the host through a synchronisation, which waits for every receive before it.
       if (a.end_unit == units && links_.on_device()) settle_receives();
       if (hooks.mark) hooks.mark(i, false);
@@ -193,8 +237,9 @@ std::vector<double> PipelineStage::run(const std::vector<Action>& actions, int m
       const auto it = live_.find({a.micro_batch, k});
       HZP_CHECK(it != live_.end(), "pipeline stage ", stage_, ": ", to_string(a), " has no forward in flight");
       InFlight& f = *it->second;
-      drain(f.sends);  // the output's buffer is about to be replaced by its gradient's
-      if (k < last) receive(f, f.ctx->output_grad_slot(), next, tag(a.micro_batch, k, true), a);
+      drain(f.sends);  // the output's buffer is about to be replaced by its gradient's (freed, on a device)
+      if (k < last && device) arrive(f, a);
+      if (k < last && !device) receive(f.ctx->output_grad_slot(), next, tag(a.micro_batch, k, true), a);
       if (hooks.mark) hooks.mark(i, false);
       for (int u = a.end_unit - 1; u >= a.first_unit; --u) {
         // Parameters first, then gradient buffers: an engine with rings hands them out in that order.
@@ -212,10 +257,12 @@ std::vector<double> PipelineStage::run(const std::vector<Action>& actions, int m
     if (peers_ && links_.on_device()) base_.stream.synchronize();
     if (peers_) peers_->measured(a, wall_seconds() - action_start - (wait_s_ - waited_before));
     // On a device nothing polls while the host runs ahead: free here the contexts whose messages have completed.
-    if (links_.on_device()) progress();
+    if (device) progress();
   }
+  HZP_CHECK(next_post == posts.size(), "pipeline stage ", stage_, ": ", posts.size() - next_post,
+            " receives were never posted");
   // The input gradients still in flight hold their contexts until the previous stage has them.
-  if (links_.on_device())  // (on the host, drain() polls progress(), which frees contexts: not inside this loop)
+  if (device)  // (on the host, drain() polls progress(), which frees contexts: not inside this loop)
     for (auto& [key, f] : live_) {
       drain(f->recvs);
       drain(f->sends);

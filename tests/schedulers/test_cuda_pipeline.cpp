@@ -1,6 +1,7 @@
 // GPU test, under mpiexec: nd with pipeline stages (scheduler.pp = W, GPipe, 1F1B and interleaved 1F1B) on a CUDA
 // compute stream, one GPU per rank (rank r takes cuda:(r mod visible GPUs)), the stages' boundary messages over NCCL
-// (pipeline_links.hpp: one communicator per directed link, sends on their own streams), the tied table's gradient
+// (pipeline_links.hpp: one communicator per directed link, sends and receives on their own streams, each receive
+// posted an action ahead of its reader into a slot the reader's context holds), the tied table's gradient
 // summed over its two stages on the device. Each case follows the CPU run of `none` (the single-rank reference,
 // another step loop, OpenBLAS and the CPU kernels) on `tiny` in fp32 for 20 steps: the loss and the gradient norm
 // every step to 1e-4 relative, every step-0 gradient tensor a stage holds to rel L2 1e-5 (test_cuda_engines'

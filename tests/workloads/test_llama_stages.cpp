@@ -1,7 +1,9 @@
 // The model driven as pipeline stages: contexts over contiguous unit ranges, each stage's output copied
 // into the next stage's input slot and each input gradient into the previous stage's output-gradient
 // slot, give the same loss and the same gradients, bit for bit, as one context over the whole model (the
-// independent reference: the whole-model loop every scheduler runs). Also the order checks a stage adds.
+// independent reference: the whole-model loop every scheduler runs), also when each output-gradient slot is taken
+// while the output is still held (output_grad_slot_keeping_output: a GPU stage's receive posted ahead), which then
+// holds one boundary more until the backward starts and frees it. Also the order checks a stage adds.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -26,7 +28,7 @@ void copy_view(TensorView dst, ConstTensorView src) {
 // accumulates gradients into `grads` as the whole-model loop does.
 double run_stages(const workloads::Workload& w, ConstTensorView params, TensorView grads,
                   const std::vector<TokenBatch>& mbs, double normaliser, bool recompute, const std::vector<int>& cuts,
-                  CachingAllocator& alloc) {
+                  CachingAllocator& alloc, bool keep_output = false) {
   const auto& layout = w.layout();
   const int units = layout.num_units();
   std::vector<int> bounds{0};
@@ -54,7 +56,14 @@ double run_stages(const workloads::Workload& w, ConstTensorView params, TensorVi
     loss += stages.back()->loss();
     for (std::size_t s = stages.size(); s-- > 0;) {
       auto& ctx = *stages[s];
-      if (s + 1 < stages.size()) copy_view(ctx.output_grad_slot(), stages[s + 1]->input_grad());
+      if (s + 1 < stages.size()) {
+        const std::size_t boundary = static_cast<std::size_t>(ctx.boundary_shape().numel()) * dtype_size(params.dtype());
+        const std::size_t before = alloc.stats().tag(AllocationTag::activation).requested_bytes;
+        const TensorView slot = keep_output ? ctx.output_grad_slot_keeping_output() : ctx.output_grad_slot();
+        // Dropping the output makes room for the slot; keeping it holds both until the backward below.
+        EXPECT_EQ(alloc.stats().tag(AllocationTag::activation).requested_bytes, before + (keep_output ? boundary : 0));
+        copy_view(slot, stages[s + 1]->input_grad());
+      }
       for (int u = ctx.end_unit() - 1; u >= ctx.first_unit(); --u)
         w.backward(u, workloads::unit_params_from_flat(layout, u, params), ctx,
                    workloads::unit_grads_from_flat(layout, u, grads, j == 0));
@@ -80,14 +89,16 @@ TEST(LlamaStages, StagedRunEqualsTheWholeModelBitwise) {
     for (bool recompute : {false, true}) {
       std::vector<double> g_ref(n, 0.0);
       const double l_ref = run_micro_batches(*model, flat_view(params), flat_view(g_ref), mbs, norm, recompute, alloc);
-      for (const std::vector<int>& cuts : std::vector<std::vector<int>>{{1}, {2}, {3}, {1, 3}, {1, 2, 3}}) {
-        std::vector<double> g(n, -7.0);  // garbage: the first micro-batch must overwrite it
-        const double l = run_stages(*model, flat_view(params), flat_view(g), mbs, norm, recompute, cuts, alloc);
-        std::string label = std::string(tied ? "tied" : "untied") + (recompute ? " recompute" : "") + " cuts";
-        for (int c : cuts) label += " " + std::to_string(c);
-        EXPECT_EQ(l, l_ref) << label;
-        EXPECT_EQ(0, std::memcmp(g.data(), g_ref.data(), n * sizeof(double))) << label;
-      }
+      for (const std::vector<int>& cuts : std::vector<std::vector<int>>{{1}, {2}, {3}, {1, 3}, {1, 2, 3}})
+        for (bool keep : {false, true}) {
+          std::vector<double> g(n, -7.0);  // garbage: the first micro-batch must overwrite it
+          const double l = run_stages(*model, flat_view(params), flat_view(g), mbs, norm, recompute, cuts, alloc, keep);
+          std::string label = std::string(tied ? "tied" : "untied") + (recompute ? " recompute" : "") +
+                              (keep ? " keeping outputs" : "") + " cuts";
+          for (int c : cuts) label += " " + std::to_string(c);
+          EXPECT_EQ(l, l_ref) << label;
+          EXPECT_EQ(0, std::memcmp(g.data(), g_ref.data(), n * sizeof(double))) << label;
+        }
     }
   }
 }
@@ -126,6 +137,12 @@ TEST(LlamaStages, OrderChecksAreRelativeToTheRange) {
   EXPECT_TRUE(throws_with<PreconditionError>([&] { model->backward(1, pv(1), *first, gv(1)); },
                                              {"output_grad_slot()"}));
   EXPECT_EQ(first->output().shape(), (Shape{cfg.seq_len, cfg.hidden}));
+  (void)first->output_grad_slot_keeping_output();
+  EXPECT_TRUE(throws_with<PreconditionError>([&] { (void)first->output_grad_slot(); }, {"taken once"}));
+  EXPECT_TRUE(throws_with<PreconditionError>([&] { (void)first->output_grad_slot_keeping_output(); },
+                                             {"taken once"}));
+  EXPECT_TRUE(throws_with<PreconditionError>([&] { (void)last->output_grad_slot_keeping_output(); },
+                                             {"ends at the last unit"}));
 }
 
 }  // namespace

@@ -43,7 +43,11 @@ LlamaContext::LlamaContext(CachingAllocator& alloc, const ContextOptions& option
     const std::size_t bytes = positions_.size() * sizeof(std::int32_t);
     device_positions_ = alloc.allocate(bytes, AllocationTag::activation);
     copy_bytes(device_positions_.data(), stream().device(), positions_.data(), Device::cpu(), bytes, stream());
-    ring_lane_ = std::make_unique<RingExchangeLane>(stream().device());
+    if (options.ring_lane == nullptr) own_ring_lane_ = std::make_unique<RingExchangeLane>(stream().device());
+    ring_lane_ = options.ring_lane ? options.ring_lane : own_ring_lane_.get();
+    HZP_CHECK(ring_lane_->stream.device() == stream().device(), "a context on ", to_string(stream().device()),
+              " was given a ring exchange lane on ", to_string(ring_lane_->stream.device()),
+              "; give it a lane of the compute stream's device");
   }
 }
 

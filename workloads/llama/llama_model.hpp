@@ -91,8 +91,8 @@ class LlamaContext final : public MicroBatchContext {
   /// in the stream's memory (a GPU context uploads them).
   ConstTensorView document_positions();
   /// Context parallelism on a CUDA stream: the stream and events ring attention's exchanges use in every block of
-  /// this context (made once, with the context), else null.
-  RingExchangeLane* ring_lane() noexcept { return ring_lane_.get(); }
+  /// this context (ContextOptions::ring_lane, or made once with the context when none was given), else null.
+  RingExchangeLane* ring_lane() noexcept { return ring_lane_; }
 
   std::vector<BlockActs> blocks;  // one per transformer block
   HeadActs head;
@@ -113,7 +113,8 @@ class LlamaContext final : public MicroBatchContext {
   Allocation device_positions_;  // a GPU context's copy of positions_ (context parallelism), uploaded at construction
   std::vector<std::int32_t> document_positions_;  // cleared by release_all(), i.e. by every begin()
   Allocation device_document_positions_;          // a GPU context's copy, allocated at the first packed micro-batch
-  std::unique_ptr<RingExchangeLane> ring_lane_;
+  std::unique_ptr<RingExchangeLane> own_ring_lane_;
+  RingExchangeLane* ring_lane_ = nullptr;  // the options' lane or own_ring_lane_
 };
 
 /// Dimensions used everywhere in the units (N = tokens of a micro-batch; seq = the tokens of each sequence the

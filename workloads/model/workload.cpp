@@ -121,7 +121,7 @@ void MicroBatchContext::begin(std::span<const std::int32_t> inputs, std::span<co
   loss_sum_ = 0;
   forwards_done_ = first_unit_;
   next_backward_ = end_unit_ - 1;
-  input_given_ = output_grad_given_ = false;
+  input_given_ = output_grad_given_ = output_kept_ = false;
 }
 
 TensorView MicroBatchContext::input_slot() {
@@ -139,14 +139,19 @@ ConstTensorView MicroBatchContext::output() const {
   return boundary(false);
 }
 
-TensorView MicroBatchContext::output_grad_slot() {
-  HZP_CHECK(end_unit_ < num_units_, "output_grad_slot(): this context ends at the last unit, whose backward starts "
-            "from the loss");
-  HZP_CHECK(forwards_done_ == end_unit_ && next_backward_ == end_unit_ - 1 && !output_grad_given_,
-            "output_grad_slot(): the gradient of the output of units [", first_unit_, ", ", end_unit_,
-            ") is taken once, after forward(", end_unit_ - 1, ") and before backward(", end_unit_ - 1, ")");
+TensorView MicroBatchContext::output_grad_slot() { return take_output_grad_slot(false); }
+
+TensorView MicroBatchContext::output_grad_slot_keeping_output() { return take_output_grad_slot(true); }
+
+TensorView MicroBatchContext::take_output_grad_slot(bool keep_output) {
+  const char* call = keep_output ? "output_grad_slot_keeping_output()" : "output_grad_slot()";
+  HZP_CHECK(end_unit_ < num_units_, call, ": this context ends at the last unit, whose backward starts from the loss");
+  HZP_CHECK(forwards_done_ == end_unit_ && next_backward_ == end_unit_ - 1 && !output_grad_given_, call,
+            ": the gradient of the output of units [", first_unit_, ", ", end_unit_, ") is taken once, after forward(",
+            end_unit_ - 1, ") and before backward(", end_unit_ - 1, ")");
   output_grad_given_ = true;
-  drop_boundary(false);
+  output_kept_ = keep_output;  // then freed when the first backward starts (Workload::backward)
+  if (!keep_output) drop_boundary(false);
   return allocate_boundary(true);
 }
 
@@ -243,6 +248,10 @@ void Workload::backward(int unit, const UnitParams& params, MicroBatchContext& c
   HZP_CHECK(unit + 1 < layout_.num_units() && unit + 1 == ctx.end_unit_ ? ctx.output_grad_given_ : true, "backward(",
             unit, ") ends a stage: fill output_grad_slot() with the gradient of its output first");
   check_blocks(unit, params, &grads);
+  if (ctx.output_kept_) {  // the stage's output is not read again: its send completed (the caller's contract)
+    ctx.drop_boundary(false);
+    ctx.output_kept_ = false;
+  }
   const profile::ScopedPhase phase(profile::Phase::backward, layout_.unit(unit).name);
   backward_unit(unit, params, ctx, grads);
   --ctx.next_backward_;

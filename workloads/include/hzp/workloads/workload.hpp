@@ -25,6 +25,8 @@ class StreamOrderedRequests;
 
 namespace hzp::workloads {
 
+struct RingExchangeLane;
+
 /// Model FLOPs per trained token (forward + backward), under the two conventions results report:
 /// 6·N_matmul + 12·L·heads·head_dim·T (attention not discounted for the causal mask: PaLM/Megatron's
 /// MFU convention) and the same with the attention term halved (only the unmasked half is useful
@@ -100,6 +102,13 @@ struct ContextOptions {
   /// context's micro-batches. nullptr: each is waited for where it is issued (the blocking form; ring attention's at
   /// the end of each pass).
   coll::StreamOrderedRequests* requests = nullptr;
+  /// Context parallelism on a CUDA stream: the stream and events ring attention's exchanges use (the caller's, kept
+  /// across contexts: a pipeline stage makes a context per micro-batch and chunk, and creating a stream per context
+  /// is slow and may synchronise). It must be on `stream`'s device and outlive the context; the ring's passes must
+  /// be issued one after another by one host thread (a stage's), so that they queue on the lane in that order and
+  /// each pass's event waits are enqueued before the next pass re-records the events (a wait takes the event as it
+  /// is when enqueued; the requests themselves may be kept to the step's end). nullptr: the context makes its own.
+  RingExchangeLane* ring_lane = nullptr;
 };
 
 /// Per-micro-batch state: the tokens, every activation forward saves for backward (allocated from the
@@ -148,6 +157,10 @@ class MicroBatchContext {
   /// end_unit() < U, before backward(end_unit() − 1): frees output() and allocates the buffer the caller
   /// fills with the gradient of the loss with respect to it.
   TensorView output_grad_slot();
+  /// The same slot while output() stays held (a receive posted before the output's send has completed: a pipeline
+  /// stage on a GPU posts it an action early); the output is freed when backward(end_unit() − 1) starts, so the
+  /// caller must have seen its last reader finish by then.
+  TensorView output_grad_slot_keeping_output();
   /// first_unit() > 0, after backward(first_unit()): the gradient of the stage's input, held until the next
   /// begin().
   ConstTensorView input_grad() const;
@@ -197,6 +210,7 @@ class MicroBatchContext {
 
  private:
   friend class Workload;
+  TensorView take_output_grad_slot(bool keep_output);  // the two output-gradient slots' one body
   CachingAllocator* allocator_;
   ContextOptions options_;
   std::int64_t seq_len_;
@@ -212,6 +226,7 @@ class MicroBatchContext {
   int forwards_done_ = -1;  // -1: no micro-batch begun
   int next_backward_ = -1;
   bool input_given_ = false, output_grad_given_ = false;
+  bool output_kept_ = false;  // output_grad_slot_keeping_output(): free the output at the first backward
 };
 
 /// A named per-step series a model reports beside the loss (the MoE load of each layer and expert, ...): one

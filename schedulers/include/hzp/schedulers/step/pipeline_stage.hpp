@@ -7,9 +7,10 @@
 // engine, or a test), so the stage knows nothing of data parallelism.
 //
 // On a CUDA compute stream (docs/cuda.md, "Pipeline on the GPU") the boundary tensors are device buffers from the
-// run's allocator and the messages go over PipelineLinks (one communicator per directed link, sends on their own
-// streams: why that cannot deadlock is argued there). A receive orders the compute stream after it without the host
-// waiting. The host still waits (each timed as pipeline wait, each under the communicator's deadline): for an
+// run's allocator and the messages go over PipelineLinks (one communicator per directed link, sends and receives on
+// their own streams: why that cannot deadlock is argued there). A receive is posted an action ahead of its reader
+// (receive_posts) into a slot its reader's context holds, and the compute stream waits for it right before the
+// reader, without the host waiting. The host still waits (each timed as pipeline wait, each under the communicator's deadline): for an
 // output's send before its gradient slot is taken (the slot reuses the output's memory, and the caching allocator
 // knows one stream only; the backward needs that message received anyway), for every pending receive before the
 // head's forward (its loss reaches the host through a synchronisation that would wait for them anyway, and this
@@ -26,10 +27,12 @@
 
 #include "hzp/collectives/communicator.hpp"
 #include "hzp/core/caching_allocator.hpp"
+#include "hzp/schedulers/step/boundary_order.hpp"
 #include "hzp/schedulers/step/phantom_stages.hpp"
 #include "hzp/schedulers/step/pipeline_links.hpp"
 #include "hzp/schedulers/step/pipeline_schedule.hpp"
 #include "hzp/schedulers/step/unit_sleep.hpp"
+#include "hzp/workloads/ring_exchange_lane.hpp"
 #include "hzp/workloads/workload.hpp"
 
 namespace hzp::schedulers {
@@ -81,7 +84,12 @@ class PipelineStage {
  private:
   struct InFlight;  // a micro-batch's context on one chunk, its tokens and its pending sends
   InFlight& begin_chunk(const Action& a, int chunk, double normaliser, Hooks& hooks);
-  void receive(InFlight& f, TensorView into, int peer, int tag, const Action& a);
+  // On the host: posts the receive of `into` for a and waits for it (polling the stage's sends).
+  void receive(TensorView into, int peer, int tag, const Action& a);
+  // On a device: posts p's receive into its reader's slot (a forward's context begins here), on the link's receive
+  // stream; arrive() orders the compute stream after it, right before the reader's kernels.
+  void post(const ReceivePost& p, const std::vector<Action>& actions, double normaliser, Hooks& hooks);
+  void arrive(InFlight& f, const Action& a);
   void wait_for_time(double wall_s);
   void progress();
   void wait_until(const std::function<bool()>& done);
@@ -101,6 +109,9 @@ class PipelineStage {
   double wait_s_ = 0;
   UnitSleep unit_sleep_;
   PipelineLinks links_;
+  // Context parallelism on a device: the one exchange lane every context's ring uses (base_.ring_lane), made once:
+  // a context per (micro-batch, chunk) would otherwise create a stream and two events each.
+  std::unique_ptr<workloads::RingExchangeLane> ring_lane_;
   std::unique_ptr<PhantomPeerStages> peers_;  // set in a phantom world only
 };
 
