@@ -2,6 +2,7 @@
 #include "hzp/schedulers/scheduler_options.hpp"
 
 #include <cstddef>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -17,7 +18,7 @@ const SchedulerOptions kDefaults{};
 SchedulerOptionDecl int_option(std::string key, int SchedulerOptions::*field, std::string help) {
   S spec = S::integer(key, kDefaults.*field, std::move(help));
   return {std::move(spec), [key, field](const ResolvedConfig& c, SchedulerOptions& o) {
-            o.*field = static_cast<int>(c.get_int(key));
+            o.*field = c.get_int32(key);
           }};
 }
 
@@ -164,7 +165,12 @@ std::vector<SchedulerOptionDecl> declare() {
     spec.positive();
     v.push_back({std::move(spec), [](const ResolvedConfig& c, SchedulerOptions& o) {
                    o.pp_layers.clear();
-                   for (std::int64_t b : c.get_int_list("scheduler.pp_layers")) o.pp_layers.push_back(static_cast<int>(b));
+                   for (std::int64_t b : c.get_int_list("scheduler.pp_layers")) {
+                     if (b > std::numeric_limits<int>::max())
+                       HZP_THROW(ConfigError, "scheduler.pp_layers holds ", b, ", beyond any model's blocks. Fix: "
+                                 "blocks per stage summing to model.layers, e.g. 2,2 for 4 layers on 2 stages");
+                     o.pp_layers.push_back(static_cast<int>(b));
+                   }
                  }});
   }
   v.push_back(with(int_option("scheduler.cp", &O::cp,

@@ -201,7 +201,7 @@ std::string OptionSpec::expected_text() const {
   switch (type) {
     case OptionType::boolean: return "true or false";
     case OptionType::integer: s = "an integer"; break;
-    case OptionType::real: s = "a number"; break;
+    case OptionType::real: s = "a finite number"; break;
     case OptionType::string: return "a string";
     case OptionType::enumeration: {
       s = "one of: ";
@@ -245,6 +245,9 @@ std::optional<std::string> OptionSpec::violation(const OptionValue& value) const
         return "out of range: must be " + range_text();
       return std::nullopt;
     case OptionType::real:
+      // inf passes a one-sided range and an unranged key takes nan; no key means either (a deadline or a rate of
+      // inf overflows the clocks and sizes computed from it), so every float must be finite.
+      if (!std::isfinite(std::get<double>(value))) return std::string("not a finite number");
       if (!check_number(std::get<double>(value))) return "out of range: must be " + range_text();
       return std::nullopt;
     case OptionType::int_list:

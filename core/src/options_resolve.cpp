@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "hzp/core/error.hpp"
@@ -315,6 +316,18 @@ std::optional<OptionValue> value_from_node(const OptionSpec& spec, const toml::n
   return std::nullopt;
 }
 
+// " (`<line>`)": line `line` (counted from 1) of `text`, trimmed and cut to 120 characters; "" when there is none.
+std::string quoted_line(std::string_view text, std::size_t line) {
+  for (std::size_t i = 1; i < line && !text.empty(); ++i) {
+    const auto nl = text.find('\n');
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+  }
+  std::string_view l = trim(text.substr(0, text.find('\n')));
+  if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
+  if (l.empty()) return {};
+  return " (`" + std::string(l.substr(0, 120)) + (l.size() > 120 ? "..." : "") + "`)";
+}
+
 std::string located(const std::string& source_name, const toml::source_region& r) {
   if (r.begin.line == 0) return source_name;
   return source_name + ":" + std::to_string(r.begin.line) + ":" + std::to_string(r.begin.column);
@@ -362,8 +375,10 @@ void ConfigResolver::parse_toml(std::string_view text, const std::string& source
     root = toml::parse(text, source_name);
   } catch (const toml::parse_error& e) {
     const auto& b = e.source().begin;
+    // The parser's description names the token, not always the key (an integer beyond 64 bits): quoting the
+    // line names both.
     HZP_THROW(ConfigError, source_name, ":", b.line, ":", b.column, ": malformed TOML at line ", b.line,
-              ", column ", b.column, ": ", e.description(), ". Fix: correct the syntax there.");
+              ", column ", b.column, quoted_line(text, b.line), ": ", e.description(), ". Fix: correct the syntax there.");
   }
 
   // Flatten nested tables to dotted keys, then check in file order (toml++ keeps tables sorted by
@@ -499,6 +514,13 @@ const T& typed(const ResolvedConfig::Entry& e, const OptionTable& table, std::st
 
 std::int64_t ResolvedConfig::get_int(std::string_view key) const {
   return typed<std::int64_t>(entry(key, "get_int"), *table_, key, "get_int");
+}
+int ResolvedConfig::get_int32(std::string_view key) const {
+  const std::int64_t v = get_int(key);
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+    HZP_THROW(ConfigError, key, " = ", v, " (from ", origin(key).where, ") does not fit the 32-bit integer it is held in. "
+              "Fix: a value up to ", std::numeric_limits<int>::max(), " (see 'hzpbench list' for the key's meaning).");
+  return static_cast<int>(v);
 }
 double ResolvedConfig::get_double(std::string_view key) const {
   return typed<double>(entry(key, "get_double"), *table_, key, "get_double");

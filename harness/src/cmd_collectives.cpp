@@ -110,7 +110,7 @@ int run_collectives(const Args& a) {
       HZP_THROW(ConfigError, "topology.world_size = ", want_w, " but mpiexec started ", mpi.size(),
                 " ranks; set it to ", mpi.size(), " or 0 (= from MPI)");
     const coll::Topology topo =
-        coll::discover_topology(MPI_COMM_WORLD, static_cast<int>(cfg.get_int("topology.ranks_per_node")));
+        coll::discover_topology(MPI_COMM_WORLD, cfg.get_int32("topology.ranks_per_node"));
     std::unique_ptr<coll::MpiCommunicator> mpi_world = coll::make_mpi_world(topo, comm_config);
     const std::string transport(coll::transport_name(mpi_world->transport()));
     const bool mapped = mpi_world->mapped_buffers();

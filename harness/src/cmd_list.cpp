@@ -27,7 +27,7 @@ Every key can be set in a TOML config file (`--config FILE`) or on the command l
 4. `--set key=value`, in command-line order (the last one of a key wins).
 
 `--set` values are read by the key's type: `true` or `false`; whole numbers for `int` (`2.5` and
-`1e3` are refused); numbers for `float`; strings with or without quotes; enum names; lists as
+`1e3` are refused); finite numbers for `float` (`nan` and `inf` are refused); strings with or without quotes; enum names; lists as
 `1,2,4` or `[1, 2, 4]`. An unknown key (with a did-you-mean), a wrong type or an out-of-range value
 stops the program with one message naming the key, the value, where it came from and the fix.
 `hzpbench list` prints these tables in the terminal; `hzpbench list --set key=value` prints the

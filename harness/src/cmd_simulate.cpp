@@ -213,12 +213,12 @@ Command add_simulate_command(CLI::App& app, std::vector<std::string> argv) {
       "--set topology.ranks_per_node=2 --set scheduler.name=zero3 --out results/sim.h5\n");
 
   return {sub, [args, argv = std::move(argv)] {
-            const auto w0 = resolve_run_config(args->run, 1).get_int("topology.world_size");
-            const int world = w0 > 0 ? static_cast<int>(w0) : 1;
+            const auto w0 = resolve_run_config(args->run, 1).get_int32("topology.world_size");
+            const int world = w0 > 0 ? w0 : 1;
             const ResolvedConfig cfg = resolve_run_config(args->run, world);
             const RunSetup s = plan_run(cfg, world);
             refuse_undescribed(s);
-            const int rpn = static_cast<int>(cfg.get_int("topology.ranks_per_node"));  // plan_run checked it
+            const int rpn = cfg.get_int32("topology.ranks_per_node");  // plan_run checked it
             const std::string path = s.opt.output_path.empty() ? default_output_path(cfg, unix_seconds()) : s.opt.output_path;
             check_output_path(path, args->run.force);
 

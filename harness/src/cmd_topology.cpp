@@ -17,8 +17,8 @@ namespace {
 // Without MPI the only sources of a node map are the configuration and Slurm: a world size of 0
 // ("from MPI") has nothing to come from here, so it must be given or found in Slurm's variables.
 coll::Topology topology_from_config(const ResolvedConfig& cfg, std::string& origin) {
-  const auto world = static_cast<int>(cfg.get_int("topology.world_size"));
-  const auto rpn = static_cast<int>(cfg.get_int("topology.ranks_per_node"));
+  const auto world = cfg.get_int32("topology.world_size");
+  const auto rpn = cfg.get_int32("topology.ranks_per_node");
   std::optional<coll::Topology> slurm = coll::Topology::from_slurm_env();
   if (world == 0 && !slurm)
     HZP_THROW(ConfigError,

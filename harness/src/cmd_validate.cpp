@@ -9,6 +9,7 @@
 #include "hzp/core/error.hpp"
 #include "hzp/core/memory_backing.hpp"
 #include "hzp/workloads/batch_plan.hpp"
+#include "phantom_run.hpp"
 #include "run_setup.hpp"
 
 namespace hzp::harness {
@@ -17,10 +18,11 @@ namespace {
 int validate(const RunCliArgs& args) {
   try {
     // The embedded default depends on the world size, which the configuration itself may name.
-    const auto w0 = resolve_run_config(args, 1).get_int("topology.world_size");
-    const int world = w0 > 0 ? static_cast<int>(w0) : 1;
+    const auto w0 = resolve_run_config(args, 1).get_int32("topology.world_size");
+    const int world = w0 > 0 ? w0 : 1;
     const ResolvedConfig cfg = resolve_run_config(args, world);
     const RunSetup s = plan_run(cfg, world, args.dump_tensors);
+    (void)phantom_spec(cfg, 1);  // as run checks it, a phantom run being one process
     const auto source = workloads::make_data_source(s.data);  // opens and checks a token file
     if (!s.opt.output_path.empty()) check_output_path(s.opt.output_path, s.opt.force);
 

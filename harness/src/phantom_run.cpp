@@ -7,7 +7,7 @@
 namespace hzp::harness {
 
 PhantomSpec phantom_spec(const ResolvedConfig& cfg, int mpi_world) {
-  const std::int64_t w = cfg.get_int("topology.phantom_world"), r = cfg.get_int("topology.phantom_rank");
+  const std::int64_t w = cfg.get_int32("topology.phantom_world"), r = cfg.get_int("topology.phantom_rank");
   if (w == 0) {
     if (r != 0)
       HZP_THROW(ConfigError, "topology.phantom_rank = ", r, " with topology.phantom_world = 0 (a real run, whose ranks "

@@ -224,7 +224,7 @@ RunSetup plan_run(const ResolvedConfig& cfg, int world_size, const std::string& 
     in.train = s.train;
     in.options = s.sched;
     in.world_size = world_size;
-    in.ranks_per_node = static_cast<int>(cfg.get_int("topology.ranks_per_node"));
+    in.ranks_per_node = cfg.get_int32("topology.ranks_per_node");
     in.rank = 0;
     in.small_message_bytes = static_cast<std::size_t>(cfg.get_int("collectives.small_message_bytes"));
     s.plan = schedulers::plan_scheduler(s.opt.scheduler, in);

@@ -332,7 +332,9 @@ void check_plan_batches(std::string_view scheduler, const PlanInputs& in, int gr
         << in.train.micro_batch_size << " gives " << mb << " micro-batches per step, not a multiple of dp = "
         << (dp == in.world_size ? "W = " : "") << dp;
   if (!bad.str().empty())
-    HZP_THROW(ConfigError, "scheduler ", scheduler, " at world size ", in.world_size, ":", bad.str());
+    HZP_THROW(ConfigError, "scheduler ", scheduler, " at world size ", in.world_size, ":", bad.str(),
+              "\n  fix: a train.global_batch, train.micro_batch_size and group size that divide as stated, or another "
+              "world size");
 }
 
 PlanGroup world_plan_group(std::string name, int world_size) {

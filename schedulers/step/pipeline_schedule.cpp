@@ -74,7 +74,8 @@ PipelineLayout PipelineLayout::from_blocks(int units, const std::vector<int>& bl
     std::ostringstream list;
     for (int b : blocks_per_stage) list << (list.tellp() > 0 ? ", " : "") << b;
     HZP_THROW(ConfigError, "pipeline: scheduler.pp_layers = [", list.str(), "] must list a positive block count per "
-              "stage summing to the model's ", blocks, " blocks (it sums to ", sum, ")");
+              "stage summing to the model's ", blocks, " blocks (it sums to ", sum, "). Fix: counts summing to ", blocks,
+              ", or an empty scheduler.pp_layers for balanced stages");
   }
   return from_chunk_blocks(units, static_cast<int>(blocks_per_stage.size()), 1, blocks_per_stage);
 }

@@ -42,7 +42,7 @@ void ParallelDims::validate(const coll::Topology& topology) const {
           bad << "\n  tp = " << tp << ": the tensor-parallel group of ranks " << first << ".." << first + tp - 1
               << " spans nodes " << topology.node_of(first) << " and " << topology.node_of(first + tp - 1) << " ("
               << topology.summary() << "); tensor parallelism communicates every layer, so its group stays inside "
-              << "a node unless tp_across_nodes is set";
+              << "a node unless scheduler.tp_across_nodes is set";
           break;
         }
   }

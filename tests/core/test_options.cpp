@@ -261,6 +261,14 @@ TEST(OptionsErrors, MalformedTomlNamesFileLineColumnAndParserMessage) {
   EXPECT_GT(msg.size(), colon + 10) << msg;
 }
 
+// toml++ says "'9223372036854775808' is not representable in 64 bits" without the key; the quoted line names it.
+TEST(OptionsErrors, MalformedTomlQuotesTheLine) {
+  const std::string msg =
+      config_error([] { ConfigResolver(table()).add_toml_text("[model]\n  layers = 9223372036854775808\n", "x.toml"); });
+  EXPECT_HAS(msg, "malformed TOML at line 2, column ");
+  EXPECT_HAS(msg, "(`layers = 9223372036854775808`)");
+}
+
 TEST(OptionsErrors, UnterminatedTable) {
   const std::string msg = config_error([] { ConfigResolver(table()).add_toml_text("[model\nlayers=1\n", "x.toml"); });
   EXPECT_HAS(msg, "x.toml:1:");
@@ -374,8 +382,16 @@ TEST(OptionsSet, UnknownKeyWithNothingClose) {
 TEST(OptionsSet, OutOfRangeNamesRangeUnitAndFix) {
   const std::string msg = config_error([] { resolve_sets({"collectives.timeout_s=0"}); });
   EXPECT_HAS(msg, "--set collectives.timeout_s=0: collectives.timeout_s = 0 is out of range: must be > 0 (s)");
-  EXPECT_HAS(msg, "Fix: give a number > 0, e.g. --set collectives.timeout_s=300.0 (the default)");
-  EXPECT_HAS(config_error([] { resolve_sets({"train.lr=nan"}); }), "out of range");
+  EXPECT_HAS(msg, "Fix: give a finite number > 0, e.g. --set collectives.timeout_s=300.0 (the default)");
+  EXPECT_HAS(config_error([] { resolve_sets({"train.lr=nan"}); }), "train.lr = nan is not a finite number");
+}
+
+// inf satisfies a one-sided range (> 0), yet no key means it: a deadline of inf seconds overflows the clock.
+TEST(OptionsSet, InfiniteFloatRefused) {
+  const std::string msg = config_error([] { resolve_sets({"collectives.timeout_s=inf"}); });
+  EXPECT_HAS(msg, "collectives.timeout_s = inf is not a finite number (s)");
+  EXPECT_HAS(msg, "Fix: give a finite number > 0");
+  EXPECT_HAS(config_error([] { resolve_sets({"collectives.timeout_s=-inf"}); }), "not a finite number");
 }
 
 TEST(OptionsSet, EnumListsAllowedValues) {

@@ -58,7 +58,9 @@ void DataConfig::validate() const {
   } catch (const ConfigError& e) {
     problem() << e.message();
   }
-  if (bad.tellp() > 0) HZP_THROW(ConfigError, "invalid data configuration: ", bad.str());
+  if (bad.tellp() > 0)
+    HZP_THROW(ConfigError, "invalid data configuration: ", bad.str(),
+              ". Fix: change the data.* or model.* values named so that each rule stated holds");
 }
 
 namespace {

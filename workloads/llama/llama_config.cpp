@@ -1,5 +1,6 @@
 // LlamaConfig: validation with messages naming every key and value involved, parameter and FLOP
 // counts from the shape alone, and the unit layout (llama.hpp).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -34,7 +35,7 @@ void LlamaConfig::validate() const {
     add("model.hidden = ", hidden, " is not divisible by model.heads = ", heads,
         "; set model.head_dim explicitly");
   const std::int64_t hd = resolved_head_dim();
-  if (hd > 0 && hd % 2 != 0) add("head_dim = ", hd, " must be even (RoPE rotates pairs of elements)");
+  if (hd > 0 && hd % 2 != 0) add("head_dim = ", hd, " (model.head_dim, or model.hidden / model.heads) must be even (RoPE rotates pairs of elements)");
   if (heads > 0 && hidden > 0 && hd == 0) add("head_dim resolves to 0 (model.hidden = ", hidden, " < model.heads = ", heads, ")");
   if (max_seq_len < 0) add("model.max_seq_len = ", max_seq_len, " must be >= 0 (0 = no limit)");
   if (max_seq_len > 0 && seq_len > max_seq_len)
@@ -43,10 +44,25 @@ void LlamaConfig::validate() const {
   if (!(rope_base > 1.0) || !std::isfinite(rope_base)) add("model.rope_base = ", rope_base, " must be a finite number > 1");
   if (!(norm_eps >= 0.0) || !std::isfinite(norm_eps)) add("model.norm_eps = ", norm_eps, " must be finite and >= 0");
   moe.collect_problems(layers, problems);
+  if (problems.empty()) {
+    // Sizes each in range can still multiply past what the layout's offsets hold (2^63-1 layers, a width of 2^40):
+    // the counts would wrap, or the layout loop would not end. Estimated in floating point, before any is computed.
+    const double d = static_cast<double>(hidden), hd_ = static_cast<double>(resolved_head_dim());
+    const double mlp = 3.0 * d * std::max(static_cast<double>(ffn_hidden), static_cast<double>(moe.shared_experts) * moe.expert_ffn) +
+                       static_cast<double>(moe.experts) * d * (1.0 + 3.0 * static_cast<double>(moe.expert_ffn));
+    const double block = 2.0 * d + 2.0 * d * hd_ * static_cast<double>(heads + kv_heads) + mlp;
+    const double n = static_cast<double>(layers) * block + 2.0 * static_cast<double>(vocab) * d + d;
+    if (!(n < 0x1p53))
+      add("the shape gives ~", n, " parameters (model.layers = ", layers, ", model.hidden = ", hidden, ", model.heads = ",
+          heads, ", model.ffn_hidden = ", ffn_hidden, ", model.vocab = ", vocab, ", model.experts = ", moe.experts,
+          ", model.expert_ffn = ", moe.expert_ffn,
+          ", model.shared_experts = ", moe.shared_experts, ", model.head_dim = ", head_dim, "), beyond the 2^53 that parameter offsets and counts hold exactly");
+  }
   if (problems.empty()) return;
   std::ostringstream os;
   os << "invalid model configuration" << (preset.empty() ? "" : " (preset " + preset + ")") << ":";
   for (const auto& p : problems) os << "\n  - " << p;
+  os << "\n  fix: change the model.* values named above so that each rule stated there holds";
   HZP_THROW(ConfigError, os.str());
 }
 

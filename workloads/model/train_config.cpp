@@ -40,6 +40,7 @@ void TrainConfig::validate() const {
   std::ostringstream os;
   os << "invalid training configuration:";
   for (const auto& p : problems) os << "\n  - " << p;
+  os << "\n  fix: change the train.* values named above so that each rule stated there holds";
   HZP_THROW(ConfigError, os.str());
 }
 

@@ -175,6 +175,9 @@ class ResolvedConfig {
   /// Typed getters. Throw PreconditionError (a programming error) when the key is not registered or
   /// its type is not the one asked for; get_string serves string and enumeration keys.
   std::int64_t get_int(std::string_view key) const;
+  /// get_int for a key the program holds in an int (group sizes, ranks): a value beyond int's range throws
+  /// ConfigError naming the key, the value, its origin and the fix, where a cast would wrap (2^63-1 to -1).
+  int get_int32(std::string_view key) const;
   double get_double(std::string_view key) const;
   bool get_bool(std::string_view key) const;
   const std::string& get_string(std::string_view key) const;
