@@ -15,7 +15,6 @@
 #include "hzp/core/memory_backing.hpp"
 #include "hzp/core/stream.hpp"
 #include "hzp/kernels/cast.hpp"
-#include "hzp/kernels/gemm.hpp"
 #include "hzp/workloads/batch_plan.hpp"
 
 namespace hzp::harness {

@@ -221,7 +221,7 @@ std::vector<double> PipelineStage::run(const std::vector<Action>& actions, int m
       if (k > 0 && device) arrive(f, a);
       if (k > 0 && !device) receive(f.ctx->input_slot(), prev, tag(a.micro_batch, k, false), a);
       // The head's loss reaches the host through a synchronisation, which waits for every receive before it.
-      if (a.end_unit == units && links_.on_device()) settle_receives();
+      if (a.end_unit == units && device) settle_receives();
       if (hooks.mark) hooks.mark(i, false);
       for (int u = a.first_unit; u < a.end_unit; ++u) {
         model_.forward(u, hooks.params(u, a), *f.ctx);
@@ -254,7 +254,7 @@ std::vector<double> PipelineStage::run(const std::vector<Action>& actions, int m
       f.backward_done = true;
     }
     // Phantom on a device: the host waits for the action's kernels, so the wall time is the device's.
-    if (peers_ && links_.on_device()) base_.stream.synchronize();
+    if (peers_ && device) base_.stream.synchronize();
     if (peers_) peers_->measured(a, wall_seconds() - action_start - (wait_s_ - waited_before));
     // On a device nothing polls while the host runs ahead: free here the contexts whose messages have completed.
     if (device) progress();
